@@ -1,0 +1,103 @@
+# admitd - one non-recursive Makefile for the daemon, its tests and clients.
+#
+#   make            build daemon/admitd, the client library and the admit CLI
+#   make test       unit tests (check), integration tests (real redis-server
+#                   and the real daemon), client tests
+#   make test SANITIZE=1   the same under AddressSanitizer + UBSan
+#   make valgrind   the unit and integration suites under valgrind
+#
+# User CFLAGS/LDFLAGS are appended to ours, never replace them.
+
+CC       ?= cc
+OPT      ?= -O2
+PREFIX   ?= /usr/local
+PYTHON   ?= python3
+VERSION  := 0.1.0
+
+PKGS      = libevent hiredis jansson inih
+WARN      = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+            -Wwrite-strings -Wformat=2 -Wvla -Wno-format-nonliteral
+BASE_CFLAGS = -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -MMD -MP -fPIC \
+            -Idaemon -Idaemon/strategy -Iproto -DADMITD_VERSION='"$(VERSION)"' \
+            $(shell pkg-config --cflags $(PKGS))
+BASE_LDLIBS = $(shell pkg-config --libs $(PKGS)) -lm
+
+ifeq ($(SANITIZE),1)
+BASE_CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+BASE_LDFLAGS += -fsanitize=address,undefined
+endif
+
+ALL_CFLAGS  = $(BASE_CFLAGS) $(CFLAGS)
+ALL_LDFLAGS = $(BASE_LDFLAGS) $(LDFLAGS)
+
+DAEMON_SRCS := $(filter-out daemon/main.c daemon/scripts_gen.c, \
+               $(wildcard daemon/*.c daemon/strategy/*.c)) daemon/scripts_gen.c
+DAEMON_OBJS := $(DAEMON_SRCS:.c=.o)
+LUA_SRCS    := $(sort $(wildcard scripts/*.lua scripts/lib/*.lua))
+
+CHECK_SRCS  := $(wildcard tests/unit/check_*.c)
+CHECK_BINS  := $(CHECK_SRCS:.c=)
+CHECK_LIBS  := $(shell pkg-config --libs check)
+
+DEPS := $(DAEMON_OBJS:.o=.d) daemon/main.d $(CHECK_SRCS:.c=.d)
+
+.PHONY: all test test-unit test-integ test-client valgrind clean install \
+        format format-check lint bench
+all: daemon/admitd
+
+daemon/libadmitd.a: $(DAEMON_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+
+daemon/admitd: daemon/main.o daemon/libadmitd.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(BASE_LDLIBS)
+
+daemon/scripts_gen.c: daemon/gen_scripts.sh $(LUA_SRCS)
+	sh daemon/gen_scripts.sh $(LUA_SRCS) > $@.tmp && mv $@.tmp $@
+
+%.o: %.c
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+tests/unit/check_%: tests/unit/check_%.c daemon/libadmitd.a
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< daemon/libadmitd.a $(CHECK_LIBS) $(BASE_LDLIBS)
+
+-include client/client.mk
+-include $(wildcard mk/*.mk)
+
+test: test-unit test-integ test-client
+
+test-unit: $(CHECK_BINS)
+	@set -e; for t in $(CHECK_BINS); do echo "== $$t"; $(TEST_PREFIX) ./$$t; done
+
+test-integ: all
+	ADMITD_BIN=$(CURDIR)/daemon/admitd $(PYTHON) -m unittest discover -s tests/integ -t . -v
+
+valgrind:
+	$(MAKE) test-unit TEST_PREFIX="valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite" CK_FORK=no
+	$(MAKE) test-integ VALGRIND=1
+
+bench: all
+	$(PYTHON) tests/bench/run.py
+
+format:
+	clang-format -i $(shell git ls-files '*.c' '*.h')
+
+format-check:
+	clang-format --dry-run --Werror $(shell git ls-files '*.c' '*.h')
+
+lint:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
+	  --suppress=missingIncludeSystem --inline-suppr -Idaemon -Idaemon/strategy -Iproto \
+	  daemon proto $(wildcard client/*.c)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PREFIX)/share/admitd
+	install -m 755 daemon/admitd $(DESTDIR)$(PREFIX)/sbin/admitd
+	install -m 644 conf/admitd.conf $(DESTDIR)$(PREFIX)/share/admitd/admitd.conf.example
+
+clean:
+	rm -f daemon/admitd daemon/libadmitd.a daemon/scripts_gen.c daemon/*.o daemon/*.d \
+	  daemon/strategy/*.o daemon/strategy/*.d $(CHECK_BINS) tests/unit/*.d
+	rm -rf tests/integ/__pycache__
+
+-include $(DEPS)

@@ -1,0 +1,112 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * rpool.h - a small pool of hiredis async connections on the libevent loop.
+ *
+ * Owns: the redisAsyncContexts, their connect/reconnect timers and per-call
+ * timeout timers, the SHAs of the embedded scripts, and the copies of
+ * replies handed to callers. It knows nothing of scopes, leases or rules:
+ * it runs scripts and commands and reports how each call ended.
+ *
+ * Every call that rpool_eval/rpool_command/rpool_eval_multi accepts (return
+ * 0) completes exactly once through its callback, from the event loop, never
+ * from inside the submitting call: with RP_OK and a reply, or with a
+ * failure status and reply NULL. A call that timed out is completed with
+ * RP_TIMEOUT at the timer, its connection is freed (not politely closed) and
+ * the late reply, if any, is swallowed. A call is never retried after a
+ * timeout (a script that timed out may have run); NOSCRIPT is answered by
+ * SCRIPT LOAD and one transparent retry.
+ */
+
+#ifndef ADMITD_RPOOL_H
+#define ADMITD_RPOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct rpool;
+
+enum rp_status {
+	RP_OK = 0,    /* the server answered; reply is set (may be RV_ERR) */
+	RP_TIMEOUT,   /* no answer within timeout_ms */
+	RP_CONN,      /* connection lost or none ready */
+	RP_SHUTDOWN,  /* the pool is being freed */
+};
+
+enum rval_type { RV_NIL = 0, RV_INT, RV_STR, RV_STATUS, RV_ERR, RV_ARR };
+
+/* An owned copy of a Redis reply; valid only during the callback. */
+struct rval {
+	enum rval_type type;
+	long long i;   /* RV_INT */
+	char *s;       /* RV_STR, RV_STATUS, RV_ERR: NUL-terminated */
+	size_t len;
+	size_t n;      /* RV_ARR */
+	struct rval *a;
+};
+
+struct rpool_conf {
+	const char *url;        /* redis://[user:pass@]host:port[/db] or unix:///path[?db=N] */
+	int pool_size;          /* >= 1 */
+	int64_t timeout_ms;     /* per call and per connect */
+	const char *user;       /* ACL user, or NULL */
+	const char *password;   /* AUTH secret, or NULL; never logged */
+	int64_t backoff_min_ms; /* reconnect backoff, doubled up to backoff_max_ms */
+	int64_t backoff_max_ms;
+};
+
+typedef void rpool_cb(void *arg, enum rp_status st, const struct rval *reply);
+
+/*
+ * rpool_new - start connecting (in the background; returns at once).
+ * scripts[i] is Lua source; rpool_eval(..., i, ...) runs it by SHA.
+ * The pool keeps pointers to conf strings and scripts: they must outlive it.
+ * on_state, when set, is called whenever the pool goes up (some connection
+ * ready with scripts loaded) or down (none ready). Returns NULL with err
+ * filled on a bad URL.
+ */
+struct rpool *rpool_new(struct event_base *base, const struct rpool_conf *conf,
+			const char *const *scripts, size_t nscripts,
+			void (*on_state)(void *arg, bool up), void *state_arg,
+			char *err, size_t errlen);
+
+/* true when at least one connection is ready to take calls. */
+bool rpool_up(const struct rpool *p);
+
+/*
+ * rpool_eval - EVALSHA scripts[script] with argv[0..nkeys) as KEYS and the
+ * rest as ARGV (binary-safe, argvlen gives lengths). Returns 0 when accepted
+ * (cb will be called exactly once), -1 when no connection is ready (cb is
+ * not called).
+ */
+int rpool_eval(struct rpool *p, size_t script, size_t nkeys, size_t argc,
+	       const char *const *argv, const size_t *argvlen, rpool_cb *cb,
+	       void *arg);
+
+/* rpool_command - any command, same contract as rpool_eval. */
+int rpool_command(struct rpool *p, size_t argc, const char *const *argv,
+		  const size_t *argvlen, rpool_cb *cb, void *arg);
+
+/*
+ * rpool_eval_multi - several EVALSHA calls pipelined on one connection, in
+ * one round trip. cb is called once per call, in order (same status rules).
+ */
+struct rpool_call {
+	size_t script;
+	size_t nkeys;
+	size_t argc;
+	const char *const *argv;
+	const size_t *argvlen;
+	rpool_cb *cb;
+	void *arg;
+};
+int rpool_eval_multi(struct rpool *p, size_t ncalls, const struct rpool_call *calls);
+
+/* rpool_free - complete every pending call with RP_SHUTDOWN, free everything. */
+void rpool_free(struct rpool *p);
+
+#endif

@@ -1,0 +1,25 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * scripts.h - the Lua scripts embedded at build time (daemon/scripts_gen.c,
+ * generated from scripts/*.lua by daemon/gen_scripts.sh).
+ *
+ * script_sources[i] is the full text of scripts/<script_names[i]>.lua with
+ * scripts/lib/*.lua prepended; both arrays end with NULL.
+ */
+
+#ifndef ADMITD_SCRIPTS_H
+#define ADMITD_SCRIPTS_H
+
+#include <stddef.h>
+
+extern const char *const script_sources[];
+extern const char *const script_names[];
+extern const size_t script_count;
+
+/* script_index - position of a script by name, or -1. */
+int script_index(const char *name);
+
+#endif

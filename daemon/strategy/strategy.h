@@ -1,0 +1,97 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * strategy.h - the five rate strategies as pure functions.
+ *
+ * Owns: the state layout of one rule's counter for one key, and the
+ * arithmetic that decides and books against it. Nothing here reads a clock,
+ * allocates, logs or touches the event loop: every function is a function of
+ * (state, params, now_ms, request). scripts/lib/strategy.lua mirrors these
+ * functions name for name; tests/vectors/strategy/*.jsonl is the contract
+ * both are tested against.
+ *
+ * Units: times are integer milliseconds; amounts are whole units (requests
+ * or tokens) at the interface and milli-units inside the state of the
+ * bucket strategies, so refill at AMOUNT/WINDOW is exact in integers. Every
+ * intermediate product stays below 2^53 for the limits the conf accepts
+ * (AMOUNT and burst <= 10^9, WINDOW <= 1 day), so Lua's doubles compute the
+ * same numbers as C's int64.
+ */
+
+#ifndef ADMITD_STRATEGY_H
+#define ADMITD_STRATEGY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum strat_kind {
+	STRAT_TOKEN_BUCKET = 0, /* refills AMOUNT per WINDOW up to burst */
+	STRAT_SLIDING_WINDOW,   /* two fixed buckets, previous one weighted */
+	STRAT_FIXED_WINDOW,     /* counter reset at floor(now/WINDOW) */
+	STRAT_LEAKY_BUCKET,     /* level drains AMOUNT per WINDOW; full refuses */
+	STRAT_SESSION_WINDOW,   /* window anchored at first request after reset */
+	STRAT__COUNT
+};
+
+/* Limits the conf accepts, so products stay exact in doubles. */
+#define STRAT_MAX_AMOUNT 1000000000LL
+#define STRAT_MAX_WINDOW_MS 86400000LL
+
+struct strat_params {
+	enum strat_kind kind;
+	int64_t amount;    /* budget per window, >= 1 */
+	int64_t window_ms; /* >= 1 */
+	int64_t burst;     /* bucket capacity (token/leaky); 0 means = amount */
+};
+
+/*
+ * One rule's counter for one key. All zero is a fresh counter (a full
+ * token bucket, an empty window). The meaning of a, b and t per kind is
+ * documented in each strategy's file; the Lua keeps the same three numbers
+ * in a hash with fields a, b, t.
+ */
+struct strat_state {
+	int64_t a;
+	int64_t b;
+	int64_t t;
+};
+
+struct strat_result {
+	bool allowed;
+	int64_t retry_after_ms; /* 0 when allowed; else >= 1 */
+};
+
+/*
+ * strat_check - would taking `cost` units now be allowed while leaving at
+ * least `floor` units untouched? Pure: never modifies st. cost 0 asks "is
+ * the budget not overdrawn" (used by token meters at acquire: allowed iff
+ * more than `floor` units remain). retry_after_ms is the shortest wait after
+ * which the same check would pass if nothing else happened, or -1 when it
+ * never can (cost + floor larger than the capacity).
+ */
+struct strat_result strat_check(const struct strat_state *st,
+				const struct strat_params *p, int64_t now_ms,
+				int64_t cost, int64_t floor);
+
+/*
+ * strat_book - charge `amount` units now, unconditionally (a token meter's
+ * post-hoc charge may overdraw; an overdrawn counter refuses until it has
+ * recovered). A negative amount refunds (rollback of a booking).
+ */
+void strat_book(struct strat_state *st, const struct strat_params *p,
+		int64_t now_ms, int64_t amount);
+
+/*
+ * strat_ttl_ms - after this long without activity the counter is
+ * indistinguishable from a fresh one; it bounds the TTL of its Redis key and
+ * the life of an idle in-process counter.
+ */
+int64_t strat_ttl_ms(const struct strat_params *p);
+
+/* strat_kind_name / strat_kind_parse: "token-bucket" etc.; parse gives -1. */
+const char *strat_kind_name(enum strat_kind k);
+int strat_kind_parse(const char *s);
+
+#endif
