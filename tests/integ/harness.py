@@ -1,0 +1,670 @@
+"""harness.py - start real redis-server and admitd processes for integration tests.
+
+Owns: process lifecycle (temp dirs, readiness polling with deadlines, SIGTERM
+then SIGKILL escalation), a tiny RESP client for Redis, a line-JSON client for
+admitd's socket, and the post-mortem scan of the daemon's stderr for sanitizer,
+valgrind and assert reports (a test that passes while the daemon's log shows
+one of those fails anyway). Stdlib only.
+
+Nothing here sleeps and hopes: every wait polls a condition against a
+deadline and fails with the process's log when the deadline passes. Logs and
+temp dirs are removed when a test passes and kept (path printed) when it fails.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+VALGRIND = os.environ.get("VALGRIND") == "1"
+VALGRIND_CMD = [
+    "valgrind", "--error-exitcode=99", "--leak-check=full",
+    "--errors-for-leak-kinds=definite", "--error-markers=VGBEGIN,VGEND",
+]
+
+# Timer slack, seconds: how late (or early, by clock granularity) an event may
+# be against its ideal instant. libevent timers fire within ~1ms on an idle
+# box; ASan adds a few ms per request; a loaded CI box adds scheduling
+# noise. 30ms covers ASan; valgrind slows everything ~20x, so it gets more.
+SLACK = float(os.environ.get("ADMITD_SLACK_MS", "150" if VALGRIND else "30")) / 1000.0
+# How long a daemon may take to start / stop.
+START_DEADLINE = 30.0 if VALGRIND else 10.0
+STOP_DEADLINE = 20.0 if VALGRIND else 5.0
+
+# Lines in the daemon's stderr that fail the test on sight.
+BAD_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer",
+               "VGBEGIN", "Assertion", "AddressSanitizer:")
+
+now = time.monotonic
+
+
+def _wait_until(cond, deadline_s, what, log=None, interval=0.01):
+    """Poll cond() until true or deadline; raise AssertionError naming what."""
+    end = now() + deadline_s
+    while True:
+        r = cond()
+        if r:
+            return r
+        if now() >= end:
+            msg = "timed out after %.1fs waiting for %s" % (deadline_s, what)
+            if log is not None:
+                msg += "\n--- log ---\n" + log()
+            raise AssertionError(msg)
+        time.sleep(interval)
+
+
+def _terminate(proc, deadline_s):
+    """SIGTERM, wait up to deadline_s, then SIGKILL. Returns the exit code."""
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            return proc.wait(deadline_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None
+    return proc.returncode
+
+
+def free_tcp_port():
+    """A TCP port that was free a moment ago (bind port 0, read, close)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+class _TempDir:
+    """A temp dir kept on failure: keep() marks it, cleanup() removes unless kept."""
+
+    def __init__(self, prefix):
+        self.path = tempfile.mkdtemp(prefix=prefix)
+        self.kept = False
+
+    def keep(self):
+        if not self.kept:
+            self.kept = True
+            sys.stderr.write("harness: keeping %s for inspection\n" % self.path)
+
+    def cleanup(self):
+        if not self.kept:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- Redis ----
+
+
+class RedisError(Exception):
+    """An error reply (-ERR ...) from Redis."""
+
+
+class RespConn:
+    """One RESP2 connection: command(*args) -> Python value (str/int/list/None)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+
+    def close(self):
+        self.sock.close()
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            d = self.sock.recv(65536)
+            if not d:
+                raise ConnectionError("redis closed the connection")
+            self.buf += d
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n):
+        while len(self.buf) < n + 2:
+            d = self.sock.recv(65536)
+            if not d:
+                raise ConnectionError("redis closed the connection")
+            self.buf += d
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data
+
+    def _reply(self):
+        line = self._line()
+        t, rest = line[:1], line[1:]
+        if t == b"+":
+            return rest.decode()
+        if t == b"-":
+            return RedisError(rest.decode())
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self._exact(n)
+            try:
+                return data.decode()
+            except UnicodeDecodeError:
+                return data
+        if t == b"*":
+            n = int(rest)
+            if n < 0:
+                return None
+            return [self._reply() for _ in range(n)]
+        raise ConnectionError("bad RESP type byte %r" % t)
+
+    def command(self, *args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            b = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        self.sock.sendall(b"".join(out))
+        r = self._reply()
+        if isinstance(r, RedisError):
+            raise r
+        return r
+
+
+class RedisServer:
+    """A throwaway redis-server: Unix socket by default, TCP with port=True.
+
+    start()/stop()/restart() (same socket or port), pause()/resume()
+    (SIGSTOP/SIGCONT: the server holds connections but answers nothing),
+    .url, .command(*args) via a fresh RESP connection, .cli(*args) via
+    redis-cli. Use as a context manager.
+    """
+
+    def __init__(self, password=None, port=False):
+        self.password = password
+        self.use_tcp = bool(port)
+        self.port = None
+        self.proc = None
+        self.tmp = _TempDir("redis-")
+        self.sock_path = os.path.join(self.tmp.path, "redis.sock")
+        self.log_path = os.path.join(self.tmp.path, "redis.log")
+        self.paused = False
+
+    @property
+    def url(self):
+        auth = (":%s@" % self.password) if self.password else ""
+        if self.use_tcp:
+            return "redis://%s127.0.0.1:%d" % (auth, self.port)
+        if self.password:
+            return "unix://%s%s" % (auth, self.sock_path)
+        return "unix://" + self.sock_path
+
+    def log_text(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def start(self):
+        if self.use_tcp and self.port is None:
+            self.port = free_tcp_port()
+        args = ["redis-server", "--save", "", "--appendonly", "no",
+                "--dir", self.tmp.path, "--unixsocket", self.sock_path,
+                "--unixsocketperm", "700",
+                "--port", str(self.port if self.use_tcp else 0),
+                "--bind", "127.0.0.1"]
+        if self.password:
+            args += ["--requirepass", self.password]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        log.close()
+        self.paused = False
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise AssertionError("redis-server exited %s\n%s"
+                                     % (self.proc.returncode, self.log_text()))
+            try:
+                return self.command("PING") == "PONG"
+            except (OSError, ConnectionError, RedisError):
+                return False
+
+        _wait_until(ready, START_DEADLINE, "redis-server to answer PING", self.log_text)
+        return self
+
+    def connect(self, timeout=5.0):
+        """A RespConn (authenticated when a password is set)."""
+        if self.use_tcp:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout)
+        else:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(timeout)
+            try:
+                s.connect(self.sock_path)
+            except OSError:
+                s.close()
+                raise
+        c = RespConn(s)
+        if self.password:
+            try:
+                c.command("AUTH", self.password)
+            except Exception:
+                c.close()
+                raise
+        return c
+
+    def command(self, *args):
+        c = self.connect()
+        try:
+            return c.command(*args)
+        finally:
+            c.close()
+
+    def cli(self, *args):
+        cmd = ["redis-cli"]
+        cmd += ["-p", str(self.port)] if self.use_tcp else ["-s", self.sock_path]
+        if self.password:
+            cmd += ["--no-auth-warning", "-a", self.password]
+        r = subprocess.run(cmd + [str(a) for a in args], capture_output=True,
+                           text=True, timeout=10)
+        return r.stdout.strip()
+
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def stop(self):
+        if self.proc is None:
+            return
+        if self.paused:
+            self.resume()
+        _terminate(self.proc, STOP_DEADLINE)
+        self.proc = None
+
+    def restart(self):
+        self.stop()
+        try:
+            os.unlink(self.sock_path)
+        except OSError:
+            pass
+        if self.use_tcp:
+            # The old port is now free; wait until it can be bound again.
+            def bindable():
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("127.0.0.1", self.port))
+                    return True
+                except OSError:
+                    return False
+                finally:
+                    s.close()
+            _wait_until(bindable, STOP_DEADLINE, "port %d to free" % self.port)
+        return self.start()
+
+    def cleanup(self, failed=False):
+        self.stop()
+        if failed:
+            self.tmp.keep()
+        self.tmp.cleanup()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb):
+        self.cleanup(failed=exc_type is not None)
+        return False
+
+
+# --------------------------------------------------------------- admitd ----
+
+
+def admitd_bin():
+    return os.environ.get("ADMITD_BIN") or os.path.join(REPO, "daemon", "admitd")
+
+
+def run_admitd(args, timeout=10.0):
+    """Run the binary to completion (for -t, --version, -h): CompletedProcess."""
+    cmd = ([*VALGRIND_CMD, "-q"] if VALGRIND else []) + [admitd_bin(), *args]
+    return subprocess.run(cmd, capture_output=True, text=True,
+                          timeout=timeout * (10 if VALGRIND else 1))
+
+
+class Conn:
+    """A client connection to admitd's socket speaking newline-delimited JSON."""
+
+    def __init__(self, path, timeout=5.0):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(path)
+        self.buf = b""
+        self.last_t = None  # monotonic instant the last reply line was complete
+        self.eof = False
+
+    def send(self, obj):
+        """Send one request: a dict/list (JSON-encoded + newline) or raw bytes as is."""
+        if isinstance(obj, (bytes, bytearray)):
+            data = bytes(obj)
+        elif isinstance(obj, str):
+            data = obj.encode()
+        else:
+            data = json.dumps(obj).encode() + b"\n"
+        self.sock.sendall(data)
+
+    def recv_line(self, timeout=5.0):
+        """One raw reply line (bytes, without newline); ConnectionError on EOF."""
+        end = now() + timeout
+        while b"\n" not in self.buf:
+            left = end - now()
+            if left <= 0:
+                raise TimeoutError("no reply within %.1fs" % timeout)
+            self.sock.settimeout(left)
+            try:
+                d = self.sock.recv(65536)
+            except socket.timeout:
+                raise TimeoutError("no reply within %.1fs" % timeout) from None
+            if not d:
+                self.eof = True
+                raise ConnectionError("admitd closed the connection")
+            self.buf += d
+        self.last_t = now()
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+    def recv(self, timeout=5.0):
+        """One reply, parsed: a dict. Sets .last_t to the instant it arrived."""
+        line = self.recv_line(timeout)
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise AssertionError("reply is not JSON: %r" % line[:200]) from None
+        if not isinstance(obj, dict):
+            raise AssertionError("reply is not a JSON object: %r" % line[:200])
+        return obj
+
+    def recv_at(self, timeout=5.0):
+        """(reply, monotonic arrival instant)."""
+        r = self.recv(timeout)
+        return r, self.last_t
+
+    def request(self, obj, timeout=5.0):
+        self.send(obj)
+        return self.recv(timeout)
+
+    def closed_by_peer(self, timeout=5.0):
+        """True when the daemon closes the connection within timeout (any
+        pending reply lines are discarded), False if it stays open."""
+        end = now() + timeout
+        while True:
+            left = end - now()
+            if left <= 0:
+                return False
+            self.sock.settimeout(left)
+            try:
+                d = self.sock.recv(65536)
+            except socket.timeout:
+                return False
+            except ConnectionResetError:
+                return True
+            if not d:
+                self.eof = True
+                return True
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+        return False
+
+
+class Admitd:
+    """The real daemon on a temp socket.
+
+    conf: conf text; an [admitd] section is prepended when the text has none.
+    redis_url: passed as --redis. args: extra flags. start() polls until the
+    socket accepts; stop() SIGTERMs, asserts exit 0, and scans stderr for
+    sanitizer/valgrind/assert reports (AssertionError with the log if any).
+    """
+
+    def __init__(self, conf, redis_url=None, args=()):
+        self.tmp = _TempDir("admitd-")
+        self.sock_path = os.path.join(self.tmp.path, "admitd.sock")
+        self.conf_path = os.path.join(self.tmp.path, "admitd.conf")
+        self.err_path = os.path.join(self.tmp.path, "admitd.stderr")
+        if "[admitd]" not in conf:
+            conf = "[admitd]\nsocket = %s\n\n%s" % (self.sock_path, conf)
+        with open(self.conf_path, "w") as f:
+            f.write(conf)
+        self.conf_text = conf
+        self.redis_url = redis_url
+        self.args = list(args)
+        self.proc = None
+        self.exit_code = None
+        self._conns = []
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def stderr_text(self):
+        try:
+            with open(self.err_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def command_line(self):
+        cmd = [admitd_bin(), "-c", self.conf_path, "--socket", self.sock_path]
+        if self.redis_url:
+            cmd += ["--redis", self.redis_url]
+        cmd += self.args
+        if VALGRIND:
+            cmd = VALGRIND_CMD + cmd
+        return cmd
+
+    def start(self):
+        env = dict(os.environ)
+        env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+        env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
+        err = open(self.err_path, "ab")
+        self.proc = subprocess.Popen(self.command_line(), stdout=err, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env)
+        err.close()
+
+        def ready():
+            if self.proc.poll() is not None:
+                self.tmp.keep()
+                raise AssertionError("admitd exited %s during start\n--- stderr ---\n%s"
+                                     % (self.proc.returncode, self.stderr_text()))
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(self.sock_path)
+                return True
+            except OSError:
+                return False
+            finally:
+                s.close()
+
+        try:
+            _wait_until(ready, START_DEADLINE, "admitd socket to accept", self.stderr_text)
+        except AssertionError:
+            self.tmp.keep()
+            self.kill9()
+            raise
+        return self
+
+    def connect(self, timeout=5.0):
+        c = Conn(self.sock_path, timeout)
+        self._conns.append(c)
+        return c
+
+    def scan_log(self):
+        """Raise AssertionError with the log if it shows a sanitizer/valgrind/assert report."""
+        text = self.stderr_text()
+        hits = [m for m in BAD_MARKERS if m in text]
+        if hits:
+            self.tmp.keep()
+            raise AssertionError("admitd log shows %s\n--- stderr ---\n%s" % (hits, text))
+
+    def terminate(self, deadline=None):
+        """SIGTERM and wait; returns (exit code or None if it had to be killed,
+        seconds it took to exit)."""
+        if self.proc is None:
+            return self.exit_code, 0.0
+        t0 = now()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(deadline if deadline is not None else STOP_DEADLINE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            code = None
+        took = now() - t0
+        self.exit_code = code
+        self.proc = None
+        return code, took
+
+    def stop(self):
+        """SIGTERM; assert a clean exit 0 within the deadline and a clean log."""
+        for c in self._conns:
+            c.close()
+        self._conns = []
+        if self.proc is None:
+            return
+        code, took = self.terminate()
+        if code != 0:
+            self.tmp.keep()
+            raise AssertionError("admitd exited %s (after %.2fs) on SIGTERM\n--- stderr ---\n%s"
+                                 % (code, took, self.stderr_text()))
+        self.scan_log()
+
+    def kill9(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.exit_code = self.proc.returncode
+            self.proc = None
+
+    def cleanup(self, failed=False):
+        """stop() (or kill when already failing), then drop the temp dir unless kept."""
+        try:
+            if failed:
+                self.tmp.keep()
+                self.kill9()
+            else:
+                self.stop()
+        finally:
+            self.tmp.cleanup()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb):
+        self.cleanup(failed=exc_type is not None)
+        return False
+
+
+# -------------------------------------------------------------- helpers ----
+
+
+def run_clients(n, fn, timeout=60.0):
+    """Run fn(i) in n threads released together by a barrier. Returns the
+    list of results in index order; re-raises the first exception."""
+    barrier = threading.Barrier(n)
+    results = [None] * n
+    errors = []
+
+    def body(i):
+        try:
+            barrier.wait(timeout)
+            results[i] = fn(i)
+        except BaseException as e:  # noqa: B902 - reported to the caller
+            errors.append(e)
+            try:
+                barrier.abort()
+            except threading.BrokenBarrierError:
+                pass
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+        if t.is_alive():
+            raise AssertionError("client thread still running after %.0fs" % timeout)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def max_overlap(intervals):
+    """Most intervals (start, end) open at one instant. An interval ending at
+    the same instant another starts does not overlap it (end is processed first)."""
+    ev = []
+    for s, e in intervals:
+        ev.append((s, 1))
+        ev.append((e, -1))
+    ev.sort(key=lambda x: (x[0], x[1]))
+    cur = best = 0
+    for _, d in ev:
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+def max_in_window(times, window):
+    """Most instants in any half-open interval [t, t + window)."""
+    ts = sorted(times)
+    best = 0
+    j = 0
+    for i in range(len(ts)):
+        while ts[i] - ts[j] >= window:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+class Scenario:
+    """Lifecycle glue for unittest: with Scenario(self) as sc, registered
+    daemons/servers are cleaned up, kept on failure. Simpler: use the
+    objects' own context managers; this exists for tests that start several."""
+
+    def __init__(self, test):
+        self.test = test
+        self.objs = []
+
+    def add(self, obj):
+        self.objs.append(obj)
+        return obj
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        first = None
+        for o in reversed(self.objs):
+            try:
+                o.cleanup(failed=exc_type is not None)
+            except AssertionError as e:
+                first = first or e
+        if first and exc_type is None:
+            raise first
+        return False
