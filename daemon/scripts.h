@@ -4,10 +4,10 @@
 
 /*
  * scripts.h - the Lua scripts embedded at build time (daemon/scripts_gen.c,
- * generated from scripts/*.lua by daemon/gen_scripts.sh).
+ * generated from the scripts/ directory by daemon/gen_scripts.sh).
  *
  * script_sources[i] is the full text of scripts/<script_names[i]>.lua with
- * scripts/lib/*.lua prepended; both arrays end with NULL.
+ * every scripts/lib/ file prepended; both arrays end with NULL.
  */
 
 #ifndef ADMITD_SCRIPTS_H

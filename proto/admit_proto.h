@@ -13,6 +13,8 @@
 #ifndef ADMIT_PROTO_H
 #define ADMIT_PROTO_H
 
+#include <stddef.h>
+
 #define ADMIT_PROTO_VERSION 1
 #define ADMIT_DEFAULT_SOCKET "/run/admitd/admitd.sock"
 #define ADMIT_DEFAULT_MAX_LINE (64 * 1024)

@@ -9,7 +9,7 @@
  * arithmetic that decides and books against it. Nothing here reads a clock,
  * allocates, logs or touches the event loop: every function is a function of
  * (state, params, now_ms, request). scripts/lib/strategy.lua mirrors these
- * functions name for name; tests/vectors/strategy/*.jsonl is the contract
+ * functions name for name; tests/vectors/strategy/ (one .jsonl per kind) is the contract
  * both are tested against.
  *
  * Units: times are integer milliseconds; amounts are whole units (requests
