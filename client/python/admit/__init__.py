@@ -1,0 +1,51 @@
+"""admit - the Python client for admitd (per-pod admission control).
+
+    import admit
+
+    client = admit.Client()            # socket: arg, $ADMITD_SOCKET, default
+    with client.acquire("llm", "gpt", timeout=5) as lease:
+        ...                            # call the upstream
+        lease.tokens = {"input": 300, "output": 200}
+
+    try:
+        client.try_acquire("crawl", url="https://Example.com/x").release()
+    except admit.Limited as e:
+        time.sleep(e.retry_after)
+
+AsyncClient (admit.aio) has the same API for asyncio.
+"""
+
+from ._proto import DEFAULT_SOCKET, SOCKET_ENV
+from .aio import AsyncClient, AsyncLease
+from .client import Client, Lease
+from .errors import (
+    AdmitError,
+    BadRequest,
+    BudgetExceeded,
+    Limited,
+    ShuttingDown,
+    Timeout,
+    TooManyWaiters,
+    Unavailable,
+    UnknownScope,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "Lease",
+    "AsyncClient",
+    "AsyncLease",
+    "AdmitError",
+    "Limited",
+    "BudgetExceeded",
+    "Timeout",
+    "Unavailable",
+    "UnknownScope",
+    "BadRequest",
+    "ShuttingDown",
+    "TooManyWaiters",
+    "DEFAULT_SOCKET",
+    "SOCKET_ENV",
+]

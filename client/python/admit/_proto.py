@@ -1,0 +1,233 @@
+"""admit._proto - the wire codec both clients share; it never touches a socket.
+
+Owns: the default socket path resolution, turning API arguments into
+request dicts (acquire, release, penalize), encoding a request as one JSON
+line, checking a reply (raise the matching AdmitError or hand back the
+dict), and the state a lease carries. The blocking client (client.py) and
+the asyncio client (aio.py) differ only in how lines move.
+"""
+
+import collections
+import json
+import math
+import os
+
+from .errors import error_from_reply
+
+DEFAULT_SOCKET = "/run/admitd/admitd.sock"
+SOCKET_ENV = "ADMITD_SOCKET"
+
+# What the wire says for a reply that is not a JSON object.
+BAD_REPLY = "bad_reply"
+
+
+def socket_path(socket=None):
+    """The socket to use: the argument, else $ADMITD_SOCKET, else the default."""
+    if socket:
+        return os.fspath(socket)
+    env = os.environ.get(SOCKET_ENV)
+    if env:
+        return env
+    return DEFAULT_SOCKET
+
+
+def seconds_to_ms(seconds, what):
+    """A non-negative duration in seconds (int or float) as whole
+    milliseconds, rounded up so that a tiny positive wait never becomes 0
+    ("do not wait")."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError("%s must be a number of seconds, not %r" % (what, seconds))
+    if seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
+        raise ValueError("%s must be a finite number >= 0, not %r" % (what, seconds))
+    return int(math.ceil(seconds * 1000.0 - 1e-9))
+
+
+def _target(req, key, url):
+    if key is not None and url is not None:
+        raise ValueError("give key or url, not both")
+    if key is not None:
+        req["key"] = str(key)
+    elif url is not None:
+        req["url"] = str(url)
+
+
+def acquire_request(scope, key=None, url=None, timeout=None, cls=None, cost=1, detach=False):
+    """The acquire request dict (without "id"). timeout is seconds, None for
+    the scope's default, 0 for "do not wait"."""
+    req = {"op": "acquire", "scope": str(scope)}
+    _target(req, key, url)
+    if cls is not None:
+        req["class"] = str(cls)
+    if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+        raise ValueError("cost must be a whole number >= 0, not %r" % (cost,))
+    if cost != 1:
+        req["cost"] = cost
+    if timeout is not None:
+        req["timeout_ms"] = seconds_to_ms(timeout, "timeout")
+    if detach:
+        req["detach"] = True
+    return req
+
+
+def release_request(lease, tokens=None):
+    """The release request dict for a lease (a Lease or its string)."""
+    lease_id = lease.lease if isinstance(lease, LeaseState) else lease
+    if not isinstance(lease_id, str):
+        raise TypeError("lease must be a Lease or a lease string, not %r" % (lease,))
+    req = {"op": "release", "lease": lease_id}
+    if tokens:
+        if not isinstance(tokens, dict):
+            raise TypeError("tokens must be a dict of meter name to count")
+        req["tokens"] = dict(tokens)
+    return req
+
+
+def penalize_request(scope, key=None, url=None, retry_after=None):
+    """The penalize request dict. retry_after is seconds (a number), sent
+    as retry_after_ms, or a Retry-After header value (a string: delta
+    seconds or an HTTP-date), sent as is."""
+    req = {"op": "penalize", "scope": str(scope)}
+    _target(req, key, url)
+    if isinstance(retry_after, str):
+        req["retry_after"] = retry_after.strip()
+    elif retry_after is None:
+        raise TypeError("penalize needs retry_after (seconds or a Retry-After value)")
+    else:
+        req["retry_after_ms"] = seconds_to_ms(retry_after, "retry_after")
+    return req
+
+
+def encode(req):
+    """One request dict as a wire line (bytes, newline-terminated)."""
+    return (json.dumps(req, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def decode(line):
+    """One reply line (bytes) as a dict; a line that is not a JSON object
+    becomes a failed reply so the waiter sees an error, not a hang."""
+    try:
+        reply = json.loads(line.decode("utf-8"))
+    except ValueError as e:
+        return {"ok": False, "error": BAD_REPLY, "message": "undecodable reply: %s" % e}
+    if not isinstance(reply, dict):
+        return {"ok": False, "error": BAD_REPLY, "message": "reply is not an object"}
+    return reply
+
+
+def reply_id(line_or_req):
+    """The id of a request dict or raw request line, None when it has none
+    (or the line is not a JSON object): replies to it come back without one."""
+    if isinstance(line_or_req, dict):
+        return line_or_req.get("id")
+    try:
+        obj = json.loads(line_or_req)
+    except ValueError:
+        return None
+    return obj.get("id") if isinstance(obj, dict) else None
+
+
+def check(reply):
+    """The reply itself when "ok" is true; raise its AdmitError otherwise."""
+    if reply.get("ok") is True:
+        return reply
+    raise error_from_reply(reply)
+
+
+class LeaseState(object):
+    """What an admitted acquire returned. ``lease`` is the opaque lease
+    string; ``waited`` the seconds the daemon made it wait; ``reply`` the
+    whole reply dict; ``tokens`` the meter counts sent when the lease is
+    released by its context manager (set it inside the with block)."""
+
+    def __init__(self, reply, scope, key=None, url=None):
+        self.reply = reply
+        self.lease = reply.get("lease")
+        self.scope = scope
+        self.key = key
+        self.url = url
+        ms = reply.get("waited_ms", 0)
+        self.waited = ms / 1000.0 if isinstance(ms, (int, float)) else 0.0
+        self.backend = reply.get("backend")
+        self.shadow_limited = bool(reply.get("shadow_limited", False))
+        self.tokens = None
+        self.released = False
+        self.held = None  # what the release reply said, once released
+
+    def __repr__(self):
+        return "<%s %s scope=%r%s>" % (
+            type(self).__name__,
+            self.lease,
+            self.scope,
+            " released" if self.released else "",
+        )
+
+    def __str__(self):
+        return str(self.lease)
+
+
+class Pending(object):
+    """Who waits for which reply on one connection: waiters by request id,
+    a FIFO of waiters for id-less lines (their replies come back without an
+    id, in order), and the ids of acquires nobody waits for any more (their
+    lease, if admitted, must be released at once). A waiter is anything the
+    caller hands in; this class only files and finds them. Not locked: the
+    blocking client holds its lock around every call, the asyncio client
+    runs them on its loop."""
+
+    def __init__(self):
+        self.by_id = {}
+        self.anon = collections.deque()
+        self.orphans = set()
+
+    def add(self, rid, waiter):
+        if rid is None:
+            self.anon.append(waiter)
+        else:
+            self.by_id[rid] = waiter
+
+    def forget(self, rid, waiter, orphan):
+        """Stop waiting for rid (orphan: release its lease if admitted).
+        An id-less waiter stays queued: its reply must still be matched to
+        its line, and nobody reads it."""
+        if rid is not None and self.by_id.get(rid) is waiter:
+            del self.by_id[rid]
+            if orphan:
+                self.orphans.add(rid)
+
+    def take(self, reply):
+        """(waiter or None, lease string to release or None) for a reply."""
+        rid = reply.get("id")
+        if rid is None or isinstance(rid, (dict, list)):
+            return (self.anon.popleft() if self.anon else None), None
+        waiter = self.by_id.pop(rid, None)
+        if waiter is None and rid in self.orphans:
+            self.orphans.discard(rid)
+            if reply.get("ok") is True and isinstance(reply.get("lease"), str):
+                return None, reply["lease"]
+        return waiter, None
+
+    def clear(self):
+        """Every waiter still queued, emptying the table."""
+        waiters = list(self.by_id.values()) + list(self.anon)
+        self.by_id.clear()
+        self.anon.clear()
+        self.orphans.clear()
+        return waiters
+
+
+def lost(reason):
+    """The reply a waiter gets when its connection dies first."""
+    return {"ok": False, "error": "unavailable", "message": reason}
+
+
+def frame(req, line, rid):
+    """(wire bytes, id) for one request: a dict, sent with id rid, or else a
+    raw line (str or bytes, sent as is with one newline; its own id, None
+    when it has none)."""
+    if req is not None:
+        return encode(dict(req, id=rid)), rid
+    if isinstance(line, str):
+        line = line.encode("utf-8")
+    if not line.endswith(b"\n"):
+        line += b"\n"
+    return line, reply_id(line)

@@ -1,0 +1,278 @@
+"""admit.aio - the asyncio client for admitd, with the blocking Client's API.
+
+Owns: one Unix-socket connection per AsyncClient (opened on first use with
+asyncio.open_unix_connection), a reader task that hands each reply line to
+the future waiting on its "id", and the async lease. Any number of tasks
+may share an AsyncClient: a long acquire never delays another task's
+request. An AsyncClient belongs to the event loop it first connects on.
+
+    async with AsyncClient() as client:
+        async with client.acquire("api", "k", timeout=2) as lease:
+            lease.tokens = {"input": 300, "output": 200}
+"""
+
+import asyncio
+import itertools
+
+from . import _proto
+from .errors import Unavailable, unreachable
+
+__all__ = ["AsyncClient", "AsyncLease"]
+
+# Replies (status above all) may be long; asyncio's readline stops at 64 KiB.
+_READ_LIMIT = 16 * 1024 * 1024
+
+
+class AsyncLease(_proto.LeaseState):
+    """An admitted acquire: ``async with`` it (released on exit, with
+    ``lease.tokens`` if set) or ``await lease.release(tokens=...)``."""
+
+    def __init__(self, client, reply, scope, key=None, url=None):
+        super().__init__(reply, scope, key, url)
+        self._client = client
+
+    async def release(self, tokens=None):
+        """Release the lease; see Client.release. Returns held (bool)."""
+        return await self._client.release(self, tokens if tokens is not None else self.tokens)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb):
+        if self.released:
+            return False
+        try:
+            await self.release()
+        except Unavailable:
+            if exc_type is None:
+                raise
+        return False
+
+
+class _AcquireCall(object):
+    """What AsyncClient.acquire returns: await it for the lease, or use it
+    directly as ``async with client.acquire(...) as lease``."""
+
+    def __init__(self, start):
+        self._start = start
+        self._lease = None
+
+    def __await__(self):
+        return self._start().__await__()
+
+    async def __aenter__(self):
+        self._lease = await self._start()
+        return self._lease
+
+    async def __aexit__(self, exc_type, exc, tb):
+        return await self._lease.__aexit__(exc_type, exc, tb)
+
+
+class _AsyncConn(object):
+    """One connected stream pair, its reader task and pending futures."""
+
+    def __init__(self, path, reader, writer):
+        self.path = path
+        self.reader = reader
+        self.writer = writer
+        self.loop = asyncio.get_running_loop()
+        self.wlock = asyncio.Lock()
+        self.pending = _proto.Pending()
+        self.dead = None
+        self.ids = itertools.count(1)
+        self.chores = set()  # background releases of orphaned leases
+        self.task = self.loop.create_task(self._read_loop())
+
+    @classmethod
+    async def open(cls, path, connect_timeout):
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(path, limit=_READ_LIMIT), connect_timeout
+            )
+        except (OSError, asyncio.TimeoutError) as e:
+            raise unreachable(path, str(e) or "connect timed out") from None
+        return cls(path, reader, writer)
+
+    async def send(self, line, rid, fut):
+        if self.dead is not None:
+            raise Unavailable("unavailable", self.dead)
+        # Filing and writing with no await between keeps the FIFO of
+        # id-less lines in the order the daemon sees them.
+        self.pending.add(rid, fut)
+        try:
+            self.writer.write(line)
+            async with self.wlock:
+                await self.writer.drain()
+        except (OSError, RuntimeError) as e:
+            self._die("connection to admitd lost: %s" % e)
+            raise Unavailable("unavailable", self.dead) from None
+
+    def forget(self, rid, fut, orphan):
+        self.pending.forget(rid, fut, orphan)
+
+    def _dispatch(self, reply):
+        fut, orphan_lease = self.pending.take(reply)
+        if fut is not None and not fut.done():
+            fut.set_result(reply)
+        elif orphan_lease is not None:
+            t = self.loop.create_task(self._release_orphan(orphan_lease))
+            self.chores.add(t)
+            t.add_done_callback(self.chores.discard)
+
+    async def _release_orphan(self, lease):
+        req = _proto.release_request(lease)
+        try:
+            await self.send(*_proto.frame(req, None, next(self.ids)), self.loop.create_future())
+        except Unavailable:
+            pass  # the connection is gone, and the lease with it
+
+    async def _read_loop(self):
+        reason = "connection to admitd closed"
+        try:
+            while True:
+                line = await self.reader.readline()
+                if not line:
+                    break
+                if line.strip():
+                    self._dispatch(_proto.decode(line))
+        except (OSError, ValueError, asyncio.IncompleteReadError) as e:
+            reason = "connection to admitd lost: %s" % e
+        except asyncio.CancelledError:
+            reason = "client closed"
+        self._die(reason)
+
+    def _die(self, reason):
+        if self.dead is not None:
+            return
+        self.dead = reason
+        for f in self.pending.clear():
+            if not f.done():
+                f.set_result(_proto.lost(reason))
+        self.writer.close()
+
+    async def close(self):
+        self._die("client closed")
+        if not self.task.done():
+            self.task.cancel()
+        try:
+            await self.task
+        except asyncio.CancelledError:
+            pass
+        try:
+            await self.writer.wait_closed()
+        except OSError:
+            pass
+
+
+class AsyncClient(object):
+    """The asyncio twin of admit.Client: same arguments, same methods, each
+    a coroutine (acquire and try_acquire also work with ``async with``)."""
+
+    def __init__(self, socket=None, connect_timeout=5.0, request_timeout=30.0):
+        self.socket = _proto.socket_path(socket)
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self._conn = None
+        self._connecting = None
+        self._closed = False
+
+    async def _connection(self):
+        if self._closed:
+            raise Unavailable("unavailable", "client closed")
+        if self._conn is not None and self._conn.dead is None:
+            return self._conn
+        # One connect at a time; tasks arriving meanwhile share its result.
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(self._connect())
+        fut = self._connecting
+        try:
+            return await asyncio.shield(fut)
+        finally:
+            if fut.done() and self._connecting is fut:
+                self._connecting = None
+
+    async def _connect(self):
+        if self._conn is not None:
+            await self._conn.close()
+        self._conn = await _AsyncConn.open(self.socket, self.connect_timeout)
+        return self._conn
+
+    async def close(self):
+        """Close the connection; admitd releases its non-detached leases."""
+        self._closed = True
+        c, self._conn = self._conn, None
+        if c is not None:
+            await c.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+        return False
+
+    async def _roundtrip(self, req=None, line=None, wait=None, orphan=False):
+        c = await self._connection()
+        line, rid = _proto.frame(req, line, next(c.ids))
+        fut = c.loop.create_future()
+        await c.send(line, rid, fut)
+        limit = None
+        if wait is not None and self.request_timeout is not None:
+            limit = wait + self.request_timeout
+        try:
+            return await asyncio.wait_for(fut, limit)
+        except asyncio.TimeoutError:
+            c.forget(rid, fut, orphan)
+            raise Unavailable("unavailable", "no reply from admitd within %.3gs" % limit) from None
+        except asyncio.CancelledError:
+            c.forget(rid, fut, orphan)
+            raise
+
+    async def request_line(self, line):
+        """Raw transport; see Client.request_line."""
+        return await self._roundtrip(line=line, wait=0.0)
+
+    async def request(self, req, wait=0.0):
+        """Send a request dict; the checked reply dict (see Client.request)."""
+        return _proto.check(await self._roundtrip(req, wait=wait))
+
+    async def _acquire(self, scope, key, url, timeout, cls, cost, detach):
+        req = _proto.acquire_request(scope, key, url, timeout, cls, cost, detach)
+        reply = _proto.check(await self._roundtrip(req, wait=timeout, orphan=True))
+        return AsyncLease(self, reply, scope, key, url)
+
+    def acquire(self, scope, key=None, url=None, timeout=None, cls=None, cost=1, detach=False):
+        """See Client.acquire. ``await`` it for an AsyncLease, or
+        ``async with client.acquire(...) as lease``. A cancelled acquire
+        that the daemon admits later has its lease released at once."""
+        return _AcquireCall(
+            lambda: self._acquire(scope, key, url, timeout, cls, cost, detach)
+        )
+
+    def try_acquire(self, scope, key=None, url=None, timeout=None, cls=None, cost=1, detach=False):
+        """See Client.try_acquire (never waits; raises Limited)."""
+        return _AcquireCall(lambda: self._acquire(scope, key, url, 0, cls, cost, detach))
+
+    async def release(self, lease, tokens=None):
+        """See Client.release."""
+        reply = await self.request(_proto.release_request(lease, tokens))
+        held = reply.get("held") is True
+        if isinstance(lease, _proto.LeaseState):
+            lease.released = True
+            lease.held = held
+        return held
+
+    async def penalize(self, scope, key=None, url=None, retry_after=None):
+        """See Client.penalize."""
+        return await self.request(_proto.penalize_request(scope, key, url, retry_after))
+
+    async def status(self):
+        """See Client.status."""
+        reply = dict(await self.request({"op": "status"}))
+        reply.pop("id", None)
+        return reply
+
+    async def ping(self):
+        """See Client.ping."""
+        await self.request({"op": "ping"})
+        return True

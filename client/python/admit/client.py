@@ -1,0 +1,277 @@
+"""admit.client - the blocking, thread-safe client for admitd.
+
+Owns: one Unix-socket connection per Client, shared by every thread that
+uses it. Each request carries a fresh integer "id"; a reader thread reads
+reply lines and hands each to the thread waiting on that id, so an acquire
+that waits for seconds never holds up another thread's release, status or
+acquire (the protocol lets a connection pipeline, and replies to acquires
+come back out of order). A lost connection fails every pending request with
+Unavailable; the next request connects again. The connection is also made
+again after a fork (the child never uses the parent's socket).
+
+Leases not asked with detach=True live as long as the connection: if it
+closes (Client.close(), the process exits, the daemon restarts), admitd
+releases them.
+"""
+
+import itertools
+import os
+import socket as _socket
+import threading
+
+from . import _proto
+from .errors import Unavailable, unreachable
+
+__all__ = ["Client", "Lease"]
+
+
+class Lease(_proto.LeaseState):
+    """An admitted acquire. Use it as a context manager (released on exit,
+    with ``lease.tokens`` if set) or call ``release(tokens=...)``."""
+
+    def __init__(self, client, reply, scope, key=None, url=None):
+        super().__init__(reply, scope, key, url)
+        self._client = client
+
+    def release(self, tokens=None):
+        """Release the lease, charging ``tokens`` (default: ``self.tokens``)
+        to the scope's token meters. Returns whether the daemon still held
+        it (False once released, expired, or dropped with its connection)."""
+        return self._client.release(self, tokens if tokens is not None else self.tokens)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.released:
+            return False
+        try:
+            self.release()
+        except Unavailable:
+            # The lease went with the connection (or expires at lease_ttl):
+            # do not hide the with block's own exception behind this one.
+            if exc_type is None:
+                raise
+        return False
+
+
+class _Waiter(object):
+    __slots__ = ("event", "reply")
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.reply = None
+
+
+class _Conn(object):
+    """One connected socket, its reader thread and its pending requests.
+    Once dead it stays dead; the Client replaces it."""
+
+    def __init__(self, path, connect_timeout):
+        self.path = path
+        self.pid = os.getpid()
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
+            sock.settimeout(connect_timeout)
+            sock.connect(path)
+            sock.settimeout(None)
+        except OSError as e:
+            sock.close()
+            raise unreachable(path, e) from None
+        self.sock = sock
+        self.lock = threading.Lock()  # pending, dead
+        self.wlock = threading.Lock()  # one writer at a time, in queue order
+        self.pending = _proto.Pending()
+        self.dead = None  # the reason, once the connection is gone
+        self.ids = itertools.count(1)
+        self.reader = threading.Thread(
+            target=self._read_loop, name="admit-reader:%s" % path, daemon=True
+        )
+        self.reader.start()
+
+    def send(self, line, rid, waiter):
+        """File waiter for the reply to line, then write the line. Both
+        under wlock, so id-less lines queue in the order they are sent."""
+        with self.wlock:
+            with self.lock:
+                if self.dead is not None:
+                    raise Unavailable("unavailable", self.dead)
+                self.pending.add(rid, waiter)
+            try:
+                self.sock.sendall(line)
+            except OSError as e:
+                self._die("connection to admitd lost: %s" % e)
+                raise Unavailable("unavailable", self.dead) from None
+
+    def forget(self, rid, waiter, orphan):
+        with self.lock:
+            self.pending.forget(rid, waiter, orphan)
+
+    def next_id(self):
+        with self.lock:
+            return next(self.ids)
+
+    def _dispatch(self, reply):
+        with self.lock:
+            waiter, orphan_lease = self.pending.take(reply)
+        if waiter is not None:
+            waiter.reply = reply
+            waiter.event.set()
+        elif orphan_lease is not None:
+            req = _proto.release_request(orphan_lease)
+            try:
+                self.send(*_proto.frame(req, None, self.next_id()), waiter=_Waiter())
+            except Unavailable:
+                pass  # the connection is gone, and the lease with it
+
+    def _read_loop(self):
+        reason = "connection to admitd closed"
+        try:
+            with self.sock.makefile("rb") as f:
+                for line in f:
+                    if line.strip():
+                        self._dispatch(_proto.decode(line))
+        except (OSError, ValueError) as e:
+            reason = "connection to admitd lost: %s" % e
+        self._die(reason)
+
+    def _die(self, reason):
+        with self.lock:
+            if self.dead is not None:
+                return
+            self.dead = reason
+            waiters = self.pending.clear()
+        for w in waiters:
+            w.reply = _proto.lost(reason)
+            w.event.set()
+        try:
+            self.sock.shutdown(_socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self):
+        self._die("client closed")
+        if self.reader is not threading.current_thread():
+            self.reader.join(5)
+        self.sock.close()
+
+
+class Client(object):
+    """A connection to admitd, safe to share between threads.
+
+    socket: the socket path (default: $ADMITD_SOCKET, else
+    /run/admitd/admitd.sock). connect_timeout: seconds to wait for the
+    connect. request_timeout: seconds to wait for a reply beyond the
+    request's own wait budget (an acquire with timeout=None waits as long
+    as the daemon takes); past it the call raises Unavailable."""
+
+    def __init__(self, socket=None, connect_timeout=5.0, request_timeout=30.0):
+        self.socket = _proto.socket_path(socket)
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self._lock = threading.Lock()
+        self._conn = None
+        self._closed = False
+
+    # connection --------------------------------------------------------
+
+    def _connection(self):
+        with self._lock:
+            if self._closed:
+                raise Unavailable("unavailable", "client closed")
+            c = self._conn
+            if c is None or c.dead is not None or c.pid != os.getpid():
+                if c is not None and c.pid == os.getpid():
+                    c.close()
+                c = self._conn = _Conn(self.socket, self.connect_timeout)
+            return c
+
+    def close(self):
+        """Close the connection; admitd releases its non-detached leases.
+        Requests still waiting raise Unavailable."""
+        with self._lock:
+            self._closed = True
+            c, self._conn = self._conn, None
+        if c is not None and c.pid == os.getpid():
+            c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def _roundtrip(self, req=None, line=None, wait=None, orphan=False):
+        """Send one request (a dict, given an id here, or a raw line) and
+        return its reply dict unchecked. wait: seconds the daemon may take
+        before request_timeout starts counting (None: no limit)."""
+        c = self._connection()
+        line, rid = _proto.frame(req, line, c.next_id())
+        w = _Waiter()
+        c.send(line, rid, w)
+        limit = None
+        if wait is not None and self.request_timeout is not None:
+            limit = wait + self.request_timeout
+        if not w.event.wait(limit):
+            c.forget(rid, w, orphan)
+            if not w.event.is_set():
+                raise Unavailable("unavailable", "no reply from admitd within %.3gs" % limit)
+        return w.reply
+
+    def request_line(self, line):
+        """Raw transport: send one protocol line as is (str or bytes, the
+        newline optional) and return the reply dict, error or not. A line
+        with an "id" is matched by id; one without gets the next id-less
+        reply. For tests, debugging and ops this version has no method for."""
+        return self._roundtrip(line=line, wait=0.0)
+
+    def request(self, req, wait=0.0):
+        """Send a request dict (an "id" is added) and return the checked
+        reply dict; raises the AdmitError for a failed reply."""
+        return _proto.check(self._roundtrip(req, wait=wait))
+
+    # API ---------------------------------------------------------------
+
+    def acquire(self, scope, key=None, url=None, timeout=None, cls=None, cost=1, detach=False):
+        """Wait (up to timeout seconds; None: the scope's timeout) for a
+        lease on key (or the host of url) in scope. Returns a Lease, a
+        context manager that releases on exit. Raises Timeout,
+        BudgetExceeded (with retry_after), Limited (timeout=0),
+        UnknownScope, TooManyWaiters, ShuttingDown, Unavailable."""
+        req = _proto.acquire_request(scope, key, url, timeout, cls, cost, detach)
+        reply = _proto.check(self._roundtrip(req, wait=timeout, orphan=True))
+        return Lease(self, reply, scope, key, url)
+
+    def try_acquire(self, scope, key=None, url=None, timeout=None, cls=None, cost=1, detach=False):
+        """acquire that never waits: the Lease, or Limited (with retry_after).
+        timeout is accepted for symmetry with acquire and ignored."""
+        return self.acquire(scope, key, url, 0, cls, cost, detach)
+
+    def release(self, lease, tokens=None):
+        """Release a lease (a Lease or its string), charging tokens
+        ({"input": 300, "output": 200}) to the token meters. Returns
+        whether the daemon held it; releasing twice is harmless (False)."""
+        reply = self.request(_proto.release_request(lease, tokens))
+        held = reply.get("held") is True
+        if isinstance(lease, _proto.LeaseState):
+            lease.released = True
+            lease.held = held
+        return held
+
+    def penalize(self, scope, key=None, url=None, retry_after=None):
+        """Hold key (or url's host) in scope for retry_after: seconds (a
+        number) or an upstream Retry-After header value (a string, delta
+        seconds or HTTP-date). Only ever extends a hold. Returns the reply."""
+        return self.request(_proto.penalize_request(scope, key, url, retry_after))
+
+    def status(self):
+        """The daemon's status reply: version, uptime_s, backend, scopes."""
+        reply = dict(self.request({"op": "status"}))
+        reply.pop("id", None)
+        return reply
+
+    def ping(self):
+        """True when the daemon answers; Unavailable when it cannot be reached."""
+        self.request({"op": "ping"})
+        return True

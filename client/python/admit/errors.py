@@ -1,0 +1,114 @@
+"""admit.errors - the exceptions a refused or failed request raises.
+
+Owns: one exception class per protocol error code (issue 2, "Error codes"),
+and the mapping from a reply's "error" string to that class. Every class
+carries the wire code, the daemon's message, ``retry_after`` in seconds
+(None when the reply had no retry_after_ms), ``rule`` (the conf text of the
+rule that decided a refusal, when given) and the raw ``reply`` dict.
+"""
+
+__all__ = [
+    "AdmitError",
+    "Limited",
+    "BudgetExceeded",
+    "Timeout",
+    "Unavailable",
+    "UnknownScope",
+    "BadRequest",
+    "ShuttingDown",
+    "TooManyWaiters",
+    "error_from_reply",
+]
+
+
+class AdmitError(Exception):
+    """Base of every error this package raises for a request admitd refused
+    or could not answer. ``code`` is the wire error string."""
+
+    def __init__(self, code, message="", retry_after=None, rule=None, reply=None):
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+        self.rule = rule
+        self.reply = reply
+
+    def __str__(self):
+        s = "%s: %s" % (self.code, self.message) if self.message else str(self.code)
+        if self.rule:
+            s += " (rule %r)" % (self.rule,)
+        if self.retry_after is not None:
+            s += " (retry after %.3fs)" % (self.retry_after,)
+        return s
+
+
+class Limited(AdmitError):
+    """Not admitted now (a non-waiting acquire); retry after ``retry_after``."""
+
+
+class BudgetExceeded(AdmitError):
+    """The wait needed is longer than what is left of the wait budget."""
+
+
+class Timeout(AdmitError):
+    """The acquire waited its whole budget without being admitted."""
+
+
+class Unavailable(AdmitError):
+    """The limiter cannot decide: the daemon said so, or it is unreachable
+    (socket missing, connection refused, connection lost mid-request)."""
+
+
+class UnknownScope(AdmitError):
+    """The scope is not in the daemon's conf."""
+
+
+class BadRequest(AdmitError):
+    """The daemon rejected the request itself (bad_request, unknown_op,
+    line_too_long)."""
+
+
+class ShuttingDown(AdmitError):
+    """The daemon is stopping; waiting acquires are answered with this."""
+
+
+class TooManyWaiters(AdmitError):
+    """The scope's wait queue is full."""
+
+
+_BY_CODE = {
+    "limited": Limited,
+    "budget_exceeded": BudgetExceeded,
+    "timeout": Timeout,
+    "unavailable": Unavailable,
+    "unknown_scope": UnknownScope,
+    "bad_request": BadRequest,
+    "unknown_op": BadRequest,
+    "line_too_long": BadRequest,
+    "shutting_down": ShuttingDown,
+    "too_many_waiters": TooManyWaiters,
+}
+
+
+def error_from_reply(reply):
+    """Build the exception for a failed reply dict (one with "ok": false).
+    An error code this version does not know becomes a plain AdmitError."""
+    code = reply.get("error")
+    if not isinstance(code, str):
+        code = "bad_reply"
+    cls = _BY_CODE.get(code, AdmitError)
+    ms = reply.get("retry_after_ms")
+    retry_after = ms / 1000.0 if isinstance(ms, (int, float)) and not isinstance(ms, bool) else None
+    message = reply.get("message")
+    return cls(
+        code,
+        message if isinstance(message, str) else "",
+        retry_after=retry_after,
+        rule=reply.get("rule"),
+        reply=reply,
+    )
+
+
+def unreachable(path, exc):
+    """The Unavailable raised when the daemon's socket cannot be used."""
+    return Unavailable("unavailable", "admitd unreachable at %s: %s" % (path, exc))

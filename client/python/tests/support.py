@@ -1,0 +1,118 @@
+"""support.py - the real admitd for the Python client's tests.
+
+Owns: finding and loading the repo's integration harness
+(tests/integ/harness.py: its Admitd starts the real binary from ADMITD_BIN
+or ./daemon/admitd on a temp socket and fails the test on a sanitizer
+report), the conf every client test runs against, and DaemonCase, a
+TestCase that starts one daemon per class. The harness is loaded by path
+because this suite's top-level package is also named "tests".
+"""
+
+import importlib.util
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+HARNESS_PATH = os.path.join(REPO, "tests", "integ", "harness.py")
+
+
+def _load_harness():
+    spec = importlib.util.spec_from_file_location("admitd_integ_harness", HARNESS_PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+harness = _load_harness()
+
+# One scope per behaviour a client test needs; keys are per test, so tests
+# sharing a daemon never see each other's state.
+CONF = """
+[scope one]
+max_concurrent = 1
+timeout = 2s
+
+[scope two]
+max_concurrent = 2
+timeout = 10s
+
+[scope quota]
+quota = 1/1h
+timeout = 1s
+
+[scope pen]
+max_concurrent = 100
+timeout = 1s
+
+[scope tok]
+rule = tokens.input token-bucket 100/1h
+timeout = 1s
+
+[scope cost]
+rule = requests token-bucket 2/1h
+timeout = 1s
+
+[scope cls]
+rule r = requests fixed-window 2/1h
+class high = r
+class low = r floor=1
+default_class = high
+timeout = 1s
+"""
+
+SCOPES = ("one", "two", "quota", "pen", "tok", "cost", "cls")
+
+# Generous bounds for "answered at once" on a loaded or sanitized box.
+PROMPT = 1.0 if harness.VALGRIND else 0.5
+
+
+def unreachable_calls(client):
+    """One call of each API method (sync, or coroutines for AsyncClient):
+    with no daemon each must raise Unavailable."""
+    return [
+        lambda: client.ping(),
+        lambda: client.status(),
+        lambda: client.acquire("one", "k", timeout=1),
+        lambda: client.try_acquire("one", "k"),
+        lambda: client.release("lease-x"),
+        lambda: client.penalize("one", "k", retry_after=1),
+    ]
+
+
+def check_binary():
+    path = harness.admitd_bin()
+    if not os.access(path, os.X_OK):
+        raise AssertionError(
+            "no admitd binary at %s: build it (make daemon/admitd) or set ADMITD_BIN" % path
+        )
+
+
+class DaemonCase(unittest.TestCase):
+    """One real admitd (CONF) for the whole class, at cls.daemon.sock_path."""
+
+    conf = CONF
+
+    @classmethod
+    def setUpClass(cls):
+        check_binary()
+        cls.daemon = harness.Admitd(cls.conf).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.cleanup()
+
+    def key(self, suffix=""):
+        """A key no other test uses."""
+        return self.id().rsplit(".", 1)[-1] + suffix
+
+
+class AsyncDaemonCase(unittest.IsolatedAsyncioTestCase):
+    """DaemonCase for coroutine tests."""
+
+    conf = CONF
+    setUpClass = DaemonCase.__dict__["setUpClass"]
+    tearDownClass = DaemonCase.__dict__["tearDownClass"]
+    key = DaemonCase.key
