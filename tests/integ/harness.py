@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,6 +36,16 @@ VALGRIND_CMD = [
 # box; ASan adds a few ms per request; a loaded CI box adds scheduling
 # noise. 30ms covers ASan; valgrind slows everything ~20x, so it gets more.
 SLACK = float(os.environ.get("ADMITD_SLACK_MS", "150" if VALGRIND else "30")) / 1000.0
+# Precision, seconds, of a lower bound ("at least D after X"): the daemon
+# keeps integer milliseconds (up to 1ms lost to truncation at each of two
+# instants) and may read libevent's cached loop time (stale by the length of
+# one loop iteration). 5ms covers both with margin; it never covers a real
+# violation of a 100ms+ delay.
+EPS = 0.005
+# Latency noise, seconds: how much the delivery delay of one reply may differ
+# from another's (daemon decides -> client thread reads). Used where the test
+# compares instants recorded at the client for two different replies.
+LAT = SLACK / 2
 # How long a daemon may take to start / stop.
 START_DEADLINE = 30.0 if VALGRIND else 10.0
 STOP_DEADLINE = 20.0 if VALGRIND else 5.0
@@ -640,6 +651,88 @@ def max_in_window(times, window):
             j += 1
         best = max(best, i - j + 1)
     return best
+
+
+class DaemonCase(unittest.TestCase):
+    """One daemon per test class, started from CONF (and REDIS_URL if set).
+    Each test should use its own scope or key. tearDownClass stops the
+    daemon with the full stop() checks (exit 0, clean log)."""
+
+    CONF = None
+    ARGS = ()
+    BACKEND = "local"  # what admitted replies must say in "backend"
+    _key_seq = 0
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Admitd(cls.CONF, args=cls.ARGS)
+        cls.daemon.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.cleanup()
+
+    def tearDown(self):
+        p = self.daemon.proc
+        if p is None or p.poll() is not None:
+            self.daemon.tmp.keep()
+            self.fail("admitd died during the test\n" + self.daemon.stderr_text())
+
+    def conn(self, timeout=5.0):
+        c = self.daemon.connect(timeout)
+        self.addCleanup(c.close)
+        return c
+
+    def key(self):
+        """A key no other test uses."""
+        DaemonCase._key_seq += 1
+        return "%s-%d" % (self._testMethodName, DaemonCase._key_seq)
+
+    def status(self, conn=None):
+        c = conn or self.conn()
+        r = c.request({"op": "status"})
+        self.assertTrue(r.get("ok"), r)
+        return r
+
+    def wait_waiting(self, scope, n, deadline=3.0):
+        """Poll status until scope has exactly n waiters (a measured arrival,
+        not a sleep)."""
+        c = self.conn()
+
+        def cond():
+            return self.status(c)["scopes"][scope]["waiting"] == n
+        _wait_until(cond, deadline, "%d waiters in scope %s" % (n, scope),
+                    self.daemon.stderr_text)
+
+    def assertRefused(self, reply, error, rule=None, rule_prefix=None):
+        """reply is a refusal with this error code and (when given) this
+        exact rule text, or a rule text starting with rule_prefix."""
+        self.assertIs(reply.get("ok"), False, reply)
+        self.assertEqual(reply.get("error"), error, reply)
+        self.assertIsInstance(reply.get("message"), str, reply)
+        if error in ("limited", "budget_exceeded"):
+            self.assertIsInstance(reply.get("retry_after_ms"), int, reply)
+            self.assertGreaterEqual(reply["retry_after_ms"], 0, reply)
+        if rule is not None:
+            self.assertEqual(reply.get("rule"), rule, reply)
+        if rule_prefix is not None:
+            self.assertIsInstance(reply.get("rule"), str, reply)
+            self.assertTrue(reply["rule"].startswith(rule_prefix), reply)
+
+    def assertAdmitted(self, reply):
+        self.assertIs(reply.get("ok"), True, reply)
+        self.assertIsInstance(reply.get("lease"), str, reply)
+        self.assertIsInstance(reply.get("waited_ms"), int, reply)
+        self.assertEqual(reply.get("backend"), self.BACKEND, reply)
+        return reply["lease"]
+
+
+def acquire_req(scope, key=None, **kw):
+    r = {"op": "acquire", "scope": scope}
+    if key is not None:
+        r["key"] = key
+    r.update(kw)
+    return r
 
 
 class Scenario:
