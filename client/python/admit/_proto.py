@@ -179,29 +179,37 @@ class Pending(object):
         self.anon = collections.deque()
         self.orphans = set()
 
+    @staticmethod
+    def _key(rid):
+        # Any JSON value may be an id (raw lines send objects); the daemon
+        # echoes it, so its canonical JSON text identifies it.
+        return json.dumps(rid, sort_keys=True, separators=(",", ":"))
+
     def add(self, rid, waiter):
         if rid is None:
             self.anon.append(waiter)
         else:
-            self.by_id[rid] = waiter
+            self.by_id[self._key(rid)] = waiter
 
     def forget(self, rid, waiter, orphan):
         """Stop waiting for rid (orphan: release its lease if admitted).
         An id-less waiter stays queued: its reply must still be matched to
         its line, and nobody reads it."""
-        if rid is not None and self.by_id.get(rid) is waiter:
-            del self.by_id[rid]
+        key = self._key(rid)
+        if rid is not None and self.by_id.get(key) is waiter:
+            del self.by_id[key]
             if orphan:
-                self.orphans.add(rid)
+                self.orphans.add(key)
 
     def take(self, reply):
         """(waiter or None, lease string to release or None) for a reply."""
         rid = reply.get("id")
-        if rid is None or isinstance(rid, (dict, list)):
+        if rid is None:
             return (self.anon.popleft() if self.anon else None), None
-        waiter = self.by_id.pop(rid, None)
-        if waiter is None and rid in self.orphans:
-            self.orphans.discard(rid)
+        key = self._key(rid)
+        waiter = self.by_id.pop(key, None)
+        if waiter is None and key in self.orphans:
+            self.orphans.discard(key)
             if reply.get("ok") is True and isinstance(reply.get("lease"), str):
                 return None, reply["lease"]
         return waiter, None
