@@ -4,8 +4,7 @@ Owns: finding and loading the repo's integration harness
 (tests/integ/harness.py: its Admitd starts the real binary from ADMITD_BIN
 or ./daemon/admitd on a temp socket and fails the test on a sanitizer
 report), the conf every client test runs against, and DaemonCase, a
-TestCase that starts one daemon per class. The harness is loaded by path
-because this suite's top-level package is also named "tests".
+TestCase that starts one daemon per class.
 """
 
 import importlib.util
@@ -15,18 +14,19 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-HARNESS_PATH = os.path.join(REPO, "tests", "integ", "harness.py")
 
 
-def _load_harness():
-    spec = importlib.util.spec_from_file_location("admitd_integ_harness", HARNESS_PATH)
+def load_by_path(name, relpath):
+    """Import the repo file relpath as module name. Shared test code of the
+    repo is loaded this way because this suite's package is also "tests"."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, relpath))
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
 
 
-harness = _load_harness()
+harness = load_by_path("admitd_integ_harness", "tests/integ/harness.py")
 
 # One scope per behaviour a client test needs; keys are per test, so tests
 # sharing a daemon never see each other's state.

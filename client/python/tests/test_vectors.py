@@ -7,32 +7,24 @@ string, sent as is). "expect" is matched as a subset of the reply, nested
 objects too; "<any>" matches any value that is present, "<int>" an integer.
 A "$lease" in a send stands for the lease of the case's latest admitted
 acquire. The cases run against the real daemon on proto/vectors/vectors.conf,
-one daemon per client kind, each file on a fresh connection.
+one daemon per client kind, each case on a fresh connection. The matching
+rules are tests/client/vectors.py's.
 """
 
-import glob
 import json
 import os
 import unittest
 
 import admit
 
-from .support import REPO, check_binary, harness
+from .support import REPO, check_binary, harness, load_by_path
 
 VECTORS = os.path.join(REPO, "proto", "vectors")
 
 
-def load_cases():
-    """[(file name, case dict)] from every vector file, in file order."""
-    cases = []
-    for path in sorted(glob.glob(os.path.join(VECTORS, "*.jsonl"))):
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    case = json.loads(line)
-                    case.setdefault("name", "line %d" % n)
-                    cases.append((os.path.basename(path), case))
-    return cases
+# tests/client/vectors.py (the C client's replayer) owns the vector format's
+# matching rules: match, load, default_files.
+rules = load_by_path("admit_vector_rules", "tests/client/vectors.py")
 
 
 def steps_of(case):
@@ -40,39 +32,17 @@ def steps_of(case):
 
 
 def substitute(send, lease):
+    """The line to send: a raw string as is, an object with "$lease"
+    replaced by the case's latest lease."""
     if isinstance(send, str):
         return send
-    out = dict(send)
-    if out.get("lease") == "$lease":
-        out["lease"] = lease
-    return json.dumps(out)
+    return json.dumps({k: (lease if v == "$lease" else v) for k, v in send.items()})
 
 
-def mismatch(expect, got, where="reply"):
-    """None when got matches expect, else a sentence saying where not."""
-    if expect == "<any>":
-        return None
-    if expect == "<int>":
-        ok = isinstance(got, int) and not isinstance(got, bool)
-        return None if ok else "%s: want an integer, got %r" % (where, got)
-    if isinstance(expect, dict):
-        if not isinstance(got, dict):
-            return "%s: want an object, got %r" % (where, got)
-        for k, v in expect.items():
-            if k not in got:
-                return "%s: no %r" % (where, k)
-            m = mismatch(v, got[k], "%s.%s" % (where, k))
-            if m:
-                return m
-        return None
-    if expect != got or type(expect) is not type(got):
-        return "%s: want %r, got %r" % (where, expect, got)
-    return None
-
-
-def check_step(test, fname, case, i, step, reply):
-    m = mismatch(step["expect"], reply)
-    test.assertIsNone(m, "%s: %s (step %d): %s" % (fname, case["name"], i, m))
+def check_step(test, fname, lineno, case, i, step, reply):
+    why = rules.match(step["expect"], reply)
+    where = "%s:%d %s (step %d)" % (fname, lineno, case.get("name", ""), i)
+    test.assertIsNone(why, "%s: %s" % (where, why))
 
 
 def admitted_lease(reply, lease):
@@ -86,7 +56,7 @@ class VectorCase(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.cases = load_cases()
+        cls.cases = rules.load(rules.default_files(VECTORS))
         if not cls.cases:
             raise unittest.SkipTest("no proto/vectors/*.jsonl")
         check_binary()
@@ -97,33 +67,25 @@ class VectorCase(unittest.TestCase):
     def tearDownClass(cls):
         cls.daemon.cleanup()
 
-    def by_file(self):
-        files = {}
-        for fname, case in self.cases:
-            files.setdefault(fname, []).append(case)
-        return sorted(files.items())
 
 
 class ClientVectorsTest(VectorCase):
     def test_replay(self):
-        for fname, cases in self.by_file():
+        for fname, lineno, case in self.cases:
             with admit.Client(self.daemon.sock_path) as client:
-                for case in cases:
-                    lease = None
-                    for i, step in enumerate(steps_of(case)):
-                        reply = client.request_line(substitute(step["send"], lease))
-                        check_step(self, fname, case, i, step, reply)
-                        lease = admitted_lease(reply, lease)
-        self.assertGreater(len(self.cases), 0)
+                lease = None
+                for i, step in enumerate(steps_of(case)):
+                    reply = client.request_line(substitute(step["send"], lease))
+                    check_step(self, fname, lineno, case, i, step, reply)
+                    lease = admitted_lease(reply, lease)
 
 
 class AsyncClientVectorsTest(VectorCase, unittest.IsolatedAsyncioTestCase):
     async def test_replay(self):
-        for fname, cases in self.by_file():
+        for fname, lineno, case in self.cases:
             async with admit.AsyncClient(self.daemon.sock_path) as client:
-                for case in cases:
-                    lease = None
-                    for i, step in enumerate(steps_of(case)):
-                        reply = await client.request_line(substitute(step["send"], lease))
-                        check_step(self, fname, case, i, step, reply)
-                        lease = admitted_lease(reply, lease)
+                lease = None
+                for i, step in enumerate(steps_of(case)):
+                    reply = await client.request_line(substitute(step["send"], lease))
+                    check_step(self, fname, lineno, case, i, step, reply)
+                    lease = admitted_lease(reply, lease)
