@@ -1,0 +1,645 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * admit_cli.c - the `admit` command: libadmit for shell scripts.
+ *
+ * Owns: the subcommand table (name, usage, arity, allowed options, handler,
+ * smtpctl/tmux style), the option table, parsing durations and token lists,
+ * the exit-code table (sysexits style, printed by --help), and `admit run`'s
+ * fork/exec/wait with signal forwarding. It owns no protocol knowledge: every
+ * exchange goes through admit.h.
+ */
+
+#include "admit.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* sysexits.h values, spelled out so the table below is the one reference */
+enum cli_exit {
+	EXIT_ADMITTED = 0,
+	EXIT_NOT_HELD = 0,
+	EXIT_USAGE = 64,        /* EX_USAGE */
+	EXIT_REJECTED = 65,     /* EX_DATAERR */
+	EXIT_UNAVAILABLE = 69,  /* EX_UNAVAILABLE */
+	EXIT_SOFTWARE = 70,     /* EX_SOFTWARE */
+	EXIT_TEMPFAIL = 75,     /* EX_TEMPFAIL */
+	EXIT_PROTOCOL = 76,     /* EX_PROTOCOL */
+	EXIT_CONFIG = 78,       /* EX_CONFIG */
+	EXIT_BUDGET = 79,       /* past sysexits: admit's own */
+	EXIT_TIMEOUT = 80,
+	EXIT_CANNOT_EXEC = 126, /* run: as sh(1) */
+	EXIT_NOT_FOUND = 127,
+};
+
+static const struct cli_exit_doc {
+	int code;
+	const char *meaning;
+} cli_exit_docs[] = {
+	{ 0, "admitted / done (release prints \"released\" or \"not held\")" },
+	{ 64, "bad usage (EX_USAGE)" },
+	{ 65, "the daemon rejected the request: bad_request, unknown_op, line_too_long "
+	      "(EX_DATAERR)" },
+	{ 69, "daemon unreachable or connection lost, shutting_down, unavailable "
+	      "(EX_UNAVAILABLE)" },
+	{ 70, "internal error, out of memory (EX_SOFTWARE)" },
+	{ 75, "limited or too_many_waiters: try again later; the retry-after in seconds "
+	      "is printed on stdout (EX_TEMPFAIL)" },
+	{ 76, "the daemon's reply was not understood (EX_PROTOCOL)" },
+	{ 78, "unknown scope (EX_CONFIG)" },
+	{ 79, "budget exceeded: the wait needed is longer than --timeout; retry-after "
+	      "printed on stdout" },
+	{ 80, "timeout: waited the whole --timeout" },
+	{ 126, "run: the command could not be executed" },
+	{ 127, "run: the command was not found" },
+	{ -1, "run: otherwise the command's own exit status, 128+N if killed by signal N" },
+};
+
+enum cli_opt_id {
+	O_SOCKET,
+	O_URL,
+	O_CLASS,
+	O_COST,
+	O_TIMEOUT,
+	O_DETACH,
+	O_TOKENS,
+	O_JSON,
+	O_HELP,
+	O__COUNT
+};
+
+#define OPT(x) (1u << (x))
+#define ACQ_OPTS (OPT(O_URL) | OPT(O_CLASS) | OPT(O_COST) | OPT(O_TIMEOUT))
+
+static const struct cli_opt {
+	const char *name;
+	bool has_arg;
+	const char *help;
+} cli_opts[O__COUNT] = {
+	[O_SOCKET] = { "socket", true, "PATH   admitd's socket (else $ADMITD_SOCKET, else "
+					 ADMIT_DEFAULT_SOCKET ")" },
+	[O_URL] = { "url", true, "URL       key on the URL's host (instead of KEY)" },
+	[O_CLASS] = { "class", true, "C       the scope's class to charge" },
+	[O_COST] = { "cost", true, "N        requests this admission counts for (default 1)" },
+	[O_TIMEOUT] = { "timeout", true, "D     wait budget: 250ms, 5s, 1m (bare number: "
+					 "seconds; 0: do not wait)" },
+	[O_DETACH] = { "detach", false, "       accepted; acquire and try always detach" },
+	[O_TOKENS] = { "tokens", true, "LIST   post-hoc meters: input=300,output=200" },
+	[O_JSON] = { "json", false, "         status: print the raw reply" },
+	[O_HELP] = { "help", false, "         this help" },
+};
+
+#define CLI_MAX_POS 4
+#define CLI_MAX_TOKENS 16
+
+struct cli_args {
+	const char *val[O__COUNT];
+	bool set[O__COUNT];
+	const char *pos[CLI_MAX_POS];
+	int npos;
+	char **cmd; /* run: argv after "--" */
+};
+
+struct cli_cmd {
+	const char *name;
+	const char *usage;
+	int minpos, maxpos;
+	unsigned opts;
+	bool takes_cmd;
+	int (*fn)(struct admit *, const struct cli_args *);
+	const char *help;
+};
+
+static int cmd_acquire(struct admit *, const struct cli_args *);
+static int cmd_try(struct admit *, const struct cli_args *);
+static int cmd_release(struct admit *, const struct cli_args *);
+static int cmd_penalize(struct admit *, const struct cli_args *);
+static int cmd_run(struct admit *, const struct cli_args *);
+static int cmd_status(struct admit *, const struct cli_args *);
+static int cmd_ping(struct admit *, const struct cli_args *);
+
+static const struct cli_cmd cli_cmds[] = {
+	{ "acquire", "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] [--detach]",
+	  1, 2, ACQ_OPTS | OPT(O_DETACH), false, cmd_acquire,
+	  "wait for admission, print the lease (always detached: it outlives this\n"
+	  "\t\tcommand; give it to `admit release`, else it expires at lease_ttl)" },
+	{ "try", "SCOPE [KEY] [--url URL] [--class C] [--cost N]", 1, 2,
+	  ACQ_OPTS & ~OPT(O_TIMEOUT), false, cmd_try,
+	  "admit now or exit 75 printing the retry-after (seconds); the lease\n"
+	  "\t\tis printed and detached like acquire's" },
+	{ "release", "LEASE [--tokens input=300,output=200]", 1, 1, OPT(O_TOKENS), false,
+	  cmd_release, "release a lease; prints \"released\" or \"not held\"" },
+	{ "penalize", "SCOPE [KEY] [--url URL] RETRY_AFTER", 2, 3, OPT(O_URL), false,
+	  cmd_penalize,
+	  "hold the key back: a duration (30s, 500ms) or a Retry-After header\n"
+	  "\t\tvalue as is (\"120\" seconds, or an HTTP-date)" },
+	{ "run", "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] -- CMD [ARG...]",
+	  1, 2, ACQ_OPTS, true, cmd_run,
+	  "acquire, run CMD, release when it ends; exit with CMD's status;\n"
+	  "\t\tSIGINT/SIGTERM/SIGHUP/SIGQUIT are passed on to CMD" },
+	{ "status", "[--json]", 0, 0, OPT(O_JSON), false, cmd_status,
+	  "the daemon's scopes as a table (--json: the raw reply)" },
+	{ "ping", "", 0, 0, 0, false, cmd_ping, "exit 0 when the daemon answers" },
+};
+
+#define NCMDS (sizeof(cli_cmds) / sizeof(cli_cmds[0]))
+
+static void cli_usage(FILE *out)
+{
+	size_t i;
+
+	fprintf(out, "usage: admit [--socket PATH] COMMAND [ARGS...]\n\ncommands:\n");
+	for (i = 0; i < NCMDS; i++)
+		fprintf(out, "  admit %s %s\n\t\t%s\n", cli_cmds[i].name, cli_cmds[i].usage,
+			cli_cmds[i].help);
+	fprintf(out, "\noptions:\n");
+	for (i = 0; i < O__COUNT; i++)
+		fprintf(out, "  --%s %s\n", cli_opts[i].name, cli_opts[i].help);
+	fprintf(out, "\nexit status:\n");
+	for (i = 0; i < sizeof(cli_exit_docs) / sizeof(cli_exit_docs[0]); i++) {
+		if (cli_exit_docs[i].code < 0)
+			fprintf(out, "  %s\n", cli_exit_docs[i].meaning);
+		else
+			fprintf(out, "  %3d  %s\n", cli_exit_docs[i].code, cli_exit_docs[i].meaning);
+	}
+}
+
+static int cli_usage_error(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "admit: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n(admit --help lists the commands)\n");
+	return EXIT_USAGE;
+}
+
+/* The exit status a failed call maps to. */
+static int cli_exit_code(int err)
+{
+	switch (err) {
+	case ADMIT_OK:
+		return EXIT_ADMITTED;
+	case ADMIT_E_LIMITED:
+	case ADMIT_E_TOO_MANY_WAITERS:
+		return EXIT_TEMPFAIL;
+	case ADMIT_E_BUDGET_EXCEEDED:
+		return EXIT_BUDGET;
+	case ADMIT_E_TIMEOUT:
+		return EXIT_TIMEOUT;
+	case ADMIT_E_UNKNOWN_SCOPE:
+		return EXIT_CONFIG;
+	case ADMIT_E_BAD_REQUEST:
+	case ADMIT_E_UNKNOWN_OP:
+	case ADMIT_E_LINE_TOO_LONG:
+	case ADMIT_E_ARG:
+		return EXIT_REJECTED;
+	case ADMIT_E_SHUTTING_DOWN:
+	case ADMIT_E_UNAVAILABLE:
+	case ADMIT_E_CONNECT:
+	case ADMIT_E_IO:
+	case ADMIT_E_DEADLINE:
+		return EXIT_UNAVAILABLE;
+	case ADMIT_E_PROTO:
+		return EXIT_PROTOCOL;
+	default:
+		return EXIT_SOFTWARE;
+	}
+}
+
+/*
+ * Report a failed call on stderr (and a retry-after, in seconds, on stdout
+ * so `sleep "$(admit try ...)"` works); returns the exit status.
+ */
+static int cli_fail(const char *what, const struct admit_result *r)
+{
+	fprintf(stderr, "admit: %s: %s", what, admit_strerror(r->err));
+	if (r->message && strcmp(r->message, admit_strerror(r->err)) != 0)
+		fprintf(stderr, ": %s", r->message);
+	if (r->rule)
+		fprintf(stderr, " (rule \"%s\")", r->rule);
+	if (r->retry_after_ms >= 0) {
+		fprintf(stderr, "; retry after %lld.%03llds", (long long)(r->retry_after_ms / 1000),
+			(long long)(r->retry_after_ms % 1000));
+		printf("%lld.%03lld\n", (long long)(r->retry_after_ms / 1000),
+		       (long long)(r->retry_after_ms % 1000));
+	}
+	fprintf(stderr, "\n");
+	return cli_exit_code(r->err);
+}
+
+/*
+ * Parse a duration into ms: a number (decimals allowed) with a unit ms, s,
+ * m or h; a bare number is seconds when bare_ok. Returns 0 or -1.
+ */
+static int cli_duration(const char *s, bool bare_ok, int64_t *ms)
+{
+	static const struct {
+		const char *unit;
+		double ms;
+	} units[] = { { "ms", 1 }, { "s", 1000 }, { "m", 60000 }, { "h", 3600000 } };
+	char *end;
+	double v;
+	size_t i;
+
+	if (s == NULL || *s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno != 0 || end == s || !isfinite(v) || v < 0)
+		return -1;
+	if (*end == '\0' && bare_ok) {
+		*ms = (int64_t)llround(v * 1000);
+		return 0;
+	}
+	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(end, units[i].unit) == 0 && v * units[i].ms < 9e15) {
+			*ms = (int64_t)llround(v * units[i].ms);
+			return 0;
+		}
+	}
+	return -1;
+}
+
+static int cli_int(const char *s, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	if (s == NULL || *s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno != 0 || *end != '\0')
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* SCOPE [KEY] [--url ...] into rq; the usage error status or 0. */
+static int cli_req(const struct cli_args *ar, struct admit_req *rq)
+{
+	rq->scope = ar->pos[0];
+	rq->key = ar->npos > 1 ? ar->pos[1] : NULL;
+	rq->url = ar->val[O_URL];
+	rq->cls = ar->val[O_CLASS];
+	if (rq->key && rq->url)
+		return cli_usage_error("%s: give KEY or --url, not both", rq->key);
+	if (ar->set[O_COST] && (cli_int(ar->val[O_COST], &rq->cost) < 0 || rq->cost < 1))
+		return cli_usage_error("--cost %s: want a positive integer", ar->val[O_COST]);
+	if (ar->set[O_TIMEOUT] && cli_duration(ar->val[O_TIMEOUT], true, &rq->timeout_ms) < 0)
+		return cli_usage_error("--timeout %s: want a duration like 250ms, 5s, 1m",
+				       ar->val[O_TIMEOUT]);
+	return 0;
+}
+
+/* acquire and try: both detach and print the lease. */
+static int cli_take(struct admit *a, const struct cli_args *ar, bool wait)
+{
+	struct admit_req rq = ADMIT_REQ_INIT;
+	struct admit_result r;
+	int rc;
+
+	rc = cli_req(ar, &rq);
+	if (rc != 0)
+		return rc;
+	rq.detach = true;
+	if (wait)
+		admit_acquire(a, &rq, &r);
+	else
+		admit_try(a, &rq, &r);
+	if (r.err == ADMIT_OK && r.lease == NULL)
+		r.err = ADMIT_E_PROTO;
+	if (r.err == ADMIT_OK) {
+		printf("%s\n", r.lease);
+		if (r.shadow_limited)
+			fprintf(stderr, "admit: shadow scope: would have been limited%s%s\n",
+				r.rule ? " by " : "", r.rule ? r.rule : "");
+	}
+	rc = r.err == ADMIT_OK ? EXIT_ADMITTED : cli_fail(wait ? "acquire" : "try", &r);
+	admit_result_free(&r);
+	return rc;
+}
+
+static int cmd_acquire(struct admit *a, const struct cli_args *ar)
+{
+	return cli_take(a, ar, true);
+}
+
+static int cmd_try(struct admit *a, const struct cli_args *ar)
+{
+	return cli_take(a, ar, false);
+}
+
+/* "input=300,output=200" into tk (names point into buf, which the caller frees). */
+static int cli_tokens(char *buf, struct admit_token *tk, size_t *n)
+{
+	char *save = NULL, *item, *eq;
+
+	*n = 0;
+	for (item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+		eq = strchr(item, '=');
+		if (eq == NULL || eq == item || *n == CLI_MAX_TOKENS)
+			return -1;
+		*eq = '\0';
+		tk[*n].name = item;
+		if (cli_int(eq + 1, &tk[*n].count) < 0)
+			return -1;
+		(*n)++;
+	}
+	return 0;
+}
+
+static int cmd_release(struct admit *a, const struct cli_args *ar)
+{
+	struct admit_token tk[CLI_MAX_TOKENS];
+	struct admit_result r;
+	char *buf = NULL;
+	size_t n = 0;
+	int rc;
+
+	if (ar->set[O_TOKENS]) {
+		buf = strdup(ar->val[O_TOKENS]);
+		if (buf == NULL)
+			return EXIT_SOFTWARE;
+		if (cli_tokens(buf, tk, &n) < 0) {
+			free(buf);
+			return cli_usage_error("--tokens %s: want NAME=COUNT[,NAME=COUNT...]",
+					       ar->val[O_TOKENS]);
+		}
+	}
+	admit_release(a, ar->pos[0], tk, n, &r);
+	free(buf);
+	if (r.err == ADMIT_OK)
+		printf("%s\n", r.held ? "released" : "not held");
+	rc = r.err == ADMIT_OK ? (r.held ? EXIT_ADMITTED : EXIT_NOT_HELD) : cli_fail("release", &r);
+	admit_result_free(&r);
+	return rc;
+}
+
+static int cmd_penalize(struct admit *a, const struct cli_args *ar)
+{
+	const char *key = NULL, *hold;
+	struct admit_result r;
+	int64_t ms = -1;
+	int rc;
+
+	if (ar->npos == 3)
+		key = ar->pos[1];
+	else if (ar->val[O_URL] == NULL)
+		return cli_usage_error("%s: penalize wants SCOPE KEY RETRY_AFTER", ar->pos[0]);
+	else if (ar->npos != 2)
+		return cli_usage_error("%s: give KEY or --url, not both", ar->pos[1]);
+	hold = ar->pos[ar->npos - 1];
+	/* "30s" is ours to convert; "120" or a date goes as the header value */
+	if (cli_duration(hold, false, &ms) < 0)
+		ms = -1;
+	admit_penalize(a, ar->pos[0], key, ar->val[O_URL], ms, ms < 0 ? hold : NULL, &r);
+	rc = r.err == ADMIT_OK ? EXIT_ADMITTED : cli_fail("penalize", &r);
+	admit_result_free(&r);
+	return rc;
+}
+
+static volatile sig_atomic_t cli_child;
+
+static void cli_forward(int sig)
+{
+	if (cli_child > 0)
+		kill((pid_t)cli_child, sig);
+}
+
+static const int cli_fwd_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+#define NFWD (sizeof(cli_fwd_sigs) / sizeof(cli_fwd_sigs[0]))
+
+/*
+ * Fork and exec ar->cmd with the forwarded signals blocked across the fork,
+ * so a signal never finds the child's pid unset. Returns the wait status,
+ * or -1 when fork failed.
+ */
+static int cli_spawn(char **cmd)
+{
+	struct sigaction sa = { .sa_handler = cli_forward, .sa_flags = SA_RESTART };
+	sigset_t block, old;
+	int status, e;
+	size_t i;
+	pid_t pid;
+
+	sigemptyset(&block);
+	for (i = 0; i < NFWD; i++)
+		sigaddset(&block, cli_fwd_sigs[i]);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		execvp(cmd[0], cmd);
+		e = errno;
+		fprintf(stderr, "admit: run: %s: %s\n", cmd[0], strerror(e));
+		_exit(e == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC);
+	}
+	if (pid < 0) {
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		return -1;
+	}
+	cli_child = pid;
+	sigemptyset(&sa.sa_mask);
+	for (i = 0; i < NFWD; i++)
+		sigaction(cli_fwd_sigs[i], &sa, NULL);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	cli_child = 0;
+	return status;
+}
+
+static int cmd_run(struct admit *a, const struct cli_args *ar)
+{
+	struct admit_req rq = ADMIT_REQ_INIT;
+	struct admit_result r;
+	char *lease;
+	int rc, status;
+
+	rc = cli_req(ar, &rq);
+	if (rc != 0)
+		return rc;
+	/* not detached: if admit itself dies, closing the socket releases */
+	if (admit_acquire(a, &rq, &r) != ADMIT_OK || r.lease == NULL) {
+		if (r.err == ADMIT_OK)
+			r.err = ADMIT_E_PROTO;
+		rc = cli_fail("run", &r);
+		admit_result_free(&r);
+		return rc;
+	}
+	lease = r.lease;
+	r.lease = NULL;
+	admit_result_free(&r);
+	status = cli_spawn(ar->cmd);
+	if (status < 0) {
+		fprintf(stderr, "admit: run: fork: %s\n", strerror(errno));
+		rc = EXIT_SOFTWARE;
+	} else if (WIFSIGNALED(status)) {
+		rc = 128 + WTERMSIG(status);
+	} else {
+		rc = WEXITSTATUS(status);
+	}
+	if (admit_release(a, lease, NULL, 0, &r) != ADMIT_OK)
+		cli_fail("run: release", &r);
+	else if (!r.held)
+		fprintf(stderr, "admit: run: the lease had expired before the command ended\n");
+	admit_result_free(&r);
+	free(lease);
+	return rc;
+}
+
+static int cmd_status(struct admit *a, const struct cli_args *ar)
+{
+	struct admit_result r;
+	size_t i;
+	int rc;
+
+	if (admit_status(a, &r) != ADMIT_OK) {
+		rc = cli_fail("status", &r);
+		admit_result_free(&r);
+		return rc;
+	}
+	if (ar->set[O_JSON]) {
+		printf("%s\n", r.raw);
+	} else {
+		printf("admitd %s, up %llds, backend %s\n", r.version ? r.version : "?",
+		       (long long)r.uptime_s, r.backend ? r.backend : "?");
+		printf("%-24s %8s %8s\n", "SCOPE", "LEASES", "WAITING");
+		for (i = 0; i < r.nscopes; i++)
+			printf("%-24s %8lld %8lld\n", r.scopes[i].name,
+			       (long long)r.scopes[i].leases, (long long)r.scopes[i].waiting);
+	}
+	admit_result_free(&r);
+	return EXIT_ADMITTED;
+}
+
+static int cmd_ping(struct admit *a, const struct cli_args *ar)
+{
+	struct admit_result r;
+	int rc;
+
+	(void)ar;
+	rc = admit_ping(a, &r) == ADMIT_OK ? EXIT_ADMITTED : cli_fail("ping", &r);
+	if (rc == EXIT_ADMITTED)
+		printf("ok\n");
+	admit_result_free(&r);
+	return rc;
+}
+
+static int cli_find_opt(const char *name, size_t len)
+{
+	int i;
+
+	for (i = 0; i < O__COUNT; i++)
+		if (strlen(cli_opts[i].name) == len && strncmp(cli_opts[i].name, name, len) == 0)
+			return i;
+	return -1;
+}
+
+/*
+ * Split argv into options (anywhere before "--"), positionals and, after
+ * "--", the command of `run`. Returns 0 or the usage error status.
+ */
+static int cli_parse(int argc, char **argv, struct cli_args *ar, const char **cmdname)
+{
+	const char *arg, *eq;
+	int i, o;
+
+	for (i = 1; i < argc; i++) {
+		arg = argv[i];
+		if (strcmp(arg, "--") == 0) {
+			ar->cmd = argv + i + 1;
+			break;
+		}
+		if (strcmp(arg, "-h") == 0) {
+			ar->set[O_HELP] = true;
+			continue;
+		}
+		if (strncmp(arg, "--", 2) != 0) {
+			if (*cmdname == NULL)
+				*cmdname = arg;
+			else if (ar->npos == CLI_MAX_POS)
+				return cli_usage_error("%s: too many arguments", arg);
+			else
+				ar->pos[ar->npos++] = arg;
+			continue;
+		}
+		eq = strchr(arg + 2, '=');
+		o = cli_find_opt(arg + 2, eq ? (size_t)(eq - arg - 2) : strlen(arg + 2));
+		if (o < 0)
+			return cli_usage_error("%s: unknown option", arg);
+		ar->set[o] = true;
+		if (!cli_opts[o].has_arg) {
+			if (eq)
+				return cli_usage_error("%s: takes no value", arg);
+		} else if (eq) {
+			ar->val[o] = eq + 1;
+		} else if (i + 1 < argc) {
+			ar->val[o] = argv[++i];
+		} else {
+			return cli_usage_error("%s: wants a value", arg);
+		}
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct cli_args ar;
+	const char *name = NULL, *path;
+	const struct cli_cmd *c = NULL;
+	struct admit *a;
+	size_t i;
+	int o, rc;
+
+	memset(&ar, 0, sizeof(ar));
+	rc = cli_parse(argc, argv, &ar, &name);
+	if (rc != 0)
+		return rc;
+	if (ar.set[O_HELP]) {
+		cli_usage(stdout);
+		return 0;
+	}
+	if (name == NULL) {
+		cli_usage(stderr);
+		return EXIT_USAGE;
+	}
+	for (i = 0; i < NCMDS; i++)
+		if (strcmp(cli_cmds[i].name, name) == 0)
+			c = &cli_cmds[i];
+	if (c == NULL)
+		return cli_usage_error("%s: unknown command", name);
+	if (ar.npos < c->minpos || ar.npos > c->maxpos)
+		return cli_usage_error("usage: admit %s", c->name);
+	for (o = 0; o < O__COUNT; o++)
+		if (ar.set[o] && o != O_SOCKET && !(c->opts & OPT(o)))
+			return cli_usage_error("--%s does not go with this command", cli_opts[o].name);
+	if (c->takes_cmd != (ar.cmd != NULL) || (ar.cmd && ar.cmd[0] == NULL))
+		return cli_usage_error(c->takes_cmd ? "%s: wants -- CMD [ARG...]"
+						    : "%s: takes no -- CMD",
+				       c->name);
+	a = admit_connect(ar.val[O_SOCKET]);
+	if (a == NULL) {
+		path = ar.val[O_SOCKET];
+		if (path == NULL || *path == '\0')
+			path = getenv("ADMITD_SOCKET");
+		if (path == NULL || *path == '\0')
+			path = ADMIT_DEFAULT_SOCKET;
+		fprintf(stderr, "admit: daemon unreachable: %s: %s\n", path, strerror(errno));
+		return EXIT_UNAVAILABLE;
+	}
+	rc = c->fn(a, &ar);
+	admit_close(a);
+	fflush(stdout);
+	return rc;
+}

@@ -1,0 +1,62 @@
+# client/client.mk - build, test and install rules for libadmit and the
+# `admit` CLI (included by the top-level Makefile; uses its ALL_CFLAGS).
+#
+#   client/libadmit.a, client/libadmit.so   the library (admit.h)
+#   client/admit                            the CLI, linked with libadmit.a
+#   client/admit.pc                         pkg-config file for PREFIX
+#   make test-client                        tests/client + client/python tests
+
+CLIENT_SONAME   := libadmit.so.1
+CLIENT_LIB_OBJS := client/admit.o
+CLIENT_LDLIBS   := $(shell pkg-config --libs jansson) -lm
+CLIENT_TESTS    := tests/client/test_libadmit
+LIBDIR          ?= $(PREFIX)/lib
+INCLUDEDIR      ?= $(PREFIX)/include
+BINDIR          ?= $(PREFIX)/bin
+
+DEPS += $(CLIENT_LIB_OBJS:.o=.d) client/admit_cli.d $(CLIENT_TESTS:=.d)
+
+.PHONY: install-client clean-client
+all: client/admit client/libadmit.so client/libadmit.a client/admit.pc
+
+client/libadmit.a: $(CLIENT_LIB_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+
+client/libadmit.so: $(CLIENT_LIB_OBJS)
+	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(CLIENT_SONAME) -o $@ $^ $(CLIENT_LDLIBS)
+
+client/admit: client/admit_cli.o client/libadmit.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CLIENT_LDLIBS)
+
+client/admit.pc: client/admit.pc.in
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@.tmp && mv $@.tmp $@
+
+tests/client/%: tests/client/%.c client/libadmit.a
+	$(CC) $(ALL_CFLAGS) -Iclient $(ALL_LDFLAGS) -o $@ $< client/libadmit.a \
+	  $(CLIENT_LDLIBS) -lpthread
+
+test-client: all $(CLIENT_TESTS)
+	ADMITD_BIN=$(CURDIR)/daemon/admitd ADMIT_BIN=$(CURDIR)/client/admit \
+	  ADMIT_TEST_LIBADMIT=$(CURDIR)/tests/client/test_libadmit \
+	  $(PYTHON) -m unittest discover -s tests/client -v
+	@if [ -d client/python/tests ]; then \
+	  echo "ADMITD_BIN=$(CURDIR)/daemon/admitd $(PYTHON) -m unittest discover -s client/python/tests -t client/python"; \
+	  ADMITD_BIN=$(CURDIR)/daemon/admitd \
+	    $(PYTHON) -m unittest discover -s client/python/tests -t client/python -v; fi
+
+install: install-client
+install-client: client/admit client/libadmit.so client/libadmit.a client/admit.pc
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)
+	install -m 755 client/admit $(DESTDIR)$(BINDIR)/admit
+	install -m 644 client/libadmit.a $(DESTDIR)$(LIBDIR)/libadmit.a
+	install -m 755 client/libadmit.so $(DESTDIR)$(LIBDIR)/$(CLIENT_SONAME)
+	ln -sf $(CLIENT_SONAME) $(DESTDIR)$(LIBDIR)/libadmit.so
+	install -m 644 client/admit.h proto/admit_proto.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 client/admit.pc $(DESTDIR)$(LIBDIR)/pkgconfig/admit.pc
+
+clean: clean-client
+clean-client:
+	rm -f client/admit client/libadmit.a client/libadmit.so client/admit.pc \
+	  client/*.o client/*.d $(CLIENT_TESTS) tests/client/*.d
+	rm -rf tests/client/__pycache__
