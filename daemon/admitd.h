@@ -1,0 +1,175 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * admitd.h - the runtime objects shared across the daemon's files.
+ *
+ * Owns nothing by itself: it declares struct admitd (the process), struct
+ * scope_rt (a conf scope at run time), struct kq (one key of one scope: its
+ * FIFO of waiters, its per-pod semaphore, its in-process limiter state),
+ * struct waiter (an acquire waiting in a kq), struct lease and struct conn.
+ * Each is created and freed by the file named in its comment.
+ */
+
+#ifndef ADMITD_ADMITD_H
+#define ADMITD_ADMITD_H
+
+#include "conf.h"
+#include "htab.h"
+#include "limiter.h"
+#include "proto.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#define MUST_CHECK __attribute__((warn_unused_result))
+#define UNUSED __attribute__((unused))
+
+struct event;
+struct event_base;
+struct backend;
+struct conn;
+struct kq;
+
+/* Which limiter made a decision; "backend" in replies. */
+enum via { VIA_LOCAL = 0, VIA_REDIS, VIA_FALLBACK };
+const char *via_name(enum via v);
+
+/* One target of an acquire, resolved: key queue, class, cost. */
+struct target_rt {
+	struct kq *kq;
+	const struct conf_class *cls;
+	int64_t cost;
+};
+
+/* waiter: waitq.c. An acquire from a connection, queued on its first target's kq. */
+struct waiter {
+	TAILQ_ENTRY(waiter) kq_link;
+	TAILQ_ENTRY(waiter) conn_link;
+	struct conn *conn;  /* NULL once the client went away */
+	char *id;           /* raw JSON id to echo, owned */
+	size_t nt;
+	struct target_rt t[PROTO_MAX_TARGETS];
+	bool detach;
+	bool try_only;      /* timeout_ms 0: never queue */
+	int64_t start_ms;
+	int64_t deadline_ms;
+	struct event *deadline_ev;
+	const char *last_rule; /* the rule of the last refusal, for `timeout` */
+	char lease_id[LIM_LEASE_ID_LEN + 1]; /* booked under this id when admitted */
+};
+TAILQ_HEAD(waiter_list, waiter);
+
+/* lease: lease.c. Admission granted; released by op, by close, or by TTL. */
+struct lease {
+	char id[LIM_LEASE_ID_LEN + 1];
+	TAILQ_ENTRY(lease) conn_link;
+	struct conn *conn;  /* NULL when detached */
+	struct admitd *ad;
+	enum via via;
+	bool backend_booked; /* the backend holds state to release (lease set, meters, pacing) */
+	struct event *ttl_ev;
+	size_t nt;
+	struct target_rt t[PROTO_MAX_TARGETS];
+};
+TAILQ_HEAD(lease_list, lease);
+
+/* kq: scope.c (table, life) and waitq.c (queue, pump). One key of one scope. */
+struct kq {
+	struct scope_rt *sc;
+	char *key;
+	struct waiter_list waiters;
+	size_t nwait;
+	int64_t held;           /* leases of this key held through this daemon */
+	struct lim_state *lim;  /* in-process limiter (local mode, or Redis fallback) */
+	struct event *retry_ev; /* the head's next attempt */
+	int64_t wake_at;        /* when retry_ev fires; 0 when not armed */
+	bool busy;              /* a backend decision for the head is in flight */
+	bool in_pump;
+};
+
+/* scope_rt: scope.c. */
+struct scope_rt {
+	struct admitd *ad;
+	const struct conf_scope *cs;
+	size_t idx;
+	struct htab *keys;      /* key -> struct kq */
+	int64_t leases;         /* held through this daemon, all keys */
+	int64_t waiting;
+	uint64_t admitted, refused, shadow_limited, timeouts, fallbacks;
+};
+
+/* conn: conn.c. */
+struct conn {
+	struct admitd *ad;
+	struct bufferevent *bev;
+	struct event *close_ev;  /* deferred free (see conn_close_after_flush) */
+	uint64_t id;
+	TAILQ_ENTRY(conn) link;
+	struct waiter_list waiters;
+	struct lease_list leases;
+	bool closing;           /* close once the output is flushed */
+};
+TAILQ_HEAD(conn_list, conn);
+
+/* admitd: main.c. */
+struct admitd {
+	struct event_base *base;
+	struct conf *conf;
+	struct scope_rt *scopes;
+	size_t nscopes;
+	struct htab *leases;    /* id -> struct lease */
+	struct conn_list conns;
+	size_t nconns;
+	uint64_t next_conn_id;
+	struct server *server;
+	struct backend *redis;  /* NULL in local mode */
+	struct event *gc_ev;
+	struct event *exit_ev;
+	int64_t start_ms;
+	bool shutting_down;
+};
+
+/* scope.c */
+bool scopes_init(struct admitd *ad) MUST_CHECK;
+void scopes_free(struct admitd *ad);
+struct scope_rt *scope_find(struct admitd *ad, const char *name);
+struct kq *kq_get(struct scope_rt *sc, const char *key);
+/* kq_sweep - free the kqs with nothing queued, held or remembered. */
+void kq_sweep(struct admitd *ad);
+/* kq_shutdown_all - answer every waiter `shutting_down`. */
+void kq_shutdown_all(struct admitd *ad);
+
+/* waitq.c */
+void waitq_add(struct waiter *w);
+void waitq_pump(struct kq *kq);
+void waitq_cancel(struct waiter *w);
+void waitq_shutdown(struct kq *kq);
+void waitq_free_kq(struct kq *kq);
+
+/* lease.c */
+struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via);
+/* lease_release - tokens may be NULL; frees the lease. */
+void lease_release(struct lease *l, const struct proto_token *tokens, size_t ntokens);
+/* lease_detach_conn - the connection closes: release or orphan its leases. */
+void lease_conn_closed(struct conn *c);
+void lease_free_all(struct admitd *ad);
+void lease_make_id(char *buf);
+
+/* conn.c */
+void conn_new(struct admitd *ad, int fd);
+void conn_send(struct conn *c, const char *line, size_t len);
+void conn_send_reply(struct conn *c, struct preply *r);
+void conn_close_all(struct admitd *ad);
+/* conn_free_all - at exit: close every connection now. */
+void conn_free_all(struct admitd *ad);
+
+/* ops.c */
+void ops_dispatch(struct conn *c, const char *line, size_t len);
+
+/* util */
+uint64_t rand_u64(void);
+
+#endif

@@ -1,0 +1,118 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * engine.c - where decisions are made (see engine.h).
+ *
+ * In local mode every decision is the in-process limiter's, synchronous.
+ * Shadow scopes: their refusals are computed and counted but do not refuse;
+ * a target whose own check refused is not booked (it would not have gone
+ * out had the limit been enforced).
+ */
+
+#include "engine.h"
+
+#include "backend.h"
+#include "clock.h"
+#include "log.h"
+
+static struct lim_state *eng_lim(struct kq *kq)
+{
+	if (kq->lim == NULL)
+		kq->lim = lim_state_new(kq->sc->cs);
+	return kq->lim;
+}
+
+struct eng_res eng_local(struct target_rt *t, size_t nt, double div, int64_t now,
+			 const char *lease_id, enum via via)
+{
+	struct eng_res res = { .admitted = true, .via = via };
+	struct lim_decision d[PROTO_MAX_TARGETS];
+	const char *ids[1] = { lease_id };
+	size_t i;
+
+	for (i = 0; i < nt; i++) {
+		struct lim_req rq = { .cls = t[i].cls, .cost = t[i].cost, .count = 1 };
+		struct lim_state *st = eng_lim(t[i].kq);
+		if (st == NULL) {
+			res.admitted = false;
+			res.unavailable = true;
+			res.rule = "out of memory";
+			return res;
+		}
+		d[i] = lim_check(st, t[i].kq->sc->cs, div, now, &rq);
+		if (d[i].admitted)
+			continue;
+		if (t[i].kq->sc->cs->shadow) {
+			if (!res.shadow_limited)
+				res.rule = d[i].rule;
+			res.shadow_limited = true;
+			t[i].kq->sc->shadow_limited++;
+			continue;
+		}
+		if (res.admitted || d[i].retry_after_ms == -1 ||
+		    (res.retry_after_ms != -1 && d[i].retry_after_ms > res.retry_after_ms)) {
+			res.retry_after_ms = d[i].retry_after_ms;
+			res.rule = d[i].rule;
+		}
+		res.admitted = false;
+		res.shadow_limited = false;
+	}
+	if (!res.admitted)
+		return res;
+	for (i = 0; i < nt; i++) {
+		struct lim_req rq = { .cls = t[i].cls, .cost = t[i].cost, .count = 1 };
+		const struct conf_scope *cs = t[i].kq->sc->cs;
+		if (!d[i].admitted)
+			continue;
+		if (!lim_book(t[i].kq->lim, cs, div, now, &rq, ids)) {
+			log_warn("cannot book: out of memory", "scope=%s", cs->name);
+			continue;
+		}
+		if (lim_tracks_leases(cs) || cs->nrules > 0)
+			res.booked = true;
+	}
+	return res;
+}
+
+void eng_acquire(struct admitd *ad, struct waiter *w, const char *lease_id, eng_cb *cb, void *arg)
+{
+	struct eng_res res;
+
+	if (ad->redis != NULL && backend_acquire(ad->redis, w, lease_id, cb, arg))
+		return;
+	res = eng_local(w->t, w->nt, backend_divisor(ad->redis, w->t[0].kq->sc->cs),
+			clock_mono_ms(), lease_id, ad->redis ? VIA_FALLBACK : VIA_LOCAL);
+	if (ad->redis != NULL)
+		backend_fail_mode(w->t[0].kq->sc->cs, &res);
+	cb(arg, &res);
+}
+
+void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntokens)
+{
+	int64_t now = clock_mono_ms();
+	size_t i;
+
+	if (l->via == VIA_REDIS) {
+		backend_release(l->ad->redis, l, tokens, ntokens);
+		return;
+	}
+	for (i = 0; i < l->nt; i++) {
+		struct kq *kq = l->t[i].kq;
+		if (kq->lim != NULL)
+			lim_release(kq->lim, kq->sc->cs, backend_divisor(l->ad->redis, kq->sc->cs),
+				    now, l->id, l->t[i].cls, tokens, ntokens);
+	}
+}
+
+void eng_penalize(struct kq *kq, int64_t delay_ms)
+{
+	struct lim_state *st = eng_lim(kq);
+
+	/* The in-process state is held back too: it serves if Redis goes away. */
+	if (st != NULL)
+		lim_penalize(st, clock_mono_ms(), delay_ms);
+	if (kq->sc->ad->redis != NULL)
+		backend_penalize(kq->sc->ad->redis, kq, delay_ms);
+}

@@ -1,0 +1,49 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * engine.h - where decisions are made: the in-process limiter or Redis.
+ *
+ * Owns: the choice of backend for each operation (local mode: always the
+ * in-process limiter; Redis mode: Redis, and the scope's fail_mode when
+ * Redis cannot answer), shadow mode, and all-or-nothing over several
+ * targets. Waiters, leases and connections are the callers'.
+ */
+
+#ifndef ADMITD_ENGINE_H
+#define ADMITD_ENGINE_H
+
+#include "admitd.h"
+
+struct eng_res {
+	bool admitted;
+	int64_t retry_after_ms; /* refusals */
+	const char *rule;       /* refusals and shadow refusals */
+	enum via via;
+	bool shadow_limited;    /* admitted only because the refusing scope is shadow */
+	bool booked;            /* state to release exists in the backend */
+	bool unavailable;       /* refused because fail_mode = closed and Redis is down */
+};
+
+typedef void eng_cb(void *arg, const struct eng_res *r);
+
+/*
+ * eng_acquire - decide for the waiter's targets, booking under lease_id when
+ * admitted. cb is called exactly once: before eng_acquire returns (in-process)
+ * or later from the loop (Redis). The waiter must stay alive until then.
+ */
+void eng_acquire(struct admitd *ad, struct waiter *w, const char *lease_id, eng_cb *cb,
+		 void *arg);
+
+/* eng_release - give the lease's bookings back and charge token meters. */
+void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntokens);
+
+/* eng_penalize - hold the key back for delay_ms (never shortens a hold). */
+void eng_penalize(struct kq *kq, int64_t delay_ms);
+
+/* eng_local - the in-process decision for targets[0..nt), booking when all admit. */
+struct eng_res eng_local(struct target_rt *t, size_t nt, double div, int64_t now,
+			 const char *lease_id, enum via via);
+
+#endif

@@ -1,0 +1,155 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * lease.c - leases: ids, the lease table, TTL expiry, detach.
+ *
+ * Owns: struct lease and its TTL timer, and the per-pod semaphore counts it
+ * holds on its keys (kq->held). A lease ends exactly once: released by the
+ * op, by its connection closing (unless detached), or by its TTL; a second
+ * release finds nothing and answers held:false.
+ */
+
+#include "admitd.h"
+
+#include "engine.h"
+#include "log.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+uint64_t rand_u64(void)
+{
+	/* xorshift64*, seeded once from the kernel: jitter needs speed, not secrecy. */
+	static uint64_t s;
+
+	if (s == 0 && (getrandom(&s, sizeof(s), 0) != (ssize_t)sizeof(s) || s == 0))
+		s = 0x9e3779b97f4a7c15ULL;
+	s ^= s >> 12;
+	s ^= s << 25;
+	s ^= s >> 27;
+	return s * 2685821657736338717ULL;
+}
+
+void lease_make_id(char *buf)
+{
+	unsigned char raw[LIM_LEASE_ID_LEN / 2];
+	size_t i;
+
+	/* Unguessable: a lease id is a capability to release someone's slot. */
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+		for (i = 0; i < sizeof(raw); i += 8) {
+			uint64_t r = rand_u64();
+			memcpy(raw + i, &r, sizeof(raw) - i < 8 ? sizeof(raw) - i : 8);
+		}
+	}
+	for (i = 0; i < sizeof(raw); i++)
+		snprintf(buf + 2 * i, 3, "%02x", raw[i]);
+}
+
+static void lease_ttl_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+{
+	struct lease *l = arg;
+
+	log_info("lease expired", "lease=%.8s scope=%s key=\"%s\"", l->id,
+		 l->t[0].kq->sc->cs->name, l->t[0].kq->key);
+	/* The backend state expires by itself at the same deadline: book nothing. */
+	l->backend_booked = false;
+	lease_release(l, NULL, 0);
+}
+
+struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
+{
+	struct lease *l = calloc(1, sizeof(*l));
+	int64_t ttl = 0;
+	struct timeval tv;
+	size_t i;
+
+	if (l == NULL)
+		return NULL;
+	memcpy(l->id, w->lease_id, sizeof(l->id));
+	l->ad = ad;
+	l->via = via;
+	l->nt = w->nt;
+	memcpy(l->t, w->t, w->nt * sizeof(w->t[0]));
+	for (i = 0; i < l->nt; i++)
+		if (l->t[i].kq->sc->cs->lease_ttl_ms > ttl)
+			ttl = l->t[i].kq->sc->cs->lease_ttl_ms;
+	tv.tv_sec = ttl / 1000;
+	tv.tv_usec = (ttl % 1000) * 1000;
+	l->ttl_ev = evtimer_new(ad->base, lease_ttl_cb, l);
+	if (l->ttl_ev == NULL || evtimer_add(l->ttl_ev, &tv) != 0 ||
+	    !htab_put(ad->leases, l->id, l)) {
+		if (l->ttl_ev)
+			event_free(l->ttl_ev);
+		free(l);
+		return NULL;
+	}
+	for (i = 0; i < l->nt; i++) {
+		l->t[i].kq->held++;
+		l->t[i].kq->sc->leases++;
+	}
+	if (!w->detach && w->conn != NULL) {
+		l->conn = w->conn;
+		TAILQ_INSERT_TAIL(&l->conn->leases, l, conn_link);
+	}
+	return l;
+}
+
+void lease_release(struct lease *l, const struct proto_token *tokens, size_t ntokens)
+{
+	struct lim_tokens tk[PROTO_MAX_TOKENS];
+	size_t i;
+
+	for (i = 0; i < ntokens && i < PROTO_MAX_TOKENS; i++) {
+		tk[i].name = tokens[i].name;
+		tk[i].n = tokens[i].n;
+	}
+	if (l->backend_booked || ntokens > 0)
+		eng_release(l, tk, i);
+	htab_del(l->ad->leases, l->id);
+	if (l->conn != NULL)
+		TAILQ_REMOVE(&l->conn->leases, l, conn_link);
+	event_free(l->ttl_ev);
+	for (i = 0; i < l->nt; i++) {
+		l->t[i].kq->held--;
+		l->t[i].kq->sc->leases--;
+	}
+	/* A slot is free: the head may go now, not at its next poll. */
+	for (i = 0; i < l->nt; i++) {
+		struct kq *kq = l->t[i].kq;
+		if (kq->wake_at != 0 && kq->retry_ev != NULL) {
+			event_del(kq->retry_ev);
+			kq->wake_at = 0;
+		}
+		waitq_pump(kq);
+	}
+	free(l);
+}
+
+void lease_conn_closed(struct conn *c)
+{
+	while (!TAILQ_EMPTY(&c->leases)) {
+		struct lease *l = TAILQ_FIRST(&c->leases);
+		lease_release(l, NULL, 0);
+	}
+}
+
+static void lease_free_cb(void *arg UNUSED, const char *key UNUSED, void *val)
+{
+	struct lease *l = val;
+
+	event_free(l->ttl_ev);
+	free(l);
+}
+
+void lease_free_all(struct admitd *ad)
+{
+	htab_each(ad->leases, lease_free_cb, NULL);
+	htab_free(ad->leases);
+	ad->leases = NULL;
+}

@@ -1,0 +1,338 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * limiter.c - one scope's limits for one key, decided in process.
+ *
+ * Owns: struct lim_state. Every limit is checked first (lim_check) and
+ * only then booked (lim_book), so a refusal by any one books nothing in
+ * the others (nginx limit_req's account=0 pass). Pure: the clock is `now`.
+ *
+ * The two pacing modes of seed 000 share the lease list:
+ * - min_delay > 0, cluster_concurrency 0: "serialized". At most one lease
+ *   in flight (it expires at lease_ttl), and a release pushes next_at to
+ *   completion + min_delay.
+ * - cluster_concurrency N > 0: at most N leases in flight, and next_at is
+ *   pushed to admission + min_delay (sends are spaced; releases push nothing).
+ */
+
+#include "limiter.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t lim_div_amount(int64_t v, double div)
+{
+	int64_t r;
+
+	if (div <= 1.0)
+		return v;
+	r = (int64_t)((double)v / div);
+	return r < 1 ? 1 : r;
+}
+
+struct strat_params lim_rule_params(const struct conf_rule *r, double div)
+{
+	struct strat_params p = r->sp;
+
+	if (p.burst == 0)
+		p.burst = p.amount;
+	p.amount = lim_div_amount(p.amount, div);
+	p.burst = lim_div_amount(p.burst, div);
+	return p;
+}
+
+static int64_t lim_min_delay(const struct conf_scope *cs, double div)
+{
+	return div <= 1.0 ? cs->min_delay_ms : (int64_t)((double)cs->min_delay_ms * div);
+}
+
+static bool lim_serialized(const struct conf_scope *cs)
+{
+	return cs->min_delay_ms > 0 && cs->cluster_concurrency == 0;
+}
+
+bool lim_tracks_leases(const struct conf_scope *cs)
+{
+	size_t i;
+
+	if (lim_serialized(cs) || cs->cluster_concurrency > 0)
+		return true;
+	for (i = 0; i < cs->nrules; i++)
+		if (cs->rules[i].meter == METER_CONCURRENCY)
+			return true;
+	return false;
+}
+
+bool lim_rule_applies(const struct conf_scope *cs, size_t i, const struct conf_class *cls)
+{
+	size_t j;
+
+	if (cs->rules[i].name == NULL)
+		return true;
+	if (cls == NULL)
+		return false;
+	for (j = 0; j < cls->nrules; j++)
+		if (cls->rules[j] == i)
+			return true;
+	return false;
+}
+
+struct lim_state *lim_state_new(const struct conf_scope *cs)
+{
+	struct lim_state *st = calloc(1, sizeof(*st) + cs->nrules * sizeof(st->rules[0]));
+
+	if (st != NULL)
+		st->nrules = cs->nrules;
+	return st;
+}
+
+void lim_state_free(struct lim_state *st)
+{
+	if (st == NULL)
+		return;
+	free(st->quota);
+	free(st->leases);
+	free(st);
+}
+
+static int64_t lim_quota_at(const struct lim_state *st, size_t i)
+{
+	return st->quota[(st->quota_head + i) % st->quota_cap];
+}
+
+/* Drop what time has made irrelevant: expired leases, old quota instants. */
+static void lim_purge(struct lim_state *st, const struct conf_scope *cs, int64_t now)
+{
+	size_t i, j;
+
+	for (i = j = 0; i < st->nleases; i++)
+		if (st->leases[i].deadline > now)
+			st->leases[j++] = st->leases[i];
+	st->nleases = j;
+	while (st->quota_n > 0 && lim_quota_at(st, 0) <= now - cs->quota_window_ms) {
+		st->quota_head = (st->quota_head + 1) % st->quota_cap;
+		st->quota_n--;
+	}
+}
+
+/* The wait until a lease slot frees: short polls, bounded by the earliest deadline. */
+static int64_t lim_lease_wait(const struct lim_state *st, const struct conf_scope *cs,
+			      int64_t now)
+{
+	int64_t w = cs->concurrency_retry_ms;
+	size_t i;
+
+	for (i = 0; i < st->nleases; i++)
+		if (st->leases[i].deadline - now < w)
+			w = st->leases[i].deadline - now;
+	return w < 1 ? 1 : w;
+}
+
+/* Keep the refusal with the longest wait; -1 (never) beats any wait. */
+static void lim_refuse(struct lim_decision *d, int64_t wait, const char *rule)
+{
+	if (d->admitted || (d->retry_after_ms != -1 && (wait == -1 || wait > d->retry_after_ms))) {
+		d->admitted = false;
+		d->retry_after_ms = wait;
+		d->rule = rule;
+	}
+}
+
+struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs, double div,
+			      int64_t now, const struct lim_req *rq)
+{
+	struct lim_decision d = { .admitted = true, .retry_after_ms = 0, .rule = NULL };
+	int64_t floor = rq->cls ? rq->cls->floor : 0;
+	size_t i;
+
+	lim_purge(st, cs, now);
+	if (now < st->penalty_until)
+		lim_refuse(&d, st->penalty_until - now, LIM_RULE_PENALTY);
+	if (lim_serialized(cs) && st->nleases > 0)
+		lim_refuse(&d, lim_lease_wait(st, cs, now), LIM_RULE_MIN_DELAY);
+	if (now < st->next_at)
+		lim_refuse(&d, st->next_at - now, LIM_RULE_MIN_DELAY);
+	if (cs->cluster_concurrency > 0) {
+		int64_t cap = lim_div_amount(cs->cluster_concurrency, div);
+		if ((int64_t)st->nleases + rq->count > cap)
+			lim_refuse(&d, rq->count > cap ? -1 : lim_lease_wait(st, cs, now),
+				   LIM_RULE_CLUSTER);
+	}
+	if (cs->quota > 0) {
+		int64_t q = lim_div_amount(cs->quota, div);
+		if (rq->count > q)
+			lim_refuse(&d, -1, cs->quota_text);
+		else if ((int64_t)st->quota_n + rq->count > q)
+			lim_refuse(&d,
+				   lim_quota_at(st, st->quota_n + rq->count - q - 1) +
+					   cs->quota_window_ms - now,
+				   cs->quota_text);
+	}
+	for (i = 0; i < cs->nrules; i++) {
+		const struct conf_rule *r = &cs->rules[i];
+		struct strat_params p;
+		struct strat_result sr;
+
+		if (!lim_rule_applies(cs, i, rq->cls))
+			continue;
+		p = lim_rule_params(r, div);
+		switch (r->meter) {
+		case METER_CONCURRENCY:
+			if ((int64_t)st->nleases + rq->count > p.amount)
+				lim_refuse(&d, rq->count > p.amount ? -1 : lim_lease_wait(st, cs, now),
+					   r->text);
+			continue;
+		case METER_REQUESTS:
+			sr = strat_check(&st->rules[i], &p, now, rq->cost * rq->count, floor);
+			break;
+		default: /* token meters are charged at release; here: not overdrawn */
+			sr = strat_check(&st->rules[i], &p, now, 0, floor);
+			break;
+		}
+		if (!sr.allowed)
+			lim_refuse(&d, sr.retry_after_ms, r->text);
+	}
+	return d;
+}
+
+static bool lim_quota_push(struct lim_state *st, int64_t now, int64_t count)
+{
+	int64_t k;
+
+	if ((size_t)count > st->quota_cap - st->quota_n) {
+		size_t ncap = st->quota_cap ? st->quota_cap * 2 : 8, i;
+		int64_t *nq;
+		while (ncap - st->quota_n < (size_t)count)
+			ncap *= 2;
+		nq = malloc(ncap * sizeof(*nq));
+		if (nq == NULL)
+			return false;
+		for (i = 0; i < st->quota_n; i++)
+			nq[i] = lim_quota_at(st, i);
+		free(st->quota);
+		st->quota = nq;
+		st->quota_cap = ncap;
+		st->quota_head = 0;
+	}
+	for (k = 0; k < count; k++)
+		st->quota[(st->quota_head + st->quota_n++) % st->quota_cap] = now;
+	return true;
+}
+
+bool lim_book(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
+	      const struct lim_req *rq, const char *const *lease_ids)
+{
+	size_t i;
+	int64_t k;
+
+	if (lim_tracks_leases(cs) && lease_ids != NULL) {
+		if (st->nleases + (size_t)rq->count > st->leases_cap) {
+			size_t ncap = st->leases_cap ? st->leases_cap : 4;
+			struct lim_lease *nl;
+			while (ncap < st->nleases + (size_t)rq->count)
+				ncap *= 2;
+			nl = realloc(st->leases, ncap * sizeof(*nl));
+			if (nl == NULL)
+				return false;
+			st->leases = nl;
+			st->leases_cap = ncap;
+		}
+	}
+	if (cs->quota > 0 && !lim_quota_push(st, now, rq->count))
+		return false;
+	if (lim_tracks_leases(cs) && lease_ids != NULL) {
+		for (k = 0; k < rq->count; k++) {
+			struct lim_lease *l = &st->leases[st->nleases++];
+			strncpy(l->id, lease_ids[k], LIM_LEASE_ID_LEN);
+			l->id[LIM_LEASE_ID_LEN] = '\0';
+			l->deadline = now + cs->lease_ttl_ms;
+		}
+	}
+	if (cs->cluster_concurrency > 0 && cs->min_delay_ms > 0) {
+		int64_t next = now + lim_min_delay(cs, div);
+		if (next > st->next_at)
+			st->next_at = next;
+	}
+	for (i = 0; i < cs->nrules; i++) {
+		if (cs->rules[i].meter == METER_REQUESTS && lim_rule_applies(cs, i, rq->cls)) {
+			struct strat_params p = lim_rule_params(&cs->rules[i], div);
+			strat_book(&st->rules[i], &p, now, rq->cost * rq->count);
+		}
+	}
+	st->last_ms = now;
+	return true;
+}
+
+static int64_t lim_token_charge(const struct conf_rule *r, const struct lim_tokens *tokens,
+				size_t ntokens)
+{
+	int64_t sum = 0;
+	size_t i;
+
+	for (i = 0; i < ntokens; i++) {
+		if (r->meter == METER_TOKENS)
+			sum += tokens[i].n;
+		else if (strcmp(tokens[i].name, r->meter_key) == 0)
+			sum += tokens[i].n;
+	}
+	return sum;
+}
+
+bool lim_release(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
+		 const char *lease_id, const struct conf_class *cls,
+		 const struct lim_tokens *tokens, size_t ntokens)
+{
+	bool held = false;
+	size_t i;
+
+	lim_purge(st, cs, now);
+	for (i = 0; i < st->nleases; i++) {
+		if (strcmp(st->leases[i].id, lease_id) == 0) {
+			st->leases[i] = st->leases[--st->nleases];
+			held = true;
+			break;
+		}
+	}
+	if (held && lim_serialized(cs)) {
+		int64_t next = now + lim_min_delay(cs, div);
+		if (next > st->next_at)
+			st->next_at = next;
+	}
+	for (i = 0; i < cs->nrules; i++) {
+		const struct conf_rule *r = &cs->rules[i];
+		int64_t n;
+		if ((r->meter != METER_TOKENS && r->meter != METER_TOKENS_KEY) ||
+		    !lim_rule_applies(cs, i, cls))
+			continue;
+		n = lim_token_charge(r, tokens, ntokens);
+		if (n > 0) {
+			struct strat_params p = lim_rule_params(r, div);
+			strat_book(&st->rules[i], &p, now, n);
+			st->last_ms = now;
+		}
+	}
+	return held;
+}
+
+void lim_penalize(struct lim_state *st, int64_t now, int64_t delay_ms)
+{
+	if (delay_ms > 0 && now + delay_ms > st->penalty_until)
+		st->penalty_until = now + delay_ms;
+}
+
+bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now)
+{
+	size_t i;
+
+	lim_purge(st, cs, now);
+	if (st->nleases > 0 || st->quota_n > 0 || now < st->next_at || now < st->penalty_until)
+		return false;
+	for (i = 0; i < cs->nrules; i++) {
+		struct strat_params p = lim_rule_params(&cs->rules[i], 1.0);
+		if (cs->rules[i].meter != METER_CONCURRENCY && now - st->last_ms < strat_ttl_ms(&p))
+			return false;
+	}
+	return true;
+}

@@ -1,0 +1,119 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * limiter.h - one scope's limits for one key, decided in process.
+ *
+ * Owns: struct lim_state (pacing, penalty, quota instants, leases in
+ * flight, one strategy counter per rule) and the arithmetic that checks every
+ * limit of a scope together and books all of them or none. Pure: time is an
+ * argument, nothing here logs or touches the loop. scripts/acquire.lua,
+ * release.lua and penalize.lua are the same decisions over Redis keys; the
+ * in-process backend and the Redis fallback both run this code.
+ *
+ * `div` is the fallback divisor (1 in local mode): budgets are divided by
+ * it (never below 1) and min_delay multiplied by it.
+ */
+
+#ifndef ADMITD_LIMITER_H
+#define ADMITD_LIMITER_H
+
+#include "conf.h"
+#include "strategy.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LIM_LEASE_ID_LEN 32
+
+struct lim_lease {
+	char id[LIM_LEASE_ID_LEN + 1];
+	int64_t deadline;
+};
+
+struct lim_state {
+	int64_t next_at;       /* min_delay: no admission before this */
+	int64_t penalty_until; /* penalize: no admission before this */
+	int64_t last_ms;       /* last time anything was booked */
+	int64_t *quota;        /* admission instants, ring, oldest at head */
+	size_t quota_head, quota_n, quota_cap;
+	struct lim_lease *leases; /* in flight, when the scope tracks them */
+	size_t nleases, leases_cap;
+	size_t nrules;
+	struct strat_state rules[]; /* one per conf rule, same index */
+};
+
+struct lim_req {
+	const struct conf_class *cls; /* NULL: unnamed rules only */
+	int64_t cost;                 /* requests meter units per admission */
+	int64_t count;                /* admissions asked for at once (>= 1) */
+};
+
+struct lim_decision {
+	bool admitted;
+	int64_t retry_after_ms; /* refusals: the wait after which it may pass; -1 never */
+	const char *rule;       /* refusals: what decided, conf-owned or static text */
+};
+
+/* Static names of the settings a refusal can name. */
+#define LIM_RULE_PENALTY "penalty"
+#define LIM_RULE_MIN_DELAY "min_delay"
+#define LIM_RULE_CLUSTER "cluster_concurrency"
+#define LIM_RULE_MAX_CONCURRENT "max_concurrent"
+#define LIM_RULE_QUEUE "queue" /* a try behind waiters that have not been decided yet */
+
+struct lim_state *lim_state_new(const struct conf_scope *cs);
+void lim_state_free(struct lim_state *st);
+
+/* lim_tracks_leases - true when releases of this scope must be booked. */
+bool lim_tracks_leases(const struct conf_scope *cs);
+
+/*
+ * lim_check - would rq be admitted now? Checks every limit of the scope
+ * that applies to rq->cls; when several refuse, the decision names the one
+ * with the longest wait (ties: the first in conf order). Drops leases whose
+ * deadline passed and quota instants out of the window (not observable
+ * otherwise), books nothing.
+ */
+struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs, double div,
+			      int64_t now, const struct lim_req *rq);
+
+/*
+ * lim_book - book an admission lim_check allowed: rq->count leases named
+ * lease_ids[0..count) (when the scope tracks leases), quota instants,
+ * request meters, send-anchored pacing. Returns false only on allocation
+ * failure, having booked nothing.
+ */
+bool lim_book(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
+	      const struct lim_req *rq, const char *const *lease_ids);
+
+/*
+ * lim_release - the lease `lease_id` (of class cls) is done: drop it from
+ * the leases in flight, start completion-anchored min_delay (only if the
+ * lease was still in flight: an expired lease pushes nothing), and charge
+ * token meters from tokens[0..ntokens). Returns true when the lease was
+ * still in flight.
+ */
+struct lim_tokens {
+	const char *name;
+	int64_t n;
+};
+bool lim_release(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
+		 const char *lease_id, const struct conf_class *cls,
+		 const struct lim_tokens *tokens, size_t ntokens);
+
+/* lim_penalize - hold the key until now + delay_ms; never shortens a hold. */
+void lim_penalize(struct lim_state *st, int64_t now, int64_t delay_ms);
+
+/* lim_idle - true when the state is indistinguishable from a fresh one. */
+bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now);
+
+/* lim_rule_params - a rule's strategy params with the divisor applied. */
+struct strat_params lim_rule_params(const struct conf_rule *r, double div);
+
+/* lim_rule_applies - does rule index i apply to class cls? */
+bool lim_rule_applies(const struct conf_scope *cs, size_t i, const struct conf_class *cls);
+
+#endif

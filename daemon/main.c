@@ -1,0 +1,197 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * main.c - command line, start-up and shutdown order, signals.
+ *
+ * Owns: struct admitd and the order things are created and destroyed in.
+ * Nothing else: every behaviour lives in the module named for it.
+ */
+
+#include "admitd.h"
+
+#include "backend.h"
+#include "clock.h"
+#include "log.h"
+#include "server.h"
+
+#include <event2/event.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ADMITD_DEFAULT_CONF "/etc/admitd/admitd.conf"
+#define ADMITD_EXIT_CONF 2
+/* How long a stopping daemon waits for clients to read their last replies. */
+#define ADMITD_DRAIN_MS 500
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: admitd [-c FILE] [--socket PATH] [--redis URL] [-t]\n"
+		"       admitd -h | --version | --help-conf\n"
+		"\n"
+		"  -c, --conf FILE    conf file (default " ADMITD_DEFAULT_CONF ")\n"
+		"      --socket PATH  listen here instead of the conf's socket\n"
+		"      --redis URL    use this Redis instead of the conf's redis\n"
+		"                     (\"\" forces local mode)\n"
+		"  -t, --test         check the conf, print problems as file:line: message,\n"
+		"                     exit 0 when it is good and 2 when it is not\n"
+		"  -h, --help         this text\n"
+		"      --version      print the version\n"
+		"      --help-conf    every conf key with its default\n");
+}
+
+static void admitd_gc_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+{
+	kq_sweep(arg);
+}
+
+static void admitd_exit_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+{
+	struct admitd *ad = arg;
+
+	event_base_loopexit(ad->base, NULL);
+}
+
+/*
+ * SIGTERM/SIGINT: stop accepting, answer every waiter `shutting_down`, let
+ * clients read their replies for a moment, then leave the loop. A second
+ * signal leaves at once.
+ */
+static void admitd_signal_cb(evutil_socket_t sig, short what UNUSED, void *arg)
+{
+	struct admitd *ad = arg;
+	struct timeval drain = { 0, ADMITD_DRAIN_MS * 1000 };
+
+	if (ad->shutting_down) {
+		event_base_loopbreak(ad->base);
+		return;
+	}
+	log_info("shutting down", "signal=%d", (int)sig);
+	ad->shutting_down = true;
+	server_free(ad->server);
+	ad->server = NULL;
+	kq_shutdown_all(ad);
+	conn_close_all(ad);
+	event_add(ad->exit_ev, &drain);
+	if (ad->nconns == 0)
+		event_active(ad->exit_ev, EV_TIMEOUT, 0);
+}
+
+static bool admitd_override(char **field, const char *value)
+{
+	char *v = strdup(value);
+
+	if (v == NULL)
+		return false;
+	free(*field);
+	*field = v;
+	return true;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "conf", required_argument, NULL, 'c' },
+		{ "socket", required_argument, NULL, 'S' },
+		{ "redis", required_argument, NULL, 'R' },
+		{ "test", no_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help-conf", no_argument, NULL, 'K' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *conf_path = ADMITD_DEFAULT_CONF, *socket_arg = NULL, *redis_arg = NULL;
+	struct admitd ad;
+	struct event *sigterm = NULL, *sigint = NULL;
+	struct timeval gc_every = { 1, 0 };
+	bool test_only = false;
+	int opt, rc = 1;
+
+	while ((opt = getopt_long(argc, argv, "c:th", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'c': conf_path = optarg; break;
+		case 'S': socket_arg = optarg; break;
+		case 'R': redis_arg = optarg; break;
+		case 't': test_only = true; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': printf("admitd %s (protocol %d)\n", ADMITD_VERSION, ADMIT_PROTO_VERSION); return 0;
+		case 'K': conf_dump_keys(stdout); return 0;
+		default: usage(stderr); return ADMITD_EXIT_CONF;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		return ADMITD_EXIT_CONF;
+	}
+
+	memset(&ad, 0, sizeof(ad));
+	TAILQ_INIT(&ad.conns);
+	ad.conf = conf_load(conf_path, stderr);
+	if (ad.conf == NULL)
+		return ADMITD_EXIT_CONF;
+	if (test_only) {
+		printf("%s: conf is good (%zu scopes)\n", conf_path, ad.conf->nscopes);
+		conf_free(ad.conf);
+		return 0;
+	}
+	if ((socket_arg && !admitd_override(&ad.conf->socket, socket_arg)) ||
+	    (redis_arg && !admitd_override(&ad.conf->redis, redis_arg)))
+		fatal("out of memory", NULL);
+	if (ad.conf->log_level != NULL && !log_set_level_name(ad.conf->log_level))
+		fatal("bad log_level", "log_level=%s", ad.conf->log_level);
+
+	signal(SIGPIPE, SIG_IGN);
+	ad.start_ms = clock_mono_ms();
+	ad.base = event_base_new();
+	ad.leases = htab_new();
+	if (ad.base == NULL || ad.leases == NULL || !scopes_init(&ad))
+		fatal("cannot initialise", NULL);
+	ad.gc_ev = event_new(ad.base, -1, EV_PERSIST, admitd_gc_cb, &ad);
+	ad.exit_ev = evtimer_new(ad.base, admitd_exit_cb, &ad);
+	sigterm = evsignal_new(ad.base, SIGTERM, admitd_signal_cb, &ad);
+	sigint = evsignal_new(ad.base, SIGINT, admitd_signal_cb, &ad);
+	if (ad.gc_ev == NULL || ad.exit_ev == NULL || sigterm == NULL || sigint == NULL ||
+	    event_add(ad.gc_ev, &gc_every) != 0 || event_add(sigterm, NULL) != 0 ||
+	    event_add(sigint, NULL) != 0)
+		fatal("cannot set up events", NULL);
+	if (ad.conf->redis != NULL && ad.conf->redis[0] != '\0') {
+		ad.redis = backend_new(&ad);
+		if (ad.redis == NULL)
+			goto out;
+	}
+	ad.server = server_new(&ad);
+	if (ad.server == NULL)
+		goto out;
+	log_info("admitd started",
+		 "version=%s socket=\"%s\" backend=%s scopes=%zu", ADMITD_VERSION, ad.conf->socket,
+		 ad.redis ? "redis" : "local", ad.nscopes);
+	event_base_dispatch(ad.base);
+	rc = 0;
+	log_info("admitd stopped", NULL);
+out:
+	/* Connections first (their waiters cancel, their leases release), then
+	 * the backend (completing what is in flight), then what they pointed at. */
+	server_free(ad.server);
+	ad.shutting_down = true;
+	conn_free_all(&ad);
+	backend_free(ad.redis);
+	ad.redis = NULL;
+	scopes_free(&ad);
+	lease_free_all(&ad);
+	if (sigterm)
+		event_free(sigterm);
+	if (sigint)
+		event_free(sigint);
+	if (ad.gc_ev)
+		event_free(ad.gc_ev);
+	if (ad.exit_ev)
+		event_free(ad.exit_ev);
+	event_base_free(ad.base);
+	conf_free(ad.conf);
+	return rc;
+}

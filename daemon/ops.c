@@ -1,0 +1,212 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * ops.c - the protocol's operations: a request in, a reply (or a waiter) out.
+ *
+ * Owns: the op table and its handlers. Types and ranges were checked by the
+ * codec; here requests meet the conf (unknown scope, class, missing key) and
+ * become waiters (waitq.c), lease releases (lease.c) or penalties
+ * (engine.c). Every request gets exactly one reply, now or when its waiter
+ * ends.
+ */
+
+#include "admitd.h"
+
+#include "backend.h"
+#include "clock.h"
+#include "engine.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct op_entry {
+	const char *name;
+	void (*handler)(struct conn *c, struct request *rq);
+};
+
+const char *via_name(enum via v)
+{
+	static const char *const names[] = { "local", "redis", "fallback" };
+
+	return names[v];
+}
+
+static void ops_error(struct conn *c, const struct request *rq, enum admit_err e,
+		      const char *msg)
+{
+	conn_send_reply(c, preply_error(rq->id, e, msg));
+}
+
+/*
+ * Resolve a request's targets against the conf. false (after replying)
+ * when a scope, key or class is wrong, or memory runs out.
+ */
+static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *out)
+{
+	char msg[256];
+	size_t i;
+
+	for (i = 0; i < rq->ntargets; i++) {
+		struct proto_target *pt = &rq->targets[i];
+		struct scope_rt *sc = scope_find(c->ad, pt->scope);
+		const char *key = pt->key, *cname = NULL;
+
+		if (sc == NULL) {
+			snprintf(msg, sizeof(msg), "no scope \"%s\" in the conf", pt->scope);
+			ops_error(c, rq, ADMIT_E_UNKNOWN_SCOPE, msg);
+			return false;
+		}
+		if (!pt->has_key) {
+			if (sc->cs->default_key == NULL) {
+				snprintf(msg, sizeof(msg), "scope \"%s\" has no default key: give \"key\" or \"url\"",
+					 pt->scope);
+				ops_error(c, rq, ADMIT_E_BAD_REQUEST, msg);
+				return false;
+			}
+			key = sc->cs->default_key;
+		}
+		out[i].cls = NULL;
+		cname = pt->has_cls ? pt->cls : sc->cs->default_class;
+		if (cname != NULL) {
+			out[i].cls = conf_class_find(sc->cs, cname);
+			if (out[i].cls == NULL) {
+				snprintf(msg, sizeof(msg), "scope \"%s\" has no class \"%s\"", pt->scope,
+					 cname);
+				ops_error(c, rq, ADMIT_E_BAD_REQUEST, msg);
+				return false;
+			}
+		}
+		out[i].cost = pt->cost;
+		out[i].kq = kq_get(sc, key);
+		if (out[i].kq == NULL) {
+			ops_error(c, rq, ADMIT_E_UNAVAILABLE, "out of memory");
+			return false;
+		}
+	}
+	return true;
+}
+
+static void op_acquire(struct conn *c, struct request *rq)
+{
+	const struct conf_scope *cs;
+	struct waiter *w;
+	int64_t timeout;
+
+	if (c->ad->shutting_down) {
+		ops_error(c, rq, ADMIT_E_SHUTTING_DOWN, NULL);
+		return;
+	}
+	w = calloc(1, sizeof(*w));
+	if (w == NULL) {
+		ops_error(c, rq, ADMIT_E_UNAVAILABLE, "out of memory");
+		return;
+	}
+	if (!ops_targets(c, rq, w->t)) {
+		free(w);
+		return;
+	}
+	w->nt = rq->ntargets;
+	cs = w->t[0].kq->sc->cs;
+	timeout = rq->has_timeout ? rq->timeout_ms : cs->timeout_ms;
+	w->conn = c;
+	w->id = rq->id; /* the waiter owns the id from here */
+	rq->id = NULL;
+	w->detach = rq->detach;
+	w->try_only = timeout == 0;
+	w->start_ms = clock_mono_ms();
+	w->deadline_ms = w->start_ms + timeout;
+	waitq_add(w);
+}
+
+static void op_release(struct conn *c, struct request *rq)
+{
+	struct lease *l = htab_get(c->ad->leases, rq->lease);
+	struct preply *r = preply_new(rq->id, true);
+
+	if (l != NULL)
+		lease_release(l, rq->tokens, rq->ntokens);
+	preply_bool(r, "held", l != NULL);
+	conn_send_reply(c, r);
+}
+
+static void op_penalize(struct conn *c, struct request *rq)
+{
+	struct target_rt t[PROTO_MAX_TARGETS];
+	int64_t delay = rq->penalty_ms;
+	struct preply *r;
+	size_t i;
+
+	if (!ops_targets(c, rq, t))
+		return;
+	if (delay < 0) /* an HTTP-date */
+		delay = rq->penalty_until_wall_ms - clock_wall_ms();
+	for (i = 0; i < rq->ntargets && delay > 0; i++)
+		eng_penalize(t[i].kq, delay);
+	r = preply_new(rq->id, true);
+	preply_int(r, "penalty_ms", delay > 0 ? delay : 0);
+	conn_send_reply(c, r);
+}
+
+static void op_status(struct conn *c, struct request *rq)
+{
+	struct admitd *ad = c->ad;
+	struct preply *r = preply_new(rq->id, true);
+	int64_t now = clock_mono_ms(), since = ad->start_ms;
+	const char *state = "local";
+	size_t i;
+
+	if (ad->redis != NULL)
+		state = backend_state(ad->redis, &since);
+	preply_str(r, "version", ADMITD_VERSION);
+	preply_int(r, "protocol", ADMIT_PROTO_VERSION);
+	preply_int(r, "uptime_s", (now - ad->start_ms) / 1000);
+	preply_str(r, "backend", state);
+	preply_int(r, "backend_since_s", (now - since) / 1000);
+	preply_int(r, "connections", (int64_t)ad->nconns);
+	preply_push(r, "scopes");
+	for (i = 0; i < ad->nscopes; i++) {
+		struct scope_rt *sc = &ad->scopes[i];
+		preply_push(r, sc->cs->name);
+		preply_int(r, "leases", sc->leases);
+		preply_int(r, "waiting", sc->waiting);
+		preply_int(r, "keys", (int64_t)htab_count(sc->keys));
+		preply_int(r, "admitted", (int64_t)sc->admitted);
+		preply_int(r, "refused", (int64_t)sc->refused);
+		preply_int(r, "timeouts", (int64_t)sc->timeouts);
+		preply_int(r, "shadow_limited", (int64_t)sc->shadow_limited);
+		preply_int(r, "fallback_admitted", (int64_t)sc->fallbacks);
+		preply_pop(r);
+	}
+	preply_pop(r);
+	conn_send_reply(c, r);
+}
+
+static void op_ping(struct conn *c, struct request *rq)
+{
+	conn_send_reply(c, preply_new(rq->id, true));
+}
+
+static const struct op_entry op_table[OP__COUNT] = {
+	[OP_ACQUIRE] = { "acquire", op_acquire },
+	[OP_RELEASE] = { "release", op_release },
+	[OP_PENALIZE] = { "penalize", op_penalize },
+	[OP_STATUS] = { "status", op_status },
+	[OP_PING] = { "ping", op_ping },
+};
+
+void ops_dispatch(struct conn *c, const char *line, size_t len)
+{
+	struct request rq;
+	char msg[256];
+	enum admit_err e = proto_decode(line, len, &rq, msg, sizeof(msg));
+
+	if (e != ADMIT_OK)
+		ops_error(c, &rq, e, msg);
+	else
+		op_table[rq.op].handler(c, &rq);
+	proto_request_clear(&rq);
+}

@@ -1,0 +1,129 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * scope.c - scopes at run time and their tables of keys.
+ *
+ * Owns: the scope_rt array and every struct kq (created on first use of a
+ * key, freed by the sweep once nothing is queued or held on it and its
+ * in-process limiter state is indistinguishable from a fresh one, so memory
+ * follows the keys in use, not the keys ever seen).
+ */
+
+#include "admitd.h"
+
+#include "clock.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool scopes_init(struct admitd *ad)
+{
+	size_t i;
+
+	ad->nscopes = ad->conf->nscopes;
+	ad->scopes = calloc(ad->nscopes ? ad->nscopes : 1, sizeof(*ad->scopes));
+	if (ad->scopes == NULL)
+		return false;
+	for (i = 0; i < ad->nscopes; i++) {
+		ad->scopes[i].ad = ad;
+		ad->scopes[i].cs = &ad->conf->scopes[i];
+		ad->scopes[i].idx = i;
+		ad->scopes[i].keys = htab_new();
+		if (ad->scopes[i].keys == NULL)
+			return false;
+	}
+	return true;
+}
+
+static void kq_free_cb(void *arg UNUSED, const char *key UNUSED, void *val)
+{
+	waitq_free_kq(val);
+}
+
+void scopes_free(struct admitd *ad)
+{
+	size_t i;
+
+	for (i = 0; i < ad->nscopes; i++) {
+		if (ad->scopes[i].keys == NULL)
+			continue;
+		htab_each(ad->scopes[i].keys, kq_free_cb, NULL);
+		htab_free(ad->scopes[i].keys);
+	}
+	free(ad->scopes);
+	ad->scopes = NULL;
+}
+
+struct scope_rt *scope_find(struct admitd *ad, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < ad->nscopes; i++)
+		if (strcmp(ad->scopes[i].cs->name, name) == 0)
+			return &ad->scopes[i];
+	return NULL;
+}
+
+struct kq *kq_get(struct scope_rt *sc, const char *key)
+{
+	struct kq *kq = htab_get(sc->keys, key);
+
+	if (kq != NULL)
+		return kq;
+	kq = calloc(1, sizeof(*kq));
+	if (kq == NULL)
+		return NULL;
+	kq->key = strdup(key);
+	if (kq->key == NULL || !htab_put(sc->keys, key, kq)) {
+		free(kq->key);
+		free(kq);
+		return NULL;
+	}
+	kq->sc = sc;
+	TAILQ_INIT(&kq->waiters);
+	return kq;
+}
+
+struct sweep_ctx {
+	struct scope_rt *sc;
+	int64_t now;
+};
+
+static void kq_sweep_one(void *arg, const char *key, void *val)
+{
+	struct sweep_ctx *sw = arg;
+	struct kq *kq = val;
+
+	if (kq->nwait > 0 || kq->held > 0 || kq->busy)
+		return;
+	if (kq->lim != NULL && !lim_idle(kq->lim, sw->sc->cs, sw->now))
+		return;
+	htab_del(sw->sc->keys, key);
+	waitq_free_kq(kq);
+}
+
+void kq_sweep(struct admitd *ad)
+{
+	struct sweep_ctx sw = { .now = clock_mono_ms() };
+	size_t i;
+
+	for (i = 0; i < ad->nscopes; i++) {
+		sw.sc = &ad->scopes[i];
+		htab_each(sw.sc->keys, kq_sweep_one, &sw);
+	}
+}
+
+static void kq_shutdown_cb(void *arg UNUSED, const char *key UNUSED, void *val)
+{
+	waitq_shutdown(val);
+}
+
+void kq_shutdown_all(struct admitd *ad)
+{
+	size_t i;
+
+	for (i = 0; i < ad->nscopes; i++)
+		htab_each(ad->scopes[i].keys, kq_shutdown_cb, NULL);
+}

@@ -1,0 +1,169 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * server.c - the Unix listening socket.
+ *
+ * Owns: the listening fd (through an evconnlistener) and the socket file.
+ * Creates the socket OpenSMTPD-style: a connect() probe first, so a second
+ * admitd does not steal a live daemon's socket, then unlink of a stale one,
+ * bind under a umask, explicit chmod. Accepting pauses briefly when the
+ * process runs out of descriptors, and connections beyond max_connections
+ * are closed at once.
+ */
+
+#include "server.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+struct server {
+	struct admitd *ad;
+	struct evconnlistener *lev;
+	struct event *resume_ev;
+	char *path;
+};
+
+static void server_accept_cb(struct evconnlistener *lev UNUSED, evutil_socket_t fd,
+			     struct sockaddr *sa UNUSED, int salen UNUSED, void *arg)
+{
+	struct server *s = arg;
+
+	if (s->ad->shutting_down || (int64_t)s->ad->nconns >= s->ad->conf->max_connections) {
+		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "connection refused: max_connections reached",
+				"max_connections=%lld", (long long)s->ad->conf->max_connections);
+		evutil_closesocket(fd);
+		return;
+	}
+	conn_new(s->ad, fd);
+}
+
+static void server_resume_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+{
+	struct server *s = arg;
+
+	evconnlistener_enable(s->lev);
+}
+
+static void server_error_cb(struct evconnlistener *lev, void *arg)
+{
+	struct server *s = arg;
+	int err = EVUTIL_SOCKET_ERROR();
+	struct timeval tv = { 0, 100 * 1000 };
+
+	if (err == EINTR || err == EWOULDBLOCK || err == ECONNABORTED)
+		return;
+	/* EMFILE/ENFILE: pause instead of spinning on a listener we cannot drain. */
+	log_ratelimited(LOG_SLOT_ACCEPT, 1000, "accept failed, pausing", "err=\"%s\"",
+			strerror(err));
+	evconnlistener_disable(lev);
+	event_add(s->resume_ev, &tv);
+}
+
+/* A socket file that accepts a connection belongs to a live daemon. */
+static bool server_probe_live(const struct sockaddr_un *sun)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	bool live;
+
+	if (fd < 0)
+		return false;
+	live = connect(fd, (const struct sockaddr *)sun, sizeof(*sun)) == 0;
+	close(fd);
+	return live;
+}
+
+struct server *server_new(struct admitd *ad)
+{
+	const char *path = ad->conf->socket, *errpos = NULL;
+	struct sockaddr_un sun;
+	struct server *s = NULL;
+	int fd = -1;
+	mode_t old_umask;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		log_error("socket path too long", "socket=\"%s\"", path);
+		return NULL;
+	}
+	strcpy(sun.sun_path, path);
+	if (server_probe_live(&sun)) {
+		log_error("another daemon is listening on the socket", "socket=\"%s\"", path);
+		return NULL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (s == NULL || (s->path = strdup(path)) == NULL) {
+		errpos = "calloc";
+		goto fail;
+	}
+	s->ad = ad;
+	if (unlink(path) != 0 && errno != ENOENT) {
+		errpos = "unlink";
+		goto fail;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		errpos = "socket";
+		goto fail;
+	}
+	old_umask = umask(0177);
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0) {
+		umask(old_umask);
+		errpos = "bind";
+		goto fail;
+	}
+	umask(old_umask);
+	if (chmod(path, (mode_t)ad->conf->socket_mode) != 0) {
+		errpos = "chmod";
+		goto fail;
+	}
+	if (listen(fd, 128) != 0) {
+		errpos = "listen";
+		goto fail;
+	}
+	s->resume_ev = evtimer_new(ad->base, server_resume_cb, s);
+	s->lev = evconnlistener_new(ad->base, server_accept_cb, s,
+				    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+	if (s->resume_ev == NULL || s->lev == NULL) {
+		errpos = "evconnlistener_new";
+		goto fail;
+	}
+	evconnlistener_set_error_cb(s->lev, server_error_cb);
+	return s;
+fail:
+	log_error("cannot listen", "socket=\"%s\" call=%s err=\"%s\"", path, errpos,
+		  strerror(errno));
+	if (s != NULL && s->lev == NULL && fd >= 0)
+		close(fd);
+	if (s != NULL) {
+		if (s->resume_ev)
+			event_free(s->resume_ev);
+		if (s->lev)
+			evconnlistener_free(s->lev);
+		free(s->path);
+		free(s);
+	}
+	return NULL;
+}
+
+void server_free(struct server *s)
+{
+	if (s == NULL)
+		return;
+	evconnlistener_free(s->lev);
+	event_free(s->resume_ev);
+	unlink(s->path);
+	free(s->path);
+	free(s);
+}

@@ -1,0 +1,339 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * waitq.c - FIFO queues of acquires waiting for one (scope, key).
+ *
+ * Owns: struct waiter records, their deadline timers, and each kq's retry
+ * timer. Does not own the connection a waiter came from (conn.c) nor the
+ * lease it gets (lease.c).
+ *
+ * Only the head of a queue asks the limiter; the others sleep until they
+ * become the head or their deadline passes, so a thousand local waiters are
+ * one poll, not a thousand. A refusal says how long to wait: the head sleeps
+ * that long (stretched by the scope's jitter) and asks again, unless the wait
+ * is longer than what is left of its budget, in which case it is answered
+ * `budget_exceeded` at once rather than slept out. A waiter whose decision is
+ * in flight when its client leaves (or its deadline passes) is kept until the
+ * decision returns (twemproxy's swallow), and an admission that nobody can
+ * receive any more is released at once.
+ */
+
+#include "admitd.h"
+
+#include "clock.h"
+#include "engine.h"
+#include "log.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void waitq_decided(void *arg, const struct eng_res *res);
+
+static struct waiter *waitq_head(struct kq *kq)
+{
+	return TAILQ_FIRST(&kq->waiters);
+}
+
+static bool waitq_in_flight(struct waiter *w)
+{
+	struct kq *kq = w->t[0].kq;
+
+	return kq->busy && waitq_head(kq) == w;
+}
+
+/* Remove w from its queue and its connection, and free it. */
+static void waitq_remove(struct waiter *w)
+{
+	struct kq *kq = w->t[0].kq;
+
+	if (waitq_head(kq) == w && kq->retry_ev != NULL) {
+		event_del(kq->retry_ev);
+		kq->wake_at = 0;
+	}
+	TAILQ_REMOVE(&kq->waiters, w, kq_link);
+	kq->nwait--;
+	kq->sc->waiting--;
+	if (w->conn != NULL)
+		TAILQ_REMOVE(&w->conn->waiters, w, conn_link);
+	if (w->deadline_ev != NULL)
+		event_free(w->deadline_ev);
+	free(w->id);
+	free(w);
+}
+
+/* Answer a waiter with an error (if its client is still there). */
+static void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, const char *rule,
+		       const char *msg)
+{
+	struct preply *r;
+
+	if (e != ADMIT_E_SHUTTING_DOWN)
+		w->t[0].kq->sc->refused++;
+	if (w->conn == NULL)
+		return;
+	r = preply_error(w->id, e, msg);
+	if (retry_ms > 0 || e == ADMIT_E_LIMITED || e == ADMIT_E_BUDGET_EXCEEDED)
+		preply_int(r, "retry_after_ms", retry_ms);
+	if (rule != NULL)
+		preply_str(r, "rule", rule);
+	conn_send_reply(w->conn, r);
+}
+
+static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now)
+{
+	struct lease *l = lease_new(w->t[0].kq->sc->ad, w, res->via);
+	struct preply *r;
+	size_t i;
+
+	if (l == NULL) {
+		waitq_fail(w, ADMIT_E_UNAVAILABLE, 0, NULL, "out of memory");
+		return;
+	}
+	l->backend_booked = res->booked;
+	for (i = 0; i < w->nt; i++) {
+		w->t[i].kq->sc->admitted++;
+		if (res->via == VIA_FALLBACK)
+			w->t[i].kq->sc->fallbacks++;
+	}
+	if (w->conn == NULL) { /* nobody to tell: give it straight back */
+		lease_release(l, NULL, 0);
+		return;
+	}
+	r = preply_new(w->id, true);
+	preply_str(r, "lease", l->id);
+	preply_int(r, "waited_ms", now - w->start_ms);
+	preply_str(r, "backend", via_name(res->via));
+	if (res->shadow_limited) {
+		preply_bool(r, "shadow_limited", true);
+		preply_str(r, "rule", res->rule);
+	}
+	conn_send_reply(w->conn, r);
+}
+
+static void waitq_deadline_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+{
+	struct waiter *w = arg;
+	struct kq *kq = w->t[0].kq;
+	bool was_head = waitq_head(kq) == w;
+
+	w->t[0].kq->sc->timeouts++;
+	waitq_fail(w, ADMIT_E_TIMEOUT, 0, w->last_rule, "waited the whole budget");
+	if (waitq_in_flight(w)) {
+		/* The decision in flight finds conn NULL and cleans up. */
+		if (w->conn != NULL) {
+			TAILQ_REMOVE(&w->conn->waiters, w, conn_link);
+			w->conn = NULL;
+		}
+		return;
+	}
+	waitq_remove(w);
+	if (was_head)
+		waitq_pump(kq);
+}
+
+static void waitq_retry_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+{
+	struct kq *kq = arg;
+
+	kq->wake_at = 0;
+	waitq_pump(kq);
+}
+
+/* How long a waiter arriving now would wait behind the queue, for `limited`. */
+static int64_t waitq_queue_wait(struct kq *kq, int64_t now)
+{
+	if (kq->wake_at > now)
+		return kq->wake_at - now;
+	return kq->sc->cs->concurrency_retry_ms;
+}
+
+void waitq_add(struct waiter *w)
+{
+	struct kq *kq = w->t[0].kq;
+	struct scope_rt *sc = kq->sc;
+	int64_t now = clock_mono_ms();
+
+	TAILQ_INSERT_TAIL(&kq->waiters, w, kq_link);
+	kq->nwait++;
+	sc->waiting++;
+	if (w->conn != NULL)
+		TAILQ_INSERT_TAIL(&w->conn->waiters, w, conn_link);
+	if (w->try_only && kq->nwait > 1) {
+		/* Others are waiting first: a try never jumps the queue. */
+		const char *rule = waitq_head(kq)->last_rule;
+		waitq_fail(w, ADMIT_E_LIMITED, waitq_queue_wait(kq, now),
+			   rule ? rule : LIM_RULE_QUEUE, NULL);
+		waitq_remove(w);
+		return;
+	}
+	if (!w->try_only && sc->waiting > sc->cs->max_waiters) {
+		waitq_fail(w, ADMIT_E_TOO_MANY_WAITERS, 0, NULL, NULL);
+		waitq_remove(w);
+		return;
+	}
+	if (!w->try_only) {
+		struct timeval tv = { (w->deadline_ms - now) / 1000,
+				      ((w->deadline_ms - now) % 1000) * 1000 };
+		w->deadline_ev = evtimer_new(sc->ad->base, waitq_deadline_cb, w);
+		if (w->deadline_ev == NULL || evtimer_add(w->deadline_ev, &tv) != 0) {
+			waitq_fail(w, ADMIT_E_UNAVAILABLE, 0, NULL, "cannot arm timer");
+			waitq_remove(w);
+			return;
+		}
+	}
+	waitq_pump(kq);
+}
+
+/*
+ * The per-pod semaphore: is every target's kq below max_concurrent? When
+ * not, *own tells whether it is this queue's own key (a release of it will
+ * pump this queue) or another target's (poll).
+ */
+static bool waitq_sem_free(struct waiter *w, bool *own, const char **rule)
+{
+	size_t i;
+
+	for (i = 0; i < w->nt; i++) {
+		const struct conf_scope *cs = w->t[i].kq->sc->cs;
+		if (cs->max_concurrent > 0 && w->t[i].kq->held >= cs->max_concurrent) {
+			*own = i == 0;
+			*rule = LIM_RULE_MAX_CONCURRENT;
+			return false;
+		}
+	}
+	return true;
+}
+
+static void waitq_arm_retry(struct kq *kq, int64_t now, int64_t wait_ms)
+{
+	struct timeval tv = { wait_ms / 1000, (wait_ms % 1000) * 1000 };
+
+	if (kq->retry_ev == NULL)
+		kq->retry_ev = evtimer_new(kq->sc->ad->base, waitq_retry_cb, kq);
+	if (kq->retry_ev == NULL || evtimer_add(kq->retry_ev, &tv) != 0) {
+		log_ratelimited(LOG_SLOT_FALLBACK, 1000, "cannot arm retry timer", NULL);
+		return;
+	}
+	kq->wake_at = now + wait_ms;
+}
+
+void waitq_pump(struct kq *kq)
+{
+	if (kq->in_pump)
+		return;
+	kq->in_pump = true;
+	while (!kq->busy && !TAILQ_EMPTY(&kq->waiters) && kq->wake_at == 0) {
+		struct waiter *w = waitq_head(kq);
+		const char *rule = NULL;
+		bool own = true;
+
+		if (!waitq_sem_free(w, &own, &rule)) {
+			int64_t retry = kq->sc->cs->concurrency_retry_ms;
+			w->last_rule = rule;
+			if (w->try_only) {
+				waitq_fail(w, ADMIT_E_LIMITED, retry, rule, NULL);
+				waitq_remove(w);
+				continue;
+			}
+			if (!own)
+				waitq_arm_retry(kq, clock_mono_ms(), retry);
+			break; /* own key: the next release of it pumps this queue */
+		}
+		lease_make_id(w->lease_id);
+		kq->busy = true;
+		eng_acquire(kq->sc->ad, w, w->lease_id, waitq_decided, w);
+	}
+	kq->in_pump = false;
+}
+
+/* Jitter: stretch a nonzero wait by a random 0..jitter of itself. */
+static int64_t waitq_jitter(const struct conf_scope *cs, int64_t wait)
+{
+	double f;
+
+	if (cs->jitter <= 0 || wait <= 0)
+		return wait;
+	f = (double)(rand_u64() >> 11) / (double)(1ULL << 53);
+	return wait + (int64_t)((double)wait * cs->jitter * f);
+}
+
+static void waitq_decided(void *arg, const struct eng_res *res)
+{
+	struct waiter *w = arg;
+	struct kq *kq = w->t[0].kq;
+	int64_t now = clock_mono_ms();
+
+	kq->busy = false;
+	if (res->admitted) {
+		waitq_admit(w, res, now);
+		waitq_remove(w);
+	} else if (w->conn == NULL) {
+		waitq_remove(w); /* gone or timed out while the decision was in flight */
+	} else if (res->unavailable) {
+		waitq_fail(w, ADMIT_E_UNAVAILABLE, 0, NULL, "the limiter backend cannot decide");
+		waitq_remove(w);
+	} else if (w->try_only) {
+		waitq_fail(w, ADMIT_E_LIMITED, res->retry_after_ms, res->rule, NULL);
+		waitq_remove(w);
+	} else if (res->retry_after_ms < 0 || now + res->retry_after_ms > w->deadline_ms) {
+		waitq_fail(w, ADMIT_E_BUDGET_EXCEEDED, res->retry_after_ms, res->rule, NULL);
+		waitq_remove(w);
+	} else {
+		int64_t wait = waitq_jitter(kq->sc->cs, res->retry_after_ms);
+		if (now + wait > w->deadline_ms)
+			wait = w->deadline_ms - now; /* jitter never costs the last try */
+		w->last_rule = res->rule;
+		waitq_arm_retry(kq, now, wait < 1 ? 1 : wait);
+	}
+	if (!kq->in_pump)
+		waitq_pump(kq);
+}
+
+void waitq_cancel(struct waiter *w)
+{
+	struct kq *kq = w->t[0].kq;
+	bool was_head = waitq_head(kq) == w;
+
+	if (w->conn != NULL) {
+		TAILQ_REMOVE(&w->conn->waiters, w, conn_link);
+		w->conn = NULL;
+	}
+	if (waitq_in_flight(w))
+		return;
+	waitq_remove(w);
+	if (was_head)
+		waitq_pump(kq);
+}
+
+void waitq_shutdown(struct kq *kq)
+{
+	struct waiter *w, *nx;
+
+	for (w = TAILQ_FIRST(&kq->waiters); w != NULL; w = nx) {
+		nx = TAILQ_NEXT(w, kq_link);
+		waitq_fail(w, ADMIT_E_SHUTTING_DOWN, 0, NULL, NULL);
+		if (w->conn != NULL) {
+			TAILQ_REMOVE(&w->conn->waiters, w, conn_link);
+			w->conn = NULL;
+		}
+		if (!waitq_in_flight(w))
+			waitq_remove(w);
+	}
+}
+
+void waitq_free_kq(struct kq *kq)
+{
+	while (!TAILQ_EMPTY(&kq->waiters)) {
+		struct waiter *w = waitq_head(kq);
+		kq->busy = false;
+		waitq_remove(w);
+	}
+	if (kq->retry_ev != NULL)
+		event_free(kq->retry_ev);
+	lim_state_free(kq->lim);
+	free(kq->key);
+	free(kq);
+}
