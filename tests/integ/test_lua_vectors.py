@@ -1,0 +1,287 @@
+"""test_lua_vectors.py - scripts/lib/strategy.lua against tests/vectors/strategy/*.jsonl.
+
+Owns: replaying every strategy vector in a real redis-server (EVAL of
+scripts/lib/strategy.lua + tests/integ/lua_vectors.lua, one call per case),
+and a third, independent implementation of the five strategies (a reference
+model in exact rational arithmetic, below) that the same vectors are checked
+against. The C side replays the same files in tests/unit/check_strategy.c.
+
+The model is written differently from the C and Lua on purpose: levels and
+weighted counts are Fractions, retry_after is solved in closed form rather
+than searched, so a shared mistake is unlikely. It also fills in the
+expectations of hand-written scenarios:
+
+    python3 tests/integ/test_lua_vectors.py --regen   # rewrites the jsonl files
+
+Needs no daemon: only redis-server (tests.integ.harness.RedisServer).
+"""
+
+import glob
+import json
+import math
+import os
+import sys
+import unittest
+from fractions import Fraction
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VECTOR_DIR = os.environ.get("STRAT_VECTORS") or os.path.join(REPO, "tests", "vectors", "strategy")
+LIB_LUA = os.path.join(REPO, "scripts", "lib", "strategy.lua")
+WRAPPER_LUA = os.path.join(REPO, "tests", "integ", "lua_vectors.lua")
+
+MAX_AMOUNT = 10 ** 9
+MAX_WINDOW = 86400000
+UNITS_MAX = 1 << 40
+WAIT_MAX = 10 ** 15
+BUCKETS = ("token-bucket", "leaky-bucket")
+KINDS = ("token-bucket", "sliding-window", "fixed-window", "leaky-bucket", "session-window")
+
+
+def clamp(x, lo, hi):
+    return max(lo, min(hi, x))
+
+
+class Model:
+    """One strategy with its parameters, in exact arithmetic.
+
+    Semantics (strategy.h): with count the units in use (a bucket's level, a
+    window's count, the sliding window's weighted count), a check passes iff
+    count + cost <= cap - floor, where a cost-0 check costs the smallest
+    unit of the state (a milli-unit of a bucket, a unit of a window). retry_after is the least whole ms after
+    which the check passes, capped at now_eff + ttl.
+    """
+
+    def __init__(self, params):
+        self.kind = params["kind"]
+        self.amount = clamp(params["amount"], 1, MAX_AMOUNT)
+        self.w = clamp(params["window_ms"], 1, MAX_WINDOW)
+        burst = clamp(params.get("burst", 0), 0, MAX_AMOUNT)
+        self.bucket = self.kind in BUCKETS
+        self.cap = burst if self.bucket and burst > 0 else self.amount
+        self.unit = 1000 if self.bucket else 1
+
+    def ttl(self):
+        if self.bucket:
+            return min((self.cap // self.amount + 2) * self.w, WAIT_MAX)
+        return 2 * self.w if self.kind == "sliding-window" else self.w
+
+    # -- the count at instant T (T already >= st.t), exact --
+    def count(self, st, T):
+        a, b, t = st["a"], st["b"], st["t"]
+        w = self.w
+        if self.bucket:
+            level = Fraction(a) - Fraction(b, w)
+            return max(Fraction(0), level - Fraction((T - t) * self.amount * 1000, w))
+        if self.kind == "fixed-window":
+            return Fraction(a if T // w * w == t else 0)
+        if self.kind == "session-window":
+            return Fraction(a if b != 0 and T - t < w else 0)
+        start = T // w * w
+        cur, prev = self._roll(st, start)
+        return cur + Fraction(prev * (w - (T - start)), w)
+
+    def _roll(self, st, start):
+        if start == st["t"]:
+            return st["a"], st["b"]
+        return 0, (st["a"] if start - st["t"] == self.w else 0)
+
+    def check(self, st, now, cost, floor):
+        cost = max(1, clamp(cost, 0, UNITS_MAX) * self.unit)
+        room = (self.cap - clamp(floor, 0, UNITS_MAX)) * self.unit
+        if cost > room:
+            return False, -1
+        T0 = max(now, st["t"])
+        if self.count(st, T0) + cost <= room:
+            return True, 0
+        T = min(self._first_pass(st, T0, cost, room), T0 + self.ttl())
+        return False, T - now
+
+    def _first_pass(self, st, T0, cost, room):
+        """Least T > T0 at which the check passes, in closed form."""
+        w = self.w
+        if self.bucket:
+            level = self.count(st, T0)
+            rate = Fraction(self.amount * 1000, w)
+            return T0 + math.ceil((level - (room - cost)) / rate)
+        if self.kind == "fixed-window":
+            return T0 // w * w + w
+        if self.kind == "session-window":
+            return st["t"] + w
+        s0 = T0 // w * w
+        c0, p0 = self._roll(st, s0)
+        # In [s0, s0+w) the count is c0 + p0*r/w with r = s0+w-T; in
+        # [s0+w, s0+2w) it is c0*r/w with r = s0+2w-T; then 0.
+        for base, fixed, weight in ((s0 + w, c0, p0), (s0 + 2 * w, 0, c0)):
+            r = self._max_r(fixed, weight, cost, room)
+            if r >= 1:
+                return max(T0 + 1, base - min(r, w))
+        return s0 + 2 * w
+
+    def _max_r(self, fixed, weight, cost, room):
+        """Largest r (<= w, or 0 if none) with fixed + weight*r/w passing."""
+        m = room - cost - fixed
+        if m < 0:
+            return 0
+        return self.w if weight == 0 else (m * self.w) // weight
+
+    def book(self, st, now, amount):
+        amount = clamp(amount, -UNITS_MAX, UNITS_MAX) * self.unit
+        T = max(now, st["t"])
+        w = self.w
+        if self.bucket:
+            top = (self.cap + self.amount) * 1000
+            level = clamp(self.count(st, T) + amount, 0, top)
+            a = math.ceil(level)
+            return {"a": a, "b": int((a - level) * w), "t": T}
+        if self.kind == "fixed-window":
+            start = T // w * w
+            return {"a": clamp(int(self.count(st, T)) + amount, 0, UNITS_MAX), "b": 0, "t": start}
+        if self.kind == "session-window":
+            if st["b"] != 0 and T - st["t"] < w:
+                return {"a": clamp(st["a"] + amount, 0, UNITS_MAX), "b": 1, "t": st["t"]}
+            if amount <= 0:
+                return {"a": 0, "b": 0, "t": 0}
+            return {"a": clamp(amount, 0, UNITS_MAX), "b": 1, "t": T}
+        start = T // w * w
+        cur, prev = self._roll(st, start)
+        return {"a": clamp(cur + amount, 0, UNITS_MAX), "b": prev, "t": start}
+
+
+def load_vectors():
+    """[(file name, line number, case dict)] for every vector file."""
+    out = []
+    files = sorted(glob.glob(os.path.join(VECTOR_DIR, "*.jsonl")))
+    for path in files:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    out.append((os.path.basename(path), n, json.loads(line)))
+    return out
+
+
+def model_run(case):
+    """Replay a case through the model: a list of per-step results shaped as
+    the vectors' expectations."""
+    m = Model(case["params"])
+    st = dict(case["state"])
+    res = []
+    for step in case["steps"]:
+        op = step["op"]
+        if op == "check":
+            ok, retry = m.check(st, step["now"], step.get("cost", 1), step.get("floor", 0))
+            res.append({"allowed": ok, "retry_after_ms": retry})
+        elif op == "book":
+            st = m.book(st, step["now"], step["amount"])
+            res.append(dict(st))
+        elif op == "ttl":
+            res.append(m.ttl())
+        else:
+            raise ValueError("unknown op %r" % op)
+    return res
+
+
+def expected(step):
+    op = step["op"]
+    if op == "check":
+        return step["expect"]
+    if op == "book":
+        return step["expect_state"]
+    return step["expect"]
+
+
+def regen():
+    for path in sorted(glob.glob(os.path.join(VECTOR_DIR, "*.jsonl"))):
+        lines = []
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                case = json.loads(line)
+                for step, got in zip(case["steps"], model_run(case)):
+                    step.pop("expect", None)
+                    step.pop("expect_state", None)
+                    step["expect_state" if step["op"] == "book" else "expect"] = got
+                lines.append(json.dumps(case, separators=(",", ":")))
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        print("%s: %d cases" % (path, len(lines)))
+
+
+class TestVectorFiles(unittest.TestCase):
+    """The vector files themselves: shape, coverage, and agreement with the model."""
+
+    def test_every_kind_has_enough_cases(self):
+        cases = load_vectors()
+        for kind in KINDS:
+            n = sum(1 for _, _, c in cases if c["params"]["kind"] == kind)
+            self.assertGreaterEqual(n, 12, "%s has only %d vector cases" % (kind, n))
+
+    def test_model_agrees_with_vectors(self):
+        for fname, line, case in load_vectors():
+            for i, (step, got) in enumerate(zip(case["steps"], model_run(case))):
+                self.assertEqual(got, expected(step), "%s:%d %r step %d (model)"
+                                 % (fname, line, case["name"], i))
+
+
+class TestLuaVectors(unittest.TestCase):
+    """scripts/lib/strategy.lua, run by a real redis-server, against the vectors."""
+
+    @classmethod
+    def setUpClass(cls):
+        from tests.integ.harness import RedisServer
+        cls.redis = RedisServer().start()
+        with open(LIB_LUA) as f:
+            lib = f.read()
+        with open(WRAPPER_LUA) as f:
+            wrapper = f.read()
+        cls.conn = cls.redis.connect(timeout=30.0)
+        cls.sha = cls.conn.command("SCRIPT", "LOAD", lib + "\n" + wrapper)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.conn.close()
+        cls.redis.cleanup()
+
+    def run_case(self, case):
+        """The wrapper's flat integer reply, split per step."""
+        flat = self.conn.command("EVALSHA", self.sha, 0, json.dumps(case))
+        out = []
+        for step in case["steps"]:
+            n = {"check": 4, "book": 3, "ttl": 1}[step["op"]]
+            out.append(flat[:n])
+            flat = flat[n:]
+        self.assertEqual(flat, [], "wrapper returned extra values")
+        return out
+
+    def test_vectors(self):
+        cases = load_vectors()
+        self.assertGreater(len(cases), 0, "no vectors in " + VECTOR_DIR)
+        for fname, line, case in cases:
+            where = "%s:%d %r" % (fname, line, case["name"])
+            for i, (step, got) in enumerate(zip(case["steps"], self.run_case(case))):
+                exp = expected(step)
+                if step["op"] == "check":
+                    allowed, retry, at_retry, before = got
+                    self.assertEqual({"allowed": bool(allowed), "retry_after_ms": retry}, exp,
+                                     "%s step %d" % (where, i))
+                    if retry > 0 and retry < WAIT_MAX:
+                        # exact and minimal: passes at now+retry, not a ms before
+                        self.assertEqual((at_retry, before), (1, 0),
+                                         "%s step %d: retry_after_ms %d is not exact"
+                                         % (where, i, retry))
+                elif step["op"] == "book":
+                    self.assertEqual(dict(zip("abt", got)), exp, "%s step %d" % (where, i))
+                else:
+                    self.assertEqual(got[0], exp, "%s step %d" % (where, i))
+
+    def test_no_globals(self):
+        """Redis refuses scripts that set globals; the library must define none."""
+        r = self.conn.command("EVAL", open(LIB_LUA).read() + "\nreturn 1", 0)
+        self.assertEqual(r, 1)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--regen"]:
+        regen()
+    else:
+        unittest.main()
