@@ -127,8 +127,11 @@ def reply_id(line_or_req):
 
 
 def check(reply):
-    """The reply itself when "ok" is true; raise its AdmitError otherwise."""
+    """The reply (without the client's own "id") when "ok" is true; raise
+    its AdmitError otherwise."""
     if reply.get("ok") is True:
+        reply = dict(reply)
+        reply.pop("id", None)
         return reply
     raise error_from_reply(reply)
 

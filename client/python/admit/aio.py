@@ -57,11 +57,18 @@ class _AcquireCall(object):
         self._start = start
         self._lease = None
 
+    def _coro(self):
+        # One call, one acquire: awaiting it twice must not take two leases.
+        start, self._start = self._start, None
+        if start is None:
+            raise RuntimeError("this acquire was already awaited")
+        return start()
+
     def __await__(self):
-        return self._start().__await__()
+        return self._coro().__await__()
 
     async def __aenter__(self):
-        self._lease = await self._start()
+        self._lease = await self._coro()
         return self._lease
 
     async def __aexit__(self, exc_type, exc, tb):
@@ -268,9 +275,7 @@ class AsyncClient(object):
 
     async def status(self):
         """See Client.status."""
-        reply = dict(await self.request({"op": "status"}))
-        reply.pop("id", None)
-        return reply
+        return await self.request({"op": "status"})
 
     async def ping(self):
         """See Client.ping."""

@@ -18,6 +18,7 @@ import itertools
 import os
 import socket as _socket
 import threading
+import weakref
 
 from . import _proto
 from .errors import Unavailable, unreachable
@@ -156,6 +157,14 @@ class _Conn(object):
         self.sock.close()
 
 
+def _close_box(box):
+    """Close the connection in box (not one inherited over fork: that
+    socket is the parent's) and empty the box."""
+    c, box[0] = box[0], None
+    if c is not None and c.pid == os.getpid():
+        c.close()
+
+
 class Client(object):
     """A connection to admitd, safe to share between threads.
 
@@ -170,8 +179,12 @@ class Client(object):
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self._lock = threading.Lock()
-        self._conn = None
+        # The connection lives in a box a finalizer can reach without
+        # keeping the Client alive: a Client dropped without close() still
+        # closes its socket (and so releases its leases) when collected.
+        self._box = [None]
         self._closed = False
+        weakref.finalize(self, _close_box, self._box)
 
     # connection --------------------------------------------------------
 
@@ -179,11 +192,10 @@ class Client(object):
         with self._lock:
             if self._closed:
                 raise Unavailable("unavailable", "client closed")
-            c = self._conn
+            c = self._box[0]
             if c is None or c.dead is not None or c.pid != os.getpid():
-                if c is not None and c.pid == os.getpid():
-                    c.close()
-                c = self._conn = _Conn(self.socket, self.connect_timeout)
+                _close_box(self._box)
+                c = self._box[0] = _Conn(self.socket, self.connect_timeout)
             return c
 
     def close(self):
@@ -191,9 +203,7 @@ class Client(object):
         Requests still waiting raise Unavailable."""
         with self._lock:
             self._closed = True
-            c, self._conn = self._conn, None
-        if c is not None and c.pid == os.getpid():
-            c.close()
+            _close_box(self._box)
 
     def __enter__(self):
         return self
@@ -213,7 +223,13 @@ class Client(object):
         limit = None
         if wait is not None and self.request_timeout is not None:
             limit = wait + self.request_timeout
-        if not w.event.wait(limit):
+        try:
+            done = w.event.wait(limit)
+        except BaseException:
+            # KeyboardInterrupt and the like: nobody will read the reply.
+            c.forget(rid, w, orphan)
+            raise
+        if not done:
             c.forget(rid, w, orphan)
             if not w.event.is_set():
                 raise Unavailable("unavailable", "no reply from admitd within %.3gs" % limit)
@@ -267,9 +283,7 @@ class Client(object):
 
     def status(self):
         """The daemon's status reply: version, uptime_s, backend, scopes."""
-        reply = dict(self.request({"op": "status"}))
-        reply.pop("id", None)
-        return reply
+        return self.request({"op": "status"})
 
     def ping(self):
         """True when the daemon answers; Unavailable when it cannot be reached."""

@@ -96,6 +96,13 @@ class AsyncClientTest(AsyncDaemonCase):
         self.assertIs(lease3.held, True)
         self.assertTrue(await admitted(self.client, "one", k))
 
+    async def test_an_acquire_call_runs_once(self):
+        call = self.client.acquire("one", self.key())
+        lease = await call
+        with self.assertRaises(RuntimeError):
+            await call
+        self.assertIs(await lease.release(), True)
+
     async def test_unknown_scope(self):
         with self.assertRaises(admit.UnknownScope) as cm:
             await self.client.acquire("no-such-scope", "k")

@@ -7,6 +7,7 @@ Thread tests assert their invariant from recorded timestamps.
 """
 
 import email.utils
+import gc
 import os
 import socket
 import tempfile
@@ -335,6 +336,14 @@ class ClientTest(DaemonCase):
         wait_for(lambda: admitted(self.client, "one", k), what="lease freed by close")
         with self.assertRaises(admit.Unavailable):
             c1.ping()  # a closed client stays closed
+
+    def test_dropped_client_releases_attached_leases(self):
+        k = self.key()
+        c1 = admit.Client(self.daemon.sock_path)
+        c1.acquire("one", k)
+        del c1
+        gc.collect()
+        wait_for(lambda: admitted(self.client, "one", k), what="lease freed by collection")
 
     def test_other_requests_are_not_stuck_behind_a_waiting_acquire(self):
         k = self.key()
