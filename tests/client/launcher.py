@@ -61,13 +61,13 @@ class Daemon:
         while time.monotonic() < end:
             if self.proc.poll() is not None:
                 raise RuntimeError("admitd exited %d:\n%s" % (self.proc.returncode, self.logs()))
-            try:
-                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                s.connect(self.socket)
-                s.close()
-                return self
-            except OSError:
-                time.sleep(0.02)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                try:
+                    s.connect(self.socket)
+                    return self
+                except OSError:
+                    pass
+            time.sleep(0.02)
         raise RuntimeError("admitd did not listen within %.0fs:\n%s" % (deadline_s, self.logs()))
 
     def logs(self):

@@ -287,6 +287,35 @@ static void test_tokens_penalize(struct admit *a)
 	admit_result_free(&r);
 }
 
+/* One acquire over two scopes: all admit or none; one release frees both. */
+static void test_targets(struct admit *a)
+{
+	const struct admit_target tg[] = {
+		{ .scope = "solo", .key = "lib-tg-1" },
+		{ .scope = "fw", .url = "http://LIB-TG.example.com/", .cost = 5 },
+	};
+	struct admit_req rq = ADMIT_REQ_INIT, one = req("solo", "lib-tg-1");
+	struct admit_result r;
+	char *lease;
+
+	rq.targets = tg;
+	rq.ntargets = 2;
+	CHECK(admit_acquire(a, &rq, &r) == ADMIT_OK, "targets: %s", r.message);
+	lease = steal_lease(&r);
+	admit_try(a, &one, &r);
+	CHECK_ERR(r, ADMIT_E_LIMITED);
+	admit_result_free(&r);
+	/* fw's 5/1h is spent: the whole multi-target acquire is refused */
+	admit_try(a, &rq, &r);
+	CHECK_ERR(r, ADMIT_E_LIMITED);
+	admit_result_free(&r);
+	CHECK(admit_release(a, lease, NULL, 0, &r) == ADMIT_OK && r.held, "release targets");
+	admit_result_free(&r);
+	free(lease);
+	CHECK(admit_try(a, &one, &r) == ADMIT_OK, "solo free again: %s", r.message);
+	admit_result_free(&r);
+}
+
 static void test_bad_args(struct admit *a)
 {
 	struct admit_req rq = req(NULL, "k");
@@ -418,6 +447,7 @@ int main(int argc, char **argv)
 	test_acquire_release(a);
 	test_refusals(a);
 	test_tokens_penalize(a);
+	test_targets(a);
 	test_bad_args(a);
 	admit_close(a);
 	test_detach();
