@@ -1,0 +1,1026 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * conf.c - load admitd.conf into an immutable, validated struct conf.
+ *
+ * Owns: the option tables (one per section: name, type, offset, default as
+ * the user would write it, min, max, flags, help), the generic walker that
+ * applies defaults and values from them, our line reader for libinih, the
+ * cross-key validation pass, and error reporting as "file:line: message"
+ * for every problem in the file, not only the first. The syntax of each
+ * value is conf_value.c's; what the daemon does with the snapshot is not
+ * this file's business.
+ *
+ * Why our own reader: libinih 55 reads into a fixed 200-byte buffer and
+ * counts one line per reader call, so a longer physical line becomes
+ * several "lines" and the tail is parsed as garbage or as a continuation.
+ * It also reports only the first syntax error, truncates section names to
+ * 50 bytes and never tells the handler its line number (INI_HANDLER_LINENO
+ * is a compile-time switch the packaged library does not use; defining it
+ * here would break the ABI). So conf_reader hands libinih one physical line
+ * per call and keeps the physical line number; it also handles what libinih
+ * would get wrong or report vaguely: over-long lines, section headers
+ * (parsed here in full, then hidden from libinih), lines that are neither
+ * a section nor "key = value", NUL bytes, and leading whitespace (stripped,
+ * so an indented line is never glued to the previous value as a
+ * configparser-style continuation). libinih is left to split "key = value"
+ * (or "key: value"), trim both, and strip inline comments, which start at
+ * a ';' preceded by whitespace ('#' only starts a whole-line comment).
+ */
+
+#include "conf.h"
+
+#include "admit_proto.h"
+#include "conf_value.h"
+#include "redis_url.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONF_FILE_MAX (1024 * 1024) /* a conf larger than this is a mistake */
+#define CONF_SOCKET_MAX 107         /* sizeof(sun_path) - 1 */
+
+/* ---- option tables ---------------------------------------------------- */
+
+enum conf_type {
+	CT_STRING,    /* any non-empty text */
+	CT_SOCKET,    /* a Unix socket path that fits sun_path */
+	CT_URL,       /* a Redis URL, or empty for local mode */
+	CT_PREFIX,    /* a Redis key prefix: no blanks, no hash-tag braces */
+	CT_NAME,      /* [A-Za-z0-9_.-]{1,64} */
+	CT_OCTAL,     /* file mode */
+	CT_INT,       /* int64, min..max */
+	CT_SIZE,      /* int64 bytes, min..max */
+	CT_DURATION,  /* int64 ms, min..max */
+	CT_DOUBLE,    /* double, min..max */
+	CT_BOOL,      /* bool */
+	CT_LOG_LEVEL, /* char *, one of log_levels */
+	CT_FAIL_MODE, /* enum conf_fail_mode */
+	CT_QUOTA,     /* scope: quota, quota_window_ms, quota_text */
+	CT_DIVISOR,   /* scope: fallback_divisor, fallback_divisor_auto */
+	CT_RULE,      /* scope: appends to rules */
+	CT_CLASS,     /* scope: appends to classes */
+	CT__COUNT
+};
+
+#define CONF_F_REPEATABLE 0x01 /* may appear more than once in a section */
+#define CONF_F_ARG 0x02        /* "key NAME = ..." allowed */
+#define CONF_F_ARG_REQUIRED 0x04
+#define CONF_F_EMPTY_NULL 0x08 /* an empty value means "unset" (NULL) */
+
+struct conf_key {
+	const char *name;
+	enum conf_type type;
+	size_t offset;
+	const char *def; /* as a user would write it; NULL: no default */
+	int64_t min, max;
+	unsigned flags;
+	const char *help;
+};
+
+#define MS_SEC 1000LL
+#define MS_MIN (60 * MS_SEC)
+#define MS_HOUR (60 * MS_MIN)
+#define MS_DAY (24 * MS_HOUR)
+#define ADMITD_OFF(f) offsetof(struct conf, f)
+#define SCOPE_OFF(f) offsetof(struct conf_scope, f)
+
+static const struct conf_key conf_admitd_keys[] = {
+	{ "socket", CT_SOCKET, ADMITD_OFF(socket), ADMIT_DEFAULT_SOCKET, 0, 0, 0,
+	  "path of the Unix socket clients connect to" },
+	{ "socket_mode", CT_OCTAL, ADMITD_OFF(socket_mode), "0660", 0, 0777, 0,
+	  "permissions of the socket (octal)" },
+	{ "redis", CT_URL, ADMITD_OFF(redis), NULL, 0, 0, CONF_F_EMPTY_NULL,
+	  "redis://[user[:pass]@]host[:port][/db] or unix:///path; absent or empty: local mode" },
+	{ "prefix", CT_PREFIX, ADMITD_OFF(prefix), "admitd", 0, 0, 0,
+	  "namespace of every Redis key (PREFIX:{SCOPE:KEY}:...)" },
+	{ "max_line", CT_SIZE, ADMITD_OFF(max_line), "64KiB", 1024, 16 * 1024 * 1024, 0,
+	  "longest request line; longer gets line_too_long and the connection closes" },
+	{ "max_connections", CT_INT, ADMITD_OFF(max_connections), "1024", 1, 1000000, 0,
+	  "client connections served at once" },
+	{ "redis_pool", CT_INT, ADMITD_OFF(redis_pool), "2", 1, 64, 0,
+	  "connections to Redis" },
+	{ "redis_timeout", CT_DURATION, ADMITD_OFF(redis_timeout_ms), "250ms", 1, MS_MIN, 0,
+	  "per Redis operation and connect; past it the request is served by fail_mode" },
+	{ "redis_password_file", CT_STRING, ADMITD_OFF(redis_password_file), NULL, 0, 0,
+	  CONF_F_EMPTY_NULL, "file holding the Redis password (AUTH); unset: no AUTH" },
+	{ "redis_user", CT_STRING, ADMITD_OFF(redis_user), NULL, 0, 0, CONF_F_EMPTY_NULL,
+	  "Redis ACL user for AUTH; unset: the default user" },
+	{ "log_level", CT_LOG_LEVEL, ADMITD_OFF(log_level), "info", 0, 0, 0,
+	  "least severe level logged" },
+	{ NULL, 0, 0, NULL, 0, 0, 0, NULL },
+};
+
+static const struct conf_key conf_scope_keys[] = {
+	{ "max_concurrent", CT_INT, SCOPE_OFF(max_concurrent), "0", 0, 1000000, 0,
+	  "leases of one key held at once through this daemon (0: unlimited); raised to "
+	  "cluster_concurrency when nonzero and smaller" },
+	{ "min_delay", CT_DURATION, SCOPE_OFF(min_delay_ms), "0", 0, MS_DAY, 0,
+	  "spacing of admissions per key: from the previous release (cluster_concurrency 0: "
+	  "one at a time) or from the previous admission (cluster_concurrency > 0)" },
+	{ "cluster_concurrency", CT_INT, SCOPE_OFF(cluster_concurrency), "0", 0, 1000000, 0,
+	  "leases of one key held at once across all daemons (0: none)" },
+	{ "quota", CT_QUOTA, SCOPE_OFF(quota), NULL, 0, 0, 0,
+	  "at most Q admissions per key in any interval of length W (e.g. 60/1m)" },
+	{ "jitter", CT_DOUBLE, SCOPE_OFF(jitter), "0", 0, 1, 0,
+	  "a nonzero wait is stretched by a random 0..F of itself" },
+	{ "rule", CT_RULE, SCOPE_OFF(rules), NULL, 0, 0, CONF_F_REPEATABLE | CONF_F_ARG,
+	  "METER [STRATEGY] AMOUNT/WINDOW [burst=N], or concurrency N; `rule NAME = ...` "
+	  "applies only to classes listing NAME" },
+	{ "class", CT_CLASS, SCOPE_OFF(classes), NULL, 0, 0,
+	  CONF_F_REPEATABLE | CONF_F_ARG | CONF_F_ARG_REQUIRED,
+	  "`class NAME = RULENAME... [floor=N]`: the named rules this class is held to; floor=N "
+	  "leaves each rule's last N units to others" },
+	{ "default_class", CT_NAME, SCOPE_OFF(default_class), NULL, 0, 0, 0,
+	  "class of a request that names none" },
+	{ "timeout", CT_DURATION, SCOPE_OFF(timeout_ms), "30s", 0, MS_HOUR, 0,
+	  "default wait budget of an acquire" },
+	{ "lease_ttl", CT_DURATION, SCOPE_OFF(lease_ttl_ms), "60s", 1, MS_DAY, 0,
+	  "a lease never released frees its slot after this" },
+	{ "concurrency_retry", CT_DURATION, SCOPE_OFF(concurrency_retry_ms), "25ms", 1, MS_MIN, 0,
+	  "how soon a waiter asks again when a cluster-wide cap is full" },
+	{ "fallback_divisor", CT_DIVISOR, SCOPE_OFF(fallback_divisor), "1", 1, 1000000, 0,
+	  "while Redis is unreachable, limits are divided by this; auto: by the daemons seen "
+	  "alive before the outage" },
+	{ "key", CT_STRING, SCOPE_OFF(default_key), NULL, 0, 0, 0,
+	  "key used when a request gives neither key nor url" },
+	{ "shadow", CT_BOOL, SCOPE_OFF(shadow), "no", 0, 0, 0,
+	  "admit everything, but report shadow_limited where a refusal would have been" },
+	{ "fail_mode", CT_FAIL_MODE, SCOPE_OFF(fail_mode), "fallback", 0, 0, 0,
+	  "when the backend cannot decide: fallback (in-process limits), open (admit), closed "
+	  "(refuse with unavailable)" },
+	{ "max_waiters", CT_INT, SCOPE_OFF(max_waiters), "1024", 1, 1000000, 0,
+	  "acquires waiting in this scope at once; more get too_many_waiters" },
+	{ NULL, 0, 0, NULL, 0, 0, 0, NULL },
+};
+
+#define CONF_ADMITD_NKEYS (sizeof(conf_admitd_keys) / sizeof(conf_admitd_keys[0]) - 1)
+#define CONF_SCOPE_NKEYS (sizeof(conf_scope_keys) / sizeof(conf_scope_keys[0]) - 1)
+
+/* ---- parse state ------------------------------------------------------- */
+
+enum conf_sect { SECT_NONE = 0, SECT_ADMITD, SECT_SCOPE, SECT_IGNORED };
+
+/* Per-scope state that only the parse needs. */
+struct conf_pscope {
+	int seen[CONF_SCOPE_NKEYS]; /* line each key was set at; 0 = not set */
+	struct cv_class *pend;      /* parallel to scope->classes: names to resolve */
+};
+
+struct conf_ctx {
+	struct conf *c;
+	const char *name;  /* file name in messages */
+	FILE *errf;
+	int nerrors;
+	int lineno;        /* physical line being parsed */
+	enum conf_sect sect;
+	size_t scope;      /* SECT_SCOPE: index into c->scopes */
+	int admitd_line;   /* line of [admitd]; 0 = not seen */
+	int admitd_seen[CONF_ADMITD_NKEYS];
+	struct conf_pscope *ps; /* parallel to c->scopes */
+	const char *keyname;    /* the key being set, for messages */
+	char errbuf[256];       /* setters format messages here */
+	/* the reader's input */
+	const char *p, *end;
+};
+
+static void conf_err(struct conf_ctx *x, int line, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Report one problem; line 0 means "not about a line". */
+static void conf_err(struct conf_ctx *x, int line, const char *fmt, ...)
+{
+	va_list ap;
+
+	x->nerrors++;
+	if (x->errf == NULL)
+		return;
+	if (line > 0)
+		fprintf(x->errf, "%s:%d: ", x->name, line);
+	else
+		fprintf(x->errf, "%s: ", x->name);
+	va_start(ap, fmt);
+	vfprintf(x->errf, fmt, ap);
+	va_end(ap);
+	fputc('\n', x->errf);
+}
+
+static const char *conf_fmt(struct conf_ctx *x, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Format a setter's message into the context's buffer and return it. */
+static const char *conf_fmt(struct conf_ctx *x, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(x->errbuf, sizeof(x->errbuf), fmt, ap);
+	va_end(ap);
+	return x->errbuf;
+}
+
+/* "1500ms" / "2s" / "1m": the largest unit that divides ms exactly. */
+static void conf_fmt_duration(char *buf, size_t len, int64_t ms)
+{
+	static const struct {
+		int64_t ms;
+		const char *unit;
+	} u[] = { { MS_HOUR, "h" }, { MS_MIN, "m" }, { MS_SEC, "s" } };
+
+	for (size_t i = 0; i < sizeof(u) / sizeof(u[0]); i++) {
+		if (ms != 0 && ms % u[i].ms == 0) {
+			snprintf(buf, len, "%lld%s", (long long)(ms / u[i].ms), u[i].unit);
+			return;
+		}
+	}
+	snprintf(buf, len, ms == 0 ? "0" : "%lldms", (long long)ms);
+}
+
+/* ---- setters: one per type; NULL or a message ------------------------- */
+
+#define FIELD(base, k, T) ((T *)((char *)(base) + (k)->offset))
+
+typedef const char *(*conf_setter)(struct conf_ctx *x, const struct conf_key *k, void *base,
+				   const char *arg, const char *val);
+
+/* Replace an owned string field; empty means NULL when the key allows it. */
+static const char *conf_store_string(const struct conf_key *k, void *base, const char *val)
+{
+	char **f = FIELD(base, k, char *), *v = NULL;
+
+	if (*val == '\0' && !(k->flags & CONF_F_EMPTY_NULL))
+		return "must not be empty";
+	if (*val != '\0' && (v = strdup(val)) == NULL)
+		return "out of memory";
+	free(*f);
+	*f = v;
+	return NULL;
+}
+
+static const char *conf_set_string(struct conf_ctx *x, const struct conf_key *k, void *base,
+				   const char *arg, const char *val)
+{
+	(void)x;
+	(void)arg;
+	return conf_store_string(k, base, val);
+}
+
+static const char *conf_set_socket(struct conf_ctx *x, const struct conf_key *k, void *base,
+				   const char *arg, const char *val)
+{
+	(void)arg;
+	if (strlen(val) > CONF_SOCKET_MAX)
+		return conf_fmt(x, "socket path longer than %d bytes", CONF_SOCKET_MAX);
+	return conf_store_string(k, base, val);
+}
+
+static const char *conf_set_url(struct conf_ctx *x, const struct conf_key *k, void *base,
+				const char *arg, const char *val)
+{
+	struct redis_url u;
+	char msg[160];
+
+	(void)arg;
+	if (*val != '\0' && redis_url_parse(val, &u, msg, sizeof(msg)) != 0)
+		return conf_fmt(x, "%s", msg);
+	return conf_store_string(k, base, val);
+}
+
+static const char *conf_set_prefix(struct conf_ctx *x, const struct conf_key *k, void *base,
+				   const char *arg, const char *val)
+{
+	(void)x;
+	(void)arg;
+	for (const char *p = val; *p; p++)
+		if (isspace((unsigned char)*p) || *p == '{' || *p == '}')
+			return "must not contain blanks, '{' or '}'";
+	return conf_store_string(k, base, val);
+}
+
+static const char *conf_set_name(struct conf_ctx *x, const struct conf_key *k, void *base,
+				 const char *arg, const char *val)
+{
+	(void)x;
+	(void)arg;
+	if (!cv_name_ok(val))
+		return "not a valid name ([A-Za-z0-9_.-], 1 to 64 characters)";
+	return conf_store_string(k, base, val);
+}
+
+static const char *conf_set_octal(struct conf_ctx *x, const struct conf_key *k, void *base,
+				  const char *arg, const char *val)
+{
+	(void)x;
+	(void)arg;
+	return cv_octal(val, FIELD(base, k, int));
+}
+
+/* CT_INT, CT_SIZE and CT_DURATION: parse with the type's parser, check min..max. */
+static const char *conf_set_int64(struct conf_ctx *x, const struct conf_key *k, void *base,
+				  const char *arg, const char *val)
+{
+	int64_t v = 0;
+	const char *e, *unit = k->type == CT_SIZE ? " bytes" : "";
+	char lo[32], hi[32];
+
+	(void)arg;
+	e = k->type == CT_SIZE ? cv_size(val, &v)
+	    : k->type == CT_DURATION ? cv_duration(val, &v)
+				     : cv_int(val, &v);
+	if (e != NULL)
+		return e;
+	if (v >= k->min && v <= k->max) {
+		*FIELD(base, k, int64_t) = v;
+		return NULL;
+	}
+	if (k->type == CT_DURATION) {
+		conf_fmt_duration(lo, sizeof(lo), k->min);
+		conf_fmt_duration(hi, sizeof(hi), k->max);
+	} else {
+		snprintf(lo, sizeof(lo), "%lld%s", (long long)k->min, unit);
+		snprintf(hi, sizeof(hi), "%lld%s", (long long)k->max, unit);
+	}
+	return conf_fmt(x, "must be between %s and %s", lo, hi);
+}
+
+/* A double in min..max; the divisor setter shares it. */
+static const char *conf_parse_double(struct conf_ctx *x, const struct conf_key *k,
+				     const char *val, double *out)
+{
+	const char *e = cv_double(val, out);
+
+	if (e != NULL)
+		return e;
+	if (*out < (double)k->min || *out > (double)k->max)
+		return conf_fmt(x, "must be between %lld and %lld", (long long)k->min,
+				(long long)k->max);
+	return NULL;
+}
+
+static const char *conf_set_double(struct conf_ctx *x, const struct conf_key *k, void *base,
+				   const char *arg, const char *val)
+{
+	(void)arg;
+	return conf_parse_double(x, k, val, FIELD(base, k, double));
+}
+
+static const char *conf_set_bool(struct conf_ctx *x, const struct conf_key *k, void *base,
+				 const char *arg, const char *val)
+{
+	(void)x;
+	(void)arg;
+	return cv_bool(val, FIELD(base, k, bool));
+}
+
+static const char *const conf_log_levels[] = { "debug", "info", "warn", "error", NULL };
+static const char *const conf_fail_modes[] = { "fallback", "open", "closed", NULL };
+
+static int conf_choice(const char *const *choices, const char *val)
+{
+	for (int i = 0; choices[i] != NULL; i++)
+		if (strcmp(choices[i], val) == 0)
+			return i;
+	return -1;
+}
+
+static const char *conf_set_log_level(struct conf_ctx *x, const struct conf_key *k, void *base,
+				      const char *arg, const char *val)
+{
+	(void)x;
+	(void)arg;
+	if (conf_choice(conf_log_levels, val) < 0)
+		return "must be debug, info, warn or error";
+	return conf_store_string(k, base, val);
+}
+
+static const char *conf_set_fail_mode(struct conf_ctx *x, const struct conf_key *k, void *base,
+				      const char *arg, const char *val)
+{
+	int i = conf_choice(conf_fail_modes, val);
+
+	(void)x;
+	(void)arg;
+	if (i < 0)
+		return "must be fallback, open or closed";
+	*FIELD(base, k, enum conf_fail_mode) = (enum conf_fail_mode)i;
+	return NULL;
+}
+
+static const char *conf_set_quota(struct conf_ctx *x, const struct conf_key *k, void *base,
+				  const char *arg, const char *val)
+{
+	struct conf_scope *s = base;
+	int64_t q, w;
+	const char *e = cv_rate(val, &q, &w);
+	char *text;
+
+	(void)k;
+	(void)arg;
+	if (e != NULL)
+		return e;
+	if (q < 1 || q > CV_QUOTA_MAX)
+		return conf_fmt(x, "the count must be between 1 and %lld", (long long)CV_QUOTA_MAX);
+	if (w > STRAT_MAX_WINDOW_MS)
+		return "the window must be at most 24h";
+	if ((text = malloc(strlen(val) + sizeof("quota "))) == NULL)
+		return "out of memory";
+	strcpy(text, "quota ");
+	strcat(text, val);
+	free(s->quota_text);
+	s->quota_text = text;
+	s->quota = q;
+	s->quota_window_ms = w;
+	return NULL;
+}
+
+static const char *conf_set_divisor(struct conf_ctx *x, const struct conf_key *k, void *base,
+				    const char *arg, const char *val)
+{
+	struct conf_scope *s = base;
+	double d;
+	const char *e;
+
+	(void)arg;
+	if (strcmp(val, "auto") == 0) {
+		s->fallback_divisor_auto = true;
+		s->fallback_divisor = 1;
+		return NULL;
+	}
+	if (cv_double(val, &d) != NULL)
+		return "must be a number >= 1, or auto";
+	if ((e = conf_parse_double(x, k, val, &d)) != NULL)
+		return e;
+	s->fallback_divisor = d;
+	s->fallback_divisor_auto = false;
+	return NULL;
+}
+
+static void conf_rule_clear(struct conf_rule *r)
+{
+	free(r->name);
+	free(r->text);
+	free(r->meter_key);
+}
+
+static const char *conf_set_rule(struct conf_ctx *x, const struct conf_key *k, void *base,
+				 const char *arg, const char *val)
+{
+	struct conf_scope *s = base;
+	struct conf_rule r = { 0 }, *nr;
+	const char *e;
+
+	(void)k;
+	if (arg != NULL) {
+		if (!cv_name_ok(arg))
+			return "bad rule name ([A-Za-z0-9_.-], 1 to 64 characters)";
+		for (size_t i = 0; i < s->nrules; i++)
+			if (s->rules[i].name && strcmp(s->rules[i].name, arg) == 0)
+				return conf_fmt(x, "rule \"%s\" already defined at line %d", arg,
+						s->rules[i].line);
+	}
+	if ((e = cv_rule(val, &r, x->errbuf, sizeof(x->errbuf))) != NULL)
+		return e;
+	r.line = x->lineno;
+	if ((arg != NULL && (r.name = strdup(arg)) == NULL) ||
+	    (nr = realloc(s->rules, (s->nrules + 1) * sizeof(*nr))) == NULL) {
+		conf_rule_clear(&r);
+		return "out of memory";
+	}
+	s->rules = nr;
+	s->rules[s->nrules++] = r;
+	return NULL;
+}
+
+static const char *conf_set_class(struct conf_ctx *x, const struct conf_key *k, void *base,
+				  const char *arg, const char *val)
+{
+	struct conf_scope *s = base;
+	struct conf_pscope *ps = &x->ps[x->scope];
+	struct cv_class cv;
+	struct cv_class *np;
+	struct conf_class *nc;
+	const char *e;
+	char *name;
+
+	(void)k;
+	if (!cv_name_ok(arg))
+		return "bad class name ([A-Za-z0-9_.-], 1 to 64 characters)";
+	for (size_t i = 0; i < s->nclasses; i++)
+		if (strcmp(s->classes[i].name, arg) == 0)
+			return conf_fmt(x, "class \"%s\" already defined at line %d", arg,
+					s->classes[i].line);
+	if ((e = cv_class(val, &cv, x->errbuf, sizeof(x->errbuf))) != NULL)
+		return e;
+	/* grow both arrays before committing, so a failure leaves them in step */
+	if ((name = strdup(arg)) == NULL ||
+	    (np = realloc(ps->pend, (s->nclasses + 1) * sizeof(*np))) == NULL)
+		goto oom;
+	ps->pend = np;
+	if ((nc = realloc(s->classes, (s->nclasses + 1) * sizeof(*nc))) == NULL)
+		goto oom;
+	s->classes = nc;
+	s->classes[s->nclasses] = (struct conf_class){
+		.name = name, .floor = cv.floor, .line = x->lineno
+	};
+	ps->pend[s->nclasses++] = cv;
+	return NULL;
+oom:
+	free(name);
+	cv_class_clear(&cv);
+	return "out of memory";
+}
+
+static const struct {
+	const char *doc; /* for conf_dump_keys */
+	conf_setter set;
+} conf_types[CT__COUNT] = {
+	[CT_STRING] = { "text", conf_set_string },
+	[CT_SOCKET] = { "path", conf_set_socket },
+	[CT_URL] = { "URL", conf_set_url },
+	[CT_PREFIX] = { "text", conf_set_prefix },
+	[CT_NAME] = { "name", conf_set_name },
+	[CT_OCTAL] = { "octal mode", conf_set_octal },
+	[CT_INT] = { "integer", conf_set_int64 },
+	[CT_SIZE] = { "size", conf_set_int64 },
+	[CT_DURATION] = { "duration", conf_set_int64 },
+	[CT_DOUBLE] = { "decimal", conf_set_double },
+	[CT_BOOL] = { "yes/no", conf_set_bool },
+	[CT_LOG_LEVEL] = { "debug, info, warn or error", conf_set_log_level },
+	[CT_FAIL_MODE] = { "fallback, open or closed", conf_set_fail_mode },
+	[CT_QUOTA] = { "Q/W", conf_set_quota },
+	[CT_DIVISOR] = { "decimal or auto", conf_set_divisor },
+	[CT_RULE] = { "rule, repeatable", conf_set_rule },
+	[CT_CLASS] = { "class, repeatable", conf_set_class },
+};
+
+/* ---- the generic walker ------------------------------------------------ */
+
+/*
+ * Set every key of `table` that has a default, parsing the default string
+ * with the key's own setter, so defaults obey the same rules as values.
+ */
+static void conf_defaults(struct conf_ctx *x, const struct conf_key *table, void *base)
+{
+	const char *e;
+
+	for (const struct conf_key *k = table; k->name != NULL; k++) {
+		if (k->def == NULL)
+			continue;
+		if ((e = conf_types[k->type].set(x, k, base, NULL, k->def)) != NULL)
+			conf_err(x, 0, "internal: default of %s (\"%s\"): %s", k->name, k->def, e);
+	}
+}
+
+/*
+ * Apply "name = value" from the current section through `table`. `name` is
+ * "key" or "key ARG"; seen[] holds the line each key was first set at.
+ */
+static void conf_apply(struct conf_ctx *x, const struct conf_key *table, int *seen, void *base,
+		       const char *section, const char *name, const char *val)
+{
+	const struct conf_key *k;
+	size_t wlen = strcspn(name, " \t");
+	const char *arg = name + wlen, *e;
+	char keyname[128];
+
+	while (*arg == ' ' || *arg == '\t')
+		arg++;
+	snprintf(keyname, sizeof(keyname), "%.*s%s%s", (int)wlen, name, *arg ? " " : "", arg);
+	for (k = table; k->name != NULL; k++)
+		if (strlen(k->name) == wlen && strncmp(k->name, name, wlen) == 0)
+			break;
+	if (k->name == NULL) {
+		conf_err(x, x->lineno, "unknown key \"%s\" in %s", keyname, section);
+		return;
+	}
+	if (*arg == '\0') {
+		arg = NULL;
+		if (k->flags & CONF_F_ARG_REQUIRED) {
+			conf_err(x, x->lineno, "%s: needs a name: %s NAME = ...", keyname, k->name);
+			return;
+		}
+	} else if (!(k->flags & CONF_F_ARG)) {
+		conf_err(x, x->lineno, "unknown key \"%s\" in %s", keyname, section);
+		return;
+	} else if (strpbrk(arg, " \t") != NULL) {
+		conf_err(x, x->lineno, "%s: the name must be one word", keyname);
+		return;
+	}
+	if (!(k->flags & CONF_F_REPEATABLE)) {
+		if (seen[k - table] != 0) {
+			conf_err(x, x->lineno, "%s: duplicate key (first set at line %d)", keyname,
+				 seen[k - table]);
+			return;
+		}
+		seen[k - table] = x->lineno;
+	}
+	if ((e = conf_types[k->type].set(x, k, base, arg, val)) != NULL)
+		conf_err(x, x->lineno, "%s: %s", keyname, e);
+}
+
+/* libinih's handler; `section` is ignored: the reader tracks sections. */
+static int conf_ini_handler(void *user, const char *section, const char *name,
+			    const char *value)
+{
+	struct conf_ctx *x = user;
+	char where[CV_NAME_MAX + sizeof("[scope ]")];
+
+	(void)section;
+	switch (x->sect) {
+	case SECT_NONE:
+		conf_err(x, x->lineno, "\"%s\" outside a section ([admitd] or [scope NAME])",
+			 name);
+		break;
+	case SECT_ADMITD:
+		conf_apply(x, conf_admitd_keys, x->admitd_seen, x->c, "[admitd]", name, value);
+		break;
+	case SECT_SCOPE:
+		snprintf(where, sizeof(where), "[scope %s]", x->c->scopes[x->scope].name);
+		conf_apply(x, conf_scope_keys, x->ps[x->scope].seen, &x->c->scopes[x->scope],
+			   where, name, value);
+		break;
+	case SECT_IGNORED: /* its header was already reported */
+		break;
+	}
+	return 1;
+}
+
+/* ---- sections and the line reader ------------------------------------ */
+
+/* Start [scope NAME]: a new scope with its defaults. */
+static void conf_scope_open(struct conf_ctx *x, const char *name)
+{
+	struct conf *c = x->c;
+	struct conf_scope *ns;
+	struct conf_pscope *np;
+
+	x->sect = SECT_IGNORED;
+	if (!cv_name_ok(name)) {
+		conf_err(x, x->lineno,
+			 "bad scope name \"%s\" ([A-Za-z0-9_.-], 1 to 64 characters)", name);
+		return;
+	}
+	for (size_t i = 0; i < c->nscopes; i++) {
+		if (strcmp(c->scopes[i].name, name) == 0) {
+			conf_err(x, x->lineno, "duplicate scope \"%s\" (first at line %d)", name,
+				 c->scopes[i].line);
+			return;
+		}
+	}
+	if ((np = realloc(x->ps, (c->nscopes + 1) * sizeof(*np))) == NULL)
+		goto oom;
+	x->ps = np;
+	if ((ns = realloc(c->scopes, (c->nscopes + 1) * sizeof(*ns))) == NULL)
+		goto oom;
+	c->scopes = ns;
+	memset(&ns[c->nscopes], 0, sizeof(*ns));
+	memset(&np[c->nscopes], 0, sizeof(*np));
+	x->scope = c->nscopes++;
+	ns[x->scope].line = x->lineno;
+	if ((ns[x->scope].name = strdup(name)) == NULL)
+		goto oom;
+	conf_defaults(x, conf_scope_keys, &ns[x->scope]);
+	x->sect = SECT_SCOPE;
+	return;
+oom:
+	conf_err(x, x->lineno, "out of memory");
+}
+
+/* A "[...]" line, given without leading blanks; s is NUL-terminated. */
+static void conf_section(struct conf_ctx *x, char *s)
+{
+	char *close = strchr(s, ']'), *in, *arg, *rest;
+
+	x->sect = SECT_IGNORED;
+	if (close == NULL) {
+		conf_err(x, x->lineno, "missing ']' in section header");
+		return;
+	}
+	for (rest = close + 1; *rest == ' ' || *rest == '\t'; rest++)
+		;
+	if (*rest != '\0' && *rest != ';' && *rest != '#') {
+		conf_err(x, x->lineno, "unexpected text after ']'");
+		return;
+	}
+	*close = '\0';
+	in = s + 1;
+	in += strspn(in, " \t");
+	for (char *e = close; e > in && (e[-1] == ' ' || e[-1] == '\t');)
+		*--e = '\0';
+	arg = in + strcspn(in, " \t");
+	if (*arg != '\0') {
+		*arg++ = '\0';
+		arg += strspn(arg, " \t");
+	}
+	if (strcmp(in, "admitd") == 0 && *arg == '\0') {
+		if (x->admitd_line != 0) {
+			conf_err(x, x->lineno, "duplicate section [admitd] (first at line %d)",
+				 x->admitd_line);
+			return;
+		}
+		x->admitd_line = x->lineno;
+		x->sect = SECT_ADMITD;
+	} else if (strcmp(in, "scope") == 0) {
+		if (*arg == '\0')
+			conf_err(x, x->lineno, "a scope needs a name: [scope NAME]");
+		else
+			conf_scope_open(x, arg);
+	} else {
+		conf_err(x, x->lineno, "unknown section [%s%s%s]", in, *arg ? " " : "", arg);
+	}
+}
+
+/*
+ * True when libinih will find "key = value" (or "key: value") on s: a '='
+ * or ':' before any inline comment (';' after a blank).
+ */
+static bool conf_has_separator(const char *s)
+{
+	for (const char *p = s; *p; p++) {
+		if (*p == '=' || *p == ':')
+			return true;
+		if (*p == ';' && p > s && isspace((unsigned char)p[-1]))
+			return false;
+	}
+	return false;
+}
+
+/*
+ * The ini_reader: one physical line per call into buf (num bytes, as
+ * libinih's stack buffer allows). Lines libinih must not see (comments,
+ * section headers, errors) are handed over as empty lines, so libinih's
+ * count stays equal to ours. Returns NULL at the end of the input.
+ */
+static char *conf_reader(char *buf, int num, void *stream)
+{
+	struct conf_ctx *x = stream;
+	const char *s, *nl, *e;
+	size_t len;
+
+	if (x->p >= x->end)
+		return NULL;
+	x->lineno++;
+	s = x->p;
+	nl = memchr(s, '\n', (size_t)(x->end - s));
+	e = nl ? nl : x->end;
+	x->p = nl ? nl + 1 : x->end;
+	if (e > s && e[-1] == '\r')
+		e--;
+	if (x->lineno == 1 && e - s >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0)
+		s += 3;
+	while (s < e && (*s == ' ' || *s == '\t'))
+		s++;
+	len = (size_t)(e - s);
+	buf[0] = '\0';
+	if (len == 0 || *s == ';' || *s == '#')
+		return buf; /* blank or comment: may be of any length */
+	if (memchr(s, '\0', len) != NULL) {
+		conf_err(x, x->lineno, "NUL byte in line");
+		return buf;
+	}
+	if (num < 2 || len > (size_t)num - 2) {
+		conf_err(x, x->lineno, "line too long");
+		/* a section header we cannot read would file its keys wrongly */
+		if (*s == '[')
+			x->sect = SECT_IGNORED;
+		return buf;
+	}
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	if (*buf == '[') {
+		conf_section(x, buf);
+		buf[0] = '\0';
+	} else if (!conf_has_separator(buf)) {
+		conf_err(x, x->lineno, "expected \"key = value\" or \"[section]\"");
+		buf[0] = '\0';
+	}
+	return buf;
+}
+
+/* ---- validation after the whole file ---------------------------------- */
+
+static size_t conf_key_index(const struct conf_key *table, const char *name)
+{
+	size_t i = 0;
+
+	while (table[i].name != NULL && strcmp(table[i].name, name) != 0)
+		i++;
+	return i;
+}
+
+/* Resolve class rule names and check what needs the whole scope. */
+static void conf_validate_scope(struct conf_ctx *x, struct conf_scope *s, struct conf_pscope *ps)
+{
+	bool *used = calloc(s->nrules + 1, sizeof(*used));
+	int dc_line = ps->seen[conf_key_index(conf_scope_keys, "default_class")];
+
+	if (used == NULL) {
+		conf_err(x, 0, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < s->nclasses; i++) {
+		struct conf_class *cl = &s->classes[i];
+		struct cv_class *pc = &ps->pend[i];
+
+		if ((cl->rules = calloc(pc->nnames + 1, sizeof(*cl->rules))) == NULL) {
+			conf_err(x, 0, "out of memory");
+			break;
+		}
+		for (size_t j = 0; j < pc->nnames; j++) {
+			size_t r;
+
+			for (r = 0; r < s->nrules; r++)
+				if (s->rules[r].name && strcmp(s->rules[r].name, pc->names[j]) == 0)
+					break;
+			if (r == s->nrules) {
+				conf_err(x, cl->line, "class %s: unknown rule \"%s\"", cl->name,
+					 pc->names[j]);
+				continue;
+			}
+			used[r] = true;
+			cl->rules[cl->nrules++] = r;
+			/* a floor the rule can never leave makes the class never admitted */
+			int64_t cap = s->rules[r].sp.burst ? s->rules[r].sp.burst
+							   : s->rules[r].sp.amount;
+			if (cl->floor >= cap)
+				conf_err(x, cl->line,
+					 "class %s: floor=%lld leaves nothing of rule %s (%lld)",
+					 cl->name, (long long)cl->floor, pc->names[j], (long long)cap);
+		}
+	}
+	for (size_t r = 0; r < s->nrules; r++)
+		if (s->rules[r].name && !used[r])
+			conf_err(x, s->rules[r].line,
+				 "rule %s: named rule is not used by any class (list it in a "
+				 "class, or drop its name to apply it to all)",
+				 s->rules[r].name);
+	free(used);
+	if (s->default_class != NULL && conf_class_find(s, s->default_class) == NULL)
+		conf_err(x, dc_line, "default_class: no class \"%s\" in [scope %s]",
+			 s->default_class, s->name);
+	/* documented: a per-daemon cap below the cluster's would hide the cluster's */
+	if (s->max_concurrent != 0 && s->cluster_concurrency > s->max_concurrent)
+		s->max_concurrent = s->cluster_concurrency;
+}
+
+/* ---- public ------------------------------------------------------------ */
+
+static struct conf *conf_parse(const char *text, size_t len, const char *name, FILE *errf)
+{
+	struct conf_ctx x = { .name = name, .errf = errf, .p = text, .end = text + len };
+	int rc;
+
+	if ((x.c = calloc(1, sizeof(*x.c))) == NULL || (x.c->path = strdup(name)) == NULL) {
+		conf_err(&x, 0, "out of memory");
+		goto done;
+	}
+	conf_defaults(&x, conf_admitd_keys, x.c);
+	rc = ini_parse_stream(conf_reader, &x, conf_ini_handler, &x);
+	if (rc < 0)
+		conf_err(&x, 0, "libinih failed (%d)", rc);
+	for (size_t i = 0; i < x.c->nscopes; i++)
+		conf_validate_scope(&x, &x.c->scopes[i], &x.ps[i]);
+done:
+	if (x.c != NULL) {
+		for (size_t i = 0; i < x.c->nscopes; i++) {
+			for (size_t j = 0; j < x.c->scopes[i].nclasses; j++)
+				cv_class_clear(&x.ps[i].pend[j]);
+			free(x.ps[i].pend);
+		}
+	}
+	free(x.ps);
+	if (x.nerrors > 0) {
+		conf_free(x.c);
+		return NULL;
+	}
+	return x.c;
+}
+
+struct conf *conf_load_string(const char *text, const char *name, FILE *errf)
+{
+	return conf_parse(text, strlen(text), name, errf);
+}
+
+struct conf *conf_load(const char *path, FILE *errf)
+{
+	struct conf *c = NULL;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	if ((f = fopen(path, "r")) == NULL) {
+		if (errf != NULL)
+			fprintf(errf, "%s: cannot open: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	/* one byte more than allowed tells "too large" from "exactly the max" */
+	if ((buf = malloc(CONF_FILE_MAX + 1)) == NULL) {
+		if (errf != NULL)
+			fprintf(errf, "%s: out of memory\n", path);
+		goto done;
+	}
+	len = fread(buf, 1, CONF_FILE_MAX + 1, f);
+	if (ferror(f)) {
+		if (errf != NULL)
+			fprintf(errf, "%s: read error: %s\n", path, strerror(errno));
+	} else if (len > CONF_FILE_MAX) {
+		if (errf != NULL)
+			fprintf(errf, "%s: larger than %d bytes\n", path, CONF_FILE_MAX);
+	} else {
+		c = conf_parse(buf, len, path, errf);
+	}
+done:
+	free(buf);
+	fclose(f);
+	return c;
+}
+
+void conf_free(struct conf *c)
+{
+	if (c == NULL)
+		return;
+	for (size_t i = 0; i < c->nscopes; i++) {
+		struct conf_scope *s = &c->scopes[i];
+
+		for (size_t j = 0; j < s->nrules; j++)
+			conf_rule_clear(&s->rules[j]);
+		for (size_t j = 0; j < s->nclasses; j++) {
+			free(s->classes[j].name);
+			free(s->classes[j].rules);
+		}
+		free(s->name);
+		free(s->rules);
+		free(s->classes);
+		free(s->quota_text);
+		free(s->default_class);
+		free(s->default_key);
+	}
+	free(c->scopes);
+	free(c->path);
+	free(c->socket);
+	free(c->redis);
+	free(c->prefix);
+	free(c->redis_password_file);
+	free(c->redis_user);
+	free(c->log_level);
+	free(c);
+}
+
+const struct conf_scope *conf_scope_find(const struct conf *c, const char *name)
+{
+	for (size_t i = 0; i < c->nscopes; i++)
+		if (strcmp(c->scopes[i].name, name) == 0)
+			return &c->scopes[i];
+	return NULL;
+}
+
+const struct conf_class *conf_class_find(const struct conf_scope *s, const char *name)
+{
+	for (size_t i = 0; i < s->nclasses; i++)
+		if (strcmp(s->classes[i].name, name) == 0)
+			return &s->classes[i];
+	return NULL;
+}
+
+/* One markdown table per section, rows straight from the option table. */
+static void conf_dump_table(FILE *out, const char *title, const struct conf_key *table)
+{
+	fprintf(out, "### %s\n\n| key | default | accepts | meaning |\n|---|---|---|---|\n",
+		title);
+	for (const struct conf_key *k = table; k->name != NULL; k++) {
+		char range[96] = "";
+
+		if (k->type == CT_INT || k->type == CT_SIZE)
+			snprintf(range, sizeof(range), ", %lld..%lld", (long long)k->min,
+				 (long long)k->max);
+		else if (k->type == CT_DOUBLE || k->type == CT_DIVISOR)
+			snprintf(range, sizeof(range), ", %lld..%lld", (long long)k->min,
+				 (long long)k->max);
+		else if (k->type == CT_DURATION) {
+			char lo[32], hi[32];
+
+			conf_fmt_duration(lo, sizeof(lo), k->min);
+			conf_fmt_duration(hi, sizeof(hi), k->max);
+			snprintf(range, sizeof(range), ", %s..%s", lo, hi);
+		}
+		fprintf(out, "| `%s%s` | %s%s%s | %s%s | %s |\n", k->name,
+			(k->flags & CONF_F_ARG_REQUIRED) ? " NAME"
+			: (k->flags & CONF_F_ARG)        ? " [NAME]"
+							 : "",
+			k->def ? "`" : "", k->def ? k->def : "(none)", k->def ? "`" : "",
+			conf_types[k->type].doc, range, k->help);
+	}
+	fputc('\n', out);
+}
+
+void conf_dump_keys(FILE *out)
+{
+	conf_dump_table(out, "[admitd]", conf_admitd_keys);
+	conf_dump_table(out, "[scope NAME]", conf_scope_keys);
+}
