@@ -24,9 +24,10 @@ static struct lim_state *eng_lim(struct kq *kq)
 	return kq->lim;
 }
 
-struct eng_res eng_local(struct target_rt *t, size_t nt, double div, int64_t now,
+struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int64_t now,
 			 const char *lease_id, enum via via)
 {
+	double div[PROTO_MAX_TARGETS];
 	struct eng_res res = { .admitted = true, .via = via };
 	struct lim_decision d[PROTO_MAX_TARGETS];
 	const char *ids[1] = { lease_id };
@@ -35,13 +36,14 @@ struct eng_res eng_local(struct target_rt *t, size_t nt, double div, int64_t now
 	for (i = 0; i < nt; i++) {
 		struct lim_req rq = { .cls = t[i].cls, .cost = t[i].cost, .count = 1 };
 		struct lim_state *st = eng_lim(t[i].kq);
+		div[i] = via == VIA_FALLBACK ? backend_divisor(ad->redis, t[i].kq->sc->cs) : 1.0;
 		if (st == NULL) {
 			res.admitted = false;
 			res.unavailable = true;
 			res.rule = "out of memory";
 			return res;
 		}
-		d[i] = lim_check(st, t[i].kq->sc->cs, div, now, &rq);
+		d[i] = lim_check(st, t[i].kq->sc->cs, div[i], now, &rq);
 		if (d[i].admitted)
 			continue;
 		if (t[i].kq->sc->cs->shadow) {
@@ -66,11 +68,11 @@ struct eng_res eng_local(struct target_rt *t, size_t nt, double div, int64_t now
 		const struct conf_scope *cs = t[i].kq->sc->cs;
 		if (!d[i].admitted)
 			continue;
-		if (!lim_book(t[i].kq->lim, cs, div, now, &rq, ids)) {
+		if (!lim_book(t[i].kq->lim, cs, div[i], now, &rq, ids)) {
 			log_warn("cannot book: out of memory", "scope=%s", cs->name);
 			continue;
 		}
-		if (lim_tracks_leases(cs) || cs->nrules > 0)
+		if (lim_release_books(cs, t[i].cls))
 			res.booked = true;
 	}
 	return res;
@@ -80,13 +82,36 @@ void eng_acquire(struct admitd *ad, struct waiter *w, const char *lease_id, eng_
 {
 	struct eng_res res;
 
-	if (ad->redis != NULL && backend_acquire(ad->redis, w, lease_id, cb, arg))
+	if (ad->redis == NULL)
+		res = eng_local(ad, w->t, w->nt, clock_mono_ms(), lease_id, VIA_LOCAL);
+	else if (backend_acquire(ad->redis, w, lease_id, cb, arg))
 		return;
-	res = eng_local(w->t, w->nt, backend_divisor(ad->redis, w->t[0].kq->sc->cs),
-			clock_mono_ms(), lease_id, ad->redis ? VIA_FALLBACK : VIA_LOCAL);
-	if (ad->redis != NULL)
-		backend_fail_mode(w->t[0].kq->sc->cs, &res);
+	else
+		res = eng_fallback(ad, w, lease_id);
 	cb(arg, &res);
+}
+
+struct eng_res eng_fallback(struct admitd *ad, struct waiter *w, const char *lease_id)
+{
+	enum conf_fail_mode mode = FAIL_OPEN;
+	struct eng_res res = { .via = VIA_FALLBACK };
+	size_t i;
+
+	for (i = 0; i < w->nt; i++) {
+		enum conf_fail_mode m = w->t[i].kq->sc->cs->fail_mode;
+		if (m == FAIL_CLOSED || (m == FAIL_FALLBACK && mode == FAIL_OPEN))
+			mode = m;
+	}
+	switch (mode) {
+	case FAIL_OPEN:
+		res.admitted = true;
+		return res;
+	case FAIL_CLOSED:
+		res.unavailable = true;
+		return res;
+	default:
+		return eng_local(ad, w->t, w->nt, clock_mono_ms(), lease_id, VIA_FALLBACK);
+	}
 }
 
 void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntokens)

@@ -42,8 +42,19 @@ void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntoken
 /* eng_penalize - hold the key back for delay_ms (never shortens a hold). */
 void eng_penalize(struct kq *kq, int64_t delay_ms);
 
-/* eng_local - the in-process decision for targets[0..nt), booking when all admit. */
-struct eng_res eng_local(struct target_rt *t, size_t nt, double div, int64_t now,
+/*
+ * eng_local - the in-process decision for targets[0..nt), booking under
+ * lease_id when all admit. VIA_FALLBACK divides each scope's limits by its
+ * fallback divisor.
+ */
+struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int64_t now,
 			 const char *lease_id, enum via via);
+
+/*
+ * eng_fallback - the decision while Redis cannot give one, by the scopes'
+ * fail_mode (the strictest of the targets'): fallback decides in process
+ * with the divisor, open admits without booking, closed refuses `unavailable`.
+ */
+struct eng_res eng_fallback(struct admitd *ad, struct waiter *w, const char *lease_id);
 
 #endif

@@ -48,7 +48,7 @@ static int64_t lim_min_delay(const struct conf_scope *cs, double div)
 	return div <= 1.0 ? cs->min_delay_ms : (int64_t)((double)cs->min_delay_ms * div);
 }
 
-static bool lim_serialized(const struct conf_scope *cs)
+bool lim_serialized(const struct conf_scope *cs)
 {
 	return cs->min_delay_ms > 0 && cs->cluster_concurrency == 0;
 }
@@ -61,6 +61,19 @@ bool lim_tracks_leases(const struct conf_scope *cs)
 		return true;
 	for (i = 0; i < cs->nrules; i++)
 		if (cs->rules[i].meter == METER_CONCURRENCY)
+			return true;
+	return false;
+}
+
+bool lim_release_books(const struct conf_scope *cs, const struct conf_class *cls)
+{
+	size_t i;
+
+	if (lim_tracks_leases(cs))
+		return true;
+	for (i = 0; i < cs->nrules; i++)
+		if ((cs->rules[i].meter == METER_TOKENS || cs->rules[i].meter == METER_TOKENS_KEY) &&
+		    lim_rule_applies(cs, i, cls))
 			return true;
 	return false;
 }

@@ -67,8 +67,18 @@ struct lim_decision {
 struct lim_state *lim_state_new(const struct conf_scope *cs);
 void lim_state_free(struct lim_state *st);
 
-/* lim_tracks_leases - true when releases of this scope must be booked. */
+/* lim_tracks_leases - true when the scope keeps the set of leases in flight. */
 bool lim_tracks_leases(const struct conf_scope *cs);
+
+/*
+ * lim_release_books - true when releasing a lease of class cls changes the
+ * state: a lease set, completion-anchored min_delay, or a token meter that
+ * applies to cls. When false a release costs no backend call.
+ */
+bool lim_release_books(const struct conf_scope *cs, const struct conf_class *cls);
+
+/* lim_serialized - min_delay > 0 without cluster_concurrency: one at a time. */
+bool lim_serialized(const struct conf_scope *cs);
 
 /*
  * lim_check - would rq be admitted now? Checks every limit of the scope

@@ -1,0 +1,19 @@
+-- admitd heartbeat: this pod is alive; how many are?
+--
+-- Each admitd registers itself every second in one sorted set scored by the
+-- Redis time it last beat; members older than the liveness window are
+-- dropped. fallback_divisor = auto divides by the count this returns.
+--
+-- KEYS[1] pods zset   ARGV[1] pod id   ARGV[2] liveness window ms
+-- Returns the number of pods alive (including this one).
+
+if redis.replicate_commands then redis.replicate_commands() end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[2])
+
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+redis.call('PEXPIRE', KEYS[1], window)
+return redis.call('ZCARD', KEYS[1])

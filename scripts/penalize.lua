@@ -1,0 +1,21 @@
+-- admitd penalize: hold one (scope, key) back for a delay, across every pod.
+-- Only ever extends the hold (never shortens one another pod made).
+--
+-- KEYS[1] state hash   ARGV[1] delay_ms
+-- Returns the penalty's end, in Redis TIME milliseconds.
+
+if redis.replicate_commands then redis.replicate_commands() end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local delay = tonumber(ARGV[1])
+local until_ms = tonumber(redis.call('HGET', KEYS[1], 'penalty_until')) or 0
+
+if delay > 0 and now + delay > until_ms then
+	until_ms = now + delay
+	redis.call('HSET', KEYS[1], 'penalty_until', until_ms)
+	if redis.call('PTTL', KEYS[1]) < delay then
+		redis.call('PEXPIRE', KEYS[1], delay)
+	end
+end
+return until_ms
