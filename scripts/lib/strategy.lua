@@ -13,8 +13,8 @@
 -- "session-window", amount=, window_ms=, burst=} (burst 0 = amount).
 --
 -- Lua 5.1 numbers are doubles: every value below stays an integer under
--- 2^53 (see strategy.h), and integer division is strat_idiv, which corrects
--- the rounding of x / y so it equals C's for x >= 0.
+-- 2^53 (see strategy.h), where doubles are exact and strat_idiv equals C's
+-- integer division.
 
 local STRAT_MAX_AMOUNT = 1000000000
 local STRAT_MAX_WINDOW_MS = 86400000
@@ -23,17 +23,11 @@ local STRAT_WAIT_MAX_MS = 1000000000000000
 
 -- ---- exact integer helpers (strategy.c) ----
 
--- floor(x / y) for 0 <= x < 2^53, y >= 1: the double quotient may round up
--- to the next integer (or down past it), the remainder tells.
+-- C's x / y for integers 0 <= x < 2^53, y >= 1. math.floor of the double
+-- quotient is exact there: a non-integer x/y is at least 1/y from the next
+-- integer, and the rounding error is below x/y * 2^-53 < 1/y.
 local function strat_idiv(x, y)
-	local q = math.floor(x / y)
-	local r = x - q * y
-	if r < 0 then
-		q = q - 1
-	elseif r >= y then
-		q = q + 1
-	end
-	return q
+	return math.floor(x / y)
 end
 
 local function strat_clamp(x, lo, hi)

@@ -20,6 +20,7 @@ import glob
 import json
 import math
 import os
+import random
 import sys
 import unittest
 from fractions import Fraction
@@ -276,8 +277,48 @@ class TestLuaVectors(unittest.TestCase):
 
     def test_no_globals(self):
         """Redis refuses scripts that set globals; the library must define none."""
-        r = self.conn.command("EVAL", open(LIB_LUA).read() + "\nreturn 1", 0)
+        with open(LIB_LUA) as f:
+            r = self.conn.command("EVAL", f.read() + "\nreturn 1", 0)
         self.assertEqual(r, 1)
+
+    def test_random_cases_match_model(self):
+        """Random params (up to the 1e9 / one-day limits), states and steps:
+        the Lua must give exactly what the rational model gives."""
+        rnd = random.Random(20261129)
+        for n in range(300):
+            case = random_case(rnd, KINDS[n % len(KINDS)])
+            want = model_run(case)
+            for i, (step, got) in enumerate(zip(case["steps"], self.run_case(case))):
+                where = "random case %d %s step %d" % (n, json.dumps(case), i)
+                if step["op"] == "check":
+                    self.assertEqual({"allowed": bool(got[0]), "retry_after_ms": got[1]},
+                                     want[i], where)
+                else:
+                    self.assertEqual(dict(zip("abt", got)), want[i], where)
+
+
+def random_case(rnd, kind):
+    """A case of random steps, small or huge numbers, time moving on (and
+    sometimes back)."""
+    def size(small, huge):
+        return huge - rnd.randrange(3) if rnd.randrange(4) == 0 else 1 + rnd.randrange(small)
+
+    params = {"kind": kind, "amount": size(20, MAX_AMOUNT), "window_ms": size(5000, MAX_WINDOW),
+              "burst": 0 if rnd.randrange(2) else size(40, MAX_AMOUNT)}
+    cap = max(params["amount"], 50)
+    now = 1700000000000 + rnd.randrange(10 ** 6)
+    steps = []
+    for _ in range(10):
+        back = rnd.randrange(2 * params["window_ms"]) if rnd.randrange(8) == 0 else 0
+        steps.append({"now": now - back, "op": "check",
+                      "cost": 0 if rnd.randrange(3) == 0 else 1 + rnd.randrange(cap),
+                      "floor": 0 if rnd.randrange(2) else rnd.randrange(cap)})
+        amount = rnd.randrange(cap)
+        steps.append({"now": now, "op": "book",
+                      "amount": -amount if rnd.randrange(4) == 0 else amount})
+        now += 0 if rnd.randrange(3) == 0 else rnd.randrange(2 * params["window_ms"])
+    return {"name": "random", "params": params, "state": {"a": 0, "b": 0, "t": 0},
+            "steps": steps}
 
 
 if __name__ == "__main__":

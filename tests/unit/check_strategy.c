@@ -1,0 +1,313 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * check_strategy.c - unit tests for daemon/strategy: every case of
+ * tests/vectors/strategy/<kind>.jsonl replayed through strat_check,
+ * strat_book and strat_ttl_ms (the Lua replays the same files in
+ * tests/integ/test_lua_vectors.py), plus properties the vectors cannot
+ * enumerate: for random states, params and instants, a refused check's
+ * retry_after_ms is exact (passes then, not a millisecond before) and a
+ * check never changes the state.
+ *
+ * The vector dir is tests/vectors/strategy relative to the working
+ * directory (make test-unit runs from the repo root), or $STRAT_VECTORS.
+ */
+
+#include "strategy.h"
+
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WAIT_MAX_MS 1000000000000000LL /* retry_after_ms cap (strategy_impl.h) */
+#define MIN_CASES_PER_KIND 12
+
+/* Every vector case of every kind, loaded once in main (forked tests inherit it). */
+static json_t **cases;
+static int n_cases;
+static int cases_per_kind[STRAT__COUNT];
+
+static void load_kind(const char *dir, int kind)
+{
+	char path[1024];
+	char *line = NULL;
+	size_t cap = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s.jsonl", dir, strat_kind_name((enum strat_kind)kind));
+	f = fopen(path, "r");
+	if (f == NULL) {
+		fprintf(stderr, "check_strategy: cannot open %s\n", path);
+		return;
+	}
+	while (getline(&line, &cap, f) > 0) {
+		json_error_t err;
+		json_t *c = json_loads(line, 0, &err);
+
+		if (c == NULL) {
+			fprintf(stderr, "%s:%d: %s\n", path, err.line, err.text);
+			continue; /* counted short: test_enough_cases fails */
+		}
+		cases = realloc(cases, (size_t)(n_cases + 1) * sizeof(*cases));
+		if (cases == NULL)
+			abort();
+		cases[n_cases++] = c;
+		cases_per_kind[kind]++;
+	}
+	free(line);
+	fclose(f);
+}
+
+static int64_t jint(const json_t *obj, const char *key, int64_t dflt)
+{
+	const json_t *v = json_object_get(obj, key);
+
+	return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+static struct strat_params params_of(const json_t *c)
+{
+	const json_t *p = json_object_get(c, "params");
+	struct strat_params sp = {
+		.kind = (enum strat_kind)strat_kind_parse(
+			json_string_value(json_object_get(p, "kind"))),
+		.amount = jint(p, "amount", 0),
+		.window_ms = jint(p, "window_ms", 0),
+		.burst = jint(p, "burst", 0),
+	};
+
+	ck_assert_msg((int)sp.kind >= 0, "vector with an unknown kind");
+	return sp;
+}
+
+static struct strat_state state_of(const json_t *o)
+{
+	struct strat_state st = { jint(o, "a", -1), jint(o, "b", -1), jint(o, "t", -1) };
+
+	return st;
+}
+
+/*
+ * assert_exact - a refused check's retry_after_ms is the least wait: the
+ * same check passes at now + retry and fails a millisecond earlier.
+ */
+static void assert_exact(const struct strat_state *st, const struct strat_params *p,
+			 int64_t now, int64_t cost, int64_t floor_units, const char *what)
+{
+	struct strat_result r = strat_check(st, p, now, cost, floor_units);
+
+	ck_assert_msg(r.allowed == (r.retry_after_ms == 0), "%s: allowed %d with retry %lld",
+		      what, r.allowed, (long long)r.retry_after_ms);
+	if (r.allowed || r.retry_after_ms < 0 || r.retry_after_ms >= WAIT_MAX_MS)
+		return;
+	ck_assert_msg(strat_check(st, p, now + r.retry_after_ms, cost, floor_units).allowed,
+		      "%s: still refused after retry_after_ms %lld", what,
+		      (long long)r.retry_after_ms);
+	ck_assert_msg(!strat_check(st, p, now + r.retry_after_ms - 1, cost, floor_units).allowed,
+		      "%s: retry_after_ms %lld is not minimal", what,
+		      (long long)r.retry_after_ms);
+}
+
+START_TEST(test_vector)
+{
+	const json_t *c = cases[_i];
+	const char *name = json_string_value(json_object_get(c, "name"));
+	struct strat_params p = params_of(c);
+	struct strat_state st = state_of(json_object_get(c, "state"));
+	const json_t *steps = json_object_get(c, "steps");
+	size_t i;
+	const json_t *step;
+
+	ck_assert_msg(json_array_size(steps) > 0, "%s: no steps", name);
+	json_array_foreach(steps, i, step)
+	{
+		const char *op = json_string_value(json_object_get(step, "op"));
+		int64_t now = jint(step, "now", 0);
+		char what[256];
+
+		snprintf(what, sizeof(what), "%s %s step %zu", strat_kind_name(p.kind), name, i);
+		ck_assert_msg(op != NULL, "%s: no op", what);
+		if (strcmp(op, "check") == 0) {
+			const json_t *exp = json_object_get(step, "expect");
+			int64_t cost = jint(step, "cost", 1), fl = jint(step, "floor", 0);
+			struct strat_state before = st;
+			struct strat_result r = strat_check(&st, &p, now, cost, fl);
+
+			ck_assert_msg(memcmp(&before, &st, sizeof(st)) == 0, "%s: check wrote", what);
+			ck_assert_msg(r.allowed == json_is_true(json_object_get(exp, "allowed")),
+				      "%s: allowed %d", what, r.allowed);
+			ck_assert_msg(r.retry_after_ms == jint(exp, "retry_after_ms", -2),
+				      "%s: retry_after_ms %lld, want %lld", what,
+				      (long long)r.retry_after_ms,
+				      (long long)jint(exp, "retry_after_ms", -2));
+			assert_exact(&st, &p, now, cost, fl, what);
+		} else if (strcmp(op, "book") == 0) {
+			struct strat_state want = state_of(json_object_get(step, "expect_state"));
+
+			strat_book(&st, &p, now, jint(step, "amount", 0));
+			ck_assert_msg(st.a == want.a && st.b == want.b && st.t == want.t,
+				      "%s: state {%lld,%lld,%lld}, want {%lld,%lld,%lld}", what,
+				      (long long)st.a, (long long)st.b, (long long)st.t,
+				      (long long)want.a, (long long)want.b, (long long)want.t);
+		} else if (strcmp(op, "ttl") == 0) {
+			ck_assert_msg(strat_ttl_ms(&p) == jint(step, "expect", -1),
+				      "%s: ttl %lld", what, (long long)strat_ttl_ms(&p));
+		} else {
+			ck_abort_msg("%s: unknown op %s", what, op);
+		}
+	}
+}
+END_TEST
+
+START_TEST(test_enough_cases)
+{
+	for (int k = 0; k < STRAT__COUNT; k++)
+		ck_assert_msg(cases_per_kind[k] >= MIN_CASES_PER_KIND, "%s: %d vector cases",
+			      strat_kind_name((enum strat_kind)k), cases_per_kind[k]);
+}
+END_TEST
+
+START_TEST(test_kind_names)
+{
+	static const char *const names[STRAT__COUNT] = {
+		"token-bucket", "sliding-window", "fixed-window", "leaky-bucket", "session-window",
+	};
+
+	for (int k = 0; k < STRAT__COUNT; k++) {
+		ck_assert_str_eq(strat_kind_name((enum strat_kind)k), names[k]);
+		ck_assert_int_eq(strat_kind_parse(names[k]), k);
+	}
+	ck_assert_ptr_null(strat_kind_name(STRAT__COUNT));
+	ck_assert_int_eq(strat_kind_parse("token_bucket"), -1);
+	ck_assert_int_eq(strat_kind_parse("Token-Bucket"), -1);
+	ck_assert_int_eq(strat_kind_parse(""), -1);
+	ck_assert_int_eq(strat_kind_parse(NULL), -1);
+}
+END_TEST
+
+START_TEST(test_unknown_kind)
+{
+	struct strat_params p = { .kind = STRAT__COUNT, .amount = 10, .window_ms = 1000 };
+	struct strat_state st = { 1, 2, 3 };
+	struct strat_result r = strat_check(&st, &p, 100, 1, 0);
+
+	ck_assert(!r.allowed);
+	ck_assert_int_eq(r.retry_after_ms, -1);
+	strat_book(&st, &p, 100, 5);
+	ck_assert(st.a == 1 && st.b == 2 && st.t == 3);
+	ck_assert_int_eq(strat_ttl_ms(&p), 0);
+}
+END_TEST
+
+/* Nonsense params are clamped, never divided by: window 0 acts as 1 ms. */
+START_TEST(test_params_clamped)
+{
+	for (int k = 0; k < STRAT__COUNT; k++) {
+		struct strat_params p = { .kind = (enum strat_kind)k, .amount = 0, .window_ms = 0,
+					  .burst = -5 };
+		struct strat_state st = { 0, 0, 0 };
+
+		ck_assert(strat_check(&st, &p, 1000, 1, 0).allowed);
+		strat_book(&st, &p, 1000, 1);
+		assert_exact(&st, &p, 1000, 1, 0, strat_kind_name(p.kind));
+		ck_assert_int_ge(strat_ttl_ms(&p), 1);
+	}
+}
+END_TEST
+
+/* xorshift64: deterministic, so a failure reproduces. */
+static uint64_t rng_state;
+
+static uint64_t rng(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+
+static int64_t rng_below(int64_t n)
+{
+	return (int64_t)(rng() % (uint64_t)n);
+}
+
+/* A small or a huge value, so both ordinary and boundary arithmetic run. */
+static int64_t rng_size(int64_t small, int64_t huge)
+{
+	return rng_below(4) == 0 ? huge - rng_below(3) : 1 + rng_below(small);
+}
+
+START_TEST(test_random_exact)
+{
+	rng_state = 0x9e3779b97f4a7c15ULL + (uint64_t)_i;
+	for (int round = 0; round < 300; round++) {
+		struct strat_params p = {
+			.kind = (enum strat_kind)_i,
+			.amount = rng_size(20, STRAT_MAX_AMOUNT),
+			.window_ms = rng_size(5000, STRAT_MAX_WINDOW_MS),
+			.burst = rng_below(2) ? 0 : rng_size(40, STRAT_MAX_AMOUNT),
+		};
+		struct strat_state st = { 0, 0, 0 };
+		int64_t now = 1700000000000LL + rng_below(1000000);
+
+		for (int step = 0; step < 12; step++) {
+			int64_t cap = p.amount > 50 ? p.amount : 50;
+			int64_t cost = rng_below(3) == 0 ? 0 : 1 + rng_below(cap);
+			int64_t fl = rng_below(2) ? 0 : rng_below(cap);
+			int64_t back = rng_below(8) == 0 ? rng_below(2 * p.window_ms) : 0;
+			char what[128];
+
+			snprintf(what, sizeof(what), "%s round %d step %d", strat_kind_name(p.kind),
+				 round, step);
+			assert_exact(&st, &p, now - back, cost, fl, what);
+			strat_book(&st, &p, now, rng_below(4) == 0 ? -rng_below(cap) : rng_below(cap));
+			ck_assert_msg(st.a >= 0 && st.t <= now, "%s: state {%lld,_,%lld}", what,
+				      (long long)st.a, (long long)st.t);
+			now += rng_below(3) == 0 ? 0 : rng_below(2 * p.window_ms);
+		}
+	}
+}
+END_TEST
+
+static Suite *strategy_suite(void)
+{
+	Suite *s = suite_create("strategy");
+	TCase *tv = tcase_create("vectors");
+	TCase *tp = tcase_create("properties");
+
+	tcase_add_test(tv, test_enough_cases);
+	if (n_cases > 0)
+		tcase_add_loop_test(tv, test_vector, 0, n_cases);
+	tcase_add_test(tp, test_kind_names);
+	tcase_add_test(tp, test_unknown_kind);
+	tcase_add_test(tp, test_params_clamped);
+	tcase_add_loop_test(tp, test_random_exact, 0, STRAT__COUNT);
+	tcase_set_timeout(tp, 60);
+	suite_add_tcase(s, tv);
+	suite_add_tcase(s, tp);
+	return s;
+}
+
+int main(void)
+{
+	const char *dir = getenv("STRAT_VECTORS");
+	SRunner *sr;
+	int failed;
+
+	if (dir == NULL || *dir == '\0')
+		dir = "tests/vectors/strategy";
+	for (int k = 0; k < STRAT__COUNT; k++)
+		load_kind(dir, k);
+	sr = srunner_create(strategy_suite());
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	for (int i = 0; i < n_cases; i++)
+		json_decref(cases[i]);
+	free(cases);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
