@@ -244,7 +244,7 @@ static void conf_fmt_duration(char *buf, size_t len, int64_t ms)
 
 /* ---- setters: one per type; NULL or a message ------------------------- */
 
-#define FIELD(base, k, T) ((T *)((char *)(base) + (k)->offset))
+#define FIELD(base, k, T) ((T *)(void *)((char *)(base) + (k)->offset))
 
 typedef const char *(*conf_setter)(struct conf_ctx *x, const struct conf_key *k, void *base,
 				   const char *arg, const char *val);
@@ -659,6 +659,7 @@ static void conf_scope_open(struct conf_ctx *x, const char *name)
 	struct conf *c = x->c;
 	struct conf_scope *ns;
 	struct conf_pscope *np;
+	char *copy;
 
 	x->sect = SECT_IGNORED;
 	if (!cv_name_ok(name)) {
@@ -673,6 +674,9 @@ static void conf_scope_open(struct conf_ctx *x, const char *name)
 			return;
 		}
 	}
+	/* both arrays grow before the scope counts, so they stay in step */
+	if ((copy = strdup(name)) == NULL)
+		goto oom;
 	if ((np = realloc(x->ps, (c->nscopes + 1) * sizeof(*np))) == NULL)
 		goto oom;
 	x->ps = np;
@@ -683,12 +687,12 @@ static void conf_scope_open(struct conf_ctx *x, const char *name)
 	memset(&np[c->nscopes], 0, sizeof(*np));
 	x->scope = c->nscopes++;
 	ns[x->scope].line = x->lineno;
-	if ((ns[x->scope].name = strdup(name)) == NULL)
-		goto oom;
+	ns[x->scope].name = copy;
 	conf_defaults(x, conf_scope_keys, &ns[x->scope]);
 	x->sect = SECT_SCOPE;
 	return;
 oom:
+	free(copy);
 	conf_err(x, x->lineno, "out of memory");
 }
 

@@ -65,9 +65,11 @@ static char *slurp(const char *rel)
 	ck_assert_msg(f != NULL, "cannot open %s", path);
 	for (;;) {
 		if (n + 4096 + 1 > cap) {
+			char *nb = realloc(buf, (n + 4096 + 1) * 2);
+
+			ck_assert_ptr_nonnull(nb);
+			buf = nb;
 			cap = (n + 4096 + 1) * 2;
-			buf = realloc(buf, cap);
-			ck_assert_ptr_nonnull(buf);
 		}
 		size_t r = fread(buf + n, 1, 4096, f);
 		if (r == 0)
