@@ -39,6 +39,11 @@ timeout = 2s
 max_concurrent = 2
 timeout = 10s
 
+[scope narrow]
+max_concurrent = 1
+max_waiters = 1
+timeout = 5s
+
 [scope quota]
 quota = 1/1h
 timeout = 1s
@@ -63,7 +68,7 @@ default_class = high
 timeout = 1s
 """
 
-SCOPES = ("one", "two", "quota", "pen", "tok", "cost", "cls")
+SCOPES = ("one", "two", "narrow", "quota", "pen", "tok", "cost", "cls")
 
 # Generous bounds for "answered at once" on a loaded or sanitized box.
 PROMPT = 1.0 if harness.VALGRIND else 0.5

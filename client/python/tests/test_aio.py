@@ -124,6 +124,15 @@ class AsyncClientTest(AsyncDaemonCase):
         self.assertLess(now() - t0, PROMPT)
         self.assertGreater(cm.exception.retry_after, 3600 - 60)
 
+    async def test_too_many_waiters(self):
+        k = self.key()
+        async with self.client.acquire("narrow", k):
+            task = await self.start_waiter(k, "narrow")
+            with self.assertRaises(admit.TooManyWaiters):
+                await self.client.acquire("narrow", k)
+        lease = await asyncio.wait_for(task, 5)
+        self.assertIs(await lease.release(), True)
+
     async def test_timeout(self):
         k = self.key()
         async with self.client.acquire("one", k):
@@ -178,12 +187,12 @@ class AsyncClientTest(AsyncDaemonCase):
         self.assertEqual(len(intervals), 40)
         self.assertEqual(harness.max_overlap(intervals), 2)
 
-    async def start_waiter(self, k):
-        """A task blocked in acquire("one", k), once the daemon counts it."""
-        task = asyncio.ensure_future(self.client.acquire("one", k, timeout=5))
+    async def start_waiter(self, k, scope="one"):
+        """A task blocked in acquire(scope, k), once the daemon counts it."""
+        task = asyncio.ensure_future(self.client.acquire(scope, k, timeout=5))
 
         async def waiting():
-            return (await self.client.status())["scopes"]["one"]["waiting"] >= 1
+            return (await self.client.status())["scopes"][scope]["waiting"] >= 1
 
         await wait_for(waiting, what="the acquire to wait")
         return task

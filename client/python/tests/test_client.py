@@ -233,6 +233,22 @@ class ClientTest(DaemonCase):
         self.assertGreaterEqual(waited, 0.3 - harness.SLACK)
         self.assertLess(waited, 0.3 + PROMPT)
 
+    def test_too_many_waiters(self):
+        k = self.key()
+        holder = self.client.acquire("narrow", k)
+        got = []
+        th = threading.Thread(target=lambda: got.append(self.client.acquire("narrow", k)))
+        th.start()
+        wait_for(lambda: self.client.status()["scopes"]["narrow"]["waiting"] == 1)
+        t0 = now()
+        with self.assertRaises(admit.TooManyWaiters) as cm:
+            self.client.acquire("narrow", k)  # max_waiters = 1
+        self.assertLess(now() - t0, PROMPT)
+        self.assertEqual(cm.exception.code, "too_many_waiters")
+        self.assertIs(holder.release(), True)
+        th.join(5)
+        self.assertIs(got[0].release(), True)
+
     def test_url_key_is_the_lowercased_host(self):
         k = self.key().lower() + ".example.com"
         with self.client.acquire("one", url="https://%s:8443/a?b" % k.upper()) as lease:
