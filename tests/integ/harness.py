@@ -653,6 +653,38 @@ def max_in_window(times, window):
     return best
 
 
+# An event the client observed only between two instants: it certainly
+# happened in [lo, hi]. For an admission: lo = request sent + the daemon's
+# own waited_ms (measured from when it read the request, which is later),
+# hi = reply received. The checks below report only what is certain, so
+# thread scheduling (the GIL, a loaded box) can hide a violation but never
+# invent one; with ~1ms round trips they are as sharp as the daemon's clock.
+
+
+def closer_than(ivs, d):
+    """Pairs of bracketed events certainly less than d apart:
+    [(i, j)] with max(hi_j - lo_i, hi_i - lo_j) < d."""
+    out = []
+    for i in range(len(ivs)):
+        for j in range(i + 1, len(ivs)):
+            (lo_i, hi_i), (lo_j, hi_j) = ivs[i], ivs[j]
+            if max(hi_j - lo_i, hi_i - lo_j) < d:
+                out.append((i, j))
+    return out
+
+
+def crowded_window(ivs, w, q):
+    """A set of more than q bracketed events certainly inside one interval
+    shorter than w, as a list of indexes, or None. (Any such set fits in
+    [lo_i, lo_i + w) for its earliest-starting member i.)"""
+    for i, (lo_i, _) in enumerate(ivs):
+        inside = [j for j, (lo_j, hi_j) in enumerate(ivs)
+                  if lo_j >= lo_i and hi_j < lo_i + w]
+        if len(inside) > q:
+            return inside
+    return None
+
+
 class DaemonCase(unittest.TestCase):
     """One daemon per test class, started from CONF (and REDIS_URL if set).
     Each test should use its own scope or key. tearDownClass stops the
