@@ -119,11 +119,16 @@ class _Conn(object):
             waiter.reply = reply
             waiter.event.set()
         elif orphan_lease is not None:
-            req = _proto.release_request(orphan_lease)
-            try:
-                self.send(*_proto.frame(req, None, self.next_id()), waiter=_Waiter())
-            except Unavailable:
-                pass  # the connection is gone, and the lease with it
+            # Not from this thread: a writer blocked on a full socket would
+            # wait for this reader, and this reader for its write lock.
+            threading.Thread(target=self._release_orphan, args=(orphan_lease,), daemon=True).start()
+
+    def _release_orphan(self, lease):
+        req = _proto.release_request(lease)
+        try:
+            self.send(*_proto.frame(req, None, self.next_id()), waiter=_Waiter())
+        except Unavailable:
+            pass  # the connection is gone, and the lease with it
 
     def _read_loop(self):
         reason = "connection to admitd closed"
