@@ -1,21 +1,32 @@
 # mk/rpool.mk - the Redis pool's test driver (tests/tools/rpool_drive).
 #
 # The driver links only the objects it needs (not libadmitd.a), so it builds
-# while the rest of the daemon is in flux. tests/integ/test_rpool.py runs it.
-# Sanitized: `make clean && make SANITIZE=1 tests/tools/rpool_drive`, then
-# run the integration tests as usual (the objects are shared with the daemon,
-# so build everything with the same SANITIZE setting).
+# while the rest of the daemon is in flux. tests/integ/test_rpool.py runs it
+# ($RPOOL_DRIVE overrides the path).
+#
+# Sanitized, without touching the shared objects:
+#   make tests/tools/rpool_drive.asan
+#   RPOOL_DRIVE=$PWD/tests/tools/rpool_drive.asan python3 -m unittest tests.integ.test_rpool -v
+# (or `make clean && make SANITIZE=1 test`, which rebuilds everything sanitized).
+# Under valgrind: VALGRIND=1 python3 -m unittest tests.integ.test_rpool -v
 
 RPOOL_DRIVE_OBJS := daemon/rpool.o daemon/redis_url.o daemon/log.o daemon/clock.o
+RPOOL_DRIVE_SRCS := tests/tools/rpool_drive.c $(RPOOL_DRIVE_OBJS:.o=.c)
 
 tests/tools/rpool_drive: tests/tools/rpool_drive.c $(RPOOL_DRIVE_OBJS)
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(RPOOL_DRIVE_OBJS) $(BASE_LDLIBS)
+
+tests/tools/rpool_drive.asan: $(RPOOL_DRIVE_SRCS) daemon/rpool.h daemon/redis_url.h daemon/log.h \
+		daemon/clock.h
+	$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -fsanitize=address,undefined \
+	  -fno-sanitize-recover=all -fno-omit-frame-pointer -o $@ $(RPOOL_DRIVE_SRCS) \
+	  $(BASE_LDLIBS)
 
 test-integ: tests/tools/rpool_drive
 
 .PHONY: clean-rpool-drive
 clean: clean-rpool-drive
 clean-rpool-drive:
-	rm -f tests/tools/rpool_drive tests/tools/rpool_drive.d
+	rm -f tests/tools/rpool_drive tests/tools/rpool_drive.asan tests/tools/rpool_drive.d
 
 -include tests/tools/rpool_drive.d
