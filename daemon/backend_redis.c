@@ -305,15 +305,45 @@ static void rb_release_one(struct backend *b, const struct target_rt *t, const c
 void backend_release(struct backend *b, struct lease *l, const struct lim_tokens *tokens,
 		     size_t ntokens)
 {
-	size_t i;
+	struct rargs a[PROTO_MAX_TARGETS];
+	struct rpool_call calls[PROTO_MAX_TARGETS];
+	size_t i, n = 0;
 
+	memset(a, 0, sizeof(a));
 	for (i = 0; i < l->nt; i++) {
 		const struct conf_scope *cs = l->t[i].kq->sc->cs;
+		struct rb_ff *ff;
+		size_t nkeys = 0;
 		/* Nothing to book in Redis: no round trip (issue 3). */
 		if (!lim_release_books(cs, l->t[i].cls))
 			continue;
-		rb_release_one(b, &l->t[i], l->id, "release", tokens, ntokens);
+		rb_release_args(&a[n], b, &l->t[i], l->id, "release", tokens, ntokens, &nkeys);
+		ff = malloc(sizeof(*ff));
+		if (ff == NULL || a[n].oom) {
+			free(ff);
+			rb_failed(b, "release", RP_CONN, NULL);
+			rargs_clear(&a[n]);
+			continue;
+		}
+		ff->b = b;
+		ff->op = "release";
+		calls[n] = (struct rpool_call){ .script = (size_t)b->s_release,
+						.nkeys = nkeys,
+						.argc = a[n].n,
+						.argv = (const char *const *)a[n].v,
+						.argvlen = a[n].len,
+						.cb = rb_ff_cb,
+						.arg = ff };
+		n++;
 	}
+	/* All targets of one lease commit in one pipelined round trip. */
+	if (n > 0 && rpool_eval_multi(b->pool, n, calls) != 0) {
+		for (i = 0; i < n; i++)
+			free(calls[i].arg);
+		rb_failed(b, "release", RP_CONN, NULL);
+	}
+	for (i = 0; i < n; i++)
+		rargs_clear(&a[i]);
 }
 
 void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms)
