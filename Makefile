@@ -41,9 +41,14 @@ CHECK_LIBS  := $(shell pkg-config --libs check)
 
 DEPS := $(DAEMON_OBJS:.o=.d) daemon/main.d $(CHECK_SRCS:.c=.d)
 
-.PHONY: all test test-unit test-integ test-client valgrind clean install \
+.PHONY: all run test test-unit test-integ test-client valgrind clean install \
         format format-check lint bench
 all: daemon/admitd
+
+# Build everything and run admitd in the foreground on the example conf
+# (local mode: no Redis needed). Ctrl-C stops it.
+run: all
+	./daemon/admitd -c conf/admitd.conf
 
 daemon/libadmitd.a: $(DAEMON_OBJS)
 	rm -f $@
