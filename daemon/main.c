@@ -82,6 +82,13 @@ static void admitd_signal_cb(evutil_socket_t sig, short what UNUSED, void *arg)
 		event_active(ad->exit_ev, EV_TIMEOUT, 0);
 }
 
+/* SIGHUP: the conf is read once; say so instead of dying of the default action. */
+static void admitd_sighup_cb(evutil_socket_t sig UNUSED, short what UNUSED, void *arg UNUSED)
+{
+	log_warn("SIGHUP ignored: conf reload is not supported, restart admitd to apply changes",
+		 NULL);
+}
+
 static bool admitd_override(char **field, const char *value)
 {
 	char *v = strdup(value);
@@ -107,7 +114,7 @@ int main(int argc, char **argv)
 	};
 	const char *conf_path = ADMITD_DEFAULT_CONF, *socket_arg = NULL, *redis_arg = NULL;
 	struct admitd ad;
-	struct event *sigterm = NULL, *sigint = NULL;
+	struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
 	struct timeval gc_every = { 1, 0 };
 	bool test_only = false;
 	int opt, rc = 1;
@@ -155,9 +162,11 @@ int main(int argc, char **argv)
 	ad.exit_ev = evtimer_new(ad.base, admitd_exit_cb, &ad);
 	sigterm = evsignal_new(ad.base, SIGTERM, admitd_signal_cb, &ad);
 	sigint = evsignal_new(ad.base, SIGINT, admitd_signal_cb, &ad);
+	sighup = evsignal_new(ad.base, SIGHUP, admitd_sighup_cb, &ad);
 	if (ad.gc_ev == NULL || ad.exit_ev == NULL || sigterm == NULL || sigint == NULL ||
-	    event_add(ad.gc_ev, &gc_every) != 0 || event_add(sigterm, NULL) != 0 ||
-	    event_add(sigint, NULL) != 0)
+	    sighup == NULL || event_add(ad.gc_ev, &gc_every) != 0 ||
+	    event_add(sigterm, NULL) != 0 || event_add(sigint, NULL) != 0 ||
+	    event_add(sighup, NULL) != 0)
 		fatal("cannot set up events", NULL);
 	if (ad.conf->redis != NULL && ad.conf->redis[0] != '\0') {
 		ad.redis = backend_new(&ad);
@@ -187,6 +196,8 @@ out:
 		event_free(sigterm);
 	if (sigint)
 		event_free(sigint);
+	if (sighup)
+		event_free(sighup);
 	if (ad.gc_ev)
 		event_free(ad.gc_ev);
 	if (ad.exit_ev)
