@@ -1,0 +1,348 @@
+"""redis_util.py - shared pieces of the Redis integration tests (issue 3).
+
+Owns: the Cluster fixture (one redis-server plus N admitd processes on one
+conf), the multi-daemon hammer that records every admission's instants, the
+Redis-clock offset, and the invariant checks over recorded instants used by
+test_redis_cluster.py and test_redis_faults.py. Process lifecycle itself is
+harness.py's (not edited here).
+
+Instants. Every client runs in this process, so time.monotonic() is one
+clock for all of them, and the daemons' CLOCK_MONOTONIC is the same clock.
+The decisions are made by the Lua scripts on Redis TIME (wall clock, whole
+milliseconds); its offset to the monotonic clock is measured (redis_offset)
+where a check needs absolute Redis instants (aligned windows).
+
+An admission's Redis decision instant R is bracketed as lo <= R <= hi:
+- hi = the instant its reply line was read (after R, always).
+- lo = t_send + waited_ms - LAG. The daemon measures waited_ms from when it
+  read the request (>= t_send) to when it handled Redis's answer, which is
+  after R by the answer's delivery and the daemon's loop turn: LAG bounds
+  that delay. This is the one tolerance that is not a clock granularity;
+  it weakens the checks by LAG and never makes them report a violation
+  that is not certain when the daemon's lag is within it.
+A lease was certainly held over [t_recv, t_rel]: admitted before its reply
+was read, released after the release was sent.
+"""
+
+import bisect
+import os
+import random
+import threading
+import time
+
+from . import harness
+from .harness import EPS, SLACK, Admitd, RedisServer, acquire_req, now
+
+# The daemon's lag from Redis's decision (TIME inside the script) to its own
+# clock reading for waited_ms: one Unix-socket delivery plus one event-loop
+# turn. Both are sub-millisecond on an idle box; a 2-core box running 48
+# client threads, 3 daemons and Redis (possibly under ASan) can deschedule
+# the daemon for a scheduler slice or two, so the timer SLACK (30ms, more
+# under valgrind) bounds it.
+LAG = SLACK
+# How late a reply may come after its budget (timeout_ms) ends: the daemon's
+# deadline timer (SLACK) plus the delay before a busy client thread (GIL,
+# 2 cores) gets to read it, another SLACK.
+BUDGET_SLACK = 2 * SLACK + 0.05
+
+PER_DAEMON = 16
+
+
+def redis_offset(redis, samples=5):
+    """(lo, hi), seconds: Redis TIME minus time.monotonic() lies in [lo, hi].
+    Each sample brackets one TIME reply between two monotonic readings; the
+    tightest bracket of several wins (Redis TIME has microseconds)."""
+    c = redis.connect()
+    best = None
+    try:
+        for _ in range(samples):
+            t0 = now()
+            sec, usec = c.command("TIME")
+            t1 = now()
+            wall = int(sec) + int(usec) / 1e6
+            b = (wall - t1, wall - t0)
+            if best is None or b[1] - b[0] < best[1] - best[0]:
+                best = b
+    finally:
+        c.close()
+    return best
+
+
+class Cluster:
+    """One redis-server and n admitd processes on the same conf text.
+
+    conf: [scope ...] sections; admitd_extra: lines for the [admitd] section
+    (redis_timeout etc.). redis: an already built RedisServer to use (it is
+    started unless start_redis is False). Use as a context manager: on a
+    failure every log and temp dir is kept."""
+
+    def __init__(self, conf, n=3, admitd_extra="", redis=None, start_redis=True,
+                 start_daemons=True):
+        self.redis = redis or RedisServer()
+        self.own_redis = redis is None
+        self.start_redis = start_redis
+        self.start_daemons = start_daemons
+        self.daemons = []
+        for _ in range(n):
+            d = Admitd("[admitd]\n", redis_url=self.redis.url)
+            text = "[admitd]\nsocket = %s\n%s\n\n%s" % (d.sock_path, admitd_extra, conf)
+            with open(d.conf_path, "w") as f:
+                f.write(text)
+            d.conf_text = text
+            self.daemons.append(d)
+
+    def __enter__(self):
+        try:
+            if self.start_redis:
+                self.redis.start()
+            if self.start_daemons:
+                for d in self.daemons:
+                    d.start()
+        except BaseException:
+            self.cleanup(True)
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.cleanup(exc_type is not None)
+        return False
+
+    def cleanup(self, failed):
+        first = None
+        for d in self.daemons:
+            try:
+                d.cleanup(failed=failed)
+            except AssertionError as e:
+                first = first or e
+        if self.own_redis:
+            self.redis.cleanup(failed=failed or first is not None)
+        if first is not None and not failed:
+            raise first
+
+    def logs(self):
+        return "\n".join("--- admitd %d ---\n%s" % (i, d.stderr_text())
+                         for i, d in enumerate(self.daemons))
+
+    def alive(self):
+        """Every daemon that was started is still running."""
+        return all(d.proc is None or d.proc.poll() is None for d in self.daemons)
+
+
+def key_name(prefix, scope, key, suffix):
+    """The Redis key backend_redis.c uses for (scope, key)."""
+    return "%s:{%s:%s}:%s" % (prefix, scope, key, suffix)
+
+
+class Adm:
+    """One admission: by which daemon and client, when (see module doc)."""
+    __slots__ = ("daemon", "client", "t_send", "t_recv", "t_rel", "reply", "lo", "hi",
+                 "cls")
+
+    def __init__(self, daemon, client, t_send, t_recv, reply, cls=None):
+        self.daemon, self.client, self.t_send, self.t_recv, self.reply = \
+            daemon, client, t_send, t_recv, reply
+        self.t_rel = None
+        self.cls = cls
+        self.lo = t_send + reply["waited_ms"] / 1000.0 - LAG
+        self.hi = t_recv
+
+    def __repr__(self):
+        return "Adm(d%d c%d [%.4f, %.4f] rel %s)" % (
+            self.daemon, self.client, self.lo, self.hi,
+            "-" if self.t_rel is None else "%.4f" % self.t_rel)
+
+
+class Outcome:
+    """What a hammer saw: admissions (sorted by hi), refusals as
+    (daemon, t_send, t_recv, reply), and the latest reply lateness against
+    its budget (seconds; negative when every reply came within it)."""
+
+    def __init__(self):
+        self.adms = []
+        self.refusals = []
+        self.late = []
+
+    def errors(self):
+        out = {}
+        for _, _, _, r in self.refusals:
+            out[r.get("error")] = out.get(r.get("error"), 0) + 1
+        return out
+
+
+def hammer(test, cluster, scope, key, duration, per_daemon=PER_DAEMON, hold=(0.0, 0.0),
+           budget_ms=None, cls=None, release_tokens=None, retry_refused=True):
+    """per_daemon client threads on every daemon of cluster, each with its own
+    connection, loop acquire -> hold uniform(hold) -> release on one key for
+    `duration` seconds. Each acquire's budget is budget_ms, or (default)
+    what is left of the duration, so no client is still queued at the end.
+    cls: a class name or a function of the client index giving one.
+    A refusal (limited, budget_exceeded, timeout) is recorded and the client
+    sleeps the retry_after_ms it was given (bounded by the time left): the
+    caller's behaviour, not a wait on the daemon. Every reply must match its
+    request's id and come within its budget + BUDGET_SLACK (test fails).
+    Returns an Outcome."""
+    daemons = cluster.daemons
+    n = per_daemon * len(daemons)
+    end = now() + duration
+    lock = threading.Lock()
+    out = Outcome()
+
+    def client(i):
+        d = i // per_daemon
+        c = daemons[d].connect(timeout=30)
+        rng = random.Random(i)
+        my_cls = cls(i) if callable(cls) else cls
+        seq = 0
+        adms, refs, late = [], [], []
+        try:
+            while True:
+                left = end - now()
+                if left <= 0:
+                    break
+                seq += 1
+                b = budget_ms if budget_ms is not None else int(left * 1000)
+                req = acquire_req(scope, key, id=seq, timeout_ms=b)
+                if my_cls is not None:
+                    req["class"] = my_cls
+                t_send = now()
+                r = c.request(req, timeout=b / 1000.0 + 10)
+                t_recv = c.last_t
+                test.assertEqual(r.get("id"), seq, r)
+                late.append(t_recv - t_send - b / 1000.0)
+                if r.get("ok"):
+                    test.assertIsInstance(r.get("lease"), str, r)
+                    test.assertIsInstance(r.get("waited_ms"), int, r)
+                    a = Adm(d, i, t_send, t_recv, r, my_cls)
+                    h = rng.uniform(*hold)
+                    if h > 0:
+                        time.sleep(h)  # the client's own work while holding
+                    a.t_rel = now()
+                    rel = {"op": "release", "lease": r["lease"]}
+                    if release_tokens is not None:
+                        rel["tokens"] = release_tokens
+                    rr = c.request(rel)
+                    test.assertIs(rr.get("ok"), True, rr)
+                    adms.append(a)
+                else:
+                    test.assertIn(r.get("error"), ("limited", "budget_exceeded", "timeout"), r)
+                    refs.append((d, t_send, t_recv, r))
+                    ra = r.get("retry_after_ms") or 0
+                    if retry_refused and ra > 0:
+                        time.sleep(max(0.0, min(ra / 1000.0, end - now())))
+        finally:
+            c.close()
+        with lock:
+            out.adms.extend(adms)
+            out.refusals.extend(refs)
+            out.late.extend(late)
+
+    harness.run_clients(n, client, timeout=duration + 60)
+    out.adms.sort(key=lambda a: a.hi)
+    if out.late:
+        test.assertLess(max(out.late), BUDGET_SLACK,
+                        "a reply came later than its budget allows")
+    return out
+
+
+# ----------------------------------------------------------------- checks ----
+
+
+def span_excess(ivs, allowed):
+    """ivs: bracketed instants [(lo, hi)]. allowed(L): the most admissions any
+    closed interval of length L may hold (nondecreasing in L). Returns a
+    counterexample (i, m, L) when some m admissions certainly lie within an
+    interval of length at most L and m > allowed(L), else None. For each
+    starting bracket i, the admissions with lo >= lo_i taken in order of hi
+    certainly lie within [lo_i, hi]: the longest that interval can really be
+    is hi - lo_i (+ EPS for the scripts' whole milliseconds)."""
+    order = sorted(range(len(ivs)), key=lambda k: ivs[k][0])
+    for pos, i in enumerate(order):
+        lo_i = ivs[i][0]
+        his = sorted(ivs[k][1] for k in order[pos:])
+        for m, hi in enumerate(his, 1):
+            span = max(0.0, hi - lo_i) + EPS
+            if m > allowed(span):
+                return (i, m, span)
+    return None
+
+
+def policer(burst, rate):
+    """allowed(L) of a token or leaky bucket as a policer: burst + rate * L."""
+    return lambda span: burst + rate * span
+
+
+def per_window(amount, window, extra=1):
+    """allowed(L) when each window of length `window` holds at most amount:
+    an interval of length L meets at most floor(L / window) + extra of them
+    (extra 1: windows that start at admissions in it, e.g. a rolling quota;
+    2: aligned windows, or sessions already running when it starts)."""
+    return lambda span: amount * (int(span // window) + extra)
+
+
+def aligned_excess(ivs, offset, window_ms, amount):
+    """Windows aligned on the Redis clock (fixed-window, the buckets of
+    sliding-window): count the admissions certainly inside each window
+    floor(R / W), R = Redis TIME in ms; offset = redis_offset(). Returns
+    {window: count} for windows holding more than amount, else {}."""
+    counts = {}
+    for lo, hi in ivs:
+        a = int(((lo + offset[0]) * 1000.0) // window_ms)
+        b = int(((hi + offset[1]) * 1000.0) // window_ms)
+        if a == b:
+            counts[a] = counts.get(a, 0) + 1
+    return {w: n for w, n in counts.items() if n > amount}
+
+
+def pace_violations(adms, d):
+    """Pairs of admissions certainly less than d apart (both orders)."""
+    ivs = sorted((a.lo, a.hi) for a in adms)
+    out = []
+    for i, (lo_i, hi_i) in enumerate(ivs):
+        # only later-starting brackets can be certainly closer than d to i
+        j = i + 1
+        while j < len(ivs) and ivs[j][0] < hi_i + d:
+            lo_j, hi_j = ivs[j]
+            if max(hi_j - lo_i, hi_i - lo_j) < d:
+                out.append(((lo_i, hi_i), (lo_j, hi_j)))
+            j += 1
+    return out
+
+
+def wait_redis_field(redis, key, field, deadline=2.0):
+    """Poll HGET key field until it has a value; returns it."""
+    return harness._wait_until(lambda: redis.command("HGET", key, field), deadline,
+                               "%s %s in Redis" % (key, field))
+
+
+def status(daemon):
+    with harness.Conn(daemon.sock_path) as c:
+        r = c.request({"op": "status"})
+    if not r.get("ok"):
+        raise AssertionError("status failed: %r" % r)
+    return r
+
+
+def wait_backend(daemon, state, deadline):
+    """Poll status until "backend" is state; returns the instant seen."""
+    harness._wait_until(lambda: status(daemon)["backend"] == state, deadline,
+                        "admitd backend %s" % state, daemon.stderr_text)
+    return now()
+
+
+def write_secret(tmpdir, name, secret):
+    path = os.path.join(tmpdir, name)
+    with open(path, "w") as f:
+        f.write(secret + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def bisect_count(sorted_ts, lo, hi):
+    """How many of sorted_ts lie in [lo, hi]."""
+    return bisect.bisect_right(sorted_ts, hi) - bisect.bisect_left(sorted_ts, lo)
+
+
+__all__ = ["Adm", "BUDGET_SLACK", "Cluster", "LAG", "Outcome", "PER_DAEMON",
+           "aligned_excess", "bisect_count", "hammer", "key_name", "pace_violations",
+           "per_window", "policer", "redis_offset", "span_excess", "status",
+           "wait_backend", "wait_redis_field", "write_secret"]
