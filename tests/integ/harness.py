@@ -705,6 +705,10 @@ class DaemonCase(unittest.TestCase):
         cls.daemon.cleanup()
 
     def tearDown(self):
+        # A failed test keeps the daemon's dir (conf, stderr) for inspection.
+        outcome = getattr(self, "_outcome", None)
+        if outcome is not None and not getattr(outcome, "success", True):
+            self.daemon.tmp.keep()
         p = self.daemon.proc
         if p is None or p.poll() is not None:
             self.daemon.tmp.keep()
