@@ -1,0 +1,693 @@
+/*
+ * check_limiter.c - unit tests for daemon/limiter.c with explicit `now`.
+ *
+ * Each test loads one [scope t] through conf_load_string and drives a
+ * lim_state through check/book/release/penalize at chosen instants:
+ * cluster_concurrency and concurrency rules cap the leases in flight,
+ * serialized min_delay runs from completion (an expired lease pushes
+ * nothing), send-spaced min_delay runs from admission, quota is a rolling
+ * window whose retry_after is exact (passes at now+retry, refuses at
+ * now+retry-1), penalties only extend, a refusal books nothing anywhere,
+ * the longest wait names the refusal (ties: conf order), classes and
+ * floor, token meters overdrawn at release, the fallback divisor, lim_idle
+ * and lim_release_books.
+ */
+
+#include "limiter.h"
+
+#include "conf.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HOUR 3600000LL
+
+static struct conf *cf;
+static const struct conf_scope *cs;
+static struct lim_state *st;
+
+/* Load "[scope t]" with body; cs and a fresh st describe it. */
+static void use(const char *body)
+{
+	char text[2048];
+
+	snprintf(text, sizeof(text), "[scope t]\n%s", body);
+	conf_free(cf);
+	lim_state_free(st);
+	cf = conf_load_string(text, "t.conf", stderr);
+	ck_assert_msg(cf != NULL, "conf rejected:\n%s", text);
+	cs = conf_scope_find(cf, "t");
+	ck_assert_ptr_nonnull(cs);
+	st = lim_state_new(cs);
+	ck_assert_ptr_nonnull(st);
+}
+
+static void teardown(void)
+{
+	lim_state_free(st);
+	st = NULL;
+	conf_free(cf);
+	cf = NULL;
+	cs = NULL;
+}
+
+static const struct conf_class *cls(const char *name)
+{
+	const struct conf_class *c = conf_class_find(cs, name);
+
+	ck_assert_msg(c != NULL, "no class %s", name);
+	return c;
+}
+
+static struct lim_decision chk_full(int64_t now, const struct conf_class *c, int64_t cost,
+				    int64_t count, double div)
+{
+	struct lim_req rq = { .cls = c, .cost = cost, .count = count };
+
+	return lim_check(st, cs, div, now, &rq);
+}
+
+static struct lim_decision chk(int64_t now)
+{
+	return chk_full(now, NULL, 1, 1, 1.0);
+}
+
+static void book_full(int64_t now, const struct conf_class *c, int64_t cost, double div,
+		      const char *id)
+{
+	struct lim_req rq = { .cls = c, .cost = cost, .count = 1 };
+	const char *ids[1] = { id };
+
+	ck_assert(lim_book(st, cs, div, now, &rq, ids));
+}
+
+/* Check, must admit, then book. */
+static void admit_full(int64_t now, const struct conf_class *c, int64_t cost, double div,
+		       const char *id)
+{
+	struct lim_decision d = chk_full(now, c, cost, 1, div);
+
+	ck_assert_msg(d.admitted, "at %lld: refused by %s, retry %lld", (long long)now,
+		      d.rule ? d.rule : "?", (long long)d.retry_after_ms);
+	ck_assert_int_eq(d.retry_after_ms, 0);
+	book_full(now, c, cost, div, id);
+}
+
+static void admit(int64_t now, const char *id)
+{
+	admit_full(now, NULL, 1, 1.0, id);
+}
+
+static void refused(struct lim_decision d, const char *rule, int64_t retry)
+{
+	ck_assert_msg(!d.admitted, "admitted, want refusal by %s", rule);
+	ck_assert_ptr_nonnull(d.rule);
+	ck_assert_str_eq(d.rule, rule);
+	ck_assert_int_eq(d.retry_after_ms, retry);
+}
+
+static bool release(int64_t now, const char *id)
+{
+	return lim_release(st, cs, 1.0, now, id, NULL, NULL, 0);
+}
+
+/*
+ * The retry of a refusal at `now` is exact: the same request still
+ * refused at now+retry-1 and admitted at now+retry. Returns the retry.
+ */
+static int64_t exact_full(int64_t now, const struct conf_class *c, int64_t cost, double div,
+			  const char *rule)
+{
+	struct lim_decision d = chk_full(now, c, cost, 1, div);
+	int64_t r = d.retry_after_ms;
+
+	ck_assert_msg(!d.admitted, "admitted at %lld", (long long)now);
+	ck_assert_int_gt(r, 0);
+	if (rule != NULL)
+		ck_assert_str_eq(d.rule, rule);
+	if (r > 1) {
+		d = chk_full(now + r - 1, c, cost, 1, div);
+		ck_assert_msg(!d.admitted, "retry %lld at %lld not exact: admitted a ms early",
+			      (long long)r, (long long)now);
+	}
+	d = chk_full(now + r, c, cost, 1, div);
+	ck_assert_msg(d.admitted, "retry %lld at %lld: still refused by %s (retry %lld)",
+		      (long long)r, (long long)now, d.rule ? d.rule : "?",
+		      (long long)d.retry_after_ms);
+	return r;
+}
+
+static int64_t exact(int64_t now, const char *rule)
+{
+	return exact_full(now, NULL, 1, 1.0, rule);
+}
+
+/* ---- leases in flight ---- */
+
+START_TEST(test_cluster_concurrency)
+{
+	use("cluster_concurrency = 3\nlease_ttl = 1s\nconcurrency_retry = 25ms\n");
+	ck_assert(lim_tracks_leases(cs));
+	ck_assert(!lim_serialized(cs));
+	admit(0, "a");
+	admit(10, "b");
+	admit(20, "c");
+	/* full: a short poll, bounded by the earliest deadline */
+	refused(chk(30), LIM_RULE_CLUSTER, 25);
+	refused(chk(995), LIM_RULE_CLUSTER, 5);
+	ck_assert(release(40, "b"));
+	ck_assert(!release(41, "b")); /* idempotent */
+	ck_assert(!release(41, "nope"));
+	admit(40, "d");
+	refused(chk(40), LIM_RULE_CLUSTER, 25);
+	/* a's deadline is 1000: at 1000 its slot is free, and releasing it is a no-op */
+	refused(chk(999), LIM_RULE_CLUSTER, 1);
+	ck_assert(chk(1000).admitted);
+	ck_assert(!release(1000, "a"));
+	/* more at once than the cap: never */
+	refused(chk_full(1000, NULL, 1, 4, 1.0), LIM_RULE_CLUSTER, -1);
+}
+END_TEST
+
+START_TEST(test_concurrency_rule)
+{
+	use("rule = concurrency 2\nlease_ttl = 10s\n");
+	ck_assert(lim_tracks_leases(cs));
+	admit(0, "a");
+	admit(0, "b");
+	refused(chk(1), "concurrency 2", 25);
+	ck_assert(release(2, "a"));
+	admit(2, "c");
+	refused(chk_full(3, NULL, 1, 3, 1.0), "concurrency 2", -1);
+}
+END_TEST
+
+START_TEST(test_book_count)
+{
+	static const char *const ids[] = { "x1", "x2", "x3" };
+	struct lim_req rq = { .cls = NULL, .cost = 1, .count = 3 };
+	int i;
+
+	use("cluster_concurrency = 4\nquota = 5/1s\n");
+	ck_assert(lim_check(st, cs, 1.0, 0, &rq).admitted);
+	ck_assert(lim_book(st, cs, 1.0, 0, &rq, ids));
+	ck_assert_uint_eq(st->nleases, 3);
+	ck_assert_uint_eq(st->quota_n, 3);
+	/* two more would pass the cluster cap; the quota has room for two */
+	refused(chk_full(1, NULL, 1, 2, 1.0), LIM_RULE_CLUSTER, 25);
+	admit(1, "y");
+	/* both refuse two more: the quota's wait (4 instants, 5 max) is longer */
+	refused(chk_full(2, NULL, 1, 2, 1.0), "quota 5/1s", 998);
+	for (i = 0; i < 3; i++)
+		ck_assert(release(3, ids[i]));
+	refused(chk_full(3, NULL, 1, 2, 1.0), "quota 5/1s", 997);
+	ck_assert(chk_full(3, NULL, 1, 1, 1.0).admitted);
+}
+END_TEST
+
+/* ---- min_delay ---- */
+
+START_TEST(test_serialized_min_delay)
+{
+	use("min_delay = 100ms\nlease_ttl = 1s\nconcurrency_retry = 25ms\n");
+	ck_assert(lim_serialized(cs));
+	ck_assert(lim_tracks_leases(cs));
+	admit(0, "a");
+	/* one at a time: while a is in flight, poll */
+	refused(chk(10), LIM_RULE_MIN_DELAY, 25);
+	/* released at 50: the next one from 150, exactly */
+	ck_assert(release(50, "a"));
+	refused(chk(50), LIM_RULE_MIN_DELAY, 100);
+	ck_assert_int_eq(exact(50, LIM_RULE_MIN_DELAY), 100);
+	admit(150, "b");
+	/* b expires at 1150 without a release: free at once, nothing pushed */
+	refused(chk(1149), LIM_RULE_MIN_DELAY, 1);
+	ck_assert(chk(1150).admitted);
+	ck_assert(!release(1200, "b"));
+	ck_assert(chk(1200).admitted);
+	ck_assert_int_eq(st->next_at, 150);
+}
+END_TEST
+
+START_TEST(test_send_spaced_min_delay)
+{
+	use("cluster_concurrency = 2\nmin_delay = 100ms\nlease_ttl = 10s\n");
+	ck_assert(!lim_serialized(cs));
+	admit(0, "a");
+	/* spaced from the admission, not the release */
+	refused(chk(50), LIM_RULE_MIN_DELAY, 50);
+	ck_assert_int_eq(exact(50, LIM_RULE_MIN_DELAY), 50);
+	admit(100, "b");
+	ck_assert(release(150, "a"));
+	/* the release pushed nothing: next_at is still 200 */
+	refused(chk(199), LIM_RULE_MIN_DELAY, 1);
+	admit(200, "c");
+	/* two in flight: the cap refuses once the spacing has passed */
+	/* both refuse: the longer wait names it */
+	refused(chk(201), LIM_RULE_MIN_DELAY, 99);
+	refused(chk(290), LIM_RULE_CLUSTER, 25);
+	/* the spacing has passed: the cap alone refuses */
+	refused(chk(300), LIM_RULE_CLUSTER, 25);
+}
+END_TEST
+
+/* ---- quota ---- */
+
+START_TEST(test_quota)
+{
+	use("quota = 3/1s\n");
+	ck_assert(!lim_tracks_leases(cs));
+	admit(0, "");
+	admit(100, "");
+	admit(200, "");
+	refused(chk(300), "quota 3/1s", 700);
+	ck_assert_int_eq(exact(300, "quota 3/1s"), 700);
+	admit(1000, ""); /* instants 100, 200, 1000 */
+	refused(chk(1050), "quota 3/1s", 50);
+	/* two at once: 100 has left, wait until 200 leaves too */
+	refused(chk_full(1100, NULL, 1, 2, 1.0), "quota 3/1s", 100);
+	refused(chk_full(1100, NULL, 1, 4, 1.0), "quota 3/1s", -1);
+}
+END_TEST
+
+/*
+ * Admit as early as allowed, over many windows (the ring wraps and
+ * grows), and check against a model: never more than Q admissions in any
+ * window of W, and every retry exact.
+ */
+START_TEST(test_quota_model)
+{
+	enum { Q = 5, W = 100, NADM = 400 };
+	int64_t at[NADM];
+	int64_t now = 0;
+	unsigned seed = 12345;
+	int n = 0, i;
+
+	use("quota = 5/100ms\n");
+	while (n < NADM) {
+		struct lim_decision d = chk(now);
+
+		if (d.admitted) {
+			book_full(now, NULL, 1, 1.0, "");
+			at[n++] = now;
+			seed = seed * 1103515245u + 12345u;
+			now += (seed >> 16) % 40; /* 0..39 ms, bursts included */
+			continue;
+		}
+		ck_assert_str_eq(d.rule, "quota 5/100ms");
+		now += exact(now, "quota 5/100ms");
+	}
+	for (i = Q; i < n; i++)
+		ck_assert_msg(at[i] - at[i - Q] >= W, "%d admissions within %lld ms", Q + 1,
+			      (long long)(at[i] - at[i - Q]));
+}
+END_TEST
+
+/* ---- penalty ---- */
+
+START_TEST(test_penalty_extends_only)
+{
+	use("max_concurrent = 0\n");
+	ck_assert(lim_idle(st, cs, 0));
+	lim_penalize(st, 0, 1000);
+	refused(chk(0), LIM_RULE_PENALTY, 1000);
+	lim_penalize(st, 100, 500); /* until 600: shorter, ignored */
+	refused(chk(500), LIM_RULE_PENALTY, 500);
+	lim_penalize(st, 600, 0);
+	lim_penalize(st, 600, -5);
+	refused(chk(600), LIM_RULE_PENALTY, 400);
+	lim_penalize(st, 600, 1000); /* until 1600: longer, taken */
+	ck_assert_int_eq(exact(700, LIM_RULE_PENALTY), 900);
+	ck_assert(!lim_idle(st, cs, 1599));
+	ck_assert(lim_idle(st, cs, 1600));
+}
+END_TEST
+
+/* ---- all or nothing, naming ---- */
+
+START_TEST(test_refusal_books_nothing)
+{
+	int i;
+
+	use("quota = 1/1h\n"
+	    "rule a = requests fixed-window 10/1h\n"
+	    "rule b = requests fixed-window 3/1h\n"
+	    "class both = a b\n"
+	    "class onlya = a\n");
+	for (i = 0; i < 5; i++)
+		refused(chk_full(10 + i, cls("both"), 5, 1, 1.0), "requests fixed-window 3/1h",
+			-1);
+	/* nothing was booked in a, nor in the quota */
+	ck_assert_uint_eq(st->quota_n, 0);
+	admit_full(20, cls("onlya"), 10, 1.0, "");
+	/* a is full now, the quota too; b was never touched */
+	refused(chk_full(30, cls("onlya"), 1, 1, 1.0), "quota 1/1h", HOUR - 10);
+}
+END_TEST
+
+START_TEST(test_longest_wait_names)
+{
+	use("rule = requests fixed-window 1/1s\n"
+	    "rule = requests fixed-window 1/10s\n");
+	admit(0, "");
+	refused(chk(100), "requests fixed-window 1/10s", 9900);
+	lim_penalize(st, 100, 20000);
+	refused(chk(100), LIM_RULE_PENALTY, 20000);
+	refused(chk(15000), LIM_RULE_PENALTY, 5100);
+	/* after the penalty, a shorter one: the rule's wait is longer */
+	admit(20100, "");
+	lim_penalize(st, 20100, 500);
+	refused(chk(20200), "requests fixed-window 1/10s", 9800);
+}
+END_TEST
+
+START_TEST(test_never_beats_any_wait)
+{
+	use("quota = 1/1h\nrule = requests fixed-window 2/1h\n");
+	lim_penalize(st, 0, 5000);
+	refused(chk_full(0, NULL, 1, 2, 1.0), "quota 1/1h", -1);
+	/* a cost the rule can never hold: -1, named after the rule */
+	refused(chk_full(0, NULL, 3, 1, 1.0), "requests fixed-window 2/1h", -1);
+}
+END_TEST
+
+START_TEST(test_ties_conf_order)
+{
+	/* both rules overdrawn by one booking of 2: both free at the window's end */
+	use("rule = requests fixed-window 1/1s\nrule = requests fixed-window 2/1s\n");
+	book_full(0, NULL, 2, 1.0, "");
+	refused(chk(100), "requests fixed-window 1/1s", 900);
+
+	use("rule = requests fixed-window 2/1s\nrule = requests fixed-window 1/1s\n");
+	book_full(0, NULL, 2, 1.0, "");
+	refused(chk(100), "requests fixed-window 2/1s", 900);
+}
+END_TEST
+
+START_TEST(test_tie_quota_first)
+{
+	use("quota = 1/1s\nrule = requests fixed-window 1/1s\n");
+	admit(0, "");
+	refused(chk(100), "quota 1/1s", 900);
+}
+END_TEST
+
+/* ---- classes ---- */
+
+START_TEST(test_classes_floor)
+{
+	int i;
+
+	use("rule shared = requests fixed-window 10/1h\n"
+	    "rule = requests fixed-window 100/1h\n"
+	    "class low = shared floor=4\n"
+	    "class high = shared\n");
+	ck_assert(lim_rule_applies(cs, 0, cls("low")));
+	ck_assert(!lim_rule_applies(cs, 0, NULL));
+	ck_assert(lim_rule_applies(cs, 1, NULL));
+	ck_assert(lim_rule_applies(cs, 1, cls("high")));
+	for (i = 0; i < 6; i++)
+		admit_full(i, cls("low"), 1, 1.0, "");
+	/* low may not take the last 4 */
+	refused(chk_full(10, cls("low"), 1, 1, 1.0), "requests fixed-window 10/1h", HOUR - 10);
+	for (i = 0; i < 4; i++)
+		admit_full(20 + i, cls("high"), 1, 1.0, "");
+	refused(chk_full(30, cls("high"), 1, 1, 1.0), "requests fixed-window 10/1h", HOUR - 30);
+	/* no class: only the unnamed rule (10 of 100 used) */
+	admit_full(40, NULL, 90, 1.0, "");
+	refused(chk_full(50, NULL, 1, 1, 1.0), "requests fixed-window 100/1h", HOUR - 50);
+}
+END_TEST
+
+START_TEST(test_floor_bucket_exact)
+{
+	use("rule r = requests token-bucket 10/1s\nclass low = r floor=5\nclass high = r\n");
+	admit_full(0, cls("high"), 5, 1.0, "");
+	/* 5 left, low needs 1 + floor 5: one token refills in 100ms */
+	ck_assert_int_eq(exact_full(0, cls("low"), 1, 1.0, "requests token-bucket 10/1s"), 100);
+	admit_full(0, cls("high"), 5, 1.0, "");
+	ck_assert_int_eq(exact_full(0, cls("high"), 1, 1.0, NULL), 100);
+	ck_assert_int_eq(exact_full(0, cls("low"), 1, 1.0, NULL), 600);
+}
+END_TEST
+
+/* ---- token meters ---- */
+
+START_TEST(test_tokens_overdraw)
+{
+	static const struct lim_tokens tk[] = { { "input", 300 }, { "output", 200 } };
+	static const struct lim_tokens t99[] = { { "x", 99 } };
+	static const struct lim_tokens t1[] = { { "x", 1 } };
+
+	use("rule = tokens fixed-window 100/1h\n");
+	ck_assert(lim_release_books(cs, NULL));
+	admit(0, "");
+	lim_release(st, cs, 1.0, 5, "", NULL, t99, 1);
+	admit(6, ""); /* 1 left: not overdrawn */
+	lim_release(st, cs, 1.0, 7, "", NULL, t1, 1);
+	refused(chk(8), "tokens fixed-window 100/1h", HOUR - 8);
+	/* a window later it passes; then a big report overdraws it */
+	admit(HOUR, "");
+	lim_release(st, cs, 1.0, HOUR + 1, "", NULL, tk, 2);
+	ck_assert_int_eq(exact(HOUR + 2, "tokens fixed-window 100/1h"), HOUR - 2);
+}
+END_TEST
+
+START_TEST(test_tokens_key_bucket)
+{
+	static const struct lim_tokens out[] = { { "output", 1000 } };
+	static const struct lim_tokens in[] = { { "output", 5 }, { "input", 30 } };
+
+	use("rule = tokens.input token-bucket 10/1s\n");
+	lim_release(st, cs, 1.0, 0, "", NULL, out, 1);
+	ck_assert(chk(0).admitted); /* other meters charge nothing */
+	lim_release(st, cs, 1.0, 0, "", NULL, in, 2);
+	/* 30 from a bucket of 10: the debt is capped at one window (-10) */
+	ck_assert_int_eq(exact(0, "tokens.input token-bucket 10/1s"), 1001);
+}
+END_TEST
+
+/* ---- fallback divisor ---- */
+
+START_TEST(test_divisor_params)
+{
+	struct strat_params p;
+
+	use("rule = requests token-bucket 100/1s burst=40\nrule = requests fixed-window 10/1s\n");
+	p = lim_rule_params(&cs->rules[0], 1.0);
+	ck_assert_int_eq(p.amount, 100);
+	ck_assert_int_eq(p.burst, 40);
+	p = lim_rule_params(&cs->rules[0], 4.0);
+	ck_assert_int_eq(p.amount, 25);
+	ck_assert_int_eq(p.burst, 10);
+	ck_assert_int_eq(p.window_ms, 1000);
+	p = lim_rule_params(&cs->rules[0], 1000.0);
+	ck_assert_int_eq(p.amount, 1);
+	ck_assert_int_eq(p.burst, 1);
+	p = lim_rule_params(&cs->rules[0], 0.5); /* below 1: no change */
+	ck_assert_int_eq(p.amount, 100);
+	ck_assert_int_eq(p.burst, 40);
+	p = lim_rule_params(&cs->rules[1], 3.0); /* no burst: the amount's */
+	ck_assert_int_eq(p.amount, 3);
+	ck_assert_int_eq(p.burst, 3);
+}
+END_TEST
+
+START_TEST(test_divisor_limits)
+{
+	use("cluster_concurrency = 8\nlease_ttl = 10s\n");
+	admit_full(0, NULL, 1, 4.0, "a");
+	admit_full(0, NULL, 1, 4.0, "b");
+	refused(chk_full(0, NULL, 1, 1, 4.0), LIM_RULE_CLUSTER, 25);
+	ck_assert(chk_full(0, NULL, 1, 1, 1.0).admitted);
+
+	use("cluster_concurrency = 3\n");
+	admit_full(0, NULL, 1, 10.0, "a"); /* 3/10 is never below 1 */
+	refused(chk_full(0, NULL, 1, 1, 10.0), LIM_RULE_CLUSTER, 25);
+
+	use("quota = 10/1s\n");
+	admit_full(0, NULL, 1, 4.0, "");
+	admit_full(1, NULL, 1, 4.0, "");
+	refused(chk_full(2, NULL, 1, 1, 4.0), "quota 10/1s", 998);
+
+	use("quota = 1/1s\n");
+	admit_full(0, NULL, 1, 4.0, "");
+	refused(chk_full(2, NULL, 1, 1, 4.0), "quota 1/1s", 998);
+
+	use("rule = requests fixed-window 10/1h\n");
+	admit_full(0, NULL, 1, 4.0, "");
+	admit_full(0, NULL, 1, 4.0, "");
+	refused(chk_full(0, NULL, 1, 1, 4.0), "requests fixed-window 10/1h", HOUR);
+}
+END_TEST
+
+START_TEST(test_divisor_min_delay)
+{
+	/* send-spaced: min_delay multiplied */
+	use("cluster_concurrency = 5\nmin_delay = 100ms\n");
+	admit_full(0, NULL, 1, 4.0, "a");
+	ck_assert(lim_release(st, cs, 4.0, 10, "a", NULL, NULL, 0));
+	ck_assert_int_eq(exact_full(10, NULL, 1, 4.0, LIM_RULE_MIN_DELAY), 390);
+
+	/* serialized: from the release, multiplied */
+	use("min_delay = 100ms\n");
+	admit_full(0, NULL, 1, 2.5, "a");
+	ck_assert(lim_release(st, cs, 2.5, 0, "a", NULL, NULL, 0));
+	ck_assert_int_eq(exact_full(0, NULL, 1, 2.5, LIM_RULE_MIN_DELAY), 250);
+}
+END_TEST
+
+/* ---- lim_idle ---- */
+
+START_TEST(test_idle_windows)
+{
+	/* a monotonic clock far from 0 (a fresh state's last booking is 0) */
+	const int64_t t0 = 100 * HOUR;
+
+	use("quota = 2/1s\nrule = requests fixed-window 5/1s\n");
+	ck_assert(lim_idle(st, cs, t0));
+	admit(t0, "");
+	ck_assert(!lim_idle(st, cs, t0));
+	ck_assert(!lim_idle(st, cs, t0 + 999));
+	ck_assert(lim_idle(st, cs, t0 + 1000));
+
+	use("cluster_concurrency = 2\nlease_ttl = 5s\n");
+	admit(t0, "a");
+	admit(t0, "b");
+	ck_assert(release(t0 + 10, "a"));
+	ck_assert(!lim_idle(st, cs, t0 + 4999)); /* b still in flight */
+	ck_assert(lim_idle(st, cs, t0 + 5000));
+
+	use("min_delay = 100ms\n");
+	admit(t0, "a");
+	ck_assert(!lim_idle(st, cs, t0 + 5));
+	ck_assert(release(t0 + 10, "a"));
+	ck_assert(!lim_idle(st, cs, t0 + 109));
+	ck_assert(lim_idle(st, cs, t0 + 110));
+}
+END_TEST
+
+/*
+ * Whenever lim_idle says the state is idle, it must decide exactly as a
+ * fresh state would (the daemon drops idle states).
+ */
+START_TEST(test_idle_is_fresh)
+{
+	static const struct lim_tokens big[] = { { "in", 1000 } };
+	static const char *const bodies[] = {
+		"rule = tokens token-bucket 10/1s\n",
+		"rule = tokens leaky-bucket 10/1s burst=30\n",
+		"rule = requests sliding-window 3/1s\n",
+		"rule = requests session-window 3/1s\n",
+		"rule = tokens fixed-window 10/1s\nquota = 2/300ms\n",
+	};
+	size_t b;
+
+	for (b = 0; b < sizeof(bodies) / sizeof(bodies[0]); b++) {
+		struct lim_state *fresh;
+		bool was_idle = false;
+		int64_t t;
+
+		use(bodies[b]);
+		fresh = lim_state_new(cs);
+		ck_assert_ptr_nonnull(fresh);
+		admit(0, "");
+		admit(1, "");
+		lim_release(st, cs, 1.0, 2, "", NULL, big, 1);
+		for (t = 2; t < 20000; t += 37) {
+			bool idle = lim_idle(st, cs, t);
+			int64_t cost;
+
+			ck_assert_msg(!was_idle || idle, "%s: idle, then not at %lld", bodies[b],
+				      (long long)t);
+			was_idle = idle;
+			for (cost = 1; idle && cost <= 3; cost++) {
+				struct lim_req rq = { .cls = NULL, .cost = cost, .count = 1 };
+				struct lim_decision a = lim_check(st, cs, 1.0, t, &rq);
+				struct lim_decision f = lim_check(fresh, cs, 1.0, t, &rq);
+
+				ck_assert_msg(a.admitted == f.admitted &&
+						      a.retry_after_ms == f.retry_after_ms,
+					      "%s: idle at %lld but decides apart", bodies[b],
+					      (long long)t);
+			}
+		}
+		ck_assert_msg(was_idle, "%s: never idle", bodies[b]);
+		lim_state_free(fresh);
+	}
+}
+END_TEST
+
+/* ---- lim_release_books ---- */
+
+START_TEST(test_release_books)
+{
+	use("rule = requests fixed-window 5/1s\nquota = 3/1s\n");
+	ck_assert(!lim_release_books(cs, NULL));
+	ck_assert(!lim_tracks_leases(cs));
+
+	use("cluster_concurrency = 2\n");
+	ck_assert(lim_release_books(cs, NULL));
+
+	use("min_delay = 10ms\n");
+	ck_assert(lim_release_books(cs, NULL));
+
+	use("rule = concurrency 3\n");
+	ck_assert(lim_release_books(cs, NULL));
+
+	use("rule = tokens.out fixed-window 5/1s\n");
+	ck_assert(lim_release_books(cs, NULL));
+
+	use("rule t = tokens fixed-window 5/1h\nrule r = requests fixed-window 5/1h\n"
+	    "class c = t\nclass d = r\n");
+	ck_assert(lim_release_books(cs, cls("c")));
+	ck_assert(!lim_release_books(cs, cls("d")));
+	ck_assert(!lim_release_books(cs, NULL));
+}
+END_TEST
+
+static Suite *limiter_suite(void)
+{
+	Suite *s = suite_create("limiter");
+	TCase *tc = tcase_create("limiter");
+
+	tcase_add_checked_fixture(tc, NULL, teardown);
+	tcase_add_test(tc, test_cluster_concurrency);
+	tcase_add_test(tc, test_concurrency_rule);
+	tcase_add_test(tc, test_book_count);
+	tcase_add_test(tc, test_serialized_min_delay);
+	tcase_add_test(tc, test_send_spaced_min_delay);
+	tcase_add_test(tc, test_quota);
+	tcase_add_test(tc, test_quota_model);
+	tcase_add_test(tc, test_penalty_extends_only);
+	tcase_add_test(tc, test_refusal_books_nothing);
+	tcase_add_test(tc, test_longest_wait_names);
+	tcase_add_test(tc, test_never_beats_any_wait);
+	tcase_add_test(tc, test_ties_conf_order);
+	tcase_add_test(tc, test_tie_quota_first);
+	tcase_add_test(tc, test_classes_floor);
+	tcase_add_test(tc, test_floor_bucket_exact);
+	tcase_add_test(tc, test_tokens_overdraw);
+	tcase_add_test(tc, test_tokens_key_bucket);
+	tcase_add_test(tc, test_divisor_params);
+	tcase_add_test(tc, test_divisor_limits);
+	tcase_add_test(tc, test_divisor_min_delay);
+	tcase_add_test(tc, test_idle_windows);
+	tcase_add_test(tc, test_idle_is_fresh);
+	tcase_add_test(tc, test_release_books);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(limiter_suite());
+	int nfail;
+
+	srunner_run_all(sr, CK_ENV);
+	nfail = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
