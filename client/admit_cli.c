@@ -220,10 +220,12 @@ static int cli_exit_code(int err)
 static int cli_fail(const char *what, const struct admit_result *r)
 {
 	fprintf(stderr, "admit: %s: %s", what, admit_strerror(r->err));
-	if (r->message && strcmp(r->message, admit_strerror(r->err)) != 0)
+	/* the daemon's message for a code is often just the code's meaning */
+	if (r->message && strcmp(r->message, admit_strerror(r->err)) != 0 &&
+	    (r->err < 0 || strcmp(r->message, admit_err_msg(r->err)) != 0))
 		fprintf(stderr, ": %s", r->message);
 	if (r->rule)
-		fprintf(stderr, " (rule \"%s\")", r->rule);
+		fprintf(stderr, " by \"%s\"", r->rule);
 	if (r->retry_after_ms >= 0) {
 		fprintf(stderr, "; retry after %lld.%03llds", (long long)(r->retry_after_ms / 1000),
 			(long long)(r->retry_after_ms % 1000));

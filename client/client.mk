@@ -29,8 +29,12 @@ client/libadmit.so: $(CLIENT_LIB_OBJS)
 client/admit: client/admit_cli.o client/libadmit.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CLIENT_LDLIBS)
 
+# PREFIX may differ between `make` and `make install`: install writes its own copy
+CLIENT_PC_SED = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g'
+
 client/admit.pc: client/admit.pc.in
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@.tmp && mv $@.tmp $@
+	$(CLIENT_PC_SED) $< > $@.tmp && mv $@.tmp $@
 
 tests/client/%: tests/client/%.c client/libadmit.a
 	$(CC) $(ALL_CFLAGS) -Iclient $(ALL_LDFLAGS) -o $@ $< client/libadmit.a \
@@ -53,7 +57,7 @@ install-client: client/admit client/libadmit.so client/libadmit.a client/admit.p
 	install -m 755 client/libadmit.so $(DESTDIR)$(LIBDIR)/$(CLIENT_SONAME)
 	ln -sf $(CLIENT_SONAME) $(DESTDIR)$(LIBDIR)/libadmit.so
 	install -m 644 client/admit.h proto/admit_proto.h $(DESTDIR)$(INCLUDEDIR)/
-	install -m 644 client/admit.pc $(DESTDIR)$(LIBDIR)/pkgconfig/admit.pc
+	$(CLIENT_PC_SED) client/admit.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/admit.pc
 
 clean: clean-client
 clean-client:

@@ -294,6 +294,35 @@ class TestCli(DaemonCase):
         self._run_and_signal("cli-run-sig-2", signal.SIGINT)
 
 
+class TestDaemonStops(unittest.TestCase):
+    """admitd stops while `admit acquire` waits: shutting_down, exit 69."""
+
+    def test_waiting_acquire_gets_shutting_down(self):
+        launcher.require_binaries(launcher.ADMITD_BIN, launcher.ADMIT_BIN)
+        d = launcher.Daemon(conf_path=VECTORS_CONF).start()
+        try:
+            base = [launcher.ADMIT_BIN, "--socket", d.socket]
+            p = subprocess.run(base + ["acquire", "solo", "cli-stop-1"], capture_output=True,
+                               text=True, timeout=10)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            w = subprocess.Popen(base + ["acquire", "solo", "cli-stop-1", "--timeout", "20s"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            end = time.monotonic() + 5
+            while time.monotonic() < end:  # until the daemon counts the waiter
+                st = json.loads(subprocess.run(base + ["status", "--json"], capture_output=True,
+                                               text=True, timeout=10).stdout)
+                if st["scopes"]["solo"]["waiting"] == 1:
+                    break
+                time.sleep(0.02)
+            self.assertEqual(st["scopes"]["solo"]["waiting"], 1)
+        finally:
+            d.stop()
+        out, err = w.communicate(timeout=10)
+        self.assertEqual(w.returncode, 69, err)
+        self.assertIn("shutting_down", err)
+        self.assertEqual(out, "")
+
+
 class TestNoDaemon(unittest.TestCase):
     """Nothing listens on the socket: every command says so with exit 69."""
 
