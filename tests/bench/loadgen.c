@@ -39,10 +39,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LG_RBUF 8192
-#define LG_WBUF 512
-#define LG_LEASE 64
-#define LG_MAX_ERR 8
+#define LG_RBUF	    8192
+#define LG_WBUF	    512
+#define LG_LEASE    64
+#define LG_MAX_ERR  8
 #define LG_DRAIN_NS (5 * 1000000000LL)
 
 enum lg_state { LG_IDLE = 0, LG_ACQ, LG_REL };
@@ -388,22 +388,23 @@ static void lg_report(struct lg *g, double elapsed_s)
 	double secs = g->pairs_target > 0 ? elapsed_s : g->seconds;
 	size_t i;
 
-	qsort(g->acq.v, g->acq.n, sizeof(uint32_t), lg_cmp_u32);
-	qsort(g->pair.v, g->pair.n, sizeof(uint32_t), lg_cmp_u32);
+	if (g->acq.n > 0)
+		qsort(g->acq.v, g->acq.n, sizeof(uint32_t), lg_cmp_u32);
+	if (g->pair.n > 0)
+		qsort(g->pair.v, g->pair.n, sizeof(uint32_t), lg_cmp_u32);
 	printf("{\"conns\":%d,\"keys\":%d,\"seconds\":%.3f,\"pairs\":%lld,\"pairs_per_s\":%.1f,"
 	       "\"sent\":%lld,\"admitted\":%lld,\"pairs_all\":%lld,\"release_errors\":%lld,"
 	       "\"backend\":{\"redis\":%lld,\"local\":%lld,\"fallback\":%lld,\"other\":%lld},"
 	       "\"errors\":{",
-	       g->conns, g->keys, secs, g->pairs, secs > 0 ? (double)g->pairs / secs : 0.0,
-	       g->sent, g->admitted, g->pairs_all, g->release_errors, g->via_redis, g->via_local,
+	       g->conns, g->keys, secs, g->pairs, secs > 0 ? (double)g->pairs / secs : 0.0, g->sent,
+	       g->admitted, g->pairs_all, g->release_errors, g->via_redis, g->via_local,
 	       g->via_fallback, g->via_other);
 	for (i = 0; i < g->nerr; i++)
 		printf("%s\"%s\":%lld", i ? "," : "", g->err[i].name, g->err[i].n);
 	printf("},\"acquire_us\":{\"p50\":%u,\"p99\":%u,\"max\":%u},"
 	       "\"pair_us\":{\"p50\":%u,\"p99\":%u,\"max\":%u}}\n",
 	       lg_quantile(&g->acq, 0.5), lg_quantile(&g->acq, 0.99), lg_quantile(&g->acq, 1.0),
-	       lg_quantile(&g->pair, 0.5), lg_quantile(&g->pair, 0.99),
-	       lg_quantile(&g->pair, 1.0));
+	       lg_quantile(&g->pair, 0.5), lg_quantile(&g->pair, 0.99), lg_quantile(&g->pair, 1.0));
 }
 
 static void lg_usage(void)
@@ -414,8 +415,7 @@ static void lg_usage(void)
 
 int main(int argc, char **argv)
 {
-	struct lg g = { .conns = 16, .keys = 0, .timeout_ms = 1000, .seconds = 3.0,
-			.warmup = 0.5 };
+	struct lg g = { .conns = 16, .keys = 0, .timeout_ms = 1000, .seconds = 3.0, .warmup = 0.5 };
 	int opt, i, rc = 1;
 	int64_t t_end;
 
@@ -432,8 +432,8 @@ int main(int argc, char **argv)
 		default: lg_usage(); return 2;
 		}
 	}
-	if (g.sock == NULL || g.scope == NULL || g.conns < 1 || g.seconds <= 0 ||
-	    g.warmup < 0 || strlen(g.scope) > 64) {
+	if (g.sock == NULL || g.scope == NULL || g.conns < 1 || g.seconds <= 0 || g.warmup < 0 ||
+	    strlen(g.scope) > 64) {
 		lg_usage();
 		return 2;
 	}
