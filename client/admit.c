@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #define ADMIT_IO_TIMEOUT_MS 10000
-#define ADMIT_MAX_REPLY (16 * 1024 * 1024) /* a reply longer than this is garbage */
+#define ADMIT_MAX_REPLY	    (16 * 1024 * 1024) /* a reply longer than this is garbage */
 
 struct admit {
 	int fd;
@@ -296,7 +296,7 @@ static int admit_decode_scopes(json_t *scopes, struct admit_result *res)
 	res->scopes = calloc(json_object_size(scopes), sizeof(*res->scopes));
 	if (res->scopes == NULL)
 		return -1;
-	json_object_foreach(scopes, name, v) {
+	json_object_foreach (scopes, name, v) {
 		res->scopes[i].name = strdup(name);
 		if (res->scopes[i].name == NULL)
 			return -1;
@@ -329,8 +329,8 @@ static int admit_decode(json_t *rep, struct admit_result *res)
 	v = json_object_get(rep, "version");
 	if (json_is_string(v))
 		res->version = strdup(json_string_value(v));
-	else if (json_is_integer(v) && asprintf(&res->version, "%lld",
-						(long long)json_integer_value(v)) < 0)
+	else if (json_is_integer(v) &&
+		 asprintf(&res->version, "%lld", (long long)json_integer_value(v)) < 0)
 		res->version = NULL;
 	if (admit_decode_scopes(json_object_get(rep, "scopes"), res) < 0)
 		return admit_fail(res, ADMIT_E_NOMEM, NULL);
@@ -361,8 +361,7 @@ static int admit_decode(json_t *rep, struct admit_result *res)
  * `wait_ms` is how long the daemon may legitimately take (its wait budget),
  * -1 when unknown (no client deadline).
  */
-static int admit_roundtrip(struct admit *a, json_t *req, int64_t wait_ms,
-			   struct admit_result *res)
+static int admit_roundtrip(struct admit *a, json_t *req, int64_t wait_ms, struct admit_result *res)
 {
 	char *line = NULL, *reply = NULL;
 	json_t *rep = NULL;
@@ -405,8 +404,7 @@ static int admit_roundtrip(struct admit *a, json_t *req, int64_t wait_ms,
 			break;
 		}
 		/* no id: an answer about the line itself (line_too_long) */
-		if (json_object_get(rep, "id") == NULL ||
-		    admit_json_int(rep, "id") == id)
+		if (json_object_get(rep, "id") == NULL || admit_json_int(rep, "id") == id)
 			break;
 	}
 	if (rc != 0) {
@@ -525,8 +523,8 @@ int admit_release(struct admit *a, const char *lease, const struct admit_token *
 			goto nomem;
 		for (i = 0; i < ntokens; i++)
 			if (tokens[i].name == NULL ||
-			    json_object_set_new(tk, tokens[i].name,
-						json_integer(tokens[i].count)) < 0)
+			    json_object_set_new(tk, tokens[i].name, json_integer(tokens[i].count)) <
+				0)
 				goto nomem;
 	}
 	return admit_roundtrip(a, req, 0, res);
@@ -551,7 +549,8 @@ int admit_penalize(struct admit *a, const char *scope, const char *key, const ch
 		if (retry_after)
 			rc = json_object_set_new(req, "retry_after", json_string(retry_after));
 		else
-			rc = json_object_set_new(req, "retry_after_ms", json_integer(retry_after_ms));
+			rc = json_object_set_new(req, "retry_after_ms",
+						 json_integer(retry_after_ms));
 	}
 	if (rc < 0) {
 		json_decref(req);
@@ -574,20 +573,13 @@ int admit_ping(struct admit *a, struct admit_result *res)
 const char *admit_strerror(int err)
 {
 	switch (err) {
-	case ADMIT_E_CONNECT:
-		return "daemon unreachable";
-	case ADMIT_E_IO:
-		return "connection to the daemon lost";
-	case ADMIT_E_DEADLINE:
-		return "no reply from the daemon in time";
-	case ADMIT_E_PROTO:
-		return "reply not understood";
-	case ADMIT_E_ARG:
-		return "invalid arguments";
-	case ADMIT_E_NOMEM:
-		return "out of memory";
-	default:
-		break;
+	case ADMIT_E_CONNECT: return "daemon unreachable";
+	case ADMIT_E_IO: return "connection to the daemon lost";
+	case ADMIT_E_DEADLINE: return "no reply from the daemon in time";
+	case ADMIT_E_PROTO: return "reply not understood";
+	case ADMIT_E_ARG: return "invalid arguments";
+	case ADMIT_E_NOMEM: return "out of memory";
+	default: break;
 	}
 	if (err >= ADMIT_OK && err < ADMIT_E__COUNT)
 		return admit_err_str(err);

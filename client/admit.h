@@ -53,7 +53,7 @@ struct admit_target {
 	const char *key; /* key or url; both NULL: the scope's default key */
 	const char *url;
 	const char *cls; /* NULL: the scope's default_class */
-	int64_t cost;    /* 0: not sent (the daemon's default, 1) */
+	int64_t cost;	 /* 0: not sent (the daemon's default, 1) */
 };
 
 /*
@@ -66,14 +66,17 @@ struct admit_req {
 	const char *key;
 	const char *url;
 	const char *cls;
-	int64_t cost;       /* 0: not sent (default 1) */
+	int64_t cost;	    /* 0: not sent (default 1) */
 	int64_t timeout_ms; /* ADMIT_TIMEOUT_DEFAULT, 0 (do not wait) or a budget */
-	bool detach;        /* the lease outlives this connection */
+	bool detach;	    /* the lease outlives this connection */
 	const struct admit_target *targets;
 	size_t ntargets;
 };
 
-#define ADMIT_REQ_INIT { .timeout_ms = ADMIT_TIMEOUT_DEFAULT }
+#define ADMIT_REQ_INIT                              \
+	{                                           \
+		.timeout_ms = ADMIT_TIMEOUT_DEFAULT \
+	}
 
 /* A post-hoc meter reported at release: {"input":300} is {"input", 300}. */
 struct admit_token {
@@ -95,19 +98,19 @@ struct admit_scope_stat {
  */
 struct admit_result {
 	int err;
-	int64_t retry_after_ms; /* limited, budget_exceeded, ... */
-	int64_t waited_ms;      /* acquire */
-	bool held;              /* release: the lease was held until now */
-	bool shadow_limited;    /* acquire in a shadow scope: would have been refused */
-	char *lease;            /* acquire */
-	char *backend;          /* "local", "redis" or "fallback" */
-	char *rule;             /* refusals: the conf text that decided */
-	char *message;          /* failures: the daemon's (or the library's) words */
-	char *version;          /* status */
-	int64_t uptime_s;       /* status */
+	int64_t retry_after_ms;		 /* limited, budget_exceeded, ... */
+	int64_t waited_ms;		 /* acquire */
+	bool held;			 /* release: the lease was held until now */
+	bool shadow_limited;		 /* acquire in a shadow scope: would have been refused */
+	char *lease;			 /* acquire */
+	char *backend;			 /* "local", "redis" or "fallback" */
+	char *rule;			 /* refusals: the conf text that decided */
+	char *message;			 /* failures: the daemon's (or the library's) words */
+	char *version;			 /* status */
+	int64_t uptime_s;		 /* status */
 	struct admit_scope_stat *scopes; /* status */
 	size_t nscopes;
-	char *raw;              /* the reply line as received (no newline) */
+	char *raw; /* the reply line as received (no newline) */
 };
 
 struct admit;

@@ -27,14 +27,14 @@
 enum cli_exit {
 	EXIT_ADMITTED = 0,
 	EXIT_NOT_HELD = 0,
-	EXIT_USAGE = 64,        /* EX_USAGE */
-	EXIT_REJECTED = 65,     /* EX_DATAERR */
-	EXIT_UNAVAILABLE = 69,  /* EX_UNAVAILABLE */
-	EXIT_SOFTWARE = 70,     /* EX_SOFTWARE */
-	EXIT_TEMPFAIL = 75,     /* EX_TEMPFAIL */
-	EXIT_PROTOCOL = 76,     /* EX_PROTOCOL */
-	EXIT_CONFIG = 78,       /* EX_CONFIG */
-	EXIT_BUDGET = 79,       /* past sysexits: admit's own */
+	EXIT_USAGE = 64,       /* EX_USAGE */
+	EXIT_REJECTED = 65,    /* EX_DATAERR */
+	EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE */
+	EXIT_SOFTWARE = 70,    /* EX_SOFTWARE */
+	EXIT_TEMPFAIL = 75,    /* EX_TEMPFAIL */
+	EXIT_PROTOCOL = 76,    /* EX_PROTOCOL */
+	EXIT_CONFIG = 78,      /* EX_CONFIG */
+	EXIT_BUDGET = 79,      /* past sysexits: admit's own */
 	EXIT_TIMEOUT = 80,
 	EXIT_CANNOT_EXEC = 126, /* run: as sh(1) */
 	EXIT_NOT_FOUND = 127,
@@ -76,7 +76,7 @@ enum cli_opt_id {
 	O__COUNT
 };
 
-#define OPT(x) (1u << (x))
+#define OPT(x)	 (1u << (x))
 #define ACQ_OPTS (OPT(O_URL) | OPT(O_CLASS) | OPT(O_COST) | OPT(O_TIMEOUT))
 
 static const struct cli_opt {
@@ -84,20 +84,22 @@ static const struct cli_opt {
 	bool has_arg;
 	const char *help;
 } cli_opts[O__COUNT] = {
-	[O_SOCKET] = { "socket", true, "PATH   admitd's socket (else $ADMITD_SOCKET, else "
-					 ADMIT_DEFAULT_SOCKET ")" },
+	[O_SOCKET] = { "socket", true,
+		       "PATH   admitd's socket (else $ADMITD_SOCKET, else " ADMIT_DEFAULT_SOCKET
+		       ")" },
 	[O_URL] = { "url", true, "URL       key on the URL's host (instead of KEY)" },
 	[O_CLASS] = { "class", true, "C       the scope's class to charge" },
 	[O_COST] = { "cost", true, "N        requests this admission counts for (default 1)" },
-	[O_TIMEOUT] = { "timeout", true, "D     wait budget: 250ms, 5s, 1m (bare number: "
-					 "seconds; 0: do not wait)" },
+	[O_TIMEOUT] = { "timeout", true,
+			"D     wait budget: 250ms, 5s, 1m (bare number: "
+			"seconds; 0: do not wait)" },
 	[O_DETACH] = { "detach", false, "       accepted; acquire and try always detach" },
 	[O_TOKENS] = { "tokens", true, "LIST   post-hoc meters: input=300,output=200" },
 	[O_JSON] = { "json", false, "         status: print the raw reply" },
 	[O_HELP] = { "help", false, "         this help" },
 };
 
-#define CLI_MAX_POS 4
+#define CLI_MAX_POS    4
 #define CLI_MAX_TOKENS 16
 
 struct cli_args {
@@ -127,22 +129,21 @@ static int cmd_status(struct admit *, const struct cli_args *);
 static int cmd_ping(struct admit *, const struct cli_args *);
 
 static const struct cli_cmd cli_cmds[] = {
-	{ "acquire", "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] [--detach]",
-	  1, 2, ACQ_OPTS | OPT(O_DETACH), false, cmd_acquire,
+	{ "acquire", "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] [--detach]", 1,
+	  2, ACQ_OPTS | OPT(O_DETACH), false, cmd_acquire,
 	  "wait for admission, print the lease (always detached: it outlives this\n"
 	  "\t\tcommand; give it to `admit release`, else it expires at lease_ttl)" },
-	{ "try", "SCOPE [KEY] [--url URL] [--class C] [--cost N]", 1, 2,
-	  ACQ_OPTS & ~OPT(O_TIMEOUT), false, cmd_try,
+	{ "try", "SCOPE [KEY] [--url URL] [--class C] [--cost N]", 1, 2, ACQ_OPTS & ~OPT(O_TIMEOUT),
+	  false, cmd_try,
 	  "admit now or exit 75 printing the retry-after (seconds); the lease\n"
 	  "\t\tis printed and detached like acquire's" },
 	{ "release", "LEASE [--tokens input=300,output=200]", 1, 1, OPT(O_TOKENS), false,
 	  cmd_release, "release a lease; prints \"released\" or \"not held\"" },
-	{ "penalize", "SCOPE [KEY] [--url URL] RETRY_AFTER", 2, 3, OPT(O_URL), false,
-	  cmd_penalize,
+	{ "penalize", "SCOPE [KEY] [--url URL] RETRY_AFTER", 2, 3, OPT(O_URL), false, cmd_penalize,
 	  "hold the key back: a duration (30s, 500ms) or a Retry-After header\n"
 	  "\t\tvalue as is (\"120\" seconds, or an HTTP-date)" },
-	{ "run", "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] -- CMD [ARG...]",
-	  1, 2, ACQ_OPTS, true, cmd_run,
+	{ "run", "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] -- CMD [ARG...]", 1,
+	  2, ACQ_OPTS, true, cmd_run,
 	  "acquire, run CMD, release when it ends; exit with CMD's status;\n"
 	  "\t\tSIGINT/SIGTERM/SIGHUP/SIGQUIT are passed on to CMD" },
 	{ "status", "[--json]", 0, 0, OPT(O_JSON), false, cmd_status,
@@ -168,7 +169,8 @@ static void cli_usage(FILE *out)
 		if (cli_exit_docs[i].code < 0)
 			fprintf(out, "  %s\n", cli_exit_docs[i].meaning);
 		else
-			fprintf(out, "  %3d  %s\n", cli_exit_docs[i].code, cli_exit_docs[i].meaning);
+			fprintf(out, "  %3d  %s\n", cli_exit_docs[i].code,
+				cli_exit_docs[i].meaning);
 	}
 }
 
@@ -184,32 +186,23 @@ static int cli_usage_error(const char *fmt, const char *arg)
 static int cli_exit_code(int err)
 {
 	switch (err) {
-	case ADMIT_OK:
-		return EXIT_ADMITTED;
+	case ADMIT_OK: return EXIT_ADMITTED;
 	case ADMIT_E_LIMITED:
-	case ADMIT_E_TOO_MANY_WAITERS:
-		return EXIT_TEMPFAIL;
-	case ADMIT_E_BUDGET_EXCEEDED:
-		return EXIT_BUDGET;
-	case ADMIT_E_TIMEOUT:
-		return EXIT_TIMEOUT;
-	case ADMIT_E_UNKNOWN_SCOPE:
-		return EXIT_CONFIG;
+	case ADMIT_E_TOO_MANY_WAITERS: return EXIT_TEMPFAIL;
+	case ADMIT_E_BUDGET_EXCEEDED: return EXIT_BUDGET;
+	case ADMIT_E_TIMEOUT: return EXIT_TIMEOUT;
+	case ADMIT_E_UNKNOWN_SCOPE: return EXIT_CONFIG;
 	case ADMIT_E_BAD_REQUEST:
 	case ADMIT_E_UNKNOWN_OP:
 	case ADMIT_E_LINE_TOO_LONG:
-	case ADMIT_E_ARG:
-		return EXIT_REJECTED;
+	case ADMIT_E_ARG: return EXIT_REJECTED;
 	case ADMIT_E_SHUTTING_DOWN:
 	case ADMIT_E_UNAVAILABLE:
 	case ADMIT_E_CONNECT:
 	case ADMIT_E_IO:
-	case ADMIT_E_DEADLINE:
-		return EXIT_UNAVAILABLE;
-	case ADMIT_E_PROTO:
-		return EXIT_PROTOCOL;
-	default:
-		return EXIT_SOFTWARE;
+	case ADMIT_E_DEADLINE: return EXIT_UNAVAILABLE;
+	case ADMIT_E_PROTO: return EXIT_PROTOCOL;
+	default: return EXIT_SOFTWARE;
 	}
 }
 
@@ -625,11 +618,11 @@ int main(int argc, char **argv)
 		return cli_usage_error("usage: admit %s", c->name);
 	for (o = 0; o < O__COUNT; o++)
 		if (ar.set[o] && o != O_SOCKET && !(c->opts & OPT(o)))
-			return cli_usage_error("--%s does not go with this command", cli_opts[o].name);
+			return cli_usage_error("--%s does not go with this command",
+					       cli_opts[o].name);
 	if (c->takes_cmd != (ar.cmd != NULL) || (ar.cmd && ar.cmd[0] == NULL))
-		return cli_usage_error(c->takes_cmd ? "%s: wants -- CMD [ARG...]"
-						    : "%s: takes no -- CMD",
-				       c->name);
+		return cli_usage_error(
+		    c->takes_cmd ? "%s: wants -- CMD [ARG...]" : "%s: takes no -- CMD", c->name);
 	a = admit_connect(ar.val[O_SOCKET]);
 	if (a == NULL) {
 		path = ar.val[O_SOCKET];

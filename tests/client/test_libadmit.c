@@ -23,22 +23,22 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                         \
-	do {                                                                     \
-		if (!(cond)) {                                                   \
-			failures++;                                              \
+#define CHECK(cond, ...)                                                                \
+	do {                                                                            \
+		if (!(cond)) {                                                          \
+			failures++;                                                     \
 			fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                            \
-			fprintf(stderr, "\n");                                   \
-		}                                                                \
+			fprintf(stderr, __VA_ARGS__);                                   \
+			fprintf(stderr, "\n");                                          \
+		}                                                                       \
 	} while (0)
 
-#define CHECK_ERR(res, want)                                                       \
+#define CHECK_ERR(res, want)                                                      \
 	CHECK((res).err == (want), "err %d (%s), want %s; message %s", (res).err, \
-	      admit_strerror((res).err), admit_strerror(want),                   \
+	      admit_strerror((res).err), admit_strerror(want),                    \
 	      (res).message ? (res).message : "-")
 
-#define CHECK_STR(got, want)                                                    \
+#define CHECK_STR(got, want)                                                          \
 	CHECK((got) != NULL && strcmp((got), (want)) == 0, "got \"%s\", want \"%s\"", \
 	      (got) ? (got) : "(null)", (want))
 
@@ -269,7 +269,7 @@ static void test_tokens_penalize(struct admit *a)
 	admit_result_free(&r);
 
 	CHECK(admit_penalize(a, "open", NULL, "https://LIB-Pen.Example.com/", -1, "120", &r) ==
-		      ADMIT_OK,
+		  ADMIT_OK,
 	      "penalize header: %s", r.message);
 	admit_result_free(&r);
 	rq = req("open", "lib-pen.example.com");
@@ -383,7 +383,7 @@ out:
 }
 
 #define NTHREADS 4
-#define NROUNDS 50
+#define NROUNDS	 50
 
 static void *thread_main(void *arg)
 {
