@@ -48,7 +48,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -127,7 +126,7 @@ _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
 class Monitor:
-    """A MONITOR connection read by a thread. calls[i] = (CMD, first arg).
+    """A MONITOR connection read by a thread. calls[i] = (CMD, first arg, all args).
 
     mark() sends ECHO of a unique token on another connection and returns
     once the monitor has seen it: its index orders it exactly against every
@@ -305,7 +304,7 @@ def capture_acquire_argv(mon, daemon, sha_acq):
     # __rand_int__ with 12 digits (ZADD of distinct members, as in real use).
     argv = list(argv)
     argv[lease_at] = lease[:len(lease) - 12] + "__rand_int__"
-    return argv, lease
+    return argv
 
 
 # -------------------------------------------------------------- counts ----
@@ -559,10 +558,6 @@ def main():
         if not os.access(exe, os.X_OK):
             sys.exit("bench: %s is missing: run `make bench`" % exe)
 
-    # A private parent for the harness's temp dirs: other suites running on
-    # the same box clean /tmp/admitd-* and /tmp/redis-* on their own.
-    private = tempfile.mkdtemp(prefix="admitdbench.")
-    tempfile.tempdir = private
     problems = []
     shas = (sha1(embedded_script("acquire")), sha1(embedded_script("release")))
     conf = BENCH_SCOPE + NOREL_SCOPE + BOOKS_SCOPE + FIFO_SCOPE
@@ -570,6 +565,7 @@ def main():
     redis = RedisServer().start()
     started = []
     mon = None
+    clean = False
     try:
         redis.command("SCRIPT", "FLUSH")
         pod_a = Admitd(conf, redis_url=redis.url).start()
@@ -586,7 +582,7 @@ def main():
             raise AssertionError("the daemon's scripts are not scripts/lib + scripts/*.lua "
                                  "as gen_scripts.sh builds them (SCRIPT EXISTS %s)" % exists)
         mon = Monitor(redis)
-        ceil_argv, lease = capture_acquire_argv(mon, pod_a, shas[0])
+        ceil_argv = capture_acquire_argv(mon, pod_a, shas[0])
         log("ceiling command: %s" % " ".join(ceil_argv))
         counts = run_counts(redis, mon, pod_a, pod_b, shas, problems)
         mon.close()
@@ -598,17 +594,14 @@ def main():
             res["throughput"] = run_throughput(args, redis, pod_a, local, ceil_argv, problems)
         res["problems"] = problems
         res["elapsed_s"] = round(time.monotonic() - t_start, 1)
+        clean = True
     finally:
         if mon is not None:
             mon.close()
+        # After a failure: kill, keep the logs (the harness prints where).
         for d in started:
-            d.cleanup()
-        redis.cleanup()
-        tempfile.tempdir = None
-        try:
-            os.rmdir(private)  # left in place when the harness kept a failed run's dirs
-        except OSError:
-            pass
+            d.cleanup(failed=not clean)
+        redis.cleanup(failed=not clean)
 
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
