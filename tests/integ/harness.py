@@ -11,6 +11,7 @@ deadline and fails with the process's log when the deadline passes. Logs and
 temp dirs are removed when a test passes and kept (path printed) when it fails.
 """
 
+import atexit
 import json
 import os
 import shutil
@@ -31,11 +32,28 @@ VALGRIND_CMD = [
     "--errors-for-leak-kinds=definite", "--error-markers=VGBEGIN,VGEND",
 ]
 
-# Timer slack, seconds: how late (or early, by clock granularity) an event may
-# be against its ideal instant. libevent timers fire within ~1ms on an idle
-# box; ASan adds a few ms per request; a loaded CI box adds scheduling
-# noise. 30ms covers ASan; valgrind slows everything ~20x, so it gets more.
-SLACK = float(os.environ.get("ADMITD_SLACK_MS", "150" if VALGRIND else "30")) / 1000.0
+def admitd_bin():
+    return os.environ.get("ADMITD_BIN") or os.path.join(REPO, "daemon", "admitd")
+
+
+def _asan_build():
+    """True when the daemon binary is ASan-instrumented (make SANITIZE=1)."""
+    try:
+        with open(admitd_bin(), "rb") as f:
+            return b"__asan_init" in f.read()
+    except OSError:
+        return False
+
+
+# Timer slack, seconds: how LATE an event may be against its ideal instant.
+# Used only in upper bounds ("admitted no later than ..."); lower bounds,
+# the limits themselves, use EPS below and no slack. libevent timers fire
+# within ~1ms on an idle box and a loaded one adds scheduling noise: 30ms.
+# ASan makes every request several times slower and two sanitized suites on
+# a 2-core box were measured up to ~50ms late: 50ms. Valgrind slows
+# everything ~20x: 150ms. ADMITD_SLACK_MS overrides (e.g. on a busy CI box).
+SLACK = float(os.environ.get("ADMITD_SLACK_MS") or
+              (150 if VALGRIND else 50 if _asan_build() else 30)) / 1000.0
 # Precision, seconds, of a lower bound ("at least D after X"): the daemon
 # keeps integer milliseconds (up to 1ms lost to truncation at each of two
 # instants) and may read libevent's cached loop time (stale by the length of
@@ -98,11 +116,36 @@ def free_tcp_port():
         s.close()
 
 
+_parent = None
+
+
+def _private_parent():
+    """This process's own parent for temp dirs (ADMITD_TEST_TMPDIR, or a
+    fresh /tmp/integ.XXXX): other tools on a shared box sweep
+    /tmp/admitd-* and /tmp/redis-*, which must not pull a socket or conf
+    out from under a running test. Removed at exit when nothing was kept."""
+    global _parent
+    if _parent is None:
+        base = os.environ.get("ADMITD_TEST_TMPDIR")
+        if base:
+            os.makedirs(base, exist_ok=True)
+        _parent = tempfile.mkdtemp(prefix="integ.", dir=base)
+        atexit.register(_remove_parent_if_empty, _parent)
+    return _parent
+
+
+def _remove_parent_if_empty(path):
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
 class _TempDir:
     """A temp dir kept on failure: keep() marks it, cleanup() removes unless kept."""
 
     def __init__(self, prefix):
-        self.path = tempfile.mkdtemp(prefix=prefix)
+        self.path = tempfile.mkdtemp(prefix=prefix, dir=_private_parent())
         self.kept = False
 
     def keep(self):
@@ -339,10 +382,6 @@ class RedisServer:
 
 
 # --------------------------------------------------------------- admitd ----
-
-
-def admitd_bin():
-    return os.environ.get("ADMITD_BIN") or os.path.join(REPO, "daemon", "admitd")
 
 
 def run_admitd(args, timeout=10.0):

@@ -375,7 +375,11 @@ class PacingTest(ScopeCase):
         self.assertGreater(len(gaps), 12)
         # A wait of D is stretched by a random 0..F of itself: [D, D(1+F)].
         self.assertGreaterEqual(min(gaps), d - EPS, gaps)
-        self.assertLess(max(gaps), d * (1 + f) + SLACK, gaps)
+        # Upper bound: a wait of D stretched by at most F. One sample may be
+        # late by more than SLACK when the box is busy (a 2-core box running
+        # several suites); a daemon that over-stretches does so every time.
+        self.assertLess(sorted(gaps)[-2], d * (1 + f) + SLACK, gaps)
+        self.assertLess(max(gaps), d * (1 + f) + 3 * SLACK, gaps)
         # Not all equal: with U(0, 50ms) stretches, 12+ samples spread over
         # more than 10ms except with probability < 1e-8.
         self.assertGreater(max(gaps) - min(gaps), 0.010, gaps)
