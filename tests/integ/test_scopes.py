@@ -30,6 +30,10 @@ CONF = """
 max_concurrent = 3
 timeout = 20s
 
+[scope crule]
+rule = concurrency 2
+timeout = 20s
+
 [scope fifo]
 max_concurrent = 1
 timeout = 20s
@@ -214,6 +218,18 @@ class ConcurrencyTest(ScopeCase):
         # ... and with 8 clients contending, the cap is actually used.
         self.assertEqual(max_overlap(held), 3)
         self.assertGreater(len(recs), 50)
+
+    def test_concurrency_rule(self):
+        # rule = concurrency N caps leases in flight like max_concurrent.
+        recs = self.hammer("crule", self.key(), nclients=5, duration=1.5, hold=(0.005, 0.03))
+        held = [(r.t_recv, r.t_rel) for r in recs]
+        self.assertEqual(max_overlap(held), 2)
+        k = self.key()
+        c = self.conn()
+        for _ in range(2):
+            self.assertAdmitted(c.request(acquire_req("crule", k)))
+        self.assertRefused(c.request(acquire_req("crule", k, timeout_ms=0)), "limited",
+                           rule="concurrency 2")
 
     def test_max_concurrent_refusal_names_it(self):
         k = self.key()
