@@ -126,6 +126,24 @@ static void rb_key(struct rargs *a, const struct backend *b, const struct kq *kq
 			  suffix, idx);
 }
 
+/*
+ * The KEYS of acquire.lua and release.lua, which take the same ones: the
+ * pacing hash, the quota instants, the leases, then the counters of the
+ * rules idx[0..nr). Returns how many.
+ */
+static size_t rb_keys(struct rargs *a, const struct backend *b, const struct kq *kq,
+		      const size_t *idx, size_t nr)
+{
+	size_t i;
+
+	rb_key(a, b, kq, "s", -1);
+	rb_key(a, b, kq, "q", -1);
+	rb_key(a, b, kq, "l", -1);
+	for (i = 0; i < nr; i++)
+		rb_key(a, b, kq, "r", (long)idx[i]);
+	return 3 + nr;
+}
+
 /* Which rules of cs apply to cls: their indexes, in conf order. */
 static size_t rb_rules(const struct conf_scope *cs, const struct conf_class *cls, size_t *out)
 {
@@ -155,12 +173,7 @@ static void rb_acquire_args(struct rargs *a, const struct backend *b, const stru
 		return;
 	}
 	nr = rb_rules(cs, t->cls, idx);
-	rb_key(a, b, t->kq, "s", -1);
-	rb_key(a, b, t->kq, "q", -1);
-	rb_key(a, b, t->kq, "l", -1);
-	for (i = 0; i < nr; i++)
-		rb_key(a, b, t->kq, "r", (long)idx[i]);
-	*nkeys = 3 + nr;
+	*nkeys = rb_keys(a, b, t->kq, idx, nr);
 	rargs_add(a, "%s", lease_id);
 	rargs_add(a, "1");
 	rargs_add(a, "%lld", (long long)t->cost);
@@ -206,12 +219,7 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 		return;
 	}
 	nr = rb_rules(cs, t->cls, idx);
-	rb_key(a, b, t->kq, "s", -1);
-	rb_key(a, b, t->kq, "l", -1);
-	rb_key(a, b, t->kq, "q", -1);
-	for (i = 0; i < nr; i++)
-		rb_key(a, b, t->kq, "r", (long)idx[i]);
-	*nkeys = 3 + nr;
+	*nkeys = rb_keys(a, b, t->kq, idx, nr);
 	rargs_add(a, "%s", lease_id);
 	rargs_add(a, "%s", mode);
 	rargs_add(a, "%d", lim_serialized(cs) ? 1 : 0);

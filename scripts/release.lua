@@ -7,7 +7,8 @@
 -- another target refused) the admission is undone instead: the lease and its
 -- quota instants go, request meters are refunded, pacing is left alone.
 --
--- KEYS[1] state hash  KEYS[2] leases zset  KEYS[3] quota zset  KEYS[4..] rule hashes
+-- KEYS[1] state hash  KEYS[2] quota zset  KEYS[3] leases zset  KEYS[4..] rule hashes
+-- (the same KEYS as acquire.lua)
 -- ARGV: lease_id mode(release|rollback) serialized min_delay_ms nrules
 --       then per rule: kind amount window_ms burst charge
 -- Returns 1 when the lease was still in flight, else 0.
@@ -22,7 +23,7 @@ local rollback = ARGV[2] == 'rollback'
 local serialized = ARGV[3] == '1'
 local min_delay = tonumber(ARGV[4])
 local nrules = tonumber(ARGV[5])
-local sk, lk, qk = KEYS[1], KEYS[2], KEYS[3]
+local sk, qk, lk = KEYS[1], KEYS[2], KEYS[3]
 
 redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
 local held = redis.call('ZREM', lk, lease_id)
