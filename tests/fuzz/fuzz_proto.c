@@ -21,13 +21,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FUZZ_CHECK(cond)                                                       \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "fuzz_proto: %s:%d: %s\n", __FILE__,   \
-				__LINE__, #cond);                              \
-			abort();                                               \
-		}                                                              \
+#define FUZZ_CHECK(cond)                                                                       \
+	do {                                                                                   \
+		if (!(cond)) {                                                                 \
+			fprintf(stderr, "fuzz_proto: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+			abort();                                                               \
+		}                                                                              \
 	} while (0)
 
 /* Every bounded field ends inside its buffer. */

@@ -16,7 +16,7 @@
 #define NKEYS 10000
 
 /* Values are small integers cast to pointers: the table never frees them. */
-#define V(n) ((void *)(uintptr_t)(n))
+#define V(n)   ((void *)(uintptr_t)(n))
 #define UNV(p) ((size_t)(uintptr_t)(p))
 
 static struct htab *h;

@@ -337,8 +337,7 @@ START_TEST(test_refusal_books_nothing)
 	    "class both = a b\n"
 	    "class onlya = a\n");
 	for (i = 0; i < 5; i++)
-		refused(chk_full(10 + i, cls("both"), 5, 1, 1.0), "requests fixed-window 3/1h",
-			-1);
+		refused(chk_full(10 + i, cls("both"), 5, 1, 1.0), "requests fixed-window 3/1h", -1);
 	/* nothing was booked in a, nor in the quota */
 	ck_assert_uint_eq(st->quota_n, 0);
 	admit_full(20, cls("onlya"), 10, 1.0, "");
@@ -609,7 +608,7 @@ START_TEST(test_idle_is_fresh)
 				struct lim_decision f = lim_check(fresh, cs, 1.0, t, &rq);
 
 				ck_assert_msg(a.admitted == f.admitted &&
-						      a.retry_after_ms == f.retry_after_ms,
+						  a.retry_after_ms == f.retry_after_ms,
 					      "%s: idle at %lld but decides apart", bodies[b],
 					      (long long)t);
 			}

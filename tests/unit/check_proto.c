@@ -31,9 +31,10 @@ struct dcase {
 	const char *msg; /* a substring the message must contain; NULL when ok */
 };
 
-#define T8 "{\"scope\":\"s\"},{\"scope\":\"s\"},{\"scope\":\"s\"},{\"scope\":\"s\"}," \
-	   "{\"scope\":\"s\"},{\"scope\":\"s\"},{\"scope\":\"s\"},{\"scope\":\"s\"}"
-#define K8 "\"a\":1,\"b\":1,\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1,\"h\":1"
+#define T8                                                                         \
+	"{\"scope\":\"s\"},{\"scope\":\"s\"},{\"scope\":\"s\"},{\"scope\":\"s\"}," \
+	"{\"scope\":\"s\"},{\"scope\":\"s\"},{\"scope\":\"s\"},{\"scope\":\"s\"}"
+#define K8  "\"a\":1,\"b\":1,\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1,\"h\":1"
 #define K16 K8 ",\"i\":1,\"j\":1,\"k\":1,\"l\":1,\"m\":1,\"n\":1,\"o\":1,\"p\":1"
 
 static const struct dcase dcases[] = {
@@ -72,7 +73,8 @@ static const struct dcase dcases[] = {
 	/* acquire: scope, key, url, class */
 	{ "{\"op\":\"acquire\",\"key\":\"k\"}", 0, ADMIT_E_BAD_REQUEST, "\"scope\" is required" },
 	{ "{\"op\":\"acquire\",\"scope\":null}", 0, ADMIT_E_BAD_REQUEST, "\"scope\" is required" },
-	{ "{\"op\":\"acquire\",\"scope\":1}", 0, ADMIT_E_BAD_REQUEST, "\"scope\" must be a string" },
+	{ "{\"op\":\"acquire\",\"scope\":1}", 0, ADMIT_E_BAD_REQUEST,
+	  "\"scope\" must be a string" },
 	{ "{\"op\":\"acquire\",\"scope\":\"\"}", 0, ADMIT_E_BAD_REQUEST, "\"scope\" must not be" },
 	{ "{\"op\":\"acquire\",\"scope\":\"%s\"}", 64, ADMIT_OK, NULL },
 	{ "{\"op\":\"acquire\",\"scope\":\"%s\"}", 65, ADMIT_E_BAD_REQUEST, "\"scope\" longer" },
@@ -92,7 +94,8 @@ static const struct dcase dcases[] = {
 	  "\"url\" longer" },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"key\":\"k\",\"url\":\"http://h/\"}", 0,
 	  ADMIT_E_BAD_REQUEST, "not both" },
-	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"class\":[]}", 0, ADMIT_E_BAD_REQUEST, "\"class\"" },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"class\":[]}", 0, ADMIT_E_BAD_REQUEST,
+	  "\"class\"" },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"class\":\"%s\"}", 65, ADMIT_E_BAD_REQUEST,
 	  "\"class\" longer" },
 	/* acquire: cost, timeout_ms, detach */
@@ -140,7 +143,8 @@ static const struct dcase dcases[] = {
 	{ "{\"op\":\"release\",\"lease\":\"\"}", 0, ADMIT_E_BAD_REQUEST, "\"lease\" must not" },
 	{ "{\"op\":\"release\",\"lease\":\"%s\"}", 128, ADMIT_OK, NULL },
 	{ "{\"op\":\"release\",\"lease\":\"%s\"}", 129, ADMIT_E_BAD_REQUEST, "\"lease\" longer" },
-	{ "{\"op\":\"release\",\"lease\":\"L\",\"tokens\":5}", 0, ADMIT_E_BAD_REQUEST, "\"tokens\"" },
+	{ "{\"op\":\"release\",\"lease\":\"L\",\"tokens\":5}", 0, ADMIT_E_BAD_REQUEST,
+	  "\"tokens\"" },
 	{ "{\"op\":\"release\",\"lease\":\"L\",\"tokens\":[1]}", 0, ADMIT_E_BAD_REQUEST,
 	  "\"tokens\"" },
 	{ "{\"op\":\"release\",\"lease\":\"L\",\"tokens\":{}}", 0, ADMIT_OK, NULL },
@@ -153,7 +157,8 @@ static const struct dcase dcases[] = {
 	  "token count \"in\"" },
 	{ "{\"op\":\"release\",\"lease\":\"L\",\"tokens\":{\"in\":1000000001}}", 0,
 	  ADMIT_E_BAD_REQUEST, "token count \"in\"" },
-	{ "{\"op\":\"release\",\"lease\":\"L\",\"tokens\":{\"in\":1000000000}}", 0, ADMIT_OK, NULL },
+	{ "{\"op\":\"release\",\"lease\":\"L\",\"tokens\":{\"in\":1000000000}}", 0, ADMIT_OK,
+	  NULL },
 	{ "{\"op\":\"release\",\"lease\":\"L\",\"tokens\":{" K16 "}}", 0, ADMIT_OK, NULL },
 	{ "{\"op\":\"release\",\"lease\":\"L\",\"tokens\":{" K16 ",\"q\":1}}", 0,
 	  ADMIT_E_BAD_REQUEST, "at most 16" },
@@ -269,10 +274,11 @@ START_TEST(test_decode_acquire_fields)
 {
 	struct request rq;
 
-	ck_assert_int_eq(dec("{\"op\":\"acquire\",\"scope\":\"api\",\"key\":\"K1\",\"class\":\"bg\","
-			     "\"cost\":7,\"timeout_ms\":250,\"detach\":true}",
-			     &rq),
-			 ADMIT_OK);
+	ck_assert_int_eq(
+	    dec("{\"op\":\"acquire\",\"scope\":\"api\",\"key\":\"K1\",\"class\":\"bg\","
+		"\"cost\":7,\"timeout_ms\":250,\"detach\":true}",
+		&rq),
+	    ADMIT_OK);
 	ck_assert_uint_eq(rq.ntargets, 1);
 	ck_assert_str_eq(rq.targets[0].scope, "api");
 	ck_assert_str_eq(rq.targets[0].key, "K1"); /* keys keep their case */
@@ -311,12 +317,13 @@ START_TEST(test_decode_targets)
 {
 	struct request rq;
 
-	ck_assert_int_eq(dec("{\"op\":\"acquire\",\"scope\":\"ignored\",\"targets\":["
-			     "{\"scope\":\"a\",\"key\":\"k1\",\"cost\":3},"
-			     "{\"scope\":\"b\",\"url\":\"http://[2001:DB8::1]:80/\",\"class\":\"c\"},"
-			     "{\"scope\":\"c\"}],\"timeout_ms\":0}",
-			     &rq),
-			 ADMIT_OK);
+	ck_assert_int_eq(
+	    dec("{\"op\":\"acquire\",\"scope\":\"ignored\",\"targets\":["
+		"{\"scope\":\"a\",\"key\":\"k1\",\"cost\":3},"
+		"{\"scope\":\"b\",\"url\":\"http://[2001:DB8::1]:80/\",\"class\":\"c\"},"
+		"{\"scope\":\"c\"}],\"timeout_ms\":0}",
+		&rq),
+	    ADMIT_OK);
 	ck_assert_uint_eq(rq.ntargets, 3);
 	ck_assert_str_eq(rq.targets[0].scope, "a");
 	ck_assert_str_eq(rq.targets[0].key, "k1");
@@ -696,8 +703,15 @@ END_TEST
 START_TEST(test_reply_id_roundtrip)
 {
 	static const char *const ids[] = {
-		"42", "-3", "\"req-7\"", "{\"trace\":\"abc\",\"n\":[1,2,{\"x\":null}]}",
-		"null", "[1,\"2\"]", "\"\\u00e9\\n\"", "2.5", "false",
+		"42",
+		"-3",
+		"\"req-7\"",
+		"{\"trace\":\"abc\",\"n\":[1,2,{\"x\":null}]}",
+		"null",
+		"[1,\"2\"]",
+		"\"\\u00e9\\n\"",
+		"2.5",
+		"false",
 	};
 	char line[256];
 	struct request rq;
@@ -726,17 +740,17 @@ START_TEST(test_reply_error)
 	int e;
 
 	/* the error path of ops.c: decode fails, the error reply echoes the id */
+	static const char line[] = "{\"op\":\"bogus\",\"id\":{\"k\":[7]}}";
 	char msg[128];
-	enum admit_err err = proto_decode("{\"op\":\"bogus\",\"id\":{\"k\":[7]}}", 29, &rq, msg,
-					  sizeof(msg));
+	enum admit_err err = proto_decode(line, strlen(line), &rq, msg, sizeof(msg));
 	ck_assert_int_eq(err, ADMIT_E_UNKNOWN_OP);
 	j = finish_parse(preply_error(rq.id, err, msg));
 	ck_assert(json_is_false(json_object_get(j, "ok")));
 	ck_assert_str_eq(json_string_value(json_object_get(j, "error")), "unknown_op");
 	ck_assert_str_eq(json_string_value(json_object_get(j, "message")), msg);
-	ck_assert_int_eq(json_integer_value(json_array_get(
-				 json_object_get(json_object_get(j, "id"), "k"), 0)),
-			 7);
+	ck_assert_int_eq(
+	    json_integer_value(json_array_get(json_object_get(json_object_get(j, "id"), "k"), 0)),
+	    7);
 	json_decref(j);
 	proto_request_clear(&rq);
 
@@ -809,13 +823,14 @@ END_TEST
 
 struct vsend {
 	char *name;
-	char *line;      /* what is written on the socket, without '\n' */
-	char *err;       /* expected error code, NULL when the vector expects ok */
-	json_t *id;      /* expected id echo, or NULL */
+	char *line; /* what is written on the socket, without '\n' */
+	char *err;  /* expected error code, NULL when the vector expects ok */
+	json_t *id; /* expected id echo, or NULL */
 };
 
 static struct vsend *vsends;
 static size_t nvsends;
+static size_t nvbad; /* lines that are not JSON, steps without "send" */
 
 static const char *srcdir(void)
 {
@@ -829,6 +844,10 @@ static void vsend_add(const char *file, const char *name, json_t *send, json_t *
 	struct vsend *v, *nv;
 	json_t *err = json_object_get(expect, "error");
 
+	if (send == NULL) {
+		nvbad++;
+		return;
+	}
 	nv = realloc(vsends, (nvsends + 1) * sizeof(*nv));
 	if (nv == NULL)
 		abort();
@@ -837,7 +856,7 @@ static void vsend_add(const char *file, const char *name, json_t *send, json_t *
 	if (asprintf(&v->name, "%s: %s", file, name) < 0)
 		abort();
 	v->line = json_is_string(send) ? strdup(json_string_value(send))
-				       : json_dumps(send, JSON_COMPACT);
+				       : json_dumps(send, JSON_COMPACT | JSON_ENCODE_ANY);
 	v->err = json_is_string(err) ? strdup(json_string_value(err)) : NULL;
 	v->id = json_incref(json_object_get(expect, "id"));
 	if (v->line == NULL)
@@ -863,19 +882,23 @@ static void vectors_load(void)
 		if (fp == NULL)
 			continue;
 		while (getline(&buf, &cap, fp) > 0) {
-			json_t *v = json_loads(buf, 0, NULL), *steps, *st;
+			json_t *v = json_loads(buf, 0, NULL), *steps;
 			const char *name;
 			size_t i;
 
-			if (v == NULL)
-				continue; /* test_vectors_present counts what was read */
+			if (v == NULL) {
+				nvbad++; /* test_vectors_present fails on it */
+				continue;
+			}
 			name = json_string_value(json_object_get(v, "name"));
 			name = name ? name : "?";
 			steps = json_object_get(v, "steps");
 			if (json_is_array(steps)) {
-				json_array_foreach(steps, i, st)
+				for (i = 0; i < json_array_size(steps); i++) {
+					json_t *st = json_array_get(steps, i);
 					vsend_add(base, name, json_object_get(st, "send"),
 						  json_object_get(st, "expect"));
+				}
 			} else if (json_object_get(v, "send") != NULL) {
 				vsend_add(base, name, json_object_get(v, "send"),
 					  json_object_get(v, "expect"));
@@ -905,6 +928,7 @@ START_TEST(test_vectors_present)
 {
 	ck_assert_msg(nvsends >= 40, "only %zu sends read from %s/proto/vectors", nvsends,
 		      srcdir());
+	ck_assert_msg(nvbad == 0, "%zu vector lines or steps unreadable", nvbad);
 }
 END_TEST
 
