@@ -376,10 +376,30 @@ void preply_int(struct preply *r, const char *k, int64_t v)
 		preply_set(r, k, json_integer(v));
 }
 
+/*
+ * A JSON string for v. Text that is not valid UTF-8 (a message quoting
+ * client bytes cut at a length limit, say) is sent with every non-ASCII byte
+ * as '?', rather than losing the whole reply.
+ */
+static json_t *preply_text(const char *v)
+{
+	json_t *j = json_string(v);
+	char *copy, *p;
+
+	if (j != NULL || v == NULL || (copy = strdup(v)) == NULL)
+		return j;
+	for (p = copy; *p; p++)
+		if ((unsigned char)*p >= 0x80)
+			*p = '?';
+	j = json_string(copy);
+	free(copy);
+	return j;
+}
+
 void preply_str(struct preply *r, const char *k, const char *v)
 {
 	if (r)
-		preply_set(r, k, json_string(v));
+		preply_set(r, k, preply_text(v));
 }
 
 void preply_bool(struct preply *r, const char *k, bool v)

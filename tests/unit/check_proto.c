@@ -978,6 +978,51 @@ START_TEST(test_vectors_replay)
 }
 END_TEST
 
+
+/*
+ * An error message quoting client bytes cut mid-character (an unknown op
+ * name at 64 bytes, jansson's "near '...'") is not valid UTF-8: the reply
+ * must still carry the decode's own error code and the id, not the
+ * builder's out-of-memory line.
+ */
+START_TEST(test_reply_invalid_utf8)
+{
+	static const char bad_json[] = "{\"id\":3,\"op\":\"ping\",\"x\\u00\xf0\x9f\x98\x80\":1}";
+	char line[512] = "{\"id\":1,\"op\":\"";
+	struct request rq;
+	char msg[256];
+	enum admit_err e;
+	json_t *j;
+	size_t n;
+	char *out;
+	int i;
+
+	for (i = 0; i < 30; i++)
+		strcat(line, "\xe2\x82\xac");
+	strcat(line, "\"}");
+	e = proto_decode(line, strlen(line), &rq, msg, sizeof(msg));
+	ck_assert_int_eq(e, ADMIT_E_UNKNOWN_OP);
+	out = preply_finish(preply_error(rq.id, e, msg), &n);
+	proto_request_clear(&rq);
+	j = json_loadb(out, n, 0, NULL);
+	ck_assert_ptr_nonnull(j);
+	ck_assert_str_eq(json_string_value(json_object_get(j, "error")), "unknown_op");
+	ck_assert_int_eq(json_integer_value(json_object_get(j, "id")), 1);
+	json_decref(j);
+	free(out);
+
+	e = proto_decode(bad_json, strlen(bad_json), &rq, msg, sizeof(msg));
+	ck_assert_int_eq(e, ADMIT_E_BAD_REQUEST);
+	out = preply_finish(preply_error(rq.id, e, msg), &n);
+	proto_request_clear(&rq);
+	j = json_loadb(out, n, 0, NULL);
+	ck_assert_ptr_nonnull(j);
+	ck_assert_str_eq(json_string_value(json_object_get(j, "error")), "bad_request");
+	json_decref(j);
+	free(out);
+}
+END_TEST
+
 static Suite *proto_suite(void)
 {
 	Suite *s = suite_create("proto");
@@ -1007,6 +1052,7 @@ static Suite *proto_suite(void)
 	tcase_add_test(tc, test_reply_error);
 	tcase_add_test(tc, test_reply_bytes);
 	tcase_add_test(tc, test_reply_failed);
+	tcase_add_test(tc, test_reply_invalid_utf8);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("vectors");
