@@ -131,6 +131,9 @@ def _private_parent():
             os.makedirs(base, exist_ok=True)
         _parent = tempfile.mkdtemp(prefix="integ.", dir=base)
         atexit.register(_remove_parent_if_empty, _parent)
+    elif not os.path.isdir(_parent):
+        # Swept by someone's cleanup while we ran: later tests still start.
+        os.makedirs(_parent, mode=0o700, exist_ok=True)
     return _parent
 
 
