@@ -558,6 +558,10 @@ def main():
         if not os.access(exe, os.X_OK):
             sys.exit("bench: %s is missing: run `make bench`" % exe)
 
+    # The harness's temp dirs, under tests/bench/results/tmp unless told
+    # otherwise: on a shared box, /tmp/integ.*, /tmp/admitd-* and /tmp/redis-*
+    # were swept by something else while a run was using them.
+    os.environ.setdefault("ADMITD_TEST_TMPDIR", os.path.join(os.path.dirname(args.out), "tmp"))
     problems = []
     shas = (sha1(embedded_script("acquire")), sha1(embedded_script("release")))
     conf = BENCH_SCOPE + NOREL_SCOPE + BOOKS_SCOPE + FIFO_SCOPE
