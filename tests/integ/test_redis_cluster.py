@@ -70,12 +70,14 @@ class ClusterCase(unittest.TestCase):
         return Cluster(CONF)
 
     def assertClean(self, out, rule=None):
-        """Every admission said backend redis; refusals name the rule."""
+        """Every admission said backend redis; refusals name the rule (or
+        "queue": a last request whose budget rounded to 0 ms is a try, and
+        a try never jumps this daemon's queue)."""
         for a in out.adms:
             self.assertEqual(a.reply.get("backend"), "redis", a.reply)
         for _, _, _, r in out.refusals:
             if rule is not None and r.get("error") in ("limited", "budget_exceeded"):
-                self.assertEqual(r.get("rule"), rule, r)
+                self.assertIn(r.get("rule"), (rule, "queue"), r)
 
     def assertAllDaemons(self, out):
         """Each of the three daemons admitted some: the load really was shared."""
