@@ -60,10 +60,6 @@ SLACK = float(os.environ.get("ADMITD_SLACK_MS") or
 # one loop iteration). 5ms covers both with margin; it never covers a real
 # violation of a 100ms+ delay.
 EPS = 0.005
-# Latency noise, seconds: how much the delivery delay of one reply may differ
-# from another's (daemon decides -> client thread reads). Used where the test
-# compares instants recorded at the client for two different replies.
-LAT = SLACK / 2
 # How long a daemon may take to start / stop.
 START_DEADLINE = 30.0 if VALGRIND else 10.0
 STOP_DEADLINE = 20.0 if VALGRIND else 5.0
@@ -781,6 +777,15 @@ class DaemonCase(unittest.TestCase):
             return self.status(c)["scopes"][scope]["waiting"] == n
         _wait_until(cond, deadline, "%d waiters in scope %s" % (n, scope),
                     self.daemon.stderr_text)
+
+    def assertNotLate(self, elapsed, bound, msg=None):
+        """An upper bound on lateness (bound includes SLACK). The failure
+        says how loaded the box was: lateness on a saturated box is the
+        box's, not the daemon's (ADMITD_SLACK_MS raises SLACK)."""
+        if elapsed >= bound:
+            self.fail("%.3fs late bound exceeded: %.3fs (SLACK %.0fms, load average %s)%s"
+                      % (bound, elapsed, SLACK * 1000, os.getloadavg(),
+                         (": %s" % (msg,)) if msg is not None else ""))
 
     def assertRefused(self, reply, error, rule=None, rule_prefix=None):
         """reply is a refusal with this error code and (when given) this
