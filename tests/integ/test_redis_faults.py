@@ -392,7 +392,9 @@ class PenalizeTest(FaultCase):
 
             for t in run_clients(2, waiter):
                 self.assertGreaterEqual(t - t0, 0.8 - EPS)
-                self.assertLess(t - t_seen, 0.8 + SLACK)
+                # timer lateness (SLACK) plus the two client threads'
+                # scheduling on a 2-core box (another SLACK)
+                self.assertLess(t - t_seen, 0.8 + 2 * SLACK)
 
 
 MEM_CONF = """
