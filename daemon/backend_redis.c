@@ -48,6 +48,7 @@ struct backend {
 	struct rpool_conf pc;
 	char *password;
 	bool up;
+	bool closing;        /* inside backend_free: calls complete, nothing new is sent */
 	int64_t since_ms;
 	int64_t pods_seen;   /* from the last heartbeat while up */
 	char pod_id[64];
@@ -286,6 +287,8 @@ static void rb_ff_eval(struct backend *b, int script, const char *op, struct rar
 {
 	struct rb_ff *ff;
 
+	if (b->closing)
+		return;
 	if (a->oom || (ff = malloc(sizeof(*ff))) == NULL) {
 		rb_failed(b, op, RP_CONN, NULL);
 		return;
@@ -317,6 +320,8 @@ void backend_release(struct backend *b, struct lease *l, const struct lim_tokens
 	struct rpool_call calls[PROTO_MAX_TARGETS];
 	size_t i, n = 0;
 
+	if (b->closing)
+		return;
 	memset(a, 0, sizeof(a));
 	for (i = 0; i < l->nt; i++) {
 		const struct conf_scope *cs = l->t[i].kq->sc->cs;
@@ -399,6 +404,14 @@ static void rb_acq_done(struct rb_acq *q)
 	struct eng_res res = { .admitted = true, .via = VIA_REDIS };
 	size_t i;
 
+	if (q->b->closing) {
+		/* Shutting down: nobody will use an admission now, and the pool
+		 * takes no more calls. What Redis booked expires by its TTLs. */
+		struct eng_res gone = { .via = VIA_REDIS, .unavailable = true };
+		q->cb(q->arg, &gone);
+		free(q);
+		return;
+	}
 	for (i = 0; i < w->nt && !q->failed; i++) {
 		const struct conf_scope *cs = w->t[i].kq->sc->cs;
 		int64_t retry = q->r[i].retry;
@@ -466,7 +479,7 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	bool ok = false;
 	size_t i, made = 0;
 
-	if (!b->up || !rpool_up(b->pool))
+	if (b->closing || !b->up || !rpool_up(b->pool))
 		return false;
 	q = calloc(1, sizeof(*q));
 	if (q == NULL)
@@ -649,6 +662,7 @@ void backend_free(struct backend *b)
 {
 	if (b == NULL)
 		return;
+	b->closing = true;
 	if (b->hb_ev)
 		event_free(b->hb_ev);
 	if (b->pool)

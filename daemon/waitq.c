@@ -267,7 +267,14 @@ static void waitq_decided(void *arg, const struct eng_res *res)
 	struct waiter *w = arg;
 	struct kq *kq = w->t[0].kq;
 	int64_t now = clock_mono_ms();
+	bool nested = kq->in_pump;
 
+	/*
+	 * Hold the pump off until w has left the queue: an admission nobody can
+	 * receive is released at once, and that release pumps this queue, whose
+	 * head is still w (it would be sent to the backend a second time).
+	 */
+	kq->in_pump = true;
 	kq->busy = false;
 	if (res->admitted) {
 		waitq_admit(w, res, now);
@@ -290,7 +297,8 @@ static void waitq_decided(void *arg, const struct eng_res *res)
 		w->last_rule = res->rule;
 		waitq_arm_retry(kq, now, wait < 1 ? 1 : wait);
 	}
-	if (!kq->in_pump)
+	kq->in_pump = nested;
+	if (!nested)
 		waitq_pump(kq);
 }
 
