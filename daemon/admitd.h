@@ -58,6 +58,8 @@ struct waiter {
 	int64_t deadline_ms;
 	struct event *deadline_ev;
 	const char *last_rule; /* the rule of the last refusal, for `timeout` */
+	bool decided;          /* a limiter has answered for it at least once */
+	enum via last_via;     /* ... and which one, for the refusal's "backend" */
 	char lease_id[LIM_LEASE_ID_LEN + 1]; /* booked under this id when admitted */
 };
 TAILQ_HEAD(waiter_list, waiter);

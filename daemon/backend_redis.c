@@ -642,7 +642,7 @@ struct backend *backend_new(struct admitd *ad)
 	b->pc.user = ad->conf->redis_user;
 	b->pc.password = b->password;
 	b->pc.backoff_min_ms = 50;
-	b->pc.backoff_max_ms = 1000; /* back within 2 s of Redis returning */
+	b->pc.backoff_max_ms = 500; /* back within 2 s of Redis returning, jitter included */
 	b->pool = rpool_new(ad->base, &b->pc, script_sources, script_count, rb_state_cb, b, err,
 			    sizeof(err));
 	if (b->pool == NULL) {

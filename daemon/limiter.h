@@ -62,6 +62,7 @@ struct lim_decision {
 #define LIM_RULE_MIN_DELAY "min_delay"
 #define LIM_RULE_CLUSTER "cluster_concurrency"
 #define LIM_RULE_MAX_CONCURRENT "max_concurrent"
+#define LIM_RULE_MAX_WAITERS "max_waiters"
 #define LIM_RULE_QUEUE "queue" /* a try behind waiters that have not been decided yet */
 
 struct lim_state *lim_state_new(const struct conf_scope *cs);

@@ -81,6 +81,8 @@ static void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, con
 		preply_int(r, "retry_after_ms", retry_ms);
 	if (rule != NULL)
 		preply_str(r, "rule", rule);
+	if (w->decided)
+		preply_str(r, "backend", via_name(w->last_via));
 	conn_send_reply(w->conn, r);
 }
 
@@ -115,6 +117,21 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 	conn_send_reply(w->conn, r);
 }
 
+/*
+ * What kept w waiting, for its `timeout`: its own last refusal; else (it
+ * never reached the head) what keeps the head waiting; else the queue.
+ */
+static const char *waitq_blame(struct waiter *w)
+{
+	struct waiter *head = waitq_head(w->t[0].kq);
+
+	if (w->last_rule != NULL)
+		return w->last_rule;
+	if (head != NULL && head->last_rule != NULL)
+		return head->last_rule;
+	return LIM_RULE_QUEUE;
+}
+
 static void waitq_deadline_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 {
 	struct waiter *w = arg;
@@ -122,7 +139,7 @@ static void waitq_deadline_cb(evutil_socket_t fd UNUSED, short what UNUSED, void
 	bool was_head = waitq_head(kq) == w;
 
 	w->t[0].kq->sc->timeouts++;
-	waitq_fail(w, ADMIT_E_TIMEOUT, 0, w->last_rule, "waited the whole budget");
+	waitq_fail(w, ADMIT_E_TIMEOUT, 0, waitq_blame(w), "waited the whole budget");
 	if (waitq_in_flight(w)) {
 		/* The decision in flight finds conn NULL and cleans up. */
 		if (w->conn != NULL) {
@@ -165,14 +182,12 @@ void waitq_add(struct waiter *w)
 		TAILQ_INSERT_TAIL(&w->conn->waiters, w, conn_link);
 	if (w->try_only && kq->nwait > 1) {
 		/* Others are waiting first: a try never jumps the queue. */
-		const char *rule = waitq_head(kq)->last_rule;
-		waitq_fail(w, ADMIT_E_LIMITED, waitq_queue_wait(kq, now),
-			   rule ? rule : LIM_RULE_QUEUE, NULL);
+		waitq_fail(w, ADMIT_E_LIMITED, waitq_queue_wait(kq, now), waitq_blame(w), NULL);
 		waitq_remove(w);
 		return;
 	}
 	if (!w->try_only && sc->waiting > sc->cs->max_waiters) {
-		waitq_fail(w, ADMIT_E_TOO_MANY_WAITERS, 0, NULL, NULL);
+		waitq_fail(w, ADMIT_E_TOO_MANY_WAITERS, 0, LIM_RULE_MAX_WAITERS, NULL);
 		waitq_remove(w);
 		return;
 	}
@@ -276,6 +291,8 @@ static void waitq_decided(void *arg, const struct eng_res *res)
 	 */
 	kq->in_pump = true;
 	kq->busy = false;
+	w->decided = true;
+	w->last_via = res->via;
 	if (res->admitted) {
 		waitq_admit(w, res, now);
 		waitq_remove(w);

@@ -103,8 +103,10 @@ class FaultCase(unittest.TestCase):
             self.assertIsNone(span_excess(fb, per_window(per_daemon_budget, window)), i)
             # ... and it did serve (the outage lasted 2 windows).
             self.assertGreaterEqual(len(fb), per_daemon_budget, i)
-            back = [tr for d, ts, tr, r in adm
-                    if d == i and ts > t_back and r["backend"] == "redis"]
+            # Refusals say which limiter decided too ("backend"), so the
+            # first reply of any kind decided by Redis counts.
+            back = [tr for d, ts, tr, r in replies
+                    if d == i and ts > t_back and r.get("backend") == "redis"]
             self.assertTrue(back, "daemon %d never went back to redis" % i)
             self.assertLess(min(back) - t_back, 2.0)
 
@@ -169,24 +171,14 @@ class OutageTest(FaultCase):
                 time.sleep(3.0)
                 return t_down, t_back
 
-            # Tries (timeout_ms 0) until the waitq bug described at
-            # test_redis_frozen_under_load is fixed: with waiting budgets
-            # (budget_ms=300) this test crashes a daemon in most runs
-            # (double free, or an admission with an empty "lease").
-            replies, (t_down, t_back) = self.load(cl, "q", control, budget_ms=0)
+            replies, (t_down, t_back) = self.load(cl, "q", control)
             self.assertTrue(cl.alive(), cl.logs())
         self.check_outage(cl, replies, t_down, t_back, 10, 1.0)
 
-    # DAEMON BUG (reported to the lead, not fixed when this was written):
-    # a waiter whose deadline passes while its Redis call is in flight and
-    # whose late decision is "admitted" (here: the call times out after
-    # redis_timeout and the fallback admits) is given straight back by
-    # waitq_admit -> lease_release, which pumps the key's queue while the
-    # waiter is still its head: a second acquire is sent for it, then
-    # waitq_remove frees it, and that second call's completion reads the
-    # freed waiter (ASan: heap-use-after-free in rb_acq_done; plain build:
-    # double free / crash). Remove expectedFailure once waitq.c is fixed.
-    @unittest.expectedFailure
+    # Waiting budgets while Redis is frozen: a waiter whose deadline passes
+    # while its call is in flight and which the fallback then admits is
+    # given straight back; this once sent the same waiter twice (a
+    # use-after-free, fixed in waitq_decided). The test keeps that path hot.
     def test_redis_frozen_under_load(self):
         with Cluster(self.CONF, admitd_extra=TIMEOUT_CONF) as cl:
             def control():
@@ -218,10 +210,7 @@ class OutageTest(FaultCase):
                     self.assertEqual(cl.redis.command("SCRIPT", "FLUSH"), "OK")
                 time.sleep(0.4)
 
-            # Tries (timeout_ms 0): no wait deadline can expire with a call
-            # in flight, which is the bug test_redis_frozen_under_load
-            # shows; here only SCRIPT FLUSH is under test.
-            replies, _ = self.load(cl, "tb", control, budget_ms=0)
+            replies, _ = self.load(cl, "tb", control)
             self.assertTrue(cl.alive(), cl.logs())
             logs = cl.logs()
             for d in cl.daemons:
@@ -232,8 +221,12 @@ class OutageTest(FaultCase):
         for _, _, _, r in adm:
             self.assertEqual(r.get("backend"), "redis", r)
         for _, _, _, r in replies:
+            # The limit's own refusals only: waiting clients of three pods
+            # compete for one bucket, so a wait can end in budget_exceeded
+            # or timeout; never unavailable or an error of the backend.
             if not r.get("ok"):
-                self.assertEqual(r.get("error"), "limited", r)
+                self.assertIn(r.get("error"), ("limited", "budget_exceeded", "timeout"), r)
+                self.assertEqual(r.get("rule"), "requests token-bucket 50/1s burst=10", r)
         # NOSCRIPT was met and answered by a reload, never by an error.
         self.assertIn("NOSCRIPT", logs)
         self.assertNotIn("redis error reply", logs)
