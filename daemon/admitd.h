@@ -25,7 +25,7 @@
 #include <sys/queue.h>
 
 #define MUST_CHECK __attribute__((warn_unused_result))
-#define UNUSED __attribute__((unused))
+#define UNUSED	   __attribute__((unused))
 
 struct event;
 struct event_base;
@@ -48,18 +48,18 @@ struct target_rt {
 struct waiter {
 	TAILQ_ENTRY(waiter) kq_link;
 	TAILQ_ENTRY(waiter) conn_link;
-	struct conn *conn;  /* NULL once the client went away */
-	char *id;           /* raw JSON id to echo, owned */
+	struct conn *conn; /* NULL once the client went away */
+	char *id;	   /* raw JSON id to echo, owned */
 	size_t nt;
 	struct target_rt t[PROTO_MAX_TARGETS];
 	bool detach;
-	bool try_only;      /* timeout_ms 0: never queue */
+	bool try_only; /* timeout_ms 0: never queue */
 	int64_t start_ms;
 	int64_t deadline_ms;
 	struct event *deadline_ev;
-	const char *last_rule; /* the rule of the last refusal, for `timeout` */
-	bool decided;          /* a limiter has answered for it at least once */
-	enum via last_via;     /* ... and which one, for the refusal's "backend" */
+	const char *last_rule;		     /* the rule of the last refusal, for `timeout` */
+	bool decided;			     /* a limiter has answered for it at least once */
+	enum via last_via;		     /* ... and which one, for the refusal's "backend" */
 	char lease_id[LIM_LEASE_ID_LEN + 1]; /* booked under this id when admitted */
 };
 TAILQ_HEAD(waiter_list, waiter);
@@ -68,7 +68,7 @@ TAILQ_HEAD(waiter_list, waiter);
 struct lease {
 	char id[LIM_LEASE_ID_LEN + 1];
 	TAILQ_ENTRY(lease) conn_link;
-	struct conn *conn;  /* NULL when detached */
+	struct conn *conn; /* NULL when detached */
 	struct admitd *ad;
 	enum via via;
 	bool backend_booked; /* the backend holds state to release (lease set, meters, pacing) */
@@ -84,11 +84,11 @@ struct kq {
 	char *key;
 	struct waiter_list waiters;
 	size_t nwait;
-	int64_t held;           /* leases of this key held through this daemon */
-	struct lim_state *lim;  /* in-process limiter (local mode, or Redis fallback) */
+	int64_t held;		/* leases of this key held through this daemon */
+	struct lim_state *lim;	/* in-process limiter (local mode, or Redis fallback) */
 	struct event *retry_ev; /* the head's next attempt */
-	int64_t wake_at;        /* when retry_ev fires; 0 when not armed */
-	bool busy;              /* a backend decision for the head is in flight */
+	int64_t wake_at;	/* when retry_ev fires; 0 when not armed */
+	bool busy;		/* a backend decision for the head is in flight */
 	bool in_pump;
 };
 
@@ -97,8 +97,8 @@ struct scope_rt {
 	struct admitd *ad;
 	const struct conf_scope *cs;
 	size_t idx;
-	struct htab *keys;      /* key -> struct kq */
-	int64_t leases;         /* held through this daemon, all keys */
+	struct htab *keys; /* key -> struct kq */
+	int64_t leases;	   /* held through this daemon, all keys */
 	int64_t waiting;
 	uint64_t admitted, refused, shadow_limited, timeouts, fallbacks;
 };
@@ -107,12 +107,12 @@ struct scope_rt {
 struct conn {
 	struct admitd *ad;
 	struct bufferevent *bev;
-	struct event *close_ev;  /* deferred free (see conn_close_after_flush) */
+	struct event *close_ev; /* deferred free (see conn_close_after_flush) */
 	uint64_t id;
 	TAILQ_ENTRY(conn) link;
 	struct waiter_list waiters;
 	struct lease_list leases;
-	bool closing;           /* close once the output is flushed */
+	bool closing; /* close once the output is flushed */
 };
 TAILQ_HEAD(conn_list, conn);
 
@@ -122,12 +122,12 @@ struct admitd {
 	struct conf *conf;
 	struct scope_rt *scopes;
 	size_t nscopes;
-	struct htab *leases;    /* id -> struct lease */
+	struct htab *leases; /* id -> struct lease */
 	struct conn_list conns;
 	size_t nconns;
 	uint64_t next_conn_id;
 	struct server *server;
-	struct backend *redis;  /* NULL in local mode */
+	struct backend *redis; /* NULL in local mode */
 	struct event *gc_ev;
 	struct event *exit_ev;
 	int64_t start_ms;

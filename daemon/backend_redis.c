@@ -35,12 +35,12 @@
 #include <unistd.h>
 
 /* A pod that has not beaten for this long is not counted by divisor = auto. */
-#define RB_POD_WINDOW_MS 5000
-#define RB_HEARTBEAT_MS 1000
-#define RB_CODE_PENALTY (-2)
+#define RB_POD_WINDOW_MS  5000
+#define RB_HEARTBEAT_MS	  1000
+#define RB_CODE_PENALTY	  (-2)
 #define RB_CODE_MIN_DELAY (-3)
-#define RB_CODE_CLUSTER (-4)
-#define RB_CODE_QUOTA (-5)
+#define RB_CODE_CLUSTER	  (-4)
+#define RB_CODE_QUOTA	  (-5)
 
 struct backend {
 	struct admitd *ad;
@@ -48,9 +48,9 @@ struct backend {
 	struct rpool_conf pc;
 	char *password;
 	bool up;
-	bool closing;        /* inside backend_free: calls complete, nothing new is sent */
+	bool closing; /* inside backend_free: calls complete, nothing new is sent */
 	int64_t since_ms;
-	int64_t pods_seen;   /* from the last heartbeat while up */
+	int64_t pods_seen; /* from the last heartbeat while up */
 	char pod_id[64];
 	char *pods_key;
 	struct event *hb_ev;
@@ -121,7 +121,8 @@ static void rb_key(struct rargs *a, const struct backend *b, const struct kq *kq
 		   const char *suffix, long idx)
 {
 	if (idx < 0)
-		rargs_add(a, "%s:{%s:%s}:%s", b->ad->conf->prefix, kq->sc->cs->name, kq->key, suffix);
+		rargs_add(a, "%s:{%s:%s}:%s", b->ad->conf->prefix, kq->sc->cs->name, kq->key,
+			  suffix);
 	else
 		rargs_add(a, "%s:{%s:%s}:%s%ld", b->ad->conf->prefix, kq->sc->cs->name, kq->key,
 			  suffix, idx);
@@ -207,8 +208,8 @@ static void rb_acquire_args(struct rargs *a, const struct backend *b, const stru
  * meters are refunded instead).
  */
 static void rb_release_args(struct rargs *a, const struct backend *b, const struct target_rt *t,
-			    const char *lease_id, const char *mode,
-			    const struct lim_tokens *tokens, size_t ntokens, size_t *nkeys)
+			    const char *lease_id, const char *mode, const struct lim_tokens *tokens,
+			    size_t ntokens, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
 	bool rollback = strcmp(mode, "rollback") == 0;
@@ -257,10 +258,11 @@ static void rb_failed(struct backend *b, const char *op, enum rp_status st,
 
 	b->errors++;
 	if (st == RP_OK && reply != NULL && reply->type == RV_ERR)
-		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis error reply", "op=%s err=\"%.200s\"", op,
-				reply->s);
+		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis error reply", "op=%s err=\"%.200s\"",
+				op, reply->s);
 	else if (st == RP_OK)
-		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis reply of unexpected shape", "op=%s", op);
+		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis reply of unexpected shape", "op=%s",
+				op);
 	else
 		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis call failed", "op=%s status=%s", op,
 				names[st]);
@@ -282,8 +284,7 @@ static void rb_ff_cb(void *arg, enum rp_status st, const struct rval *reply)
 	free(ff);
 }
 
-static void rb_ff_eval(struct backend *b, int script, const char *op, struct rargs *a,
-		       size_t nkeys)
+static void rb_ff_eval(struct backend *b, int script, const char *op, struct rargs *a, size_t nkeys)
 {
 	struct rb_ff *ff;
 
@@ -427,7 +428,8 @@ static void rb_acq_done(struct rb_acq *q)
 			w->t[i].kq->sc->shadow_limited++;
 			continue;
 		}
-		if (res.admitted || retry == -1 || (res.retry_after_ms != -1 && retry > res.retry_after_ms)) {
+		if (res.admitted || retry == -1 ||
+		    (res.retry_after_ms != -1 && retry > res.retry_after_ms)) {
 			res.retry_after_ms = retry;
 			res.rule = rb_rule_name(cs, q->r[i].code);
 		}
@@ -457,7 +459,8 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 	size_t i = part->i;
 
 	if (st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == 4 &&
-	    reply->a[0].type == RV_INT && reply->a[1].type == RV_INT && reply->a[2].type == RV_INT) {
+	    reply->a[0].type == RV_INT && reply->a[1].type == RV_INT &&
+	    reply->a[2].type == RV_INT) {
 		q->r[i].admitted = reply->a[0].i == 1;
 		q->r[i].retry = reply->a[1].i;
 		q->r[i].code = (long)reply->a[2].i;

@@ -43,19 +43,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CONF_FILE_MAX (1024 * 1024) /* a conf larger than this is a mistake */
-#define CONF_SOCKET_MAX 107         /* sizeof(sun_path) - 1 */
+#define CONF_FILE_MAX	(1024 * 1024) /* a conf larger than this is a mistake */
+#define CONF_SOCKET_MAX 107	      /* sizeof(sun_path) - 1 */
 
 /* ---- option tables ---------------------------------------------------- */
 
 enum conf_type {
 	CT_STRING,    /* any non-empty text */
 	CT_SOCKET,    /* a Unix socket path that fits sun_path */
-	CT_URL,       /* a Redis URL, or empty for local mode */
+	CT_URL,	      /* a Redis URL, or empty for local mode */
 	CT_PREFIX,    /* a Redis key prefix: no blanks, no hash-tag braces */
 	CT_NAME,      /* [A-Za-z0-9_.-]{1,64} */
 	CT_OCTAL,     /* file mode */
-	CT_INT,       /* int64, min..max */
+	CT_INT,	      /* int64, min..max */
 	CT_SIZE,      /* int64 bytes, min..max */
 	CT_DURATION,  /* int64 ms, min..max */
 	CT_DOUBLE,    /* double, min..max */
@@ -69,10 +69,10 @@ enum conf_type {
 	CT__COUNT
 };
 
-#define CONF_F_REPEATABLE 0x01 /* may appear more than once in a section */
-#define CONF_F_ARG 0x02        /* "key NAME = ..." allowed */
+#define CONF_F_REPEATABLE   0x01 /* may appear more than once in a section */
+#define CONF_F_ARG	    0x02 /* "key NAME = ..." allowed */
 #define CONF_F_ARG_REQUIRED 0x04
-#define CONF_F_EMPTY_NULL 0x08 /* an empty value means "unset" (NULL) */
+#define CONF_F_EMPTY_NULL   0x08 /* an empty value means "unset" (NULL) */
 
 struct conf_key {
 	const char *name;
@@ -84,12 +84,12 @@ struct conf_key {
 	const char *help;
 };
 
-#define MS_SEC 1000LL
-#define MS_MIN (60 * MS_SEC)
-#define MS_HOUR (60 * MS_MIN)
-#define MS_DAY (24 * MS_HOUR)
+#define MS_SEC	      1000LL
+#define MS_MIN	      (60 * MS_SEC)
+#define MS_HOUR	      (60 * MS_MIN)
+#define MS_DAY	      (24 * MS_HOUR)
 #define ADMITD_OFF(f) offsetof(struct conf, f)
-#define SCOPE_OFF(f) offsetof(struct conf_scope, f)
+#define SCOPE_OFF(f)  offsetof(struct conf_scope, f)
 
 static const struct conf_key conf_admitd_keys[] = {
 	{ "socket", CT_SOCKET, ADMITD_OFF(socket), ADMIT_DEFAULT_SOCKET, 0, 0, 0,
@@ -104,8 +104,7 @@ static const struct conf_key conf_admitd_keys[] = {
 	  "longest request line; longer gets line_too_long and the connection closes" },
 	{ "max_connections", CT_INT, ADMITD_OFF(max_connections), "1024", 1, 1000000, 0,
 	  "client connections served at once" },
-	{ "redis_pool", CT_INT, ADMITD_OFF(redis_pool), "2", 1, 64, 0,
-	  "connections to Redis" },
+	{ "redis_pool", CT_INT, ADMITD_OFF(redis_pool), "2", 1, 64, 0, "connections to Redis" },
 	{ "redis_timeout", CT_DURATION, ADMITD_OFF(redis_timeout_ms), "250ms", 1, MS_MIN, 0,
 	  "per Redis operation and connect; past it the request is served by fail_mode" },
 	{ "redis_password_file", CT_STRING, ADMITD_OFF(redis_password_file), NULL, 0, 0,
@@ -161,7 +160,7 @@ static const struct conf_key conf_scope_keys[] = {
 };
 
 #define CONF_ADMITD_NKEYS (sizeof(conf_admitd_keys) / sizeof(conf_admitd_keys[0]) - 1)
-#define CONF_SCOPE_NKEYS (sizeof(conf_scope_keys) / sizeof(conf_scope_keys[0]) - 1)
+#define CONF_SCOPE_NKEYS  (sizeof(conf_scope_keys) / sizeof(conf_scope_keys[0]) - 1)
 
 /* ---- parse state ------------------------------------------------------- */
 
@@ -170,28 +169,28 @@ enum conf_sect { SECT_NONE = 0, SECT_ADMITD, SECT_SCOPE, SECT_IGNORED };
 /* Per-scope state that only the parse needs. */
 struct conf_pscope {
 	int seen[CONF_SCOPE_NKEYS]; /* line each key was set at; 0 = not set */
-	struct cv_class *pend;      /* parallel to scope->classes: names to resolve */
+	struct cv_class *pend;	    /* parallel to scope->classes: names to resolve */
 };
 
 struct conf_ctx {
 	struct conf *c;
-	const char *name;  /* file name in messages */
+	const char *name; /* file name in messages */
 	FILE *errf;
 	int nerrors;
-	int lineno;        /* physical line being parsed */
+	int lineno; /* physical line being parsed */
 	enum conf_sect sect;
-	size_t scope;      /* SECT_SCOPE: index into c->scopes */
-	int admitd_line;   /* line of [admitd]; 0 = not seen */
+	size_t scope;	 /* SECT_SCOPE: index into c->scopes */
+	int admitd_line; /* line of [admitd]; 0 = not seen */
 	int admitd_seen[CONF_ADMITD_NKEYS];
 	struct conf_pscope *ps; /* parallel to c->scopes */
-	const char *keyname;    /* the key being set, for messages */
-	char errbuf[256];       /* setters format messages here */
+	const char *keyname;	/* the key being set, for messages */
+	char errbuf[256];	/* setters format messages here */
 	/* the reader's input */
 	const char *p, *end;
 };
 
 static void conf_err(struct conf_ctx *x, int line, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /* Report one problem; line 0 means "not about a line". */
 static void conf_err(struct conf_ctx *x, int line, const char *fmt, ...)
@@ -212,7 +211,7 @@ static void conf_err(struct conf_ctx *x, int line, const char *fmt, ...)
 }
 
 static const char *conf_fmt(struct conf_ctx *x, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 /* Format a setter's message into the context's buffer and return it. */
 static const char *conf_fmt(struct conf_ctx *x, const char *fmt, ...)
@@ -330,7 +329,7 @@ static const char *conf_set_int64(struct conf_ctx *x, const struct conf_key *k, 
 	char lo[32], hi[32];
 
 	(void)arg;
-	e = k->type == CT_SIZE ? cv_size(val, &v)
+	e = k->type == CT_SIZE	     ? cv_size(val, &v)
 	    : k->type == CT_DURATION ? cv_duration(val, &v)
 				     : cv_int(val, &v);
 	if (e != NULL)
@@ -350,8 +349,8 @@ static const char *conf_set_int64(struct conf_ctx *x, const struct conf_key *k, 
 }
 
 /* A double in min..max; the divisor setter shares it. */
-static const char *conf_parse_double(struct conf_ctx *x, const struct conf_key *k,
-				     const char *val, double *out)
+static const char *conf_parse_double(struct conf_ctx *x, const struct conf_key *k, const char *val,
+				     double *out)
 {
 	const char *e = cv_double(val, out);
 
@@ -525,9 +524,8 @@ static const char *conf_set_class(struct conf_ctx *x, const struct conf_key *k, 
 	if ((nc = realloc(s->classes, (s->nclasses + 1) * sizeof(*nc))) == NULL)
 		goto oom;
 	s->classes = nc;
-	s->classes[s->nclasses] = (struct conf_class){
-		.name = name, .floor = cv.floor, .line = x->lineno
-	};
+	s->classes[s->nclasses] =
+	    (struct conf_class){ .name = name, .floor = cv.floor, .line = x->lineno };
 	ps->pend[s->nclasses++] = cv;
 	return NULL;
 oom:
@@ -625,8 +623,7 @@ static void conf_apply(struct conf_ctx *x, const struct conf_key *table, int *se
 }
 
 /* libinih's handler; `section` is ignored: the reader tracks sections. */
-static int conf_ini_handler(void *user, const char *section, const char *name,
-			    const char *value)
+static int conf_ini_handler(void *user, const char *section, const char *name, const char *value)
 {
 	struct conf_ctx *x = user;
 	char where[CV_NAME_MAX + sizeof("[scope ]")];
@@ -634,19 +631,17 @@ static int conf_ini_handler(void *user, const char *section, const char *name,
 	(void)section;
 	switch (x->sect) {
 	case SECT_NONE:
-		conf_err(x, x->lineno, "\"%s\" outside a section ([admitd] or [scope NAME])",
-			 name);
+		conf_err(x, x->lineno, "\"%s\" outside a section ([admitd] or [scope NAME])", name);
 		break;
 	case SECT_ADMITD:
 		conf_apply(x, conf_admitd_keys, x->admitd_seen, x->c, "[admitd]", name, value);
 		break;
 	case SECT_SCOPE:
 		snprintf(where, sizeof(where), "[scope %s]", x->c->scopes[x->scope].name);
-		conf_apply(x, conf_scope_keys, x->ps[x->scope].seen, &x->c->scopes[x->scope],
-			   where, name, value);
+		conf_apply(x, conf_scope_keys, x->ps[x->scope].seen, &x->c->scopes[x->scope], where,
+			   name, value);
 		break;
-	case SECT_IGNORED: /* its header was already reported */
-		break;
+	case SECT_IGNORED: /* its header was already reported */ break;
 	}
 	return 1;
 }
@@ -663,8 +658,8 @@ static void conf_scope_open(struct conf_ctx *x, const char *name)
 
 	x->sect = SECT_IGNORED;
 	if (!cv_name_ok(name)) {
-		conf_err(x, x->lineno,
-			 "bad scope name \"%s\" ([A-Za-z0-9_.-], 1 to 64 characters)", name);
+		conf_err(x, x->lineno, "bad scope name \"%s\" ([A-Za-z0-9_.-], 1 to 64 characters)",
+			 name);
 		return;
 	}
 	for (size_t i = 0; i < c->nscopes; i++) {
@@ -850,12 +845,13 @@ static void conf_validate_scope(struct conf_ctx *x, struct conf_scope *s, struct
 			used[r] = true;
 			cl->rules[cl->nrules++] = r;
 			/* a floor the rule can never leave makes the class never admitted */
-			int64_t cap = s->rules[r].sp.burst ? s->rules[r].sp.burst
-							   : s->rules[r].sp.amount;
+			int64_t cap =
+			    s->rules[r].sp.burst ? s->rules[r].sp.burst : s->rules[r].sp.amount;
 			if (cl->floor >= cap)
 				conf_err(x, cl->line,
 					 "class %s: floor=%lld leaves nothing of rule %s (%lld)",
-					 cl->name, (long long)cl->floor, pc->names[j], (long long)cap);
+					 cl->name, (long long)cl->floor, pc->names[j],
+					 (long long)cap);
 		}
 	}
 	for (size_t r = 0; r < s->nrules; r++)
@@ -995,8 +991,7 @@ const struct conf_class *conf_class_find(const struct conf_scope *s, const char 
 /* One markdown table per section, rows straight from the option table. */
 static void conf_dump_table(FILE *out, const char *title, const struct conf_key *table)
 {
-	fprintf(out, "### %s\n\n| key | default | accepts | meaning |\n|---|---|---|---|\n",
-		title);
+	fprintf(out, "### %s\n\n| key | default | accepts | meaning |\n|---|---|---|---|\n", title);
 	for (const struct conf_key *k = table; k->name != NULL; k++) {
 		char range[96] = "";
 
@@ -1015,7 +1010,7 @@ static void conf_dump_table(FILE *out, const char *title, const struct conf_key 
 		}
 		fprintf(out, "| `%s%s` | %s%s%s | %s%s | %s |\n", k->name,
 			(k->flags & CONF_F_ARG_REQUIRED) ? " NAME"
-			: (k->flags & CONF_F_ARG)        ? " [NAME]"
+			: (k->flags & CONF_F_ARG)	 ? " [NAME]"
 							 : "",
 			k->def ? "`" : "", k->def ? k->def : "(none)", k->def ? "`" : "",
 			conf_types[k->type].doc, range, k->help);

@@ -22,22 +22,22 @@
 
 enum conf_meter {
 	METER_REQUESTS = 0, /* charged `cost` at acquire */
-	METER_TOKENS,       /* charged the sum of all reported tokens at release */
+	METER_TOKENS,	    /* charged the sum of all reported tokens at release */
 	METER_TOKENS_KEY,   /* charged tokens[meter_key] at release */
 	METER_CONCURRENCY,  /* leases in flight; sp.amount is the cap */
 };
 
 enum conf_fail_mode {
 	FAIL_FALLBACK = 0, /* serve from the in-process limiter / divisor */
-	FAIL_OPEN,         /* admit while the backend cannot decide */
-	FAIL_CLOSED,       /* refuse with `unavailable` */
+	FAIL_OPEN,	   /* admit while the backend cannot decide */
+	FAIL_CLOSED,	   /* refuse with `unavailable` */
 };
 
 struct conf_rule {
-	char *name;      /* "rule NAME = ..."; NULL for an unnamed rule (every class) */
-	char *text;      /* the conf's value, whitespace-normalised: "requests sliding-window 600/1m" */
+	char *name; /* "rule NAME = ..."; NULL for an unnamed rule (every class) */
+	char *text; /* the conf's value, whitespace-normalised: "requests sliding-window 600/1m" */
 	enum conf_meter meter;
-	char *meter_key; /* tokens.NAME: "NAME"; else NULL */
+	char *meter_key;	/* tokens.NAME: "NAME"; else NULL */
 	struct strat_params sp; /* concurrency: sp.amount = N, kind unused */
 	int line;
 };
@@ -45,50 +45,50 @@ struct conf_rule {
 struct conf_class {
 	char *name;
 	size_t nrules;
-	size_t *rules;   /* indexes into conf_scope.rules (named rules only) */
-	int64_t floor;   /* units of each of its rules it may not take; 0 = none */
+	size_t *rules; /* indexes into conf_scope.rules (named rules only) */
+	int64_t floor; /* units of each of its rules it may not take; 0 = none */
 	int line;
 };
 
 struct conf_scope {
 	char *name;
 	int line;
-	int64_t max_concurrent;      /* per key, this daemon; 0 = unlimited */
-	int64_t min_delay_ms;        /* 0 = none */
+	int64_t max_concurrent;	     /* per key, this daemon; 0 = unlimited */
+	int64_t min_delay_ms;	     /* 0 = none */
 	int64_t cluster_concurrency; /* 0 = none */
-	int64_t quota;               /* 0 = none */
+	int64_t quota;		     /* 0 = none */
 	int64_t quota_window_ms;
-	char *quota_text;            /* "quota 60/1m", for refusals; NULL when none */
-	double jitter;               /* 0..1 */
+	char *quota_text; /* "quota 60/1m", for refusals; NULL when none */
+	double jitter;	  /* 0..1 */
 	struct conf_rule *rules;
 	size_t nrules;
 	struct conf_class *classes;
 	size_t nclasses;
-	char *default_class;         /* NULL = none */
-	int64_t timeout_ms;          /* default wait budget; default 30s */
-	int64_t lease_ttl_ms;        /* default 60s */
-	int64_t concurrency_retry_ms;/* default 25ms */
-	double fallback_divisor;     /* default 1; ignored when _auto */
+	char *default_class;	      /* NULL = none */
+	int64_t timeout_ms;	      /* default wait budget; default 30s */
+	int64_t lease_ttl_ms;	      /* default 60s */
+	int64_t concurrency_retry_ms; /* default 25ms */
+	double fallback_divisor;      /* default 1; ignored when _auto */
 	bool fallback_divisor_auto;
-	char *default_key;           /* NULL = a request must give key or url */
+	char *default_key; /* NULL = a request must give key or url */
 	bool shadow;
 	enum conf_fail_mode fail_mode;
-	int64_t max_waiters;         /* per scope; default 1024 */
+	int64_t max_waiters; /* per scope; default 1024 */
 };
 
 struct conf {
 	char *path;
-	char *socket;             /* default ADMIT_DEFAULT_SOCKET */
-	int socket_mode;          /* octal in the conf; default 0660 */
-	char *redis;              /* NULL or "" = local mode */
-	char *prefix;             /* key namespace in Redis; default "admitd" */
-	int64_t max_line;         /* bytes; default 64 KiB */
-	int64_t max_connections;  /* default 1024 */
-	int64_t redis_pool;       /* default 2 */
-	int64_t redis_timeout_ms; /* default 250ms */
-	char *redis_password_file;/* NULL = no AUTH */
-	char *redis_user;         /* NULL = default user */
-	char *log_level;          /* debug, info, warn, error; default info */
+	char *socket;		   /* default ADMIT_DEFAULT_SOCKET */
+	int socket_mode;	   /* octal in the conf; default 0660 */
+	char *redis;		   /* NULL or "" = local mode */
+	char *prefix;		   /* key namespace in Redis; default "admitd" */
+	int64_t max_line;	   /* bytes; default 64 KiB */
+	int64_t max_connections;   /* default 1024 */
+	int64_t redis_pool;	   /* default 2 */
+	int64_t redis_timeout_ms;  /* default 250ms */
+	char *redis_password_file; /* NULL = no AUTH */
+	char *redis_user;	   /* NULL = default user */
+	char *log_level;	   /* debug, info, warn, error; default info */
 	struct conf_scope *scopes;
 	size_t nscopes;
 };

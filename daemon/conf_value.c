@@ -107,8 +107,12 @@ const char *cv_size(const char *s, int64_t *bytes)
 		const char *name;
 		int64_t mult;
 	} units[] = {
-		{ "", 1 },         { "k", 1024 },        { "K", 1024 },
-		{ "KiB", 1024 },   { "m", 1024 * 1024 }, { "M", 1024 * 1024 },
+		{ "", 1 },
+		{ "k", 1024 },
+		{ "K", 1024 },
+		{ "KiB", 1024 },
+		{ "m", 1024 * 1024 },
+		{ "M", 1024 * 1024 },
 		{ "MiB", 1024 * 1024 },
 	};
 	const char *end, *e;
@@ -253,7 +257,7 @@ static size_t cv_words(char *buf, char **w, size_t max)
 }
 
 static const char *cv_errf(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 static const char *cv_errf(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -299,8 +303,7 @@ static const char *cv_meter(const char *word, struct conf_rule *r, char *err, si
 }
 
 /* The words after the meter: [STRATEGY] AMOUNT/WINDOW [burst=N]. */
-static const char *cv_rule_rate(char **w, size_t n, struct conf_rule *r, char *err,
-				size_t errlen)
+static const char *cv_rule_rate(char **w, size_t n, struct conf_rule *r, char *err, size_t errlen)
 {
 	size_t i = 0;
 	int kind = STRAT_TOKEN_BUCKET;
@@ -408,8 +411,8 @@ const char *cv_class(const char *s, struct cv_class *c, char *err, size_t errlen
 			continue;
 		}
 		if (!cv_name_ok(p)) {
-			e = cv_errf(err, errlen, "bad rule name \"%s\" (want [A-Za-z0-9_.-], 1..64)",
-				    p);
+			e = cv_errf(err, errlen,
+				    "bad rule name \"%s\" (want [A-Za-z0-9_.-], 1..64)", p);
 			continue;
 		}
 		for (size_t i = 0; i < c->nnames && e == NULL; i++)

@@ -27,10 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CV_NAME_MAX 64           /* scope, class, rule and meter names */
-#define CV_QUOTA_MAX 100000LL    /* instants kept per key for `quota` */
+#define CV_NAME_MAX	   64			      /* scope, class, rule and meter names */
+#define CV_QUOTA_MAX	   100000LL		      /* instants kept per key for `quota` */
 #define CV_DURATION_MAX_MS (366LL * 24 * 3600 * 1000) /* sanity cap: a year */
-#define CV_SIZE_MAX (1LL << 40)  /* sanity cap: 1 TiB */
+#define CV_SIZE_MAX	   (1LL << 40)		      /* sanity cap: 1 TiB */
 
 /* cv_int - a decimal integer >= 0: digits only, at most 10^15. */
 const char *cv_int(const char *s, int64_t *out);

@@ -96,7 +96,8 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 			goto too_long;
 		line = malloc(len + 1);
 		if (line == NULL) {
-			log_ratelimited(LOG_SLOT_ACCEPT, 1000, "out of memory reading a line", NULL);
+			log_ratelimited(LOG_SLOT_ACCEPT, 1000, "out of memory reading a line",
+					NULL);
 			conn_close_after_flush(c);
 			return;
 		}
@@ -110,7 +111,8 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 	}
 	return;
 too_long:
-	conn_send_reply(c, preply_error(NULL, ADMIT_E_LINE_TOO_LONG, "request line longer than max_line"));
+	conn_send_reply(
+	    c, preply_error(NULL, ADMIT_E_LINE_TOO_LONG, "request line longer than max_line"));
 	evbuffer_drain(in, evbuffer_get_length(in));
 	conn_close_after_flush(c);
 }

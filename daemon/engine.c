@@ -103,14 +103,9 @@ struct eng_res eng_fallback(struct admitd *ad, struct waiter *w, const char *lea
 			mode = m;
 	}
 	switch (mode) {
-	case FAIL_OPEN:
-		res.admitted = true;
-		return res;
-	case FAIL_CLOSED:
-		res.unavailable = true;
-		return res;
-	default:
-		return eng_local(ad, w->t, w->nt, clock_mono_ms(), lease_id, VIA_FALLBACK);
+	case FAIL_OPEN: res.admitted = true; return res;
+	case FAIL_CLOSED: res.unavailable = true; return res;
+	default: return eng_local(ad, w->t, w->nt, clock_mono_ms(), lease_id, VIA_FALLBACK);
 	}
 }
 

@@ -19,11 +19,11 @@
 struct eng_res {
 	bool admitted;
 	int64_t retry_after_ms; /* refusals */
-	const char *rule;       /* refusals and shadow refusals */
+	const char *rule;	/* refusals and shadow refusals */
 	enum via via;
-	bool shadow_limited;    /* admitted only because the refusing scope is shadow */
-	bool booked;            /* state to release exists in the backend */
-	bool unavailable;       /* refused because fail_mode = closed and Redis is down */
+	bool shadow_limited; /* admitted only because the refusing scope is shadow */
+	bool booked;	     /* state to release exists in the backend */
+	bool unavailable;    /* refused because fail_mode = closed and Redis is down */
 };
 
 typedef void eng_cb(void *arg, const struct eng_res *r);
@@ -33,8 +33,7 @@ typedef void eng_cb(void *arg, const struct eng_res *r);
  * admitted. cb is called exactly once: before eng_acquire returns (in-process)
  * or later from the loop (Redis). The waiter must stay alive until then.
  */
-void eng_acquire(struct admitd *ad, struct waiter *w, const char *lease_id, eng_cb *cb,
-		 void *arg);
+void eng_acquire(struct admitd *ad, struct waiter *w, const char *lease_id, eng_cb *cb, void *arg);
 
 /* eng_release - give the lease's bookings back and charge token meters. */
 void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntokens);

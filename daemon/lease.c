@@ -55,8 +55,8 @@ static void lease_ttl_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg
 {
 	struct lease *l = arg;
 
-	log_info("lease expired", "lease=%.8s scope=%s key=\"%s\"", l->id,
-		 l->t[0].kq->sc->cs->name, l->t[0].kq->key);
+	log_info("lease expired", "lease=%.8s scope=%s key=\"%s\"", l->id, l->t[0].kq->sc->cs->name,
+		 l->t[0].kq->key);
 	/* The backend state expires by itself at the same deadline: book nothing. */
 	l->backend_booked = false;
 	lease_release(l, NULL, 0);

@@ -72,7 +72,8 @@ bool lim_release_books(const struct conf_scope *cs, const struct conf_class *cls
 	if (lim_tracks_leases(cs))
 		return true;
 	for (i = 0; i < cs->nrules; i++)
-		if ((cs->rules[i].meter == METER_TOKENS || cs->rules[i].meter == METER_TOKENS_KEY) &&
+		if ((cs->rules[i].meter == METER_TOKENS ||
+		     cs->rules[i].meter == METER_TOKENS_KEY) &&
 		    lim_rule_applies(cs, i, cls))
 			return true;
 	return false;
@@ -131,8 +132,7 @@ static void lim_purge(struct lim_state *st, const struct conf_scope *cs, int64_t
 }
 
 /* The wait until a lease slot frees: short polls, bounded by the earliest deadline. */
-static int64_t lim_lease_wait(const struct lim_state *st, const struct conf_scope *cs,
-			      int64_t now)
+static int64_t lim_lease_wait(const struct lim_state *st, const struct conf_scope *cs, int64_t now)
 {
 	int64_t w = cs->concurrency_retry_ms;
 	size_t i;
@@ -180,7 +180,7 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 		else if ((int64_t)st->quota_n + rq->count > q)
 			lim_refuse(&d,
 				   lim_quota_at(st, st->quota_n + rq->count - q - 1) +
-					   cs->quota_window_ms - now,
+				       cs->quota_window_ms - now,
 				   cs->quota_text);
 	}
 	for (i = 0; i < cs->nrules; i++) {
@@ -194,7 +194,8 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 		switch (r->meter) {
 		case METER_CONCURRENCY:
 			if ((int64_t)st->nleases + rq->count > p.amount)
-				lim_refuse(&d, rq->count > p.amount ? -1 : lim_lease_wait(st, cs, now),
+				lim_refuse(&d,
+					   rq->count > p.amount ? -1 : lim_lease_wait(st, cs, now),
 					   r->text);
 			continue;
 		case METER_REQUESTS:

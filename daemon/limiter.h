@@ -37,7 +37,7 @@ struct lim_state {
 	int64_t next_at;       /* min_delay: no admission before this */
 	int64_t penalty_until; /* penalize: no admission before this */
 	int64_t last_ms;       /* last time anything was booked */
-	int64_t *quota;        /* admission instants, ring, oldest at head */
+	int64_t *quota;	       /* admission instants, ring, oldest at head */
 	size_t quota_head, quota_n, quota_cap;
 	struct lim_lease *leases; /* in flight, when the scope tracks them */
 	size_t nleases, leases_cap;
@@ -47,23 +47,23 @@ struct lim_state {
 
 struct lim_req {
 	const struct conf_class *cls; /* NULL: unnamed rules only */
-	int64_t cost;                 /* requests meter units per admission */
-	int64_t count;                /* admissions asked for at once (>= 1) */
+	int64_t cost;		      /* requests meter units per admission */
+	int64_t count;		      /* admissions asked for at once (>= 1) */
 };
 
 struct lim_decision {
 	bool admitted;
 	int64_t retry_after_ms; /* refusals: the wait after which it may pass; -1 never */
-	const char *rule;       /* refusals: what decided, conf-owned or static text */
+	const char *rule;	/* refusals: what decided, conf-owned or static text */
 };
 
 /* Static names of the settings a refusal can name. */
-#define LIM_RULE_PENALTY "penalty"
-#define LIM_RULE_MIN_DELAY "min_delay"
-#define LIM_RULE_CLUSTER "cluster_concurrency"
+#define LIM_RULE_PENALTY	"penalty"
+#define LIM_RULE_MIN_DELAY	"min_delay"
+#define LIM_RULE_CLUSTER	"cluster_concurrency"
 #define LIM_RULE_MAX_CONCURRENT "max_concurrent"
-#define LIM_RULE_MAX_WAITERS "max_waiters"
-#define LIM_RULE_QUEUE "queue" /* a try behind waiters that have not been decided yet */
+#define LIM_RULE_MAX_WAITERS	"max_waiters"
+#define LIM_RULE_QUEUE		"queue" /* a try behind waiters that have not been decided yet */
 
 struct lim_state *lim_state_new(const struct conf_scope *cs);
 void lim_state_free(struct lim_state *st);

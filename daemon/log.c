@@ -58,8 +58,8 @@ static void log_vwrite(enum log_level lvl, const char *msg, const char *fmt, va_
 		fprintf(stderr, "ts=%s.%03ldZ level=%s msg=\"%s\" %s suppressed=%lu\n", ts,
 			now.tv_nsec / 1000000, log_names[lvl], msg, tail, suppressed);
 	else
-		fprintf(stderr, "ts=%s.%03ldZ level=%s msg=\"%s\"%s%s\n", ts,
-			now.tv_nsec / 1000000, log_names[lvl], msg, tail[0] ? " " : "", tail);
+		fprintf(stderr, "ts=%s.%03ldZ level=%s msg=\"%s\"%s%s\n", ts, now.tv_nsec / 1000000,
+			log_names[lvl], msg, tail[0] ? " " : "", tail);
 }
 
 void log_write(enum log_level lvl, const char *msg, const char *fmt, ...)

@@ -29,36 +29,35 @@ bool log_set_level_name(const char *name);
  * costs one comparison.
  */
 void log_write(enum log_level lvl, const char *msg, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /*
  * log_ratelimited - like log_write at LOG_WARN, but at most once per
  * interval_ms for the same `slot` (a small integer the caller owns);
  * returns how many lines were suppressed since the last one printed.
  */
-void log_ratelimited(unsigned slot, int64_t interval_ms, const char *msg,
-		     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void log_ratelimited(unsigned slot, int64_t interval_ms, const char *msg, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
-#define log_debug(msg, ...)                                                    \
-	do {                                                                   \
-		if (log_current_level <= LOG_DEBUG)                           \
-			log_write(LOG_DEBUG, msg, __VA_ARGS__);               \
+#define log_debug(msg, ...)                                     \
+	do {                                                    \
+		if (log_current_level <= LOG_DEBUG)             \
+			log_write(LOG_DEBUG, msg, __VA_ARGS__); \
 	} while (0)
-#define log_info(msg, ...)                                                     \
-	do {                                                                   \
-		if (log_current_level <= LOG_INFO)                            \
-			log_write(LOG_INFO, msg, __VA_ARGS__);                \
+#define log_info(msg, ...)                                     \
+	do {                                                   \
+		if (log_current_level <= LOG_INFO)             \
+			log_write(LOG_INFO, msg, __VA_ARGS__); \
 	} while (0)
-#define log_warn(msg, ...) log_write(LOG_WARN, msg, __VA_ARGS__)
+#define log_warn(msg, ...)  log_write(LOG_WARN, msg, __VA_ARGS__)
 #define log_error(msg, ...) log_write(LOG_ERROR, msg, __VA_ARGS__)
 
 /* fatal - startup only: log at error level and exit(1). */
-void fatal(const char *msg, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3), noreturn));
+void fatal(const char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
-#define LOG_SLOT_REDIS 0
+#define LOG_SLOT_REDIS	  0
 #define LOG_SLOT_FALLBACK 1
-#define LOG_SLOT_ACCEPT 2
-#define LOG_SLOT__COUNT 8
+#define LOG_SLOT_ACCEPT	  2
+#define LOG_SLOT__COUNT	  8
 
 #endif

@@ -24,25 +24,24 @@
 #include <string.h>
 
 #define ADMITD_DEFAULT_CONF "/etc/admitd/admitd.conf"
-#define ADMITD_EXIT_CONF 2
+#define ADMITD_EXIT_CONF    2
 /* How long a stopping daemon waits for clients to read their last replies. */
 #define ADMITD_DRAIN_MS 500
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"usage: admitd [-c FILE] [--socket PATH] [--redis URL] [-t]\n"
-		"       admitd -h | --version | --help-conf\n"
-		"\n"
-		"  -c, --conf FILE    conf file (default " ADMITD_DEFAULT_CONF ")\n"
-		"      --socket PATH  listen here instead of the conf's socket\n"
-		"      --redis URL    use this Redis instead of the conf's redis\n"
-		"                     (\"\" forces local mode)\n"
-		"  -t, --test         check the conf, print problems as file:line: message,\n"
-		"                     exit 0 when it is good and 2 when it is not\n"
-		"  -h, --help         this text\n"
-		"      --version      print the version\n"
-		"      --help-conf    every conf key with its default\n");
+	fprintf(out, "usage: admitd [-c FILE] [--socket PATH] [--redis URL] [-t]\n"
+		     "       admitd -h | --version | --help-conf\n"
+		     "\n"
+		     "  -c, --conf FILE    conf file (default " ADMITD_DEFAULT_CONF ")\n"
+		     "      --socket PATH  listen here instead of the conf's socket\n"
+		     "      --redis URL    use this Redis instead of the conf's redis\n"
+		     "                     (\"\" forces local mode)\n"
+		     "  -t, --test         check the conf, print problems as file:line: message,\n"
+		     "                     exit 0 when it is good and 2 when it is not\n"
+		     "  -h, --help         this text\n"
+		     "      --version      print the version\n"
+		     "      --help-conf    every conf key with its default\n");
 }
 
 static void admitd_gc_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
@@ -126,7 +125,9 @@ int main(int argc, char **argv)
 		case 'R': redis_arg = optarg; break;
 		case 't': test_only = true; break;
 		case 'h': usage(stdout); return 0;
-		case 'V': printf("admitd %s (protocol %d)\n", ADMITD_VERSION, ADMIT_PROTO_VERSION); return 0;
+		case 'V':
+			printf("admitd %s (protocol %d)\n", ADMITD_VERSION, ADMIT_PROTO_VERSION);
+			return 0;
 		case 'K': conf_dump_keys(stdout); return 0;
 		default: usage(stderr); return ADMITD_EXIT_CONF;
 		}
@@ -176,9 +177,8 @@ int main(int argc, char **argv)
 	ad.server = server_new(&ad);
 	if (ad.server == NULL)
 		goto out;
-	log_info("admitd started",
-		 "version=%s socket=\"%s\" backend=%s scopes=%zu", ADMITD_VERSION, ad.conf->socket,
-		 ad.redis ? "redis" : "local", ad.nscopes);
+	log_info("admitd started", "version=%s socket=\"%s\" backend=%s scopes=%zu", ADMITD_VERSION,
+		 ad.conf->socket, ad.redis ? "redis" : "local", ad.nscopes);
 	event_base_dispatch(ad.base);
 	rc = 0;
 	log_info("admitd stopped", NULL);

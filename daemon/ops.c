@@ -35,8 +35,7 @@ const char *via_name(enum via v)
 	return names[v];
 }
 
-static void ops_error(struct conn *c, const struct request *rq, enum admit_err e,
-		      const char *msg)
+static void ops_error(struct conn *c, const struct request *rq, enum admit_err e, const char *msg)
 {
 	conn_send_reply(c, preply_error(rq->id, e, msg));
 }
@@ -62,7 +61,8 @@ static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *ou
 		}
 		if (!pt->has_key) {
 			if (sc->cs->default_key == NULL) {
-				snprintf(msg, sizeof(msg), "scope \"%s\" has no default key: give \"key\" or \"url\"",
+				snprintf(msg, sizeof(msg),
+					 "scope \"%s\" has no default key: give \"key\" or \"url\"",
 					 pt->scope);
 				ops_error(c, rq, ADMIT_E_BAD_REQUEST, msg);
 				return false;
@@ -74,8 +74,8 @@ static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *ou
 		if (cname != NULL) {
 			out[i].cls = conf_class_find(sc->cs, cname);
 			if (out[i].cls == NULL) {
-				snprintf(msg, sizeof(msg), "scope \"%s\" has no class \"%s\"", pt->scope,
-					 cname);
+				snprintf(msg, sizeof(msg), "scope \"%s\" has no class \"%s\"",
+					 pt->scope, cname);
 				ops_error(c, rq, ADMIT_E_BAD_REQUEST, msg);
 				return false;
 			}

@@ -23,15 +23,15 @@
 
 static const char *const proto_op_names[OP__COUNT] = {
 	[OP_ACQUIRE] = "acquire", [OP_RELEASE] = "release", [OP_PENALIZE] = "penalize",
-	[OP_STATUS] = "status",   [OP_PING] = "ping",
+	[OP_STATUS] = "status",	  [OP_PING] = "ping",
 };
 
 /* ---- decoding ---- */
 
-#define PROTO_FAIL(code, ...)                                                  \
-	do {                                                                   \
-		snprintf(msg, msglen, __VA_ARGS__);                            \
-		return (code);                                                 \
+#define PROTO_FAIL(code, ...)                       \
+	do {                                        \
+		snprintf(msg, msglen, __VA_ARGS__); \
+		return (code);                      \
 	} while (0)
 
 /* Copy a bounded string field; absent is fine, a wrong type or size is not. */
@@ -60,8 +60,8 @@ static enum admit_err proto_str(json_t *o, const char *k, char *dst, size_t cap,
 	return ADMIT_OK;
 }
 
-static enum admit_err proto_int(json_t *o, const char *k, int64_t min, int64_t max,
-				int64_t *dst, bool *has, char *msg, size_t msglen)
+static enum admit_err proto_int(json_t *o, const char *k, int64_t min, int64_t max, int64_t *dst,
+				bool *has, char *msg, size_t msglen)
 {
 	json_t *v = json_object_get(o, k);
 
@@ -80,11 +80,11 @@ static enum admit_err proto_int(json_t *o, const char *k, int64_t min, int64_t m
 	return ADMIT_OK;
 }
 
-#define PROTO_TRY(expr)                                                        \
-	do {                                                                   \
-		enum admit_err e_ = (expr);                                    \
-		if (e_ != ADMIT_OK)                                            \
-			return e_;                                             \
+#define PROTO_TRY(expr)                     \
+	do {                                \
+		enum admit_err e_ = (expr); \
+		if (e_ != ADMIT_OK)         \
+			return e_;          \
 	} while (0)
 
 /* One target: scope, key or url, class, cost. */
@@ -145,14 +145,15 @@ static enum admit_err proto_tokens(json_t *root, struct request *rq, char *msg, 
 		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"tokens\" must be an object of counts");
 	if (json_object_size(obj) > PROTO_MAX_TOKENS)
 		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "at most %d token counts", PROTO_MAX_TOKENS);
-	json_object_foreach(obj, k, v) {
+	json_object_foreach (obj, k, v) {
 		struct proto_token *t = &rq->tokens[rq->ntokens];
 		if (strlen(k) == 0 || strlen(k) > PROTO_NAME_MAX)
 			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "bad token meter name");
 		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
 		    json_integer_value(v) > PROTO_MAX_COST)
-			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "token count \"%s\" must be an integer 0..%lld",
-				   k, PROTO_MAX_COST);
+			PROTO_FAIL(ADMIT_E_BAD_REQUEST,
+				   "token count \"%s\" must be an integer 0..%lld", k,
+				   PROTO_MAX_COST);
 		strcpy(t->name, k);
 		t->n = json_integer_value(v);
 		rq->ntokens++;
@@ -170,22 +171,21 @@ static enum admit_err proto_penalty(json_t *root, struct request *rq, char *msg,
 	if (has_ms)
 		return ADMIT_OK;
 	if (ra == NULL || json_is_null(ra))
-		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"retry_after_ms\" or \"retry_after\" is required");
+		PROTO_FAIL(ADMIT_E_BAD_REQUEST,
+			   "\"retry_after_ms\" or \"retry_after\" is required");
 	if (json_is_integer(ra) && json_integer_value(ra) >= 0 &&
 	    json_integer_value(ra) <= PROTO_MAX_TIMEOUT_MS / 1000) {
 		rq->penalty_ms = json_integer_value(ra) * 1000;
 		return ADMIT_OK;
 	}
-	if (!json_is_string(ra) ||
-	    !proto_parse_retry_after(json_string_value(ra), &rq->penalty_ms,
-				     &rq->penalty_until_wall_ms))
+	if (!json_is_string(ra) || !proto_parse_retry_after(json_string_value(ra), &rq->penalty_ms,
+							    &rq->penalty_until_wall_ms))
 		PROTO_FAIL(ADMIT_E_BAD_REQUEST,
 			   "\"retry_after\" must be delta-seconds or an HTTP-date");
 	return ADMIT_OK;
 }
 
-static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *msg,
-				       size_t msglen)
+static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *msg, size_t msglen)
 {
 	json_t *op = json_object_get(root, "op"), *id = json_object_get(root, "id");
 	json_t *det;
@@ -222,10 +222,8 @@ static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *m
 		PROTO_TRY(proto_targets(root, rq, msg, msglen));
 		return proto_penalty(root, rq, msg, msglen);
 	case OP_STATUS:
-	case OP_PING:
-		return ADMIT_OK;
-	default:
-		PROTO_FAIL(ADMIT_E_UNKNOWN_OP, "unknown op \"%.64s\"", json_string_value(op));
+	case OP_PING: return ADMIT_OK;
+	default: PROTO_FAIL(ADMIT_E_UNKNOWN_OP, "unknown op \"%.64s\"", json_string_value(op));
 	}
 }
 
@@ -295,7 +293,7 @@ bool proto_parse_retry_after(const char *s, int64_t *delay_ms, int64_t *until_wa
 	static const char *const fmts[] = {
 		"%a, %d %b %Y %H:%M:%S GMT", /* IMF-fixdate, RFC 9110 preferred */
 		"%A, %d-%b-%y %H:%M:%S GMT", /* obsolete RFC 850 */
-		"%a %b %e %H:%M:%S %Y",      /* obsolete asctime */
+		"%a %b %e %H:%M:%S %Y",	     /* obsolete asctime */
 	};
 	struct tm tm;
 	size_t i;
@@ -441,7 +439,7 @@ void preply_pop(struct preply *r)
 char *preply_finish(struct preply *r, size_t *len)
 {
 	static const char oom[] =
-		"{\"ok\":false,\"error\":\"unavailable\",\"message\":\"out of memory\"}\n";
+	    "{\"ok\":false,\"error\":\"unavailable\",\"message\":\"out of memory\"}\n";
 	char *s = NULL, *line;
 	size_t n;
 

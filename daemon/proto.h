@@ -22,21 +22,21 @@
 
 enum proto_op { OP_ACQUIRE = 0, OP_RELEASE, OP_PENALIZE, OP_STATUS, OP_PING, OP__COUNT };
 
-#define PROTO_NAME_MAX 64   /* scope, class, token meter names */
-#define PROTO_KEY_MAX 512   /* keys and hosts */
-#define PROTO_LEASE_MAX 128
-#define PROTO_MAX_TARGETS 8
-#define PROTO_MAX_TOKENS 16
-#define PROTO_MAX_COST 1000000000LL
+#define PROTO_NAME_MAX	     64	 /* scope, class, token meter names */
+#define PROTO_KEY_MAX	     512 /* keys and hosts */
+#define PROTO_LEASE_MAX	     128
+#define PROTO_MAX_TARGETS    8
+#define PROTO_MAX_TOKENS     16
+#define PROTO_MAX_COST	     1000000000LL
 #define PROTO_MAX_TIMEOUT_MS (24LL * 3600 * 1000)
 
 struct proto_target {
 	char scope[PROTO_NAME_MAX + 1];
 	char key[PROTO_KEY_MAX + 1];
-	bool has_key;  /* "key" or "url" given */
+	bool has_key; /* "key" or "url" given */
 	char cls[PROTO_NAME_MAX + 1];
 	bool has_cls;
-	int64_t cost;  /* default 1 */
+	int64_t cost; /* default 1 */
 };
 
 struct proto_token {
@@ -45,9 +45,9 @@ struct proto_token {
 };
 
 struct request {
-	int op;              /* enum proto_op; -1 before decoding */
-	char *id;            /* raw JSON text of "id", malloc'd; NULL if none */
-	size_t ntargets;     /* acquire, penalize: >= 1 */
+	int op;		 /* enum proto_op; -1 before decoding */
+	char *id;	 /* raw JSON text of "id", malloc'd; NULL if none */
+	size_t ntargets; /* acquire, penalize: >= 1 */
 	struct proto_target targets[PROTO_MAX_TARGETS];
 	bool has_timeout;
 	int64_t timeout_ms;
@@ -56,7 +56,7 @@ struct request {
 	size_t ntokens;
 	struct proto_token tokens[PROTO_MAX_TOKENS];
 	/* penalize: a relative delay, or an absolute wall-clock instant (HTTP-date) */
-	int64_t penalty_ms;       /* -1 when given as a date */
+	int64_t penalty_ms; /* -1 when given as a date */
 	int64_t penalty_until_wall_ms;
 };
 

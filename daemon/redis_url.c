@@ -25,8 +25,8 @@ struct slice {
 	size_t n;
 };
 
-__attribute__((format(printf, 3, 4))) static int
-url_fail(char *err, size_t errlen, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int url_fail(char *err, size_t errlen, const char *fmt,
+							  ...)
 {
 	va_list ap;
 
@@ -259,8 +259,7 @@ static int parse_unix(struct slice rest, struct redis_url *out, char *err, size_
 	if (path.n <= 1)
 		return url_fail(err, errlen, "missing socket path");
 	if (!copy_plain(path, out->path, sizeof(out->path)))
-		return url_fail(err, errlen, "socket path longer than %d",
-				REDIS_URL_PATH_MAX - 1);
+		return url_fail(err, errlen, "socket path longer than %d", REDIS_URL_PATH_MAX - 1);
 	return 0;
 }
 
@@ -287,7 +286,8 @@ int redis_url_parse(const char *url, struct redis_url *out, char *err, size_t er
 	}
 	sep = strstr(url, "://");
 	if (sep != NULL && sep - url <= 16 && memchr(url, '@', (size_t)(sep - url)) == NULL)
-		return url_fail(err, errlen, "unsupported scheme \"%.*s\" (want redis:// or unix://)",
+		return url_fail(err, errlen,
+				"unsupported scheme \"%.*s\" (want redis:// or unix://)",
 				(int)(sep - url), url);
 	return url_fail(err, errlen, "must start with redis:// or unix://");
 }

@@ -28,12 +28,12 @@ enum redis_url_kind { REDIS_URL_TCP = 0, REDIS_URL_UNIX };
 
 struct redis_url {
 	enum redis_url_kind kind;
-	char host[REDIS_URL_HOST_MAX]; /* TCP: name or address, no brackets */
-	int port;                      /* TCP: 1..65535 */
-	char path[REDIS_URL_PATH_MAX]; /* UNIX: absolute socket path */
-	char user[REDIS_URL_USER_MAX]; /* "" when absent */
+	char host[REDIS_URL_HOST_MAX];	   /* TCP: name or address, no brackets */
+	int port;			   /* TCP: 1..65535 */
+	char path[REDIS_URL_PATH_MAX];	   /* UNIX: absolute socket path */
+	char user[REDIS_URL_USER_MAX];	   /* "" when absent */
 	char password[REDIS_URL_PASS_MAX]; /* "" when absent */
-	int db;                        /* >= 0 */
+	int db;				   /* >= 0 */
 };
 
 /*

@@ -46,11 +46,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#define RP_SHA_LEN 40
-#define RP_NO_SCRIPT SIZE_MAX /* rp_call.script for a plain command */
+#define RP_SHA_LEN		  40
+#define RP_NO_SCRIPT		  SIZE_MAX /* rp_call.script for a plain command */
 #define RP_DEFAULT_BACKOFF_MIN_MS 50
 #define RP_DEFAULT_BACKOFF_MAX_MS 2000
-#define RP_MAX_POOL 256
+#define RP_MAX_POOL		  256
 
 /* Connection states, in handshake order (conn_advance relies on it). */
 enum conn_state {
@@ -63,8 +63,8 @@ enum conn_state {
 };
 
 static const char *const conn_state_names[] = {
-	[CS_DISCONNECTED] = "disconnected", [CS_CONNECTING] = "connecting",
-	[CS_AUTHENTICATING] = "authenticating", [CS_SELECTING] = "selecting",
+	[CS_DISCONNECTED] = "disconnected",	  [CS_CONNECTING] = "connecting",
+	[CS_AUTHENTICATING] = "authenticating",	  [CS_SELECTING] = "selecting",
 	[CS_LOADING_SCRIPTS] = "loading_scripts", [CS_READY] = "ready",
 };
 
@@ -75,9 +75,9 @@ struct rp_conn {
 	redisAsyncContext *ac; /* NULL when DISCONNECTED */
 	struct event *timer;   /* connect deadline, or reconnect backoff */
 	int64_t backoff_ms;    /* the next reconnect delay, before jitter */
-	size_t loaded;         /* SCRIPT LOAD replies seen in this handshake */
-	bool freeing;          /* inside our redisAsyncFree: ignore onDisconnect */
-	bool reap;             /* free ac from the run event */
+	size_t loaded;	       /* SCRIPT LOAD replies seen in this handshake */
+	bool freeing;	       /* inside our redisAsyncFree: ignore onDisconnect */
+	bool reap;	       /* free ac from the run event */
 	const char *reap_why;
 };
 
@@ -95,10 +95,10 @@ struct rp_call {
 	char nkeys[24];
 	enum rp_status st; /* set when completed */
 	struct rval *reply;
-	bool inflight;  /* hiredis holds a reply callback for it */
-	bool completed; /* status known; queued for or past delivery */
-	bool delivered; /* the user callback has been (or is being) run */
-	bool retried;   /* NOSCRIPT retry used */
+	bool inflight;	      /* hiredis holds a reply callback for it */
+	bool completed;	      /* status known; queued for or past delivery */
+	bool delivered;	      /* the user callback has been (or is being) run */
+	bool retried;	      /* NOSCRIPT retry used */
 	struct rp_call *next; /* done queue */
 };
 
@@ -145,8 +145,7 @@ static const char *log_safe(const char *s, char *buf, size_t n)
 	if (s == NULL)
 		return "";
 	for (i = 0; s[i] != '\0' && i + 1 < n; i++)
-		buf[i] = (s[i] == '"' || s[i] == '\\' || (unsigned char)s[i] < 0x20) ? '?'
-										      : s[i];
+		buf[i] = (s[i] == '"' || s[i] == '\\' || (unsigned char)s[i] < 0x20) ? '?' : s[i];
 	buf[i] = '\0';
 	return buf;
 }
@@ -191,9 +190,7 @@ static bool rval_fill(struct rval *v, const redisReply *r)
 		v->type = RV_INT;
 		v->i = r->integer;
 		return true;
-	case REDIS_REPLY_NIL:
-		v->type = RV_NIL;
-		return true;
+	case REDIS_REPLY_NIL: v->type = RV_NIL; return true;
 	case REDIS_REPLY_ARRAY:
 		v->type = RV_ARR;
 		if (r->elements == 0)
@@ -206,15 +203,9 @@ static bool rval_fill(struct rval *v, const redisReply *r)
 			if (!rval_fill(&v->a[i], r->element[i]))
 				return false;
 		return true;
-	case REDIS_REPLY_STATUS:
-		v->type = RV_STATUS;
-		break;
-	case REDIS_REPLY_ERROR:
-		v->type = RV_ERR;
-		break;
-	default: /* REDIS_REPLY_STRING, and anything newer read as bytes */
-		v->type = RV_STR;
-		break;
+	case REDIS_REPLY_STATUS: v->type = RV_STATUS; break;
+	case REDIS_REPLY_ERROR: v->type = RV_ERR; break;
+	default: /* REDIS_REPLY_STRING, and anything newer read as bytes */ v->type = RV_STR; break;
 	}
 	v->s = malloc(r->len + 1);
 	if (v->s == NULL)
@@ -298,9 +289,9 @@ static struct rp_call *call_new(struct rpool *p, size_t npre, const char *const 
  * call_new_eval - EVALSHA sha nkeys args... The SHA pointer is the pool's
  * (stable for the pool's life); nkeys is printed into the call itself.
  */
-static struct rp_call *call_new_eval(struct rpool *p, size_t script, size_t nkeys,
-				     size_t argc, const char *const *argv,
-				     const size_t *argvlen, rpool_cb *cb, void *arg)
+static struct rp_call *call_new_eval(struct rpool *p, size_t script, size_t nkeys, size_t argc,
+				     const char *const *argv, const size_t *argvlen, rpool_cb *cb,
+				     void *arg)
 {
 	char nk[24];
 	const char *prefix[3] = { "EVALSHA", p->sha[script], nk };
@@ -389,8 +380,8 @@ static void conn_backoff(struct rp_conn *c)
 
 	c->state = CS_DISCONNECTED;
 	d = half + (int64_t)(rp_rand(p) % (uint64_t)(d - half + 1));
-	c->backoff_ms = c->backoff_ms * 2 > p->backoff_max_ms ? p->backoff_max_ms
-							       : c->backoff_ms * 2;
+	c->backoff_ms =
+	    c->backoff_ms * 2 > p->backoff_max_ms ? p->backoff_max_ms : c->backoff_ms * 2;
 	tv = ms_to_tv(d);
 	evtimer_add(c->timer, &tv);
 }
@@ -536,9 +527,8 @@ static void conn_connect_cb(const redisAsyncContext *ac, int status)
 	char buf[256];
 
 	if (status != REDIS_OK) {
-		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis connect failed",
-				"conn=%d err=\"%s\"", c->idx,
-				log_safe(ac->errstr, buf, sizeof(buf)));
+		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis connect failed", "conn=%d err=\"%s\"",
+				c->idx, log_safe(ac->errstr, buf, sizeof(buf)));
 		c->ac = NULL;
 		evtimer_del(c->timer);
 		conn_backoff(c);
@@ -749,13 +739,13 @@ struct rpool *rpool_new(struct event_base *base, const struct rpool_conf *conf,
 	}
 	p->base = base;
 	p->user = conf->user ? conf->user : (p->url.user[0] ? p->url.user : NULL);
-	p->password = conf->password ? conf->password
-				     : (p->url.password[0] ? p->url.password : NULL);
+	p->password =
+	    conf->password ? conf->password : (p->url.password[0] ? p->url.password : NULL);
 	p->timeout_ms = conf->timeout_ms;
-	p->backoff_min_ms = conf->backoff_min_ms > 0 ? conf->backoff_min_ms
-						     : RP_DEFAULT_BACKOFF_MIN_MS;
-	p->backoff_max_ms = conf->backoff_max_ms > 0 ? conf->backoff_max_ms
-						     : RP_DEFAULT_BACKOFF_MAX_MS;
+	p->backoff_min_ms =
+	    conf->backoff_min_ms > 0 ? conf->backoff_min_ms : RP_DEFAULT_BACKOFF_MIN_MS;
+	p->backoff_max_ms =
+	    conf->backoff_max_ms > 0 ? conf->backoff_max_ms : RP_DEFAULT_BACKOFF_MAX_MS;
 	if (p->backoff_max_ms < p->backoff_min_ms)
 		p->backoff_max_ms = p->backoff_min_ms;
 	p->scripts = scripts;
@@ -818,17 +808,22 @@ static bool args_ok(size_t argc, const char *const *argv)
 	return argc <= (size_t)INT_MAX - 3 && (argc == 0 || argv != NULL);
 }
 
-int rpool_eval(struct rpool *p, size_t script, size_t nkeys, size_t argc,
-	       const char *const *argv, const size_t *argvlen, rpool_cb *cb, void *arg)
+int rpool_eval(struct rpool *p, size_t script, size_t nkeys, size_t argc, const char *const *argv,
+	       const size_t *argvlen, rpool_cb *cb, void *arg)
 {
-	struct rpool_call one = { .script = script, .nkeys = nkeys, .argc = argc,
-				  .argv = argv, .argvlen = argvlen, .cb = cb, .arg = arg };
+	struct rpool_call one = { .script = script,
+				  .nkeys = nkeys,
+				  .argc = argc,
+				  .argv = argv,
+				  .argvlen = argvlen,
+				  .cb = cb,
+				  .arg = arg };
 
 	return rpool_eval_multi(p, 1, &one);
 }
 
-int rpool_command(struct rpool *p, size_t argc, const char *const *argv,
-		  const size_t *argvlen, rpool_cb *cb, void *arg)
+int rpool_command(struct rpool *p, size_t argc, const char *const *argv, const size_t *argvlen,
+		  rpool_cb *cb, void *arg)
 {
 	struct rp_conn *c;
 	struct rp_call *call;
@@ -867,8 +862,8 @@ int rpool_eval_multi(struct rpool *p, size_t ncalls, const struct rpool_call *ca
 		return -1;
 	for (i = 0; i < ncalls; i++) {
 		const struct rpool_call *in = &calls[i];
-		built[i] = call_new_eval(p, in->script, in->nkeys, in->argc, in->argv,
-					 in->argvlen, in->cb, in->arg);
+		built[i] = call_new_eval(p, in->script, in->nkeys, in->argc, in->argv, in->argvlen,
+					 in->cb, in->arg);
 		if (built[i] == NULL)
 			goto cleanup;
 	}

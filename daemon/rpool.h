@@ -31,10 +31,10 @@ struct event_base;
 struct rpool;
 
 enum rp_status {
-	RP_OK = 0,    /* the server answered; reply is set (may be RV_ERR) */
-	RP_TIMEOUT,   /* no answer within timeout_ms */
-	RP_CONN,      /* connection lost or none ready */
-	RP_SHUTDOWN,  /* the pool is being freed */
+	RP_OK = 0,   /* the server answered; reply is set (may be RV_ERR) */
+	RP_TIMEOUT,  /* no answer within timeout_ms */
+	RP_CONN,     /* connection lost or none ready */
+	RP_SHUTDOWN, /* the pool is being freed */
 };
 
 enum rval_type { RV_NIL = 0, RV_INT, RV_STR, RV_STATUS, RV_ERR, RV_ARR };
@@ -42,19 +42,19 @@ enum rval_type { RV_NIL = 0, RV_INT, RV_STR, RV_STATUS, RV_ERR, RV_ARR };
 /* An owned copy of a Redis reply; valid only during the callback. */
 struct rval {
 	enum rval_type type;
-	long long i;   /* RV_INT */
-	char *s;       /* RV_STR, RV_STATUS, RV_ERR: NUL-terminated */
+	long long i; /* RV_INT */
+	char *s;     /* RV_STR, RV_STATUS, RV_ERR: NUL-terminated */
 	size_t len;
-	size_t n;      /* RV_ARR */
+	size_t n; /* RV_ARR */
 	struct rval *a;
 };
 
 struct rpool_conf {
-	const char *url;        /* redis://[user:pass@]host:port[/db] or unix:///path[?db=N] */
-	int pool_size;          /* >= 1 */
-	int64_t timeout_ms;     /* per call and per connect */
-	const char *user;       /* ACL user, or NULL */
-	const char *password;   /* AUTH secret, or NULL; never logged */
+	const char *url;	/* redis://[user:pass@]host:port[/db] or unix:///path[?db=N] */
+	int pool_size;		/* >= 1 */
+	int64_t timeout_ms;	/* per call and per connect */
+	const char *user;	/* ACL user, or NULL */
+	const char *password;	/* AUTH secret, or NULL; never logged */
 	int64_t backoff_min_ms; /* reconnect backoff, doubled up to backoff_max_ms */
 	int64_t backoff_max_ms;
 };
@@ -71,8 +71,8 @@ typedef void rpool_cb(void *arg, enum rp_status st, const struct rval *reply);
  */
 struct rpool *rpool_new(struct event_base *base, const struct rpool_conf *conf,
 			const char *const *scripts, size_t nscripts,
-			void (*on_state)(void *arg, bool up), void *state_arg,
-			char *err, size_t errlen);
+			void (*on_state)(void *arg, bool up), void *state_arg, char *err,
+			size_t errlen);
 
 /* true when at least one connection is ready to take calls. */
 bool rpool_up(const struct rpool *p);
@@ -83,13 +83,12 @@ bool rpool_up(const struct rpool *p);
  * (cb will be called exactly once), -1 when no connection is ready (cb is
  * not called).
  */
-int rpool_eval(struct rpool *p, size_t script, size_t nkeys, size_t argc,
-	       const char *const *argv, const size_t *argvlen, rpool_cb *cb,
-	       void *arg);
+int rpool_eval(struct rpool *p, size_t script, size_t nkeys, size_t argc, const char *const *argv,
+	       const size_t *argvlen, rpool_cb *cb, void *arg);
 
 /* rpool_command - any command, same contract as rpool_eval. */
-int rpool_command(struct rpool *p, size_t argc, const char *const *argv,
-		  const size_t *argvlen, rpool_cb *cb, void *arg);
+int rpool_command(struct rpool *p, size_t argc, const char *const *argv, const size_t *argvlen,
+		  rpool_cb *cb, void *arg);
 
 /*
  * rpool_eval_multi - several EVALSHA calls pipelined on one connection, in

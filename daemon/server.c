@@ -40,7 +40,8 @@ static void server_accept_cb(struct evconnlistener *lev UNUSED, evutil_socket_t 
 	struct server *s = arg;
 
 	if (s->ad->shutting_down || (int64_t)s->ad->nconns >= s->ad->conf->max_connections) {
-		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "connection refused: max_connections reached",
+		log_ratelimited(LOG_SLOT_ACCEPT, 1000,
+				"connection refused: max_connections reached",
 				"max_connections=%lld", (long long)s->ad->conf->max_connections);
 		evutil_closesocket(fd);
 		return;

@@ -77,7 +77,8 @@ static void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, con
 	if (retry_ms < 0) /* no wait will do: the cost is larger than the limit */
 		msg = "can never be admitted: the cost is larger than the limit";
 	r = preply_error(w->id, e, msg);
-	if (retry_ms > 0 || (retry_ms == 0 && (e == ADMIT_E_LIMITED || e == ADMIT_E_BUDGET_EXCEEDED)))
+	if (retry_ms > 0 ||
+	    (retry_ms == 0 && (e == ADMIT_E_LIMITED || e == ADMIT_E_BUDGET_EXCEEDED)))
 		preply_int(r, "retry_after_ms", retry_ms);
 	if (rule != NULL)
 		preply_str(r, "rule", rule);

@@ -15,22 +15,22 @@
 
 #include <stddef.h>
 
-#define ADMIT_PROTO_VERSION 1
-#define ADMIT_DEFAULT_SOCKET "/run/admitd/admitd.sock"
+#define ADMIT_PROTO_VERSION    1
+#define ADMIT_DEFAULT_SOCKET   "/run/admitd/admitd.sock"
 #define ADMIT_DEFAULT_MAX_LINE (64 * 1024)
 
 /* ACTION(ENUM_SUFFIX, "wire_string", "what it means") */
-#define ADMIT_ERRORS(ACTION)                                                   \
-	ACTION(BAD_REQUEST, "bad_request", "malformed request")                    \
-	ACTION(UNKNOWN_OP, "unknown_op", "unknown op")                             \
-	ACTION(UNKNOWN_SCOPE, "unknown_scope", "no such scope in the conf")        \
+#define ADMIT_ERRORS(ACTION)                                                        \
+	ACTION(BAD_REQUEST, "bad_request", "malformed request")                     \
+	ACTION(UNKNOWN_OP, "unknown_op", "unknown op")                              \
+	ACTION(UNKNOWN_SCOPE, "unknown_scope", "no such scope in the conf")         \
 	ACTION(LINE_TOO_LONG, "line_too_long", "request line longer than max_line") \
 	ACTION(LIMITED, "limited", "not admitted now; retry after retry_after_ms")  \
-	ACTION(BUDGET_EXCEEDED, "budget_exceeded",                                 \
-	       "the wait needed is longer than the budget left")                   \
-	ACTION(TIMEOUT, "timeout", "waited the whole budget")                      \
-	ACTION(TOO_MANY_WAITERS, "too_many_waiters", "the wait queue is full")     \
-	ACTION(SHUTTING_DOWN, "shutting_down", "the daemon is stopping")           \
+	ACTION(BUDGET_EXCEEDED, "budget_exceeded",                                  \
+	       "the wait needed is longer than the budget left")                    \
+	ACTION(TIMEOUT, "timeout", "waited the whole budget")                       \
+	ACTION(TOO_MANY_WAITERS, "too_many_waiters", "the wait queue is full")      \
+	ACTION(SHUTTING_DOWN, "shutting_down", "the daemon is stopping")            \
 	ACTION(UNAVAILABLE, "unavailable", "the limiter backend cannot decide")
 
 enum admit_err {
@@ -38,7 +38,7 @@ enum admit_err {
 #define ADMIT_ERR_ENUM(name, str, msg) ADMIT_E_##name,
 	ADMIT_ERRORS(ADMIT_ERR_ENUM)
 #undef ADMIT_ERR_ENUM
-	ADMIT_E__COUNT
+	    ADMIT_E__COUNT
 };
 
 /*
@@ -47,10 +47,9 @@ enum admit_err {
  */
 static inline const char *admit_err_str(int e)
 {
-	static const char *const tab[] = {
-		"ok",
+	static const char *const tab[] = { "ok",
 #define ADMIT_ERR_STR(name, str, msg) str,
-		ADMIT_ERRORS(ADMIT_ERR_STR)
+					   ADMIT_ERRORS(ADMIT_ERR_STR)
 #undef ADMIT_ERR_STR
 	};
 	if (e < 0 || e >= (int)(sizeof(tab) / sizeof(tab[0])))
@@ -60,10 +59,9 @@ static inline const char *admit_err_str(int e)
 
 static inline const char *admit_err_msg(int e)
 {
-	static const char *const tab[] = {
-		"ok",
+	static const char *const tab[] = { "ok",
 #define ADMIT_ERR_MSG(name, str, msg) msg,
-		ADMIT_ERRORS(ADMIT_ERR_MSG)
+					   ADMIT_ERRORS(ADMIT_ERR_MSG)
 #undef ADMIT_ERR_MSG
 	};
 	if (e < 0 || e >= (int)(sizeof(tab) / sizeof(tab[0])))

@@ -14,8 +14,8 @@
 #include "strategy_impl.h"
 
 /* fw_count - the units counted in the window now_ms falls in (*start). */
-static int64_t fw_count(const struct strat_state *st, const struct strat_params *p,
-			int64_t now_ms, int64_t *start)
+static int64_t fw_count(const struct strat_state *st, const struct strat_params *p, int64_t now_ms,
+			int64_t *start)
 {
 	int64_t now = strat_now(st, now_ms);
 

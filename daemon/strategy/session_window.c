@@ -29,7 +29,7 @@ static bool sess_fits(const struct strat_probe *pr, int64_t now_ms)
 }
 
 static void sess_book(struct strat_state *st, const struct strat_params *p, int64_t now_ms,
-		    int64_t units)
+		      int64_t units)
 {
 	if (!sess_open(st, p, now_ms)) {
 		if (units <= 0) {

@@ -28,22 +28,22 @@
 
 enum strat_kind {
 	STRAT_TOKEN_BUCKET = 0, /* refills AMOUNT per WINDOW up to burst */
-	STRAT_SLIDING_WINDOW,   /* two fixed buckets, previous one weighted */
-	STRAT_FIXED_WINDOW,     /* counter reset at floor(now/WINDOW) */
-	STRAT_LEAKY_BUCKET,     /* level drains AMOUNT per WINDOW; full refuses */
-	STRAT_SESSION_WINDOW,   /* window anchored at first request after reset */
+	STRAT_SLIDING_WINDOW,	/* two fixed buckets, previous one weighted */
+	STRAT_FIXED_WINDOW,	/* counter reset at floor(now/WINDOW) */
+	STRAT_LEAKY_BUCKET,	/* level drains AMOUNT per WINDOW; full refuses */
+	STRAT_SESSION_WINDOW,	/* window anchored at first request after reset */
 	STRAT__COUNT
 };
 
 /* Limits the conf accepts, so products stay exact in doubles. */
-#define STRAT_MAX_AMOUNT 1000000000LL
+#define STRAT_MAX_AMOUNT    1000000000LL
 #define STRAT_MAX_WINDOW_MS 86400000LL
 
 struct strat_params {
 	enum strat_kind kind;
-	int64_t amount;    /* budget per window, >= 1 */
+	int64_t amount;	   /* budget per window, >= 1 */
 	int64_t window_ms; /* >= 1 */
-	int64_t burst;     /* bucket capacity (token/leaky); 0 means = amount */
+	int64_t burst;	   /* bucket capacity (token/leaky); 0 means = amount */
 };
 
 /*
@@ -71,17 +71,16 @@ struct strat_result {
  * which the same check would pass if nothing else happened, or -1 when it
  * never can (cost + floor larger than the capacity).
  */
-struct strat_result strat_check(const struct strat_state *st,
-				const struct strat_params *p, int64_t now_ms,
-				int64_t cost, int64_t floor);
+struct strat_result strat_check(const struct strat_state *st, const struct strat_params *p,
+				int64_t now_ms, int64_t cost, int64_t floor);
 
 /*
  * strat_book - charge `amount` units now, unconditionally (a token meter's
  * post-hoc charge may overdraw; an overdrawn counter refuses until it has
  * recovered). A negative amount refunds (rollback of a booking).
  */
-void strat_book(struct strat_state *st, const struct strat_params *p,
-		int64_t now_ms, int64_t amount);
+void strat_book(struct strat_state *st, const struct strat_params *p, int64_t now_ms,
+		int64_t amount);
 
 /*
  * strat_ttl_ms - after this long without activity the counter is

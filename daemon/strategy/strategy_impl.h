@@ -58,7 +58,7 @@ struct strat_probe {
  */
 struct strat_ops {
 	const char *name;
-	int64_t unit;   /* state units per unit: 1000 for buckets, else 1 */
+	int64_t unit;	/* state units per unit: 1000 for buckets, else 1 */
 	bool has_burst; /* capacity is burst (0: amount) rather than amount */
 	bool (*fits)(const struct strat_probe *pr, int64_t now_ms);
 	void (*book)(struct strat_state *st, const struct strat_params *p, int64_t now_ms,

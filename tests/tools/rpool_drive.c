@@ -39,7 +39,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_TOK 64
+#define MAX_TOK	  64
 #define MAX_CALLS 100000
 
 enum pause { P_NONE = 0, P_SLEEP, P_WAIT, P_UP, P_DOWN };
@@ -82,21 +82,11 @@ static void put_str(const char *tag, const char *s, size_t len)
 static void put_rval(const struct rval *v)
 {
 	switch (v->type) {
-	case RV_NIL:
-		printf("nil");
-		break;
-	case RV_INT:
-		printf("int %lld", v->i);
-		break;
-	case RV_STR:
-		put_str("str", v->s, v->len);
-		break;
-	case RV_STATUS:
-		put_str("status", v->s, v->len);
-		break;
-	case RV_ERR:
-		put_str("err", v->s, v->len);
-		break;
+	case RV_NIL: printf("nil"); break;
+	case RV_INT: printf("int %lld", v->i); break;
+	case RV_STR: put_str("str", v->s, v->len); break;
+	case RV_STATUS: put_str("status", v->s, v->len); break;
+	case RV_ERR: put_str("err", v->s, v->len); break;
 	case RV_ARR:
 		printf("arr [");
 		for (size_t i = 0; i < v->n; i++) {
@@ -278,8 +268,7 @@ static void exec_line(char *line)
 		arm(atoll(tok[1]));
 	} else if (strcmp(tok[0], "wait") == 0) {
 		D.pause = P_WAIT;
-	} else if ((strcmp(tok[0], "waitup") == 0 || strcmp(tok[0], "waitdown") == 0) &&
-		   n == 2) {
+	} else if ((strcmp(tok[0], "waitup") == 0 || strcmp(tok[0], "waitdown") == 0) && n == 2) {
 		D.pause = tok[0][4] == 'u' ? P_UP : P_DOWN;
 		arm(atoll(tok[1]));
 	} else if (strcmp(tok[0], "echo") == 0) {
@@ -313,8 +302,7 @@ static bool unpaused(void)
 			D.pause = P_NONE;
 		}
 		break;
-	default:
-		break;
+	default: break;
 	}
 	return D.pause == P_NONE;
 }
@@ -328,13 +316,12 @@ static void pump(void)
 	if (pumping || D.done)
 		return; /* a callback from inside exec_line (rpool_free) */
 	pumping = true;
-	while (unpaused() &&
-	       (line = evbuffer_readln(D.in, &len, EVBUFFER_EOL_LF)) != NULL) {
+	while (unpaused() && (line = evbuffer_readln(D.in, &len, EVBUFFER_EOL_LF)) != NULL) {
 		exec_line(line);
 		free(line);
 	}
-	if (D.eof && D.pause == P_NONE && evbuffer_get_length(D.in) == 0 &&
-	    D.multi_left == 0 && D.outstanding == 0) {
+	if (D.eof && D.pause == P_NONE && evbuffer_get_length(D.in) == 0 && D.multi_left == 0 &&
+	    D.outstanding == 0) {
 		struct rpool *p = D.pool;
 		D.done = true;
 		D.pool = NULL;
@@ -397,15 +384,9 @@ int main(int argc, char **argv)
 
 	while ((opt = getopt(argc, argv, "n:t:u:b:")) != -1) {
 		switch (opt) {
-		case 'n':
-			conf.pool_size = atoi(optarg);
-			break;
-		case 't':
-			conf.timeout_ms = atoll(optarg);
-			break;
-		case 'u':
-			conf.user = optarg;
-			break;
+		case 'n': conf.pool_size = atoi(optarg); break;
+		case 't': conf.timeout_ms = atoll(optarg); break;
+		case 'u': conf.user = optarg; break;
 		case 'b': {
 			long lo, hi;
 			if (sscanf(optarg, "%ld:%ld", &lo, &hi) != 2) {
@@ -439,8 +420,8 @@ int main(int argc, char **argv)
 	D.in = evbuffer_new();
 	D.timer = evtimer_new(D.base, timer_cb, NULL);
 	D.stdin_ev = event_new(D.base, STDIN_FILENO, EV_READ | EV_PERSIST, stdin_cb, NULL);
-	D.pool = rpool_new(D.base, &conf, (const char *const *)scripts, (size_t)nscripts,
-			   on_state, NULL, err, sizeof(err));
+	D.pool = rpool_new(D.base, &conf, (const char *const *)scripts, (size_t)nscripts, on_state,
+			   NULL, err, sizeof(err));
 	if (D.pool == NULL) {
 		printf("error %s\n", err);
 		rc = 1;

@@ -272,10 +272,10 @@ static const struct {
 	int64_t amount, window, burst;
 	const char *err;
 } rule_vecs[] = {
-	{ "requests 10/1s", "requests 10/1s", METER_REQUESTS, NULL, STRAT_TOKEN_BUCKET, 10, 1000,
-	  0, NULL },
-	{ "  requests   sliding-window\t600/1m ", "requests sliding-window 600/1m",
-	  METER_REQUESTS, NULL, STRAT_SLIDING_WINDOW, 600, 60000, 0, NULL },
+	{ "requests 10/1s", "requests 10/1s", METER_REQUESTS, NULL, STRAT_TOKEN_BUCKET, 10, 1000, 0,
+	  NULL },
+	{ "  requests   sliding-window\t600/1m ", "requests sliding-window 600/1m", METER_REQUESTS,
+	  NULL, STRAT_SLIDING_WINDOW, 600, 60000, 0, NULL },
 	{ "requests fixed-window 5/h", "requests fixed-window 5/h", METER_REQUESTS, NULL,
 	  STRAT_FIXED_WINDOW, 5, 3600000, 0, NULL },
 	{ "requests leaky-bucket 20/1s burst=5", "requests leaky-bucket 20/1s burst=5",
@@ -296,8 +296,7 @@ static const struct {
 	{ "requests 1/1ms", "requests 1/1ms", METER_REQUESTS, NULL, STRAT_TOKEN_BUCKET, 1, 1, 0,
 	  NULL },
 	/* errors */
-	{ "", NULL, 0, NULL, 0, 0, 0, 0,
-	  "empty rule (METER [STRATEGY] AMOUNT/WINDOW [burst=N])" },
+	{ "", NULL, 0, NULL, 0, 0, 0, 0, "empty rule (METER [STRATEGY] AMOUNT/WINDOW [burst=N])" },
 	{ "bytes 10/1s", NULL, 0, NULL, 0, 0, 0, 0,
 	  "unknown meter \"bytes\" (requests, tokens, tokens.NAME, concurrency)" },
 	{ "tokens. 10/1s", NULL, 0, NULL, 0, 0, 0, 0,

@@ -978,7 +978,6 @@ START_TEST(test_vectors_replay)
 }
 END_TEST
 
-
 /*
  * An error message quoting client bytes cut mid-character (an unknown op
  * name at 64 bytes, jansson's "near '...'") is not valid UTF-8: the reply

@@ -32,8 +32,8 @@ static const struct good_case good[] = {
 	{ "redis://h:1/", REDIS_URL_TCP, "h", 1, "", "", "", 0 },
 	{ "redis://h:65535/15", REDIS_URL_TCP, "h", 65535, "", "", "", 15 },
 	{ "redis://:secret@h/2", REDIS_URL_TCP, "h", 6379, "", "", "secret", 2 },
-	{ "redis://alice:pw@redis.svc:7000/3", REDIS_URL_TCP, "redis.svc", 7000, "", "alice",
-	  "pw", 3 },
+	{ "redis://alice:pw@redis.svc:7000/3", REDIS_URL_TCP, "redis.svc", 7000, "", "alice", "pw",
+	  3 },
 	{ "redis://alice@h", REDIS_URL_TCP, "h", 6379, "", "alice", "", 0 },
 	{ "redis://u:p%40ss%3Aw%2F@h", REDIS_URL_TCP, "h", 6379, "", "u", "p@ss:w/", 0 },
 	{ "redis://u:a:b@h", REDIS_URL_TCP, "h", 6379, "", "u", "a:b", 0 },
@@ -52,8 +52,7 @@ START_TEST(test_good)
 	struct redis_url u;
 	char err[256] = "";
 
-	ck_assert_msg(redis_url_parse(g->url, &u, err, sizeof(err)) == 0, "%s: %s", g->url,
-		      err);
+	ck_assert_msg(redis_url_parse(g->url, &u, err, sizeof(err)) == 0, "%s: %s", g->url, err);
 	ck_assert_int_eq(u.kind, g->kind);
 	ck_assert_str_eq(u.host, g->host);
 	ck_assert_int_eq(u.port, g->port);
@@ -107,8 +106,7 @@ START_TEST(test_bad)
 	struct redis_url u;
 	char err[256] = "";
 
-	ck_assert_msg(redis_url_parse(b->url, &u, err, sizeof(err)) == -1, "%s accepted",
-		      b->url);
+	ck_assert_msg(redis_url_parse(b->url, &u, err, sizeof(err)) == -1, "%s accepted", b->url);
 	ck_assert_msg(strstr(err, b->msg) != NULL, "%s: got \"%s\", want \"%s\"", b->url, err,
 		      b->msg);
 	ck_assert_msg(strncmp(err, "redis url: ", 11) == 0, "prefix: %s", err);
@@ -147,7 +145,7 @@ END_TEST
 START_TEST(test_no_secret_in_errors)
 {
 	static const char *const urls[] = {
-		"redis://u:hunter2@h:99999", "redis://u:hunter2@", "redis://u:hunter2@h/db",
+		"redis://u:hunter2@h:99999", "redis://u:hunter2@",     "redis://u:hunter2@h/db",
 		"unix://u:hunter2@relative", "unix://:hunter2@/s?x=1", "u:hunter2@h://x",
 		"redis://u:hunter2%@h",
 	};

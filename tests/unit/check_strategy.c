@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WAIT_MAX_MS 1000000000000000LL /* retry_after_ms cap (strategy_impl.h) */
+#define WAIT_MAX_MS	   1000000000000000LL /* retry_after_ms cap (strategy_impl.h) */
 #define MIN_CASES_PER_KIND 12
 
 /* Every vector case of every kind, loaded once in main (forked tests inherit it). */
@@ -74,7 +74,7 @@ static struct strat_params params_of(const json_t *c)
 	const json_t *p = json_object_get(c, "params");
 	struct strat_params sp = {
 		.kind = (enum strat_kind)strat_kind_parse(
-			json_string_value(json_object_get(p, "kind"))),
+		    json_string_value(json_object_get(p, "kind"))),
 		.amount = jint(p, "amount", 0),
 		.window_ms = jint(p, "window_ms", 0),
 		.burst = jint(p, "burst", 0),
@@ -95,21 +95,20 @@ static struct strat_state state_of(const json_t *o)
  * assert_exact - a refused check's retry_after_ms is the least wait: the
  * same check passes at now + retry and fails a millisecond earlier.
  */
-static void assert_exact(const struct strat_state *st, const struct strat_params *p,
-			 int64_t now, int64_t cost, int64_t floor_units, const char *what)
+static void assert_exact(const struct strat_state *st, const struct strat_params *p, int64_t now,
+			 int64_t cost, int64_t floor_units, const char *what)
 {
 	struct strat_result r = strat_check(st, p, now, cost, floor_units);
 
-	ck_assert_msg(r.allowed == (r.retry_after_ms == 0), "%s: allowed %d with retry %lld",
-		      what, r.allowed, (long long)r.retry_after_ms);
+	ck_assert_msg(r.allowed == (r.retry_after_ms == 0), "%s: allowed %d with retry %lld", what,
+		      r.allowed, (long long)r.retry_after_ms);
 	if (r.allowed || r.retry_after_ms < 0 || r.retry_after_ms >= WAIT_MAX_MS)
 		return;
 	ck_assert_msg(strat_check(st, p, now + r.retry_after_ms, cost, floor_units).allowed,
 		      "%s: still refused after retry_after_ms %lld", what,
 		      (long long)r.retry_after_ms);
 	ck_assert_msg(!strat_check(st, p, now + r.retry_after_ms - 1, cost, floor_units).allowed,
-		      "%s: retry_after_ms %lld is not minimal", what,
-		      (long long)r.retry_after_ms);
+		      "%s: retry_after_ms %lld is not minimal", what, (long long)r.retry_after_ms);
 }
 
 START_TEST(test_vector)
@@ -123,8 +122,7 @@ START_TEST(test_vector)
 	const json_t *step;
 
 	ck_assert_msg(json_array_size(steps) > 0, "%s: no steps", name);
-	json_array_foreach(steps, i, step)
-	{
+	json_array_foreach (steps, i, step) {
 		const char *op = json_string_value(json_object_get(step, "op"));
 		int64_t now = jint(step, "now", 0);
 		char what[256];
@@ -137,7 +135,8 @@ START_TEST(test_vector)
 			struct strat_state before = st;
 			struct strat_result r = strat_check(&st, &p, now, cost, fl);
 
-			ck_assert_msg(memcmp(&before, &st, sizeof(st)) == 0, "%s: check wrote", what);
+			ck_assert_msg(memcmp(&before, &st, sizeof(st)) == 0, "%s: check wrote",
+				      what);
 			ck_assert_msg(r.allowed == json_is_true(json_object_get(exp, "allowed")),
 				      "%s: allowed %d", what, r.allowed);
 			ck_assert_msg(r.retry_after_ms == jint(exp, "retry_after_ms", -2),
@@ -154,8 +153,8 @@ START_TEST(test_vector)
 				      (long long)st.a, (long long)st.b, (long long)st.t,
 				      (long long)want.a, (long long)want.b, (long long)want.t);
 		} else if (strcmp(op, "ttl") == 0) {
-			ck_assert_msg(strat_ttl_ms(&p) == jint(step, "expect", -1),
-				      "%s: ttl %lld", what, (long long)strat_ttl_ms(&p));
+			ck_assert_msg(strat_ttl_ms(&p) == jint(step, "expect", -1), "%s: ttl %lld",
+				      what, (long long)strat_ttl_ms(&p));
 		} else {
 			ck_abort_msg("%s: unknown op %s", what, op);
 		}
@@ -207,8 +206,9 @@ END_TEST
 START_TEST(test_params_clamped)
 {
 	for (int k = 0; k < STRAT__COUNT; k++) {
-		struct strat_params p = { .kind = (enum strat_kind)k, .amount = 0, .window_ms = 0,
-					  .burst = -5 };
+		struct strat_params p = {
+			.kind = (enum strat_kind)k, .amount = 0, .window_ms = 0, .burst = -5
+		};
 		struct strat_state st = { 0, 0, 0 };
 
 		ck_assert(strat_check(&st, &p, 1000, 1, 0).allowed);
@@ -264,7 +264,8 @@ START_TEST(test_random_exact)
 			snprintf(what, sizeof(what), "%s round %d step %d", strat_kind_name(p.kind),
 				 round, step);
 			assert_exact(&st, &p, now - back, cost, fl, what);
-			strat_book(&st, &p, now, rng_below(4) == 0 ? -rng_below(cap) : rng_below(cap));
+			strat_book(&st, &p, now,
+				   rng_below(4) == 0 ? -rng_below(cap) : rng_below(cap));
 			ck_assert_msg(st.a >= 0 && st.t <= now, "%s: state {%lld,_,%lld}", what,
 				      (long long)st.a, (long long)st.t);
 			now += rng_below(3) == 0 ? 0 : rng_below(2 * p.window_ms);
