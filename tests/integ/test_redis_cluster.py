@@ -15,6 +15,7 @@ import statistics
 import time
 import unittest
 
+from . import harness
 from .harness import EPS, SLACK, acquire_req, max_overlap, now, run_clients
 from .redis_util import (Cluster, aligned_excess, hammer, key_name, pace_violations,
                          per_window, policer, redis_offset, span_excess, wait_redis_field)
@@ -64,6 +65,11 @@ MAIN = 5.0      # seconds of the main scenarios (the issue's minimum)
 SHORT = 3.0     # seconds of each rule strategy's run
 
 
+# Under valgrind the daemon runs 20-50x slower: Redis calls overrun
+# redis_timeout and the fallback decides, so these timing invariants would
+# measure valgrind, not admitd. `make valgrind` skips them; the same code
+# paths run under ASan+UBSan in `make test SANITIZE=1`.
+@unittest.skipIf(harness.VALGRIND, "timing invariants; run under ASan instead of valgrind")
 class ClusterCase(unittest.TestCase):
 
     def cluster(self):

@@ -15,6 +15,7 @@ import threading
 import time
 import unittest
 
+from . import harness
 from .harness import EPS, SLACK, RedisServer, acquire_req, now, run_clients
 from .redis_util import (BUDGET_SLACK, Cluster, key_name, per_window, span_excess, status,
                          wait_backend, wait_redis_field, write_secret)
@@ -22,6 +23,11 @@ from .redis_util import (BUDGET_SLACK, Cluster, key_name, per_window, span_exces
 TIMEOUT_CONF = "redis_timeout = 100ms\n"
 
 
+# Under valgrind the daemon runs 20-50x slower: Redis calls overrun
+# redis_timeout and the fallback decides, so these timing invariants would
+# measure valgrind, not admitd. `make valgrind` skips them; the same code
+# paths run under ASan+UBSan in `make test SANITIZE=1`.
+@unittest.skipIf(harness.VALGRIND, "timing invariants; run under ASan instead of valgrind")
 class FaultCase(unittest.TestCase):
 
     def load(self, cl, scope, control, per_daemon=4, budget_ms=300):

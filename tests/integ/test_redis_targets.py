@@ -6,11 +6,16 @@ quota instant leave Redis); the lease's release commits every target. The
 Redis keys are read directly to see what is booked.
 """
 
+import time
 import unittest
 
 from .harness import Admitd, RedisServer
 
 CONF = """
+[admitd]
+; generous: the test is about bookings, not timing (and may run under valgrind)
+redis_timeout = 5s
+
 [scope tenant]
 quota = 1/1h
 cluster_concurrency = 4
@@ -41,6 +46,13 @@ class TargetsTest(unittest.TestCase):
         self.d = Admitd(CONF, redis_url=self.redis.url)
         self.d.start()
         self.addCleanup(self.d.stop)
+        # The pool connects in the background: until it is up, decisions are
+        # the fallback's. Wait for it (deadline), do not race it.
+        deadline = time.monotonic() + 30
+        with self.d.connect() as c:
+            while c.request({"op": "status"})["backend"] != "redis":
+                self.assertLess(time.monotonic(), deadline, "admitd never reached redis")
+                time.sleep(0.02)
 
     def booked(self, scope, key):
         """(quota instants, leases in flight) Redis holds for (scope, key)."""
