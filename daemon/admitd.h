@@ -112,7 +112,8 @@ struct conn {
 	TAILQ_ENTRY(conn) link;
 	struct waiter_list waiters;
 	struct lease_list leases;
-	bool closing; /* close once the output is flushed */
+	bool closing;	  /* close once the output is flushed */
+	bool half_closed; /* the peer finished sending: close after its last waiter */
 };
 TAILQ_HEAD(conn_list, conn);
 
@@ -164,6 +165,10 @@ void lease_make_id(char *buf);
 void conn_new(struct admitd *ad, int fd);
 void conn_send(struct conn *c, const char *line, size_t len);
 void conn_send_reply(struct conn *c, struct preply *r);
+/* conn_sweep - drop half-closed connections whose peer has gone entirely. */
+void conn_sweep(struct admitd *ad);
+/* conn_waiter_done - one of c's waiters was answered or cancelled. */
+void conn_waiter_done(struct conn *c);
 void conn_close_all(struct admitd *ad);
 /* conn_free_all - at exit: close every connection now. */
 void conn_free_all(struct admitd *ad);

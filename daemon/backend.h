@@ -33,6 +33,9 @@ void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms);
 /* backend_divisor - the fallback divisor for cs now (1 when b is NULL). */
 double backend_divisor(const struct backend *b, const struct conf_scope *cs);
 
+/* backend_up - true while Redis takes calls. */
+bool backend_up(const struct backend *b);
+
 /* backend_status - "redis" or "fallback", since (mono ms). */
 const char *backend_state(const struct backend *b, int64_t *since_ms);
 

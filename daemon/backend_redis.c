@@ -583,6 +583,11 @@ double backend_divisor(const struct backend *b, const struct conf_scope *cs)
 	return cs->fallback_divisor < 1.0 ? 1.0 : cs->fallback_divisor;
 }
 
+bool backend_up(const struct backend *b)
+{
+	return b->up;
+}
+
 const char *backend_state(const struct backend *b, int64_t *since_ms)
 {
 	*since_ms = b->since_ms;

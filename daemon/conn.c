@@ -19,16 +19,20 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* A client that leaves this much of our output unread is dropped. */
 #define CONN_MAX_OUTPUT (8 * 1024 * 1024)
 
+static void conn_close_after_flush(struct conn *c);
+
 static void conn_free(struct conn *c)
 {
 	struct admitd *ad = c->ad;
 
+	c->closing = true; /* what follows must not schedule another close */
 	while (!TAILQ_EMPTY(&c->waiters))
 		waitq_cancel(TAILQ_FIRST(&c->waiters));
 	lease_conn_closed(c);
@@ -49,12 +53,54 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
 		conn_free(c);
 }
 
+/*
+ * Did the peer close its end entirely (not just its write side)? A Unix
+ * stream socket whose peer is gone polls POLLHUP; one whose peer only
+ * shut down writing (`echo ... | socat`) still takes our replies.
+ */
+static bool conn_peer_gone(struct conn *c)
+{
+	struct pollfd pfd = { .fd = bufferevent_getfd(c->bev), .events = POLLOUT };
+
+	return poll(&pfd, 1, 0) < 0 || (pfd.revents & (POLLHUP | POLLERR)) != 0;
+}
+
+/*
+ * EOF: a client that is gone gets nothing more (its waiters book nothing,
+ * its leases are released). One that only finished sending is still owed
+ * the replies to its waiting acquires: it is closed when the last is sent.
+ */
 static void conn_event_cb(struct bufferevent *bev UNUSED, short what, void *arg)
 {
 	struct conn *c = arg;
 
+	if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && !TAILQ_EMPTY(&c->waiters) &&
+	    !conn_peer_gone(c)) {
+		c->half_closed = true;
+		bufferevent_disable(c->bev, EV_READ);
+		return;
+	}
 	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
 		conn_free(c);
+}
+
+void conn_sweep(struct admitd *ad)
+{
+	struct conn *c, *nx;
+
+	/* A half-closed client that has since gone entirely gives its waiters up
+	 * within a sweep period, not only when a reply fails to reach it. */
+	for (c = TAILQ_FIRST(&ad->conns); c != NULL; c = nx) {
+		nx = TAILQ_NEXT(c, link);
+		if (c->half_closed && !c->closing && conn_peer_gone(c))
+			conn_free(c);
+	}
+}
+
+void conn_waiter_done(struct conn *c)
+{
+	if (c->half_closed && !c->closing && TAILQ_EMPTY(&c->waiters))
+		conn_close_after_flush(c);
 }
 
 static void conn_close_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)

@@ -46,6 +46,7 @@ static void usage(FILE *out)
 
 static void admitd_gc_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 {
+	conn_sweep(arg);
 	kq_sweep(arg);
 }
 
@@ -173,6 +174,21 @@ int main(int argc, char **argv)
 		ad.redis = backend_new(&ad);
 		if (ad.redis == NULL)
 			goto out;
+	}
+	if (ad.redis != NULL) {
+		/* One connect's grace (at most redis_timeout) before listening: a
+		 * healthy Redis decides from the first request, and a Redis that is
+		 * down delays start-up by no more than that (then: fallback). */
+		int64_t until = clock_mono_ms() + ad.conf->redis_timeout_ms;
+		struct timeval tick = { 0, 10 * 1000 };
+		while (!backend_up(ad.redis) && !ad.shutting_down && clock_mono_ms() < until) {
+			event_base_loopexit(ad.base, &tick);
+			event_base_dispatch(ad.base);
+		}
+		if (ad.shutting_down) {
+			rc = 0;
+			goto out;
+		}
 	}
 	ad.server = server_new(&ad);
 	if (ad.server == NULL)

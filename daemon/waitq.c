@@ -44,6 +44,18 @@ static bool waitq_in_flight(struct waiter *w)
 	return kq->busy && waitq_head(kq) == w;
 }
 
+/* w no longer belongs to its connection (answered, or the client left). */
+static void waitq_unlink_conn(struct waiter *w)
+{
+	struct conn *c = w->conn;
+
+	if (c == NULL)
+		return;
+	TAILQ_REMOVE(&c->waiters, w, conn_link);
+	w->conn = NULL;
+	conn_waiter_done(c);
+}
+
 /* Remove w from its queue and its connection, and free it. */
 static void waitq_remove(struct waiter *w)
 {
@@ -56,8 +68,7 @@ static void waitq_remove(struct waiter *w)
 	TAILQ_REMOVE(&kq->waiters, w, kq_link);
 	kq->nwait--;
 	kq->sc->waiting--;
-	if (w->conn != NULL)
-		TAILQ_REMOVE(&w->conn->waiters, w, conn_link);
+	waitq_unlink_conn(w);
 	if (w->deadline_ev != NULL)
 		event_free(w->deadline_ev);
 	free(w->id);
@@ -143,10 +154,7 @@ static void waitq_deadline_cb(evutil_socket_t fd UNUSED, short what UNUSED, void
 	waitq_fail(w, ADMIT_E_TIMEOUT, 0, waitq_blame(w), "waited the whole budget");
 	if (waitq_in_flight(w)) {
 		/* The decision in flight finds conn NULL and cleans up. */
-		if (w->conn != NULL) {
-			TAILQ_REMOVE(&w->conn->waiters, w, conn_link);
-			w->conn = NULL;
-		}
+		waitq_unlink_conn(w);
 		return;
 	}
 	waitq_remove(w);
@@ -325,10 +333,7 @@ void waitq_cancel(struct waiter *w)
 	struct kq *kq = w->t[0].kq;
 	bool was_head = waitq_head(kq) == w;
 
-	if (w->conn != NULL) {
-		TAILQ_REMOVE(&w->conn->waiters, w, conn_link);
-		w->conn = NULL;
-	}
+	waitq_unlink_conn(w);
 	if (waitq_in_flight(w))
 		return;
 	waitq_remove(w);
@@ -343,10 +348,7 @@ void waitq_shutdown(struct kq *kq)
 	for (w = TAILQ_FIRST(&kq->waiters); w != NULL; w = nx) {
 		nx = TAILQ_NEXT(w, kq_link);
 		waitq_fail(w, ADMIT_E_SHUTTING_DOWN, 0, NULL, NULL);
-		if (w->conn != NULL) {
-			TAILQ_REMOVE(&w->conn->waiters, w, conn_link);
-			w->conn = NULL;
-		}
+		waitq_unlink_conn(w);
 		if (!waitq_in_flight(w))
 			waitq_remove(w);
 	}

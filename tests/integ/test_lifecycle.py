@@ -50,6 +50,45 @@ class LifecycleTest(DaemonCase):
         self.assertAdmitted(c.request(acquire_req("long", k, timeout_ms=0)))
         self.assertEqual(self.status()["scopes"]["long"]["leases"], 1)
 
+    def test_half_closed_client_still_gets_its_reply(self):
+        # `echo REQUEST | socat - UNIX-CONNECT:...` shuts down its write side
+        # after the line and keeps reading: the waiting acquire is answered,
+        # then the daemon closes the connection, which releases the lease.
+        import socket
+        k = self.key()
+        holder = self.conn()
+        lease = self.assertAdmitted(holder.request(acquire_req("long", k)))
+        w = self.daemon.connect()
+        w.send(acquire_req("long", k, id=7))
+        self.wait_waiting("long", 1)
+        w.sock.shutdown(socket.SHUT_WR)
+        holder.request({"op": "release", "lease": lease})
+        got = w.recv()
+        self.assertAdmitted(got)
+        self.assertEqual(got["id"], 7)
+        self.assertTrue(w.closed_by_peer())
+        # Closing released it: the key is free at once.
+        c = self.conn()
+        self.assertAdmitted(c.request(acquire_req("long", k, timeout_ms=0)))
+
+    def test_half_closed_then_gone_waiter_books_nothing(self):
+        # A client that first stops sending and then disappears is noticed
+        # by the connection sweep (1 s), before any slot is handed to it.
+        import socket
+        k = self.key()
+        holder = self.conn()
+        lease = self.assertAdmitted(holder.request(acquire_req("long", k)))
+        w = self.daemon.connect()
+        w.send(acquire_req("long", k))
+        self.wait_waiting("long", 1)
+        w.sock.shutdown(socket.SHUT_WR)
+        w.close()
+        self.wait_waiting("long", 0)
+        holder.request({"op": "release", "lease": lease})
+        c = self.conn()
+        self.assertAdmitted(c.request(acquire_req("long", k, timeout_ms=0)))
+        self.assertEqual(self.status()["scopes"]["long"]["leases"], 1)
+
     def test_vanished_waiter_consumes_no_quota(self):
         k = self.key()
         holder = self.conn()
