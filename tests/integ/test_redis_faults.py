@@ -266,7 +266,8 @@ class ErrorReplyTest(FaultCase):
                           "-evalsha", "-eval")
             pw = write_secret(redis.tmp.path, "pw", secret)
             extra = "redis_user = lim\nredis_password_file = %s\n" % pw
-            with Cluster(self.QUOTA, n=1, admitd_extra=extra, redis=redis) as cl:
+            with Cluster(self.QUOTA, n=1, admitd_extra=extra, redis=redis,
+                         start_redis=False) as cl:  # started above, with the ACL user
                 d = cl.daemons[0]
                 # Connected and authenticated (SCRIPT LOAD is allowed) ...
                 wait_backend(d, "redis", 5.0)
