@@ -100,7 +100,11 @@ struct scope_rt {
 	struct htab *keys; /* key -> struct kq */
 	int64_t leases;	   /* held through this daemon, all keys */
 	int64_t waiting;
+	/* Outcomes of acquires (the seeds' OnWait hook, as counters in `status`). */
 	uint64_t admitted, refused, shadow_limited, timeouts, fallbacks;
+	uint64_t outcome[ADMIT_E__COUNT]; /* refusals by error code */
+	uint64_t canceled;		  /* the client left while waiting */
+	uint64_t wait_ms_total;		  /* summed waited_ms of admissions */
 };
 
 /* conn: conn.c. */

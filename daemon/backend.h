@@ -33,6 +33,13 @@ void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms);
 /* backend_divisor - the fallback divisor for cs now (1 when b is NULL). */
 double backend_divisor(const struct backend *b, const struct conf_scope *cs);
 
+/*
+ * backend_status - add the backend's counters to a status reply: a "redis"
+ * object with the pods seen alive and the failed calls by operation (the
+ * seeds' OnError hook, as counters; each failure is also logged).
+ */
+void backend_status(const struct backend *b, struct preply *r);
+
 /* backend_up - true while Redis takes calls. */
 bool backend_up(const struct backend *b);
 

@@ -42,6 +42,18 @@
 #define RB_CODE_CLUSTER	  (-4)
 #define RB_CODE_QUOTA	  (-5)
 
+/* The operations whose failures are counted, for `status`. */
+enum rb_op {
+	RB_OP_ACQUIRE = 0,
+	RB_OP_RELEASE,
+	RB_OP_ROLLBACK,
+	RB_OP_PENALIZE,
+	RB_OP_HEARTBEAT,
+	RB_OP__COUNT
+};
+static const char *const rb_op_names[RB_OP__COUNT] = { "acquire", "release", "rollback", "penalize",
+						       "heartbeat" };
+
 struct backend {
 	struct admitd *ad;
 	struct rpool *pool;
@@ -55,7 +67,7 @@ struct backend {
 	char *pods_key;
 	struct event *hb_ev;
 	int s_acquire, s_release, s_penalize, s_heartbeat;
-	uint64_t errors;
+	uint64_t errors[RB_OP__COUNT]; /* failed calls by operation */
 };
 
 /* ---- argument vectors ---- */
@@ -251,12 +263,13 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 
 /* ---- failures ---- */
 
-static void rb_failed(struct backend *b, const char *op, enum rp_status st,
+static void rb_failed(struct backend *b, enum rb_op opi, enum rp_status st,
 		      const struct rval *reply)
 {
 	static const char *const names[] = { "ok", "timeout", "connection", "shutdown" };
+	const char *op = rb_op_names[opi];
 
-	b->errors++;
+	b->errors[opi]++;
 	if (st == RP_OK && reply != NULL && reply->type == RV_ERR)
 		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis error reply", "op=%s err=\"%.200s\"",
 				op, reply->s);
@@ -272,7 +285,7 @@ static void rb_failed(struct backend *b, const char *op, enum rp_status st,
 
 struct rb_ff {
 	struct backend *b;
-	const char *op;
+	enum rb_op op;
 };
 
 static void rb_ff_cb(void *arg, enum rp_status st, const struct rval *reply)
@@ -284,7 +297,7 @@ static void rb_ff_cb(void *arg, enum rp_status st, const struct rval *reply)
 	free(ff);
 }
 
-static void rb_ff_eval(struct backend *b, int script, const char *op, struct rargs *a, size_t nkeys)
+static void rb_ff_eval(struct backend *b, int script, enum rb_op op, struct rargs *a, size_t nkeys)
 {
 	struct rb_ff *ff;
 
@@ -310,7 +323,8 @@ static void rb_release_one(struct backend *b, const struct target_rt *t, const c
 	size_t nkeys = 0;
 
 	rb_release_args(&a, b, t, lease_id, mode, tokens, ntokens, &nkeys);
-	rb_ff_eval(b, b->s_release, mode, &a, nkeys);
+	rb_ff_eval(b, b->s_release, strcmp(mode, "rollback") == 0 ? RB_OP_ROLLBACK : RB_OP_RELEASE,
+		   &a, nkeys);
 	rargs_clear(&a);
 }
 
@@ -335,12 +349,12 @@ void backend_release(struct backend *b, struct lease *l, const struct lim_tokens
 		ff = malloc(sizeof(*ff));
 		if (ff == NULL || a[n].oom) {
 			free(ff);
-			rb_failed(b, "release", RP_CONN, NULL);
+			rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
 			rargs_clear(&a[n]);
 			continue;
 		}
 		ff->b = b;
-		ff->op = "release";
+		ff->op = RB_OP_RELEASE;
 		calls[n] = (struct rpool_call){ .script = (size_t)b->s_release,
 						.nkeys = nkeys,
 						.argc = a[n].n,
@@ -354,7 +368,7 @@ void backend_release(struct backend *b, struct lease *l, const struct lim_tokens
 	if (n > 0 && rpool_eval_multi(b->pool, n, calls) != 0) {
 		for (i = 0; i < n; i++)
 			free(calls[i].arg);
-		rb_failed(b, "release", RP_CONN, NULL);
+		rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
 	}
 	for (i = 0; i < n; i++)
 		rargs_clear(&a[i]);
@@ -366,7 +380,7 @@ void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms)
 
 	rb_key(&a, b, kq, "s", -1);
 	rargs_add(&a, "%lld", (long long)delay_ms);
-	rb_ff_eval(b, b->s_penalize, "penalize", &a, 1);
+	rb_ff_eval(b, b->s_penalize, RB_OP_PENALIZE, &a, 1);
 	rargs_clear(&a);
 }
 
@@ -465,7 +479,7 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 		q->r[i].retry = reply->a[1].i;
 		q->r[i].code = (long)reply->a[2].i;
 	} else {
-		rb_failed(q->b, "acquire", st, reply);
+		rb_failed(q->b, RB_OP_ACQUIRE, st, reply);
 		q->failed = true;
 	}
 	free(part);
@@ -551,7 +565,7 @@ static void rb_hb_reply(void *arg, enum rp_status st, const struct rval *reply)
 	if (st == RP_OK && reply != NULL && reply->type == RV_INT && reply->i >= 1)
 		b->pods_seen = reply->i;
 	else if (st != RP_SHUTDOWN)
-		rb_failed(b, "heartbeat", st, reply);
+		rb_failed(b, RB_OP_HEARTBEAT, st, reply);
 }
 
 static void rb_hb_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
@@ -571,7 +585,7 @@ static void rb_hb_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 	len[1] = strlen(argv[1]);
 	len[2] = strlen(argv[2]);
 	if (rpool_eval(b->pool, (size_t)b->s_heartbeat, 1, 3, argv, len, rb_hb_reply, b) != 0)
-		rb_failed(b, "heartbeat", RP_CONN, NULL);
+		rb_failed(b, RB_OP_HEARTBEAT, RP_CONN, NULL);
 }
 
 double backend_divisor(const struct backend *b, const struct conf_scope *cs)
@@ -581,6 +595,19 @@ double backend_divisor(const struct backend *b, const struct conf_scope *cs)
 	if (cs->fallback_divisor_auto)
 		return b->pods_seen > 1 ? (double)b->pods_seen : 1.0;
 	return cs->fallback_divisor < 1.0 ? 1.0 : cs->fallback_divisor;
+}
+
+void backend_status(const struct backend *b, struct preply *r)
+{
+	size_t i;
+
+	preply_push(r, "redis");
+	preply_int(r, "pods_seen", b->pods_seen);
+	preply_push(r, "errors");
+	for (i = 0; i < RB_OP__COUNT; i++)
+		preply_int(r, rb_op_names[i], (int64_t)b->errors[i]);
+	preply_pop(r);
+	preply_pop(r);
 }
 
 bool backend_up(const struct backend *b)

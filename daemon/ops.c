@@ -158,6 +158,7 @@ static void op_status(struct conn *c, struct request *rq)
 	int64_t now = clock_mono_ms(), since = ad->start_ms;
 	const char *state = "local";
 	size_t i;
+	int e;
 
 	if (ad->redis != NULL)
 		state = backend_state(ad->redis, &since);
@@ -167,6 +168,8 @@ static void op_status(struct conn *c, struct request *rq)
 	preply_str(r, "backend", state);
 	preply_int(r, "backend_since_s", (now - since) / 1000);
 	preply_int(r, "connections", (int64_t)ad->nconns);
+	if (ad->redis != NULL)
+		backend_status(ad->redis, r);
 	preply_push(r, "scopes");
 	for (i = 0; i < ad->nscopes; i++) {
 		struct scope_rt *sc = &ad->scopes[i];
@@ -179,6 +182,13 @@ static void op_status(struct conn *c, struct request *rq)
 		preply_int(r, "timeouts", (int64_t)sc->timeouts);
 		preply_int(r, "shadow_limited", (int64_t)sc->shadow_limited);
 		preply_int(r, "fallback_admitted", (int64_t)sc->fallbacks);
+		preply_int(r, "canceled", (int64_t)sc->canceled);
+		preply_int(r, "wait_ms_total", (int64_t)sc->wait_ms_total);
+		preply_push(r, "refusals");
+		for (e = ADMIT_E_BAD_REQUEST; e < ADMIT_E__COUNT; e++)
+			if (sc->outcome[e] > 0)
+				preply_int(r, admit_err_str(e), (int64_t)sc->outcome[e]);
+		preply_pop(r);
 		preply_pop(r);
 	}
 	preply_pop(r);

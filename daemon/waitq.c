@@ -83,6 +83,10 @@ static void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, con
 
 	if (e != ADMIT_E_SHUTTING_DOWN)
 		w->t[0].kq->sc->refused++;
+	w->t[0].kq->sc->outcome[e]++;
+	log_debug("acquire refused", "scope=%s key=\"%s\" error=%s rule=\"%s\" waited_ms=%lld",
+		  w->t[0].kq->sc->cs->name, w->t[0].kq->key, admit_err_str(e), rule ? rule : "",
+		  (long long)(clock_mono_ms() - w->start_ms));
 	if (w->conn == NULL)
 		return;
 	if (retry_ms < 0) /* no wait will do: the cost is larger than the limit */
@@ -109,6 +113,10 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 		return;
 	}
 	l->backend_booked = res->booked;
+	log_debug("acquire admitted", "scope=%s key=\"%s\" backend=%s waited_ms=%lld",
+		  w->t[0].kq->sc->cs->name, w->t[0].kq->key, via_name(res->via),
+		  (long long)(now - w->start_ms));
+	w->t[0].kq->sc->wait_ms_total += (uint64_t)(now - w->start_ms);
 	for (i = 0; i < w->nt; i++) {
 		w->t[i].kq->sc->admitted++;
 		if (res->via == VIA_FALLBACK)
@@ -333,6 +341,8 @@ void waitq_cancel(struct waiter *w)
 	struct kq *kq = w->t[0].kq;
 	bool was_head = waitq_head(kq) == w;
 
+	if (w->conn != NULL)
+		kq->sc->canceled++;
 	waitq_unlink_conn(w);
 	if (waitq_in_flight(w))
 		return;
