@@ -85,6 +85,8 @@ struct kq {
 	struct waiter_list waiters;
 	size_t nwait;
 	int64_t held;		/* leases of this key held through this daemon */
+	int64_t pending;	/* attempts in flight naming this key (any queue's head) */
+	int64_t refs;		/* waiters naming this key as any target: not swept */
 	struct lim_state *lim;	/* in-process limiter (local mode, or Redis fallback) */
 	struct event *retry_ev; /* the head's next attempt */
 	int64_t wake_at;	/* when retry_ev fires; 0 when not armed */

@@ -41,6 +41,7 @@
 #define RB_CODE_MIN_DELAY (-3)
 #define RB_CODE_CLUSTER	  (-4)
 #define RB_CODE_QUOTA	  (-5)
+#define RB_CODE_STALE	  (-6) /* the script ran after not_after: booked nothing */
 
 /* The operations whose failures are counted, for `status`. */
 enum rb_op {
@@ -63,6 +64,8 @@ struct backend {
 	bool closing; /* inside backend_free: calls complete, nothing new is sent */
 	int64_t since_ms;
 	int64_t pods_seen; /* from the last heartbeat while up */
+	int64_t offset_ms; /* Redis TIME minus clock_mono_ms, from the last reply */
+	bool offset_known;
 	char pod_id[64];
 	char *pods_key;
 	struct event *hb_ev;
@@ -174,6 +177,28 @@ static const char *rb_meter(enum conf_meter m)
 	return m == METER_REQUESTS ? "r" : m == METER_CONCURRENCY ? "c" : "t";
 }
 
+/*
+ * The Redis time after which an acquire sent now must book nothing: a little
+ * before this call times out here (a quarter of redis_timeout is left for the
+ * reply to travel), so a script that Redis runs late, after a freeze, cannot
+ * leave a lease behind that the fallback's admission will never release.
+ */
+static int64_t rb_not_after(const struct backend *b)
+{
+	int64_t t = b->ad->conf->redis_timeout_ms, margin = t / 4 > 0 ? t / 4 : 1;
+
+	if (!b->offset_known)
+		return 0;
+	return clock_mono_ms() + b->offset_ms + t - margin;
+}
+
+/* Learn Redis's clock from a reply that carries its TIME. */
+static void rb_saw_time(struct backend *b, long long redis_ms)
+{
+	b->offset_ms = (int64_t)redis_ms - clock_mono_ms();
+	b->offset_known = true;
+}
+
 /* KEYS and ARGV of acquire.lua for one target (see the script's header). */
 static void rb_acquire_args(struct rargs *a, const struct backend *b, const struct target_rt *t,
 			    const char *lease_id, size_t *nkeys)
@@ -211,6 +236,7 @@ static void rb_acquire_args(struct rargs *a, const struct backend *b, const stru
 		rargs_add(a, "%lld", (long long)p.burst);
 		rargs_add(a, "%zu", idx[i]);
 	}
+	rargs_add(a, "%lld", (long long)rb_not_after(b));
 	free(idx);
 }
 
@@ -429,27 +455,12 @@ static void rb_acq_done(struct rb_acq *q)
 	}
 	for (i = 0; i < w->nt && !q->failed; i++) {
 		const struct conf_scope *cs = w->t[i].kq->sc->cs;
-		int64_t retry = q->r[i].retry;
-		if (q->r[i].admitted) {
-			if (lim_release_books(cs, w->t[i].cls))
-				res.booked = true;
-			continue;
-		}
-		if (cs->shadow) {
-			if (!res.shadow_limited)
-				res.rule = rb_rule_name(cs, q->r[i].code);
-			res.shadow_limited = true;
-			w->t[i].kq->sc->shadow_limited++;
-			continue;
-		}
-		if (res.admitted || retry == -1 ||
-		    (res.retry_after_ms != -1 && retry > res.retry_after_ms)) {
-			res.retry_after_ms = retry;
-			res.rule = rb_rule_name(cs, q->r[i].code);
-		}
-		res.admitted = false;
-		res.shadow_limited = false;
+		if (q->r[i].admitted && lim_release_books(cs, w->t[i].cls))
+			res.booked = true;
+		eng_merge(&res, w->t[i].kq->sc, q->r[i].admitted, q->r[i].retry,
+			  rb_rule_name(cs, q->r[i].code));
 	}
+	eng_merge_end(&res);
 	if (q->failed || !res.admitted) {
 		for (i = 0; i < w->nt; i++)
 			if (q->r[i].admitted)
@@ -478,6 +489,12 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 		q->r[i].admitted = reply->a[0].i == 1;
 		q->r[i].retry = reply->a[1].i;
 		q->r[i].code = (long)reply->a[2].i;
+		if (reply->a[3].type == RV_INT)
+			rb_saw_time(q->b, reply->a[3].i);
+		if (q->r[i].code == RB_CODE_STALE) {
+			rb_failed(q->b, RB_OP_ACQUIRE, st, reply);
+			q->failed = true;
+		}
 	} else {
 		rb_failed(q->b, RB_OP_ACQUIRE, st, reply);
 		q->failed = true;
@@ -562,9 +579,11 @@ static void rb_hb_reply(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct backend *b = arg;
 
-	if (st == RP_OK && reply != NULL && reply->type == RV_INT && reply->i >= 1)
-		b->pods_seen = reply->i;
-	else if (st != RP_SHUTDOWN)
+	if (st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == 2 &&
+	    reply->a[0].type == RV_INT && reply->a[0].i >= 1 && reply->a[1].type == RV_INT) {
+		b->pods_seen = reply->a[0].i;
+		rb_saw_time(b, reply->a[1].i);
+	} else if (st != RP_SHUTDOWN)
 		rb_failed(b, RB_OP_HEARTBEAT, st, reply);
 }
 

@@ -74,10 +74,14 @@ static void conn_event_cb(struct bufferevent *bev UNUSED, short what, void *arg)
 {
 	struct conn *c = arg;
 
-	if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && !TAILQ_EMPTY(&c->waiters) &&
+	if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && !c->closing &&
+	    (!TAILQ_EMPTY(&c->waiters) ||
+	     evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) &&
 	    !conn_peer_gone(c)) {
 		c->half_closed = true;
 		bufferevent_disable(c->bev, EV_READ);
+		/* Replies already queued are flushed; waiters close it when done. */
+		conn_waiter_done(c);
 		return;
 	}
 	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))

@@ -24,6 +24,33 @@ static struct lim_state *eng_lim(struct kq *kq)
 	return kq->lim;
 }
 
+void eng_merge(struct eng_res *res, struct scope_rt *sc, bool admitted, int64_t retry,
+	       const char *rule)
+{
+	if (admitted)
+		return;
+	if (sc->cs->shadow) {
+		sc->shadow_limited++;
+		if (res->shadow_rule == NULL)
+			res->shadow_rule = rule;
+		return;
+	}
+	if (!res->refused || retry == -1 ||
+	    (res->retry_after_ms != -1 && retry > res->retry_after_ms)) {
+		res->retry_after_ms = retry;
+		res->rule = rule;
+	}
+	res->refused = true;
+}
+
+void eng_merge_end(struct eng_res *res)
+{
+	res->admitted = !res->refused;
+	res->shadow_limited = res->admitted && res->shadow_rule != NULL;
+	if (res->shadow_limited)
+		res->rule = res->shadow_rule;
+}
+
 struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int64_t now,
 			 const char *lease_id, enum via via)
 {
@@ -44,23 +71,9 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 			return res;
 		}
 		d[i] = lim_check(st, t[i].kq->sc->cs, div[i], now, &rq);
-		if (d[i].admitted)
-			continue;
-		if (t[i].kq->sc->cs->shadow) {
-			if (!res.shadow_limited)
-				res.rule = d[i].rule;
-			res.shadow_limited = true;
-			t[i].kq->sc->shadow_limited++;
-			continue;
-		}
-		if (res.admitted || d[i].retry_after_ms == -1 ||
-		    (res.retry_after_ms != -1 && d[i].retry_after_ms > res.retry_after_ms)) {
-			res.retry_after_ms = d[i].retry_after_ms;
-			res.rule = d[i].rule;
-		}
-		res.admitted = false;
-		res.shadow_limited = false;
+		eng_merge(&res, t[i].kq->sc, d[i].admitted, d[i].retry_after_ms, d[i].rule);
 	}
+	eng_merge_end(&res);
 	if (!res.admitted)
 		return res;
 	for (i = 0; i < nt; i++) {

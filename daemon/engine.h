@@ -21,10 +21,22 @@ struct eng_res {
 	int64_t retry_after_ms; /* refusals */
 	const char *rule;	/* refusals and shadow refusals */
 	enum via via;
-	bool shadow_limited; /* admitted only because the refusing scope is shadow */
-	bool booked;	     /* state to release exists in the backend */
-	bool unavailable;    /* refused because fail_mode = closed and Redis is down */
+	bool shadow_limited;	 /* admitted only because the refusing scope is shadow */
+	bool booked;		 /* state to release exists in the backend */
+	bool unavailable;	 /* refused because fail_mode = closed and Redis is down */
+	bool refused;		 /* eng_merge: a non-shadow target refused */
+	const char *shadow_rule; /* eng_merge: the first shadow target's refusal */
 };
+
+/*
+ * eng_merge - fold one target's decision into res (which starts admitted):
+ * the refusal with the longest wait names the rule (never-passing -1 wins,
+ * ties: the first); a shadow scope's refusal is counted and remembered but
+ * refuses nothing. eng_merge_end settles res once every target is in.
+ */
+void eng_merge(struct eng_res *res, struct scope_rt *sc, bool admitted, int64_t retry,
+	       const char *rule);
+void eng_merge_end(struct eng_res *res);
 
 typedef void eng_cb(void *arg, const struct eng_res *r);
 

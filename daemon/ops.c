@@ -47,7 +47,7 @@ static void ops_error(struct conn *c, const struct request *rq, enum admit_err e
 static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *out)
 {
 	char msg[256];
-	size_t i;
+	size_t i, j;
 
 	for (i = 0; i < rq->ntargets; i++) {
 		struct proto_target *pt = &rq->targets[i];
@@ -85,6 +85,16 @@ static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *ou
 		if (out[i].kq == NULL) {
 			ops_error(c, rq, ADMIT_E_UNAVAILABLE, "out of memory");
 			return false;
+		}
+		for (j = 0; j < i; j++) {
+			/* Booked twice in process, refused by itself in Redis: say so. */
+			if (out[j].kq == out[i].kq) {
+				snprintf(msg, sizeof(msg),
+					 "scope \"%s\" key \"%.200s\" is named twice", pt->scope,
+					 out[i].kq->key);
+				ops_error(c, rq, ADMIT_E_BAD_REQUEST, msg);
+				return false;
+			}
 		}
 	}
 	return true;
@@ -142,8 +152,10 @@ static void op_penalize(struct conn *c, struct request *rq)
 
 	if (!ops_targets(c, rq, t))
 		return;
-	if (delay < 0) /* an HTTP-date */
+	if (delay < 0) /* an HTTP-date: as bounded as the other forms */
 		delay = rq->penalty_until_wall_ms - clock_wall_ms();
+	if (delay > PROTO_MAX_TIMEOUT_MS)
+		delay = PROTO_MAX_TIMEOUT_MS;
 	for (i = 0; i < rq->ntargets && delay > 0; i++)
 		eng_penalize(t[i].kq, delay);
 	r = preply_new(rq->id, true);

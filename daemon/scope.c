@@ -96,7 +96,7 @@ static void kq_sweep_one(void *arg, const char *key, void *val)
 	struct sweep_ctx *sw = arg;
 	struct kq *kq = val;
 
-	if (kq->nwait > 0 || kq->held > 0 || kq->busy)
+	if (kq->nwait > 0 || kq->held > 0 || kq->busy || kq->refs > 0 || kq->pending > 0)
 		return;
 	if (kq->lim != NULL && !lim_idle(kq->lim, sw->sc->cs, sw->now))
 		return;

@@ -60,7 +60,10 @@ static void waitq_unlink_conn(struct waiter *w)
 static void waitq_remove(struct waiter *w)
 {
 	struct kq *kq = w->t[0].kq;
+	size_t i;
 
+	for (i = 0; i < w->nt; i++)
+		w->t[i].kq->refs--;
 	if (waitq_head(kq) == w && kq->retry_ev != NULL) {
 		event_del(kq->retry_ev);
 		kq->wake_at = 0;
@@ -158,8 +161,10 @@ static void waitq_deadline_cb(evutil_socket_t fd UNUSED, short what UNUSED, void
 	struct kq *kq = w->t[0].kq;
 	bool was_head = waitq_head(kq) == w;
 
-	w->t[0].kq->sc->timeouts++;
-	waitq_fail(w, ADMIT_E_TIMEOUT, 0, waitq_blame(w), "waited the whole budget");
+	if (w->conn != NULL) { /* a waiter whose client left was counted as canceled */
+		w->t[0].kq->sc->timeouts++;
+		waitq_fail(w, ADMIT_E_TIMEOUT, 0, waitq_blame(w), "waited the whole budget");
+	}
 	if (waitq_in_flight(w)) {
 		/* The decision in flight finds conn NULL and cleans up. */
 		waitq_unlink_conn(w);
@@ -191,7 +196,11 @@ void waitq_add(struct waiter *w)
 	struct kq *kq = w->t[0].kq;
 	struct scope_rt *sc = kq->sc;
 	int64_t now = clock_mono_ms();
+	size_t i;
 
+	/* Every target's kq stays alive while w names it (the sweep skips it). */
+	for (i = 0; i < w->nt; i++)
+		w->t[i].kq->refs++;
 	TAILQ_INSERT_TAIL(&kq->waiters, w, kq_link);
 	kq->nwait++;
 	sc->waiting++;
@@ -232,7 +241,9 @@ static bool waitq_sem_free(struct waiter *w, bool *own, const char **rule)
 
 	for (i = 0; i < w->nt; i++) {
 		const struct conf_scope *cs = w->t[i].kq->sc->cs;
-		if (cs->max_concurrent > 0 && w->t[i].kq->held >= cs->max_concurrent) {
+		/* Attempts in flight count: their admissions would land after this check. */
+		if (cs->max_concurrent > 0 &&
+		    w->t[i].kq->held + w->t[i].kq->pending >= cs->max_concurrent) {
 			*own = i == 0;
 			*rule = LIM_RULE_MAX_CONCURRENT;
 			return false;
@@ -263,6 +274,7 @@ void waitq_pump(struct kq *kq)
 		struct waiter *w = waitq_head(kq);
 		const char *rule = NULL;
 		bool own = true;
+		size_t i;
 
 		if (!waitq_sem_free(w, &own, &rule)) {
 			int64_t retry = kq->sc->cs->concurrency_retry_ms;
@@ -278,6 +290,8 @@ void waitq_pump(struct kq *kq)
 		}
 		lease_make_id(w->lease_id);
 		kq->busy = true;
+		for (i = 0; i < w->nt; i++)
+			w->t[i].kq->pending++;
 		eng_acquire(kq->sc->ad, w, w->lease_id, waitq_decided, w);
 	}
 	kq->in_pump = false;
@@ -300,6 +314,8 @@ static void waitq_decided(void *arg, const struct eng_res *res)
 	struct kq *kq = w->t[0].kq;
 	int64_t now = clock_mono_ms();
 	bool nested = kq->in_pump;
+	struct kq *others[PROTO_MAX_TARGETS];
+	size_t i, nothers = w->nt - 1;
 
 	/*
 	 * Hold the pump off until w has left the queue: an admission nobody can
@@ -308,6 +324,10 @@ static void waitq_decided(void *arg, const struct eng_res *res)
 	 */
 	kq->in_pump = true;
 	kq->busy = false;
+	for (i = 0; i < w->nt; i++)
+		w->t[i].kq->pending--;
+	for (i = 1; i < w->nt; i++)
+		others[i - 1] = w->t[i].kq;
 	w->decided = true;
 	w->last_via = res->via;
 	if (res->admitted) {
@@ -334,6 +354,10 @@ static void waitq_decided(void *arg, const struct eng_res *res)
 	kq->in_pump = nested;
 	if (!nested)
 		waitq_pump(kq);
+	/* This attempt no longer counts against the other targets' max_concurrent
+	 * (the sweep runs from its own timer, so the kqs are still there). */
+	for (i = 0; i < nothers; i++)
+		waitq_pump(others[i]);
 }
 
 void waitq_cancel(struct waiter *w)

@@ -10,9 +10,11 @@
 -- ARGV: lease_id count cost floor min_delay_ms serialized cluster_concurrency
 --       quota quota_window_ms lease_ttl_ms concurrency_retry_ms track_leases nrules
 --       then per rule: meter(r|t|c) kind amount window_ms burst code
+--       then not_after: a Redis time (ms) after which the caller has given up on
+--       this call (it timed out and decided otherwise): book nothing then; 0: none
 -- Returns {admitted 1|0, retry_after_ms, code, now_ms}; code names the deciding
 -- limit: -1 none, -2 penalty, -3 min_delay, -4 cluster_concurrency, -5 quota,
--- >= 0 the rule's index in the scope.
+-- >= 0 the rule's index in the scope, -6 stale (ran after not_after).
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -32,6 +34,13 @@ local lease_ttl = tonumber(ARGV[10])
 local conc_retry = tonumber(ARGV[11])
 local track = ARGV[12] == '1'
 local nrules = tonumber(ARGV[13])
+local not_after = tonumber(ARGV[14 + nrules * 6]) or 0
+
+-- A call that Redis runs late (it was frozen, or the reply could not make the
+-- caller's timeout) must not book a lease nobody will release.
+if not_after > 0 and now > not_after then
+	return { 0, 0, -6, now }
+end
 
 local sk, qk, lk = KEYS[1], KEYS[2], KEYS[3]
 

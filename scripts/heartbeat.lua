@@ -5,7 +5,7 @@
 -- dropped. fallback_divisor = auto divides by the count this returns.
 --
 -- KEYS[1] pods zset   ARGV[1] pod id   ARGV[2] liveness window ms
--- Returns the number of pods alive (including this one).
+-- Returns {pods alive (including this one), Redis time in ms}.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -16,4 +16,4 @@ local window = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 redis.call('PEXPIRE', KEYS[1], window)
-return redis.call('ZCARD', KEYS[1])
+return { redis.call('ZCARD', KEYS[1]), now }
