@@ -773,7 +773,9 @@ static char *conf_reader(char *buf, int num, void *stream)
 		e--;
 	if (x->lineno == 1 && e - s >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0)
 		s += 3;
-	while (s < e && (*s == ' ' || *s == '\t'))
+	/* Every blank libinih's lskip would skip (\v and \f too): a line it
+	 * sees starting with one would be glued onto the previous value. */
+	while (s < e && isspace((unsigned char)*s))
 		s++;
 	len = (size_t)(e - s);
 	buf[0] = '\0';

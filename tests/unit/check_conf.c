@@ -563,6 +563,19 @@ END_TEST
 
 /* A physical line longer than libinih's buffer: reported once, at its own line,
  * and the lines after it keep their numbers. */
+/* Lines indented with any blank libinih skips (\v, \f too) stand alone. */
+START_TEST(test_vertical_tab_indent)
+{
+	struct conf *c = load("[scope a]\nquota = 5/1m\n\vtimeout = 1s\n\f rule = requests 10/1s\n");
+
+	ck_assert_msg(c != NULL, "%s", errtext);
+	ck_assert_int_eq(conf_scope_find(c, "a")->timeout_ms, 1000);
+	ck_assert_int_eq(conf_scope_find(c, "a")->quota, 5);
+	ck_assert_uint_eq(conf_scope_find(c, "a")->nrules, 1);
+	conf_free(c);
+}
+END_TEST
+
 START_TEST(test_long_line)
 {
 	char text[1024], val[301];
@@ -774,6 +787,7 @@ static Suite *conf_suite(void)
 	tcase_add_loop_test(tc, test_errors, 0, N(err_vecs));
 	tcase_add_test(tc, test_many_errors);
 	tcase_add_test(tc, test_long_line);
+	tcase_add_test(tc, test_vertical_tab_indent);
 	tcase_add_test(tc, test_nul_byte);
 	tcase_add_test(tc, test_load_file_errors);
 	tcase_add_test(tc, test_example_confs);
