@@ -173,9 +173,11 @@ static enum admit_err proto_penalty(json_t *root, struct request *rq, char *msg,
 	if (ra == NULL || json_is_null(ra))
 		PROTO_FAIL(ADMIT_E_BAD_REQUEST,
 			   "\"retry_after_ms\" or \"retry_after\" is required");
-	if (json_is_integer(ra) && json_integer_value(ra) >= 0 &&
-	    json_integer_value(ra) <= PROTO_MAX_TIMEOUT_MS / 1000) {
-		rq->penalty_ms = json_integer_value(ra) * 1000;
+	if (json_is_integer(ra) && json_integer_value(ra) >= 0) {
+		/* An upstream's hold beyond the cap holds for the cap. */
+		rq->penalty_ms = json_integer_value(ra) > PROTO_MAX_TIMEOUT_MS / 1000
+				     ? PROTO_MAX_TIMEOUT_MS
+				     : json_integer_value(ra) * 1000;
 		return ADMIT_OK;
 	}
 	if (!json_is_string(ra) || !proto_parse_retry_after(json_string_value(ra), &rq->penalty_ms,
@@ -306,9 +308,10 @@ bool proto_parse_retry_after(const char *s, int64_t *delay_ms, int64_t *until_wa
 		v = strtoll(s, &end, 10);
 		while (isspace((unsigned char)*end))
 			end++;
-		if (*end != '\0' || v < 0 || v > PROTO_MAX_TIMEOUT_MS / 1000)
+		if (*end != '\0' || v < 0)
 			return false;
-		*delay_ms = v * 1000;
+		/* strtoll saturates on overflow; the cap applies either way */
+		*delay_ms = v > PROTO_MAX_TIMEOUT_MS / 1000 ? PROTO_MAX_TIMEOUT_MS : v * 1000;
 		return true;
 	}
 	for (i = 0; i < sizeof(fmts) / sizeof(fmts[0]); i++) {
