@@ -566,7 +566,8 @@ END_TEST
 /* Lines indented with any blank libinih skips (\v, \f too) stand alone. */
 START_TEST(test_vertical_tab_indent)
 {
-	struct conf *c = load("[scope a]\nquota = 5/1m\n\vtimeout = 1s\n\f rule = requests 10/1s\n");
+	struct conf *c =
+	    load("[scope a]\nquota = 5/1m\n\vtimeout = 1s\n\f rule = requests 10/1s\n");
 
 	ck_assert_msg(c != NULL, "%s", errtext);
 	ck_assert_int_eq(conf_scope_find(c, "a")->timeout_ms, 1000);
