@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,6 +55,43 @@ static char *admit_strdup(const char *s)
 	return s ? strdup(s) : NULL;
 }
 
+/*
+ * Connect fd to sun within a->io_timeout_ms. An AF_UNIX connect does not go
+ * "in progress" the way TCP's does: on a full listen backlog (a frozen
+ * daemon) a non-blocking connect fails at once with EAGAIN, and a blocking
+ * one sleeps until the daemon accepts, forever if it never does. SO_SNDTIMEO
+ * bounds that sleep (the kernel wakes the connect as soon as the backlog has
+ * room); it is cleared again afterwards, the rest of the file polls instead.
+ * 0, or -1 with errno set (ETIMEDOUT when the backlog stayed full).
+ */
+static int admit_connect_fd(struct admit *a, int fd, const struct sockaddr_un *sun)
+{
+	const struct timeval none = { 0, 0 };
+	int64_t deadline = admit_now_ms() + (a->io_timeout_ms > 0 ? a->io_timeout_ms : 1);
+	struct timeval tv;
+	int64_t left;
+	int rc;
+
+	for (;;) {
+		left = deadline - admit_now_ms();
+		if (left <= 0) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		tv.tv_sec = (time_t)(left / 1000);
+		tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
+		if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+			return -1;
+		rc = connect(fd, (const struct sockaddr *)sun, sizeof(*sun));
+		if (rc == 0 || (errno != EINTR && errno != EAGAIN))
+			break;
+		/* EINTR: retry with what is left; EAGAIN: the loop's deadline check */
+	}
+	if (rc < 0)
+		return -1;
+	return setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none));
+}
+
 /* Connect a->path; 0 or -1 with errno set. */
 static int admit_open(struct admit *a)
 {
@@ -70,9 +108,7 @@ static int admit_open(struct admit *a)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
-	while (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
-		if (errno == EINTR)
-			continue;
+	if (admit_connect_fd(a, fd, &sun) < 0) {
 		saved = errno;
 		close(fd);
 		errno = saved;

@@ -118,7 +118,9 @@ struct admit;
 /*
  * admit_connect - connect to admitd. `path` NULL or "" means $ADMITD_SOCKET,
  * else ADMIT_DEFAULT_SOCKET. Returns NULL on failure with errno set (the
- * library prints nothing). admit_close closes and frees; NULL is fine.
+ * library prints nothing). The connect itself waits at most the default
+ * I/O timeout (10 s) for a daemon that does not accept (its listen backlog is
+ * full): errno ETIMEDOUT. admit_close closes and frees; NULL is fine.
  * A handle whose connection broke reconnects on its next call; leases that
  * were not detached were released by the daemon when it broke.
  */
@@ -130,7 +132,8 @@ const char *admit_socket_path(const struct admit *a);
 
 /*
  * admit_set_io_timeout - how long a call may wait for its reply beyond the
- * request's own wait budget (default 10000 ms). An acquire with the scope's
+ * request's own wait budget (default 10000 ms); also how long a reconnect
+ * may wait for the daemon to accept. An acquire with the scope's
  * default budget (ADMIT_TIMEOUT_DEFAULT) has no client deadline: the daemon
  * answers when its budget runs out.
  */

@@ -61,6 +61,9 @@ static const struct cli_exit_doc {
 	{ 126, "run: the command could not be executed" },
 	{ 127, "run: the command was not found" },
 	{ -1, "run: otherwise the command's own exit status, 128+N if killed by signal N" },
+	{ -1, "run: the two can collide: 64-80, 126 and 127 may be admit's own or the\n"
+	      "  command's (a command that exits 75 looks limited); when that matters,\n"
+	      "  have the command record its status itself, or use acquire + release" },
 };
 
 enum cli_opt_id {
@@ -231,7 +234,8 @@ static int cli_fail(const char *what, const struct admit_result *r)
 
 /*
  * Parse a duration into ms: a number (decimals allowed) with a unit ms, s,
- * m or h; a bare number is seconds when bare_ok. Returns 0 or -1.
+ * m or h; a bare number is seconds when bare_ok. Any nonzero duration is
+ * at least 1 ms (0 alone means "do not wait"). Returns 0 or -1.
  */
 static int cli_duration(const char *s, bool bare_ok, int64_t *ms)
 {
@@ -239,6 +243,7 @@ static int cli_duration(const char *s, bool bare_ok, int64_t *ms)
 		const char *unit;
 		double ms;
 	} units[] = { { "ms", 1 }, { "s", 1000 }, { "m", 60000 }, { "h", 3600000 } };
+	const char *unit;
 	char *end;
 	double v;
 	size_t i;
@@ -249,13 +254,13 @@ static int cli_duration(const char *s, bool bare_ok, int64_t *ms)
 	v = strtod(s, &end);
 	if (errno != 0 || end == s || !isfinite(v) || v < 0)
 		return -1;
-	if (*end == '\0' && bare_ok) {
-		*ms = (int64_t)llround(v * 1000);
-		return 0;
-	}
+	unit = *end == '\0' && bare_ok ? "s" : end;
 	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-		if (strcmp(end, units[i].unit) == 0 && v * units[i].ms < 9e15) {
+		if (strcmp(unit, units[i].unit) == 0 && v * units[i].ms < 9e15) {
 			*ms = (int64_t)llround(v * units[i].ms);
+			/* 0.0001s is a (tiny) wait, not "do not wait" */
+			if (*ms == 0 && v > 0)
+				*ms = 1;
 			return 0;
 		}
 	}
@@ -385,7 +390,9 @@ static int cmd_penalize(struct admit *a, const struct cli_args *ar)
 	int64_t ms = -1;
 	int rc;
 
-	if (ar->npos == 3)
+	if (ar->npos == 3 && ar->val[O_URL] != NULL)
+		return cli_usage_error("%s: give KEY or --url, not both", ar->pos[1]);
+	else if (ar->npos == 3)
 		key = ar->pos[1];
 	else if (ar->val[O_URL] == NULL)
 		return cli_usage_error("%s: penalize wants SCOPE KEY RETRY_AFTER", ar->pos[0]);
@@ -402,9 +409,23 @@ static int cmd_penalize(struct admit *a, const struct cli_args *ar)
 }
 
 static volatile sig_atomic_t cli_child;
+static volatile sig_atomic_t cli_session_leader; /* set before the handler is installed */
 
-static void cli_forward(int sig)
+/*
+ * Pass a signal on to CMD, unless the kernel sent it to our whole process
+ * group, CMD included: a terminal's INTR (^C), QUIT (^\) or hangup reach the
+ * foreground group with si_code SI_KERNEL (> 0), and forwarding them too
+ * would give CMD two SIGINTs for one ^C. Sent by a process (kill(1), a
+ * supervisor: SI_USER, SI_QUEUE, SI_TKILL, all <= 0) they reached admit
+ * only. The kernel's hangup of a session goes to its leader only: when that
+ * is admit, CMD has not seen it.
+ */
+static void cli_forward(int sig, siginfo_t *si, void *uctx)
 {
+	(void)uctx;
+	if (si != NULL && si->si_code > 0 && sig != SIGTERM &&
+	    !(sig == SIGHUP && cli_session_leader))
+		return;
 	if (cli_child > 0)
 		kill((pid_t)cli_child, sig);
 }
@@ -413,18 +434,25 @@ static const int cli_fwd_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
 #define NFWD (sizeof(cli_fwd_sigs) / sizeof(cli_fwd_sigs[0]))
 
 /*
- * Fork and exec ar->cmd with the forwarded signals blocked across the fork,
- * so a signal never finds the child's pid unset. Returns the wait status,
- * or -1 when fork failed.
+ * Fork and exec cmd with the forwarded signals blocked across the fork, so a
+ * signal never finds the child's pid unset. SIGCHLD is set to its default
+ * for admit's waitpid (an ignored SIGCHLD, inherited through exec, has the
+ * kernel reap CMD by itself: ECHILD); CMD gets back the disposition admit
+ * was started with. Returns the wait status, or -1 after saying on stderr
+ * what failed.
  */
 static int cli_spawn(char **cmd)
 {
-	struct sigaction sa = { .sa_handler = cli_forward, .sa_flags = SA_RESTART };
+	struct sigaction sa = { .sa_sigaction = cli_forward, .sa_flags = SA_SIGINFO | SA_RESTART };
+	struct sigaction chld = { .sa_handler = SIG_DFL }, oldchld;
 	sigset_t block, old;
 	int status, e;
 	size_t i;
 	pid_t pid;
 
+	cli_session_leader = getsid(0) == getpid();
+	sigemptyset(&chld.sa_mask);
+	sigaction(SIGCHLD, &chld, &oldchld);
 	sigemptyset(&block);
 	for (i = 0; i < NFWD; i++)
 		sigaddset(&block, cli_fwd_sigs[i]);
@@ -432,6 +460,7 @@ static int cli_spawn(char **cmd)
 	fflush(NULL);
 	pid = fork();
 	if (pid == 0) {
+		sigaction(SIGCHLD, &oldchld, NULL);
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		execvp(cmd[0], cmd);
 		e = errno;
@@ -439,7 +468,9 @@ static int cli_spawn(char **cmd)
 		_exit(e == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC);
 	}
 	if (pid < 0) {
+		e = errno;
 		sigprocmask(SIG_SETMASK, &old, NULL);
+		fprintf(stderr, "admit: run: fork: %s\n", strerror(e));
 		return -1;
 	}
 	cli_child = pid;
@@ -447,9 +478,15 @@ static int cli_spawn(char **cmd)
 	for (i = 0; i < NFWD; i++)
 		sigaction(cli_fwd_sigs[i], &sa, NULL);
 	sigprocmask(SIG_SETMASK, &old, NULL);
-	while (waitpid(pid, &status, 0) < 0)
-		if (errno != EINTR)
+	while (waitpid(pid, &status, 0) < 0) {
+		if (errno != EINTR) {
+			e = errno;
+			cli_child = 0;
+			fprintf(stderr, "admit: run: waiting for %s (pid %ld): %s\n", cmd[0],
+				(long)pid, strerror(e));
 			return -1;
+		}
+	}
 	cli_child = 0;
 	return status;
 }
@@ -477,7 +514,6 @@ static int cmd_run(struct admit *a, const struct cli_args *ar)
 	admit_result_free(&r);
 	status = cli_spawn(ar->cmd);
 	if (status < 0) {
-		fprintf(stderr, "admit: run: fork: %s\n", strerror(errno));
 		rc = EXIT_SOFTWARE;
 	} else if (WIFSIGNALED(status)) {
 		rc = 128 + WTERMSIG(status);

@@ -8,8 +8,11 @@ with "cli-" or "lib-" so they never meet the vectors' keys.
 
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
+import tempfile
 import sys
 import time
 import unittest
@@ -96,6 +99,7 @@ class TestCli(DaemonCase):
             self.assertIn("admit " + word, out)
         for c in (" 64 ", " 69 ", " 75 ", " 78 ", " 79 ", " 80 "):
             self.assertIn(c, out)
+        self.assertIn("can collide", out)  # run: admit's codes vs the command's
 
     def test_usage_errors(self):
         self.assertExit(self.admit(), 64)
@@ -234,6 +238,24 @@ class TestCli(DaemonCase):
         self.assertExit(self.admit("try", "open", "cli-pen.example.com"), 75)
         self.assertExit(self.admit("penalize", "open", "cli-pen-4"), 64)
         self.assertExit(self.admit("penalize", "open", "cli-pen-4", "soon"), 65)
+        # KEY and --url together: a usage error, not the library's bad arguments
+        code, _, err = self.admit("penalize", "open", "cli-pen-4", "30s", "--url", "http://x/")
+        self.assertEqual(code, 64, err)
+        self.assertIn("not both", err)
+
+    def test_tiny_timeout_is_a_wait_not_do_not_wait(self):
+        # 0.0001s rounds to 0 ms; it must still wait (1 ms): timeout (80), where
+        # --timeout 0 ("do not wait") answers at once with limited (75)
+        code, out, _ = self.admit("acquire", "solo", "cli-tiny-1")
+        self.assertEqual(code, 0)
+        try:
+            self.assertExit(self.admit("acquire", "solo", "cli-tiny-1", "--timeout", "0"), 75)
+            self.assertExit(self.admit("acquire", "solo", "cli-tiny-1", "--timeout",
+                                       "0.0001s"), 80)
+            self.assertExit(self.admit("acquire", "solo", "cli-tiny-1", "--timeout",
+                                       "0.0001"), 80)
+        finally:
+            self.admit("release", out.strip())
 
     def test_run_propagates_exit_status(self):
         self.assertExit(self.admit("run", "solo", "cli-run-1", "--", "sh", "-c", "exit 7"), 7)
@@ -276,13 +298,21 @@ class TestCli(DaemonCase):
             rc = p.wait(10)
             self.assertLess(time.monotonic() - t0, 5, "the child did not get the signal")
         finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            p.stdout.close()
-            p.stderr.close()
+            self._reap(p)
         self.assertEqual(rc, 128 + sig)
-        # released: a try on the max_concurrent=1 key succeeds at once
+        self._assert_released(key)
+
+    @staticmethod
+    def _reap(p):
+        """Kill p if a failed test left it running; close its pipes."""
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+
+    def _assert_released(self, key):
+        """admit run released: a try on the max_concurrent=1 key succeeds at once."""
         code, out, err = self.admit("try", "solo", key)
         self.assertEqual(code, 0, err)
         self.admit("release", out.strip())
@@ -292,6 +322,65 @@ class TestCli(DaemonCase):
 
     def test_run_sigint_forwards_and_releases(self):
         self._run_and_signal("cli-run-sig-2", signal.SIGINT)
+
+    def test_run_terminal_ctrl_c_reaches_the_command_once(self):
+        """^C on a terminal signals the whole foreground group, the command
+        included: admit must not pass on a second SIGINT. The command exits
+        with the number of SIGINTs it saw."""
+        import fcntl
+        import pty
+        import termios
+        counter = ("import signal, sys, time\n"
+                   "n = 0\n"
+                   "def h(s, f):\n"
+                   "    global n\n"
+                   "    n += 1\n"
+                   "signal.signal(signal.SIGINT, h)\n"
+                   "print('ready', flush=True)\n"
+                   "end = time.monotonic() + 10\n"
+                   "while n == 0 and time.monotonic() < end:\n"
+                   "    time.sleep(0.01)\n"
+                   "time.sleep(0.5)\n"  # room for a second, forwarded SIGINT
+                   "sys.exit(n)\n")
+        master, slave = pty.openpty()
+
+        def own_terminal():  # a session of its own, the pty as its terminal
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        p = subprocess.Popen([launcher.ADMIT_BIN, "--socket", self.daemon.socket, "run", "solo",
+                              "cli-run-tty-1", "--", sys.executable, "-c", counter],
+                             stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             preexec_fn=own_terminal)
+        os.close(slave)
+        try:
+            ready, _, _ = select.select([p.stdout], [], [], 10)
+            self.assertTrue(ready, "the command never started")
+            self.assertEqual(p.stdout.readline(), b"ready\n")
+            os.write(master, b"\x03")  # the terminal's INTR character
+            rc = p.wait(15)
+        finally:
+            self._reap(p)
+            os.close(master)
+        self.assertEqual(rc, 1, "the command saw %d SIGINTs for one ^C" % rc)
+        self._assert_released("cli-run-tty-1")
+
+    def test_run_with_sigchld_ignored(self):
+        """An ignored SIGCHLD survives exec; admit run must still get the
+        command's status, and give the command the disposition it got."""
+        def ignore_sigchld():
+            signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+
+        base = [launcher.ADMIT_BIN, "--socket", self.daemon.socket, "run", "solo", "cli-chld-1",
+                "--"]
+        p = subprocess.run(base + ["sh", "-c", "exit 3"], capture_output=True, text=True,
+                           timeout=20, preexec_fn=ignore_sigchld)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        probe = ("import signal, sys\n"
+                 "sys.exit(4 if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN else 5)\n")
+        p = subprocess.run(base + [sys.executable, "-c", probe], capture_output=True, text=True,
+                           timeout=20, preexec_fn=ignore_sigchld)
+        self.assertEqual(p.returncode, 4, p.stderr)
 
 
 class TestDaemonStops(unittest.TestCase):
@@ -321,6 +410,45 @@ class TestDaemonStops(unittest.TestCase):
         self.assertEqual(w.returncode, 69, err)
         self.assertIn("shutting_down", err)
         self.assertEqual(out, "")
+
+
+class TestFrozenDaemon(unittest.TestCase):
+    """A daemon that stopped accepting: its listen backlog is full."""
+
+    def test_connect_gives_up_at_the_io_timeout(self):
+        launcher.require_binaries(launcher.ADMIT_BIN)
+        with tempfile.TemporaryDirectory(prefix="admit-frozen-") as tmp:
+            path = os.path.join(tmp, "admitd.sock")
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            held = []
+            try:
+                listener.bind(path)
+                listener.listen(0)
+                for _ in range(8):  # connect until the backlog refuses
+                    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    c.setblocking(False)
+                    try:
+                        c.connect(path)
+                    except BlockingIOError:
+                        c.close()
+                        break
+                    held.append(c)
+                else:
+                    self.fail("the listen backlog never filled")
+                t0 = time.monotonic()
+                p = subprocess.run([launcher.ADMIT_BIN, "--socket", path, "ping"],
+                                   capture_output=True, text=True, timeout=25)
+                took = time.monotonic() - t0
+            finally:
+                for c in held:
+                    c.close()
+                listener.close()
+        self.assertEqual(p.returncode, 69, p.stderr)
+        self.assertIn("daemon unreachable", p.stderr)
+        self.assertIn("timed out", p.stderr)
+        # the library's default I/O timeout is 10 s
+        self.assertGreaterEqual(took, 9.5)
+        self.assertLess(took, 15)
 
 
 class TestNoDaemon(unittest.TestCase):
