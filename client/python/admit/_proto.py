@@ -12,13 +12,39 @@ import json
 import math
 import os
 
-from .errors import error_from_reply
+from .errors import BadRequest, error_from_reply
 
 DEFAULT_SOCKET = "/run/admitd/admitd.sock"
 SOCKET_ENV = "ADMITD_SOCKET"
 
+# The daemon's default max_line: the longest line (here: with its newline)
+# a client sends. A longer one would get an id-less line_too_long and the
+# connection closed, taking its non-detached leases with it.
+DEFAULT_MAX_LINE = 64 * 1024
+LINE_TOO_LONG = "line_too_long"
+
 # What the wire says for a reply that is not a JSON object.
 BAD_REPLY = "bad_reply"
+
+
+def check_max_line(max_line):
+    """max_line as given to a client: a whole number of bytes >= 2."""
+    if isinstance(max_line, bool) or not isinstance(max_line, int):
+        raise TypeError("max_line must be a whole number of bytes, not %r" % (max_line,))
+    if max_line < 2:
+        raise ValueError("max_line must be >= 2, not %r" % (max_line,))
+    return max_line
+
+
+def check_line(line, max_line):
+    """Raise BadRequest (line_too_long) for a wire line (bytes, newline
+    included) longer than max_line, before it is sent."""
+    if len(line) > max_line:
+        raise BadRequest(
+            LINE_TOO_LONG,
+            "request line of %d bytes is longer than max_line (%d); not sent"
+            % (len(line), max_line),
+        )
 
 
 def socket_path(socket=None):
@@ -172,14 +198,15 @@ class Pending(object):
     """Who waits for which reply on one connection: waiters by request id,
     a FIFO of waiters for id-less lines (their replies come back without an
     id, in order), and the ids of acquires nobody waits for any more (their
-    lease, if admitted, must be released at once). A waiter is anything the
-    caller hands in; this class only files and finds them. Not locked: the
-    blocking client holds its lock around every call, the asyncio client
-    runs them on its loop."""
+    lease, if admitted, must be released at once). Each entry also keeps
+    its line's length, to find the line an id-less line_too_long refused.
+    A waiter is anything the caller hands in; this class only files and
+    finds them. Not locked: the blocking client holds its lock around every
+    call, the asyncio client runs them on its loop."""
 
     def __init__(self):
-        self.by_id = {}
-        self.anon = collections.deque()
+        self.by_id = {}  # key -> [waiter, line length]
+        self.anon = collections.deque()  # [waiter, line length]
         self.orphans = set()
 
     @staticmethod
@@ -188,42 +215,81 @@ class Pending(object):
         # echoes it, so its canonical JSON text identifies it.
         return json.dumps(rid, sort_keys=True, separators=(",", ":"))
 
-    def add(self, rid, waiter):
+    def add(self, rid, waiter, size=0):
+        """File waiter for the reply to a line of size bytes with id rid."""
         if rid is None:
-            self.anon.append(waiter)
+            self.anon.append([waiter, size])
         else:
-            self.by_id[self._key(rid)] = waiter
+            self.by_id[self._key(rid)] = [waiter, size]
 
     def forget(self, rid, waiter, orphan):
         """Stop waiting for rid (orphan: release its lease if admitted).
         An id-less waiter stays queued: its reply must still be matched to
         its line, and nobody reads it."""
         key = self._key(rid)
-        if rid is not None and self.by_id.get(key) is waiter:
+        entry = self.by_id.get(key) if rid is not None else None
+        if entry is not None and entry[0] is waiter:
             del self.by_id[key]
             if orphan:
                 self.orphans.add(key)
+
+    def _take_longest(self):
+        """The waiter of the longest line still waiting, removed. The daemon answers a line longer than its max_line with an
+        id-less line_too_long: every line before it was short enough, so
+        the longest one waiting is that line or a later one also too long."""
+        best = None
+        for entry in list(self.by_id.values()) + list(self.anon):
+            if best is None or entry[1] > best[1]:
+                best = entry
+        if best is None:
+            return None
+        for key, entry in self.by_id.items():
+            if entry is best:
+                del self.by_id[key]
+                return best[0]
+        for i, entry in enumerate(self.anon):
+            if entry is best:
+                del self.anon[i]
+                break
+        return best[0]
 
     def take(self, reply):
         """(waiter or None, lease string to release or None) for a reply."""
         rid = reply.get("id")
         if rid is None:
-            return (self.anon.popleft() if self.anon else None), None
+            if reply.get("error") == LINE_TOO_LONG:
+                return self._take_longest(), None
+            return (self.anon.popleft()[0] if self.anon else None), None
         key = self._key(rid)
-        waiter = self.by_id.pop(key, None)
-        if waiter is None and key in self.orphans:
+        entry = self.by_id.pop(key, None)
+        if entry is None and key in self.orphans:
             self.orphans.discard(key)
-            if reply.get("ok") is True and isinstance(reply.get("lease"), str):
-                return None, reply["lease"]
-        return waiter, None
+            return None, lease_of(reply)
+        return (entry[0] if entry is not None else None), None
 
     def clear(self):
         """Every waiter still queued, emptying the table."""
-        waiters = list(self.by_id.values()) + list(self.anon)
+        waiters = [e[0] for e in list(self.by_id.values()) + list(self.anon)]
         self.by_id.clear()
         self.anon.clear()
         self.orphans.clear()
         return waiters
+
+
+def closes_connection(reply):
+    """Whether the daemon closes the connection after this reply: an
+    id-less line_too_long. The connection is then dead for new requests
+    (and its non-detached leases gone) even before its EOF is read."""
+    return reply.get("id") is None and reply.get("error") == LINE_TOO_LONG
+
+
+def lease_of(reply):
+    """The lease string an admitted acquire's reply carries, else None."""
+    if isinstance(reply, dict) and reply.get("ok") is True:
+        lease = reply.get("lease")
+        if isinstance(lease, str):
+            return lease
+    return None
 
 
 def lost(reason):

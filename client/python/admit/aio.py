@@ -5,6 +5,9 @@ asyncio.open_unix_connection), a reader task that hands each reply line to
 the future waiting on its "id", and the async lease. Any number of tasks
 may share an AsyncClient: a long acquire never delays another task's
 request. An AsyncClient belongs to the event loop it first connects on.
+A cancelled request never loses a lease: one its reply already brought, or
+brings later, is released at once. Request lines longer than max_line are
+refused with BadRequest without being sent (see admit.client).
 
     async with AsyncClient() as client:
         async with client.acquire("api", "k", timeout=2) as lease:
@@ -101,30 +104,51 @@ class _AsyncConn(object):
         return cls(path, reader, writer)
 
     async def send(self, line, rid, fut):
+        """File fut for the reply to line, then write it. Raises
+        Unavailable only when the line was not filed; once filed, fut
+        always gets an answer (a write error included)."""
         if self.dead is not None:
             raise Unavailable("unavailable", self.dead)
         # Filing and writing with no await between keeps the FIFO of
         # id-less lines in the order the daemon sees them.
-        self.pending.add(rid, fut)
+        self.pending.add(rid, fut, len(line))
         try:
             self.writer.write(line)
             async with self.wlock:
                 await self.writer.drain()
         except (OSError, RuntimeError) as e:
+            # fut has the reply that came in first (line_too_long, say),
+            # else the connection's death.
             self._die("connection to admitd lost: %s" % e)
-            raise Unavailable("unavailable", self.dead) from None
 
-    def forget(self, rid, fut, orphan):
+    def abandon(self, rid, fut, orphan):
+        """The caller of rid gives up (cancelled, timed out, failed): stop
+        waiting (orphan: release its lease if admitted later), and release
+        the lease of a reply fut already holds (taken in the same loop pass
+        as the cancel: the caller will never see it)."""
         self.pending.forget(rid, fut, orphan)
+        if fut.done() and not fut.cancelled():
+            self._release_soon(_proto.lease_of(fut.result()))
 
     def _dispatch(self, reply):
-        fut, orphan_lease = self.pending.take(reply)
-        if fut is not None and not fut.done():
-            fut.set_result(reply)
-        elif orphan_lease is not None:
-            t = self.loop.create_task(self._release_orphan(orphan_lease))
-            self.chores.add(t)
-            t.add_done_callback(self.chores.discard)
+        fut, lease = self.pending.take(reply)
+        if fut is not None:
+            if not fut.done():
+                fut.set_result(reply)
+                lease = None
+            else:
+                # Cancelled before its caller could forget it: nobody reads it.
+                lease = _proto.lease_of(reply)
+        self._release_soon(lease)
+        if _proto.closes_connection(reply):
+            self._die("admitd closed the connection: a request line was too long")
+
+    def _release_soon(self, lease):
+        if lease is None:
+            return
+        t = self.loop.create_task(self._release_orphan(lease))
+        self.chores.add(t)
+        t.add_done_callback(self.chores.discard)
 
     async def _release_orphan(self, lease):
         req = _proto.release_request(lease)
@@ -175,10 +199,17 @@ class AsyncClient(object):
     """The asyncio twin of admit.Client: same arguments, same methods, each
     a coroutine (acquire and try_acquire also work with ``async with``)."""
 
-    def __init__(self, socket=None, connect_timeout=5.0, request_timeout=30.0):
+    def __init__(
+        self,
+        socket=None,
+        connect_timeout=5.0,
+        request_timeout=30.0,
+        max_line=_proto.DEFAULT_MAX_LINE,
+    ):
         self.socket = _proto.socket_path(socket)
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
+        self.max_line = _proto.check_max_line(max_line)
         self._conn = None
         self._connecting = None
         self._closed = False
@@ -201,15 +232,26 @@ class AsyncClient(object):
     async def _connect(self):
         if self._conn is not None:
             await self._conn.close()
-        self._conn = await _AsyncConn.open(self.socket, self.connect_timeout)
-        return self._conn
+        conn = await _AsyncConn.open(self.socket, self.connect_timeout)
+        if self._closed:  # close() ran while we connected
+            await conn.close()
+            raise Unavailable("unavailable", "client closed")
+        self._conn = conn
+        return conn
 
     async def close(self):
-        """Close the connection; admitd releases its non-detached leases."""
+        """Close the connection; admitd releases its non-detached leases.
+        A connect in progress is waited for and its connection closed."""
         self._closed = True
         c, self._conn = self._conn, None
         if c is not None:
             await c.close()
+        connecting = self._connecting
+        if connecting is not None and not connecting.done():
+            try:
+                await asyncio.shield(connecting)
+            except Exception:
+                pass  # the connect failed, or saw _closed and gave up
 
     async def __aenter__(self):
         return self
@@ -221,18 +263,21 @@ class AsyncClient(object):
     async def _roundtrip(self, req=None, line=None, wait=None, orphan=False):
         c = await self._connection()
         line, rid = _proto.frame(req, line, next(c.ids))
+        _proto.check_line(line, self.max_line)
         fut = c.loop.create_future()
-        await c.send(line, rid, fut)
         limit = None
         if wait is not None and self.request_timeout is not None:
             limit = wait + self.request_timeout
         try:
+            # send is inside: a cancel while it waits for the write lock or
+            # drain leaves the line filed (and maybe sent) all the same.
+            await c.send(line, rid, fut)
             return await asyncio.wait_for(fut, limit)
         except asyncio.TimeoutError:
-            c.forget(rid, fut, orphan)
+            c.abandon(rid, fut, orphan)
             raise Unavailable("unavailable", "no reply from admitd within %.3gs" % limit) from None
-        except asyncio.CancelledError:
-            c.forget(rid, fut, orphan)
+        except BaseException:
+            c.abandon(rid, fut, orphan)
             raise
 
     async def request_line(self, line):

@@ -6,12 +6,15 @@ reply lines and hands each to the thread waiting on that id, so an acquire
 that waits for seconds never holds up another thread's release, status or
 acquire (the protocol lets a connection pipeline, and replies to acquires
 come back out of order). A lost connection fails every pending request with
-Unavailable; the next request connects again. The connection is also made
-again after a fork (the child never uses the parent's socket).
+Unavailable; the next request connects again. After a fork the child
+closes its copy of the parent's socket at once (so the parent's leases do
+not outlive the parent) and connects again on first use.
 
 Leases not asked with detach=True live as long as the connection: if it
 closes (Client.close(), the process exits, the daemon restarts), admitd
-releases them.
+releases them. A request line longer than max_line is refused here with
+BadRequest and never sent: the daemon would answer it by closing the
+connection, and so releasing every thread's non-detached leases on it.
 """
 
 import itertools
@@ -92,21 +95,36 @@ class _Conn(object):
 
     def send(self, line, rid, waiter):
         """File waiter for the reply to line, then write the line. Both
-        under wlock, so id-less lines queue in the order they are sent."""
+        under wlock, so id-less lines queue in the order they are sent.
+        Raises Unavailable only when the line was not filed; once filed,
+        waiter always gets an answer (a write error included)."""
         with self.wlock:
             with self.lock:
                 if self.dead is not None:
                     raise Unavailable("unavailable", self.dead)
-                self.pending.add(rid, waiter)
+                self.pending.add(rid, waiter, len(line))
             try:
                 self.sock.sendall(line)
+            except (BrokenPipeError, ConnectionResetError):
+                # The daemon closed (it may have said why first, as for a
+                # line too long): the reader reads what is left, then dies.
+                pass
             except OSError as e:
                 self._die("connection to admitd lost: %s" % e)
-                raise Unavailable("unavailable", self.dead) from None
 
-    def forget(self, rid, waiter, orphan):
+    def abandon(self, rid, waiter, orphan, release=False):
+        """Stop waiting for rid (orphan: release its lease if admitted
+        later). Returns the reply already handed to waiter, or None; with
+        release, a lease that reply carries is released (nobody will see
+        it). The reply is handed over under lock, so it is either here or
+        filed as an orphan, never lost between."""
         with self.lock:
             self.pending.forget(rid, waiter, orphan)
+            reply = waiter.reply
+        lease = _proto.lease_of(reply) if release else None
+        if lease is not None:
+            self._release_in_background(lease)
+        return reply
 
     def next_id(self):
         with self.lock:
@@ -115,13 +133,19 @@ class _Conn(object):
     def _dispatch(self, reply):
         with self.lock:
             waiter, orphan_lease = self.pending.take(reply)
+            if waiter is not None:
+                waiter.reply = reply
         if waiter is not None:
-            waiter.reply = reply
             waiter.event.set()
         elif orphan_lease is not None:
-            # Not from this thread: a writer blocked on a full socket would
-            # wait for this reader, and this reader for its write lock.
-            threading.Thread(target=self._release_orphan, args=(orphan_lease,), daemon=True).start()
+            self._release_in_background(orphan_lease)
+        if _proto.closes_connection(reply):
+            self._die("admitd closed the connection: a request line was too long")
+
+    def _release_in_background(self, lease):
+        # Not from the reader: a writer blocked on a full socket would wait
+        # for the reader, and the reader for its write lock.
+        threading.Thread(target=self._release_orphan, args=(lease,), daemon=True).start()
 
     def _release_orphan(self, lease):
         req = _proto.release_request(lease)
@@ -161,13 +185,48 @@ class _Conn(object):
             self.reader.join(5)
         self.sock.close()
 
+    def drop_inherited(self):
+        """In a forked child: close this process's descriptor of the
+        parent's socket, nothing more. No shutdown (it would end the
+        parent's connection too), no lock (a parent thread may have held
+        it at the fork), no reader to stop (threads do not survive fork).
+        The parent's leases then go when the parent closes or exits."""
+        self.dead = "connection inherited over fork"
+        try:
+            fd = self.sock.detach()  # regardless of the reader's makefile
+        except OSError:
+            return
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
 
 def _close_box(box):
-    """Close the connection in box (not one inherited over fork: that
-    socket is the parent's) and empty the box."""
+    """Close the connection in box (one inherited over fork only in this
+    process: that socket is the parent's) and empty the box."""
     c, box[0] = box[0], None
-    if c is not None and c.pid == os.getpid():
+    if c is None:
+        return
+    if c.pid == os.getpid():
         c.close()
+    else:
+        c.drop_inherited()
+
+
+# Every live Client, for the fork handler.
+_clients = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    for client in list(_clients):
+        client._lock = threading.Lock()  # a parent thread may have held it
+        _close_box(client._box)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Client(object):
@@ -177,12 +236,22 @@ class Client(object):
     /run/admitd/admitd.sock). connect_timeout: seconds to wait for the
     connect. request_timeout: seconds to wait for a reply beyond the
     request's own wait budget (an acquire with timeout=None waits as long
-    as the daemon takes); past it the call raises Unavailable."""
+    as the daemon takes); past it the call raises Unavailable. max_line:
+    the longest request line sent, in bytes with its newline (keep it at
+    most the daemon's max_line); a longer one raises BadRequest
+    (line_too_long) without being sent."""
 
-    def __init__(self, socket=None, connect_timeout=5.0, request_timeout=30.0):
+    def __init__(
+        self,
+        socket=None,
+        connect_timeout=5.0,
+        request_timeout=30.0,
+        max_line=_proto.DEFAULT_MAX_LINE,
+    ):
         self.socket = _proto.socket_path(socket)
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
+        self.max_line = _proto.check_max_line(max_line)
         self._lock = threading.Lock()
         # The connection lives in a box a finalizer can reach without
         # keeping the Client alive: a Client dropped without close() still
@@ -190,6 +259,7 @@ class Client(object):
         self._box = [None]
         self._closed = False
         weakref.finalize(self, _close_box, self._box)
+        _clients.add(self)
 
     # connection --------------------------------------------------------
 
@@ -223,6 +293,7 @@ class Client(object):
         before request_timeout starts counting (None: no limit)."""
         c = self._connection()
         line, rid = _proto.frame(req, line, c.next_id())
+        _proto.check_line(line, self.max_line)
         w = _Waiter()
         c.send(line, rid, w)
         limit = None
@@ -231,13 +302,15 @@ class Client(object):
         try:
             done = w.event.wait(limit)
         except BaseException:
-            # KeyboardInterrupt and the like: nobody will read the reply.
-            c.forget(rid, w, orphan)
+            # KeyboardInterrupt and the like: nobody will read the reply,
+            # so a lease it already brought is released like an orphan's.
+            c.abandon(rid, w, orphan, release=True)
             raise
         if not done:
-            c.forget(rid, w, orphan)
-            if not w.event.is_set():
+            reply = c.abandon(rid, w, orphan)
+            if reply is None:
                 raise Unavailable("unavailable", "no reply from admitd within %.3gs" % limit)
+            return reply
         return w.reply
 
     def request_line(self, line):
