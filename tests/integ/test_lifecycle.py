@@ -7,6 +7,8 @@ every lease expires at lease_ttl. Instants are bracketed as in
 test_scopes.py (see harness.py for EPS and SLACK).
 """
 
+import socket
+
 from .harness import EPS, SLACK, DaemonCase, acquire_req, now
 
 CONF = """
@@ -34,14 +36,17 @@ timeout = 10s
 class LifecycleTest(DaemonCase):
     CONF = CONF
 
-    def test_vanished_waiter_books_no_slot(self):
+    def _vanishing_waiter_books_nothing(self, leave):
+        """A waiter queued behind a holder leaves (leave(conn)); once the
+        daemon has noticed, the holder's release must hand the slot to a
+        newcomer at once: the vanished waiter booked nothing."""
         k = self.key()
         holder = self.conn()
         lease = self.assertAdmitted(holder.request(acquire_req("long", k)))
         w = self.daemon.connect()
         w.send(acquire_req("long", k))
         self.wait_waiting("long", 1)
-        w.close()
+        leave(w)
         # The daemon has noticed once its waiter count drops.
         self.wait_waiting("long", 0)
         holder.request({"op": "release", "lease": lease})
@@ -50,11 +55,13 @@ class LifecycleTest(DaemonCase):
         self.assertAdmitted(c.request(acquire_req("long", k, timeout_ms=0)))
         self.assertEqual(self.status()["scopes"]["long"]["leases"], 1)
 
+    def test_vanished_waiter_books_no_slot(self):
+        self._vanishing_waiter_books_nothing(lambda w: w.close())
+
     def test_half_closed_client_still_gets_its_reply(self):
         # `echo REQUEST | socat - UNIX-CONNECT:...` shuts down its write side
         # after the line and keeps reading: the waiting acquire is answered,
         # then the daemon closes the connection, which releases the lease.
-        import socket
         k = self.key()
         holder = self.conn()
         lease = self.assertAdmitted(holder.request(acquire_req("long", k)))
@@ -74,20 +81,11 @@ class LifecycleTest(DaemonCase):
     def test_half_closed_then_gone_waiter_books_nothing(self):
         # A client that first stops sending and then disappears is noticed
         # by the connection sweep (1 s), before any slot is handed to it.
-        import socket
-        k = self.key()
-        holder = self.conn()
-        lease = self.assertAdmitted(holder.request(acquire_req("long", k)))
-        w = self.daemon.connect()
-        w.send(acquire_req("long", k))
-        self.wait_waiting("long", 1)
-        w.sock.shutdown(socket.SHUT_WR)
-        w.close()
-        self.wait_waiting("long", 0)
-        holder.request({"op": "release", "lease": lease})
-        c = self.conn()
-        self.assertAdmitted(c.request(acquire_req("long", k, timeout_ms=0)))
-        self.assertEqual(self.status()["scopes"]["long"]["leases"], 1)
+        def leave(w):
+            w.sock.shutdown(socket.SHUT_WR)
+            w.close()
+
+        self._vanishing_waiter_books_nothing(leave)
 
     def test_vanished_waiter_consumes_no_quota(self):
         k = self.key()
