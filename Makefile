@@ -42,7 +42,7 @@ CHECK_LIBS  := $(shell pkg-config --libs check)
 DEPS := $(DAEMON_OBJS:.o=.d) daemon/main.d $(CHECK_SRCS:.c=.d)
 
 .PHONY: all run test test-unit test-integ test-client valgrind clean install \
-        format format-check lint bench
+        format format-check lint bench readme-check
 all: daemon/admitd
 
 # Build everything and run admitd in the foreground on the example conf
@@ -89,6 +89,10 @@ format:
 
 format-check:
 	clang-format --dry-run --Werror $(shell git ls-files '*.c' '*.h')
+
+# README.md is assembled from docs/ fragments: it must be up to date.
+readme-check:
+	sh docs/build-readme.sh && git diff --exit-code README.md
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
