@@ -82,8 +82,12 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 		if (!d[i].admitted)
 			continue;
 		if (!lim_book(t[i].kq->lim, cs, div[i], now, &rq, ids)) {
+			/* Never admit what could not be booked (targets booked before
+			 * this one keep their booking until their windows pass). */
 			log_warn("cannot book: out of memory", "scope=%s", cs->name);
-			continue;
+			res.admitted = false;
+			res.unavailable = true;
+			return res;
 		}
 		if (lim_release_books(cs, t[i].cls))
 			res.booked = true;
