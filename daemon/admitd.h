@@ -90,6 +90,7 @@ struct kq {
 	struct lim_state *lim;	/* in-process limiter (local mode, or Redis fallback) */
 	struct event *retry_ev; /* the head's next attempt */
 	int64_t wake_at;	/* when retry_ev fires; 0 when not armed */
+	bool slot_wait;		/* the head waits for a lease slot (a release may end it) */
 	bool busy;		/* a backend decision for the head is in flight */
 	bool in_pump;
 };

@@ -119,10 +119,15 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 		l->t[i].kq->held--;
 		l->t[i].kq->sc->leases--;
 	}
-	/* A slot is free: the head may go now, not at its next poll. */
+	/*
+	 * A slot is free: the head may go now, not at its next poll. With Redis
+	 * only a head waiting for a slot is woken; one sleeping out a pacing or
+	 * budget wait would spend a round trip to hear the same answer.
+	 */
 	for (i = 0; i < l->nt; i++) {
 		struct kq *kq = l->t[i].kq;
-		if (kq->wake_at != 0 && kq->retry_ev != NULL) {
+		if (kq->wake_at != 0 && kq->retry_ev != NULL &&
+		    (l->ad->redis == NULL || kq->slot_wait)) {
 			event_del(kq->retry_ev);
 			kq->wake_at = 0;
 		}
