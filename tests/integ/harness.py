@@ -102,6 +102,15 @@ def _terminate(proc, deadline_s):
     return proc.returncode
 
 
+def _read_text(path):
+    """A log file's text so far ("" when it does not exist yet)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def free_tcp_port():
     """A TCP port that was free a moment ago (bind port 0, read, close)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -258,11 +267,7 @@ class RedisServer:
         return "unix://" + self.sock_path
 
     def log_text(self):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
+        return _read_text(self.log_path)
 
     def start(self):
         if self.use_tcp and self.port is None:
@@ -514,11 +519,7 @@ class Admitd:
         return self.proc.pid if self.proc else None
 
     def stderr_text(self):
-        try:
-            with open(self.err_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
+        return _read_text(self.err_path)
 
     def command_line(self):
         cmd = [admitd_bin(), "-c", self.conf_path, "--socket", self.sock_path]
