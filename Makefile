@@ -42,7 +42,7 @@ CHECK_LIBS  := $(shell pkg-config --libs check)
 DEPS := $(DAEMON_OBJS:.o=.d) daemon/main.d $(CHECK_SRCS:.c=.d)
 
 .PHONY: all run test test-unit test-integ test-client valgrind clean install \
-        format format-check lint bench readme-check
+        format format-check lint bench readme-check chaos
 all: daemon/admitd
 
 # Build everything and run admitd in the foreground on the example conf
@@ -89,6 +89,11 @@ format:
 
 format-check:
 	clang-format --dry-run --Werror $(shell git ls-files '*.c' '*.h')
+
+# A soak under Redis faults (not in `make test`): survival, exactly one
+# well-formed reply per request, clean exits. CHAOS_SECONDS=60 by default.
+chaos: all
+	ADMITD_BIN=$(CURDIR)/daemon/admitd $(PYTHON) -m tests.integ.chaos $(or $(CHAOS_SECONDS),60)
 
 # README.md is assembled from docs/ fragments: it must be up to date.
 readme-check:
