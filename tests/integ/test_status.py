@@ -72,7 +72,8 @@ class StatusCountersTest(unittest.TestCase):
             self.assertEqual(m["refusals"], {"timeout": 1})
             self.assertEqual(m["timeouts"], 1)
             self.assertEqual(m["canceled"], 1)
-            self.assertEqual(m["wait_ms_total"], got["waited_ms"])
+            # Both admissions' waits (the first one's is ~0, not always 0).
+            self.assertEqual(m["wait_ms_total"], held["waited_ms"] + got["waited_ms"])
             self.assertNotIn("redis", st)
 
 
