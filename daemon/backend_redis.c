@@ -438,6 +438,13 @@ static const char *rb_rule_name(const struct conf_scope *cs, long code)
 	}
 }
 
+/* Does the limit a refusal code names wait for a lease slot (as lim_check's)? */
+static bool rb_slot_wait(const struct conf_scope *cs, long code)
+{
+	return code == RB_CODE_CLUSTER || (code >= 0 && (size_t)code < cs->nrules &&
+					   cs->rules[code].meter == METER_CONCURRENCY);
+}
+
 /* All targets answered (or failed): combine, roll back partial admissions. */
 static void rb_acq_done(struct rb_acq *q)
 {
@@ -458,7 +465,7 @@ static void rb_acq_done(struct rb_acq *q)
 		if (q->r[i].admitted && lim_release_books(cs, w->t[i].cls))
 			res.booked = true;
 		eng_merge(&res, w->t[i].kq->sc, q->r[i].admitted, q->r[i].retry,
-			  rb_rule_name(cs, q->r[i].code));
+			  rb_rule_name(cs, q->r[i].code), rb_slot_wait(cs, q->r[i].code));
 	}
 	eng_merge_end(&res);
 	if (q->failed || !res.admitted) {

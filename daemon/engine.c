@@ -25,7 +25,7 @@ static struct lim_state *eng_lim(struct kq *kq)
 }
 
 void eng_merge(struct eng_res *res, struct scope_rt *sc, bool admitted, int64_t retry,
-	       const char *rule)
+	       const char *rule, bool slot)
 {
 	if (admitted)
 		return;
@@ -35,10 +35,10 @@ void eng_merge(struct eng_res *res, struct scope_rt *sc, bool admitted, int64_t 
 			res->shadow_rule = rule;
 		return;
 	}
-	if (!res->refused || retry == -1 ||
-	    (res->retry_after_ms != -1 && retry > res->retry_after_ms)) {
+	if (!res->refused || lim_wait_longer(retry, res->retry_after_ms)) {
 		res->retry_after_ms = retry;
 		res->rule = rule;
+		res->slot_wait = slot;
 	}
 	res->refused = true;
 }
@@ -71,7 +71,8 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 			return res;
 		}
 		d[i] = lim_check(st, t[i].kq->sc->cs, div[i], now, &rq);
-		eng_merge(&res, t[i].kq->sc, d[i].admitted, d[i].retry_after_ms, d[i].rule);
+		eng_merge(&res, t[i].kq->sc, d[i].admitted, d[i].retry_after_ms, d[i].rule,
+			  d[i].slot);
 	}
 	eng_merge_end(&res);
 	if (!res.admitted)

@@ -24,6 +24,7 @@ struct eng_res {
 	bool shadow_limited;	 /* admitted only because the refusing scope is shadow */
 	bool booked;		 /* state to release exists in the backend */
 	bool unavailable;	 /* refused because fail_mode = closed and Redis is down */
+	bool slot_wait;		 /* refusals: the deciding limit waits for a lease slot */
 	bool refused;		 /* eng_merge: a non-shadow target refused */
 	const char *shadow_rule; /* eng_merge: the first shadow target's refusal */
 };
@@ -35,7 +36,7 @@ struct eng_res {
  * refuses nothing. eng_merge_end settles res once every target is in.
  */
 void eng_merge(struct eng_res *res, struct scope_rt *sc, bool admitted, int64_t retry,
-	       const char *rule);
+	       const char *rule, bool slot);
 void eng_merge_end(struct eng_res *res);
 
 typedef void eng_cb(void *arg, const struct eng_res *r);

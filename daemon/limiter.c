@@ -144,12 +144,13 @@ static int64_t lim_lease_wait(const struct lim_state *st, const struct conf_scop
 }
 
 /* Keep the refusal with the longest wait; -1 (never) beats any wait. */
-static void lim_refuse(struct lim_decision *d, int64_t wait, const char *rule)
+static void lim_refuse(struct lim_decision *d, int64_t wait, const char *rule, bool slot)
 {
-	if (d->admitted || (d->retry_after_ms != -1 && (wait == -1 || wait > d->retry_after_ms))) {
+	if (d->admitted || lim_wait_longer(wait, d->retry_after_ms)) {
 		d->admitted = false;
 		d->retry_after_ms = wait;
 		d->rule = rule;
+		d->slot = slot;
 	}
 }
 
@@ -162,26 +163,26 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 
 	lim_purge(st, cs, now);
 	if (now < st->penalty_until)
-		lim_refuse(&d, st->penalty_until - now, LIM_RULE_PENALTY);
+		lim_refuse(&d, st->penalty_until - now, LIM_RULE_PENALTY, false);
 	if (lim_serialized(cs) && st->nleases > 0)
-		lim_refuse(&d, lim_lease_wait(st, cs, now), LIM_RULE_MIN_DELAY);
+		lim_refuse(&d, lim_lease_wait(st, cs, now), LIM_RULE_MIN_DELAY, false);
 	if (now < st->next_at)
-		lim_refuse(&d, st->next_at - now, LIM_RULE_MIN_DELAY);
+		lim_refuse(&d, st->next_at - now, LIM_RULE_MIN_DELAY, false);
 	if (cs->cluster_concurrency > 0) {
 		int64_t cap = lim_div_amount(cs->cluster_concurrency, div);
 		if ((int64_t)st->nleases + rq->count > cap)
 			lim_refuse(&d, rq->count > cap ? -1 : lim_lease_wait(st, cs, now),
-				   LIM_RULE_CLUSTER);
+				   LIM_RULE_CLUSTER, true);
 	}
 	if (cs->quota > 0) {
 		int64_t q = lim_div_amount(cs->quota, div);
 		if (rq->count > q)
-			lim_refuse(&d, -1, cs->quota_text);
+			lim_refuse(&d, -1, cs->quota_text, false);
 		else if ((int64_t)st->quota_n + rq->count > q)
 			lim_refuse(&d,
 				   lim_quota_at(st, st->quota_n + rq->count - q - 1) +
 				       cs->quota_window_ms - now,
-				   cs->quota_text);
+				   cs->quota_text, false);
 	}
 	for (i = 0; i < cs->nrules; i++) {
 		const struct conf_rule *r = &cs->rules[i];
@@ -196,7 +197,7 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 			if ((int64_t)st->nleases + rq->count > p.amount)
 				lim_refuse(&d,
 					   rq->count > p.amount ? -1 : lim_lease_wait(st, cs, now),
-					   r->text);
+					   r->text, true);
 			continue;
 		case METER_REQUESTS:
 			sr = strat_check(&st->rules[i], &p, now, rq->cost * rq->count, floor);
@@ -206,7 +207,7 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 			break;
 		}
 		if (!sr.allowed)
-			lim_refuse(&d, sr.retry_after_ms, r->text);
+			lim_refuse(&d, sr.retry_after_ms, r->text, false);
 	}
 	return d;
 }

@@ -55,7 +55,18 @@ struct lim_decision {
 	bool admitted;
 	int64_t retry_after_ms; /* refusals: the wait after which it may pass; -1 never */
 	const char *rule;	/* refusals: what decided, conf-owned or static text */
+	bool slot;		/* ... and it waits for a lease slot (a release may end it) */
 };
+
+/*
+ * lim_wait_longer - is wait a longer than wait b (-1: never passes, the
+ * longest)? Equal waits are not longer: among refusals the first named keeps
+ * its place.
+ */
+static inline bool lim_wait_longer(int64_t a, int64_t b)
+{
+	return b != -1 && (a == -1 || a > b);
+}
 
 /* Static names of the settings a refusal can name. */
 #define LIM_RULE_PENALTY	"penalty"

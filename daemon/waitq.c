@@ -28,7 +28,6 @@
 
 #include <event2/event.h>
 #include <stdlib.h>
-#include <string.h>
 
 static void waitq_decided(void *arg, const struct eng_res *res);
 
@@ -350,8 +349,7 @@ static void waitq_decided(void *arg, const struct eng_res *res)
 			wait = w->deadline_ms - now; /* jitter never costs the last try */
 		w->last_rule = res->rule;
 		/* A wait for a lease slot can end early, at a release here. */
-		kq->slot_wait = res->rule != NULL && (strcmp(res->rule, LIM_RULE_CLUSTER) == 0 ||
-						      strncmp(res->rule, "concurrency ", 12) == 0);
+		kq->slot_wait = res->slot_wait;
 		waitq_arm_retry(kq, now, wait < 1 ? 1 : wait);
 	}
 	kq->in_pump = nested;
