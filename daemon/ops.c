@@ -24,7 +24,6 @@
 #include <string.h>
 
 struct op_entry {
-	const char *name;
 	void (*handler)(struct conn *c, struct request *rq);
 };
 
@@ -212,12 +211,11 @@ static void op_ping(struct conn *c, struct request *rq)
 	conn_send_reply(c, preply_new(rq->id, true));
 }
 
+/* Indexed by the op the codec decoded (proto.c owns the names). */
 static const struct op_entry op_table[OP__COUNT] = {
-	[OP_ACQUIRE] = { "acquire", op_acquire },
-	[OP_RELEASE] = { "release", op_release },
-	[OP_PENALIZE] = { "penalize", op_penalize },
-	[OP_STATUS] = { "status", op_status },
-	[OP_PING] = { "ping", op_ping },
+	[OP_ACQUIRE] = { op_acquire },	 [OP_RELEASE] = { op_release },
+	[OP_PENALIZE] = { op_penalize }, [OP_STATUS] = { op_status },
+	[OP_PING] = { op_ping },
 };
 
 void ops_dispatch(struct conn *c, const char *line, size_t len)
