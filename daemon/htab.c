@@ -3,15 +3,23 @@
  */
 
 /*
- * htab.c - a string-keyed hash table with chaining (FNV-1a, power-of-two
- * bucket counts, grows at load 1, shrinks at load 1/8).
+ * htab.c - a string-keyed hash table with chaining (SipHash-2-4 under a
+ * per-process secret, power-of-two bucket counts, grows at load 1, shrinks
+ * at load 1/8).
+ *
+ * The secret: 128 bits from getrandom(), drawn by the first htab_new() of
+ * the process; each table keeps its own copy. admitd runs one event loop
+ * thread, so the lazy draw needs no lock.
  */
 
 #include "htab.h"
 
-#include <stdint.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 struct hent {
 	struct hent *next;
@@ -24,18 +32,176 @@ struct htab {
 	struct hent **b;
 	size_t nb;
 	size_t n;
-	int walking; /* >0 inside htab_each: no resize */
+	int walking;	 /* >0 inside htab_each: no resize */
+	uint64_t k0, k1; /* this table's SipHash key */
 };
 
-static uint64_t htab_hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ULL;
+/* ---- SipHash-2-4 ---------------------------------------------------- */
 
-	while (*s) {
-		h ^= (unsigned char)*s++;
-		h *= 1099511628211ULL;
+static uint64_t rotl64(uint64_t x, unsigned r)
+{
+	return (x << r) | (x >> (64 - r));
+}
+
+static uint64_t load64le(const unsigned char *p)
+{
+	uint64_t w = 0;
+	int i;
+
+	for (i = 7; i >= 0; i--)
+		w = (w << 8) | p[i];
+	return w;
+}
+
+static void store64le(uint8_t *p, uint64_t w)
+{
+	int i;
+
+	for (i = 0; i < 8; i++) {
+		p[i] = (uint8_t)(w & 0xff);
+		w >>= 8;
 	}
-	return h;
+}
+
+struct sipstate {
+	uint64_t v0, v1, v2, v3;
+};
+
+static void sipround(struct sipstate *s)
+{
+	s->v0 += s->v1;
+	s->v1 = rotl64(s->v1, 13);
+	s->v1 ^= s->v0;
+	s->v0 = rotl64(s->v0, 32);
+	s->v2 += s->v3;
+	s->v3 = rotl64(s->v3, 16);
+	s->v3 ^= s->v2;
+	s->v0 += s->v3;
+	s->v3 = rotl64(s->v3, 21);
+	s->v3 ^= s->v0;
+	s->v2 += s->v1;
+	s->v1 = rotl64(s->v1, 17);
+	s->v1 ^= s->v2;
+	s->v2 = rotl64(s->v2, 32);
+}
+
+/* One message word: c = 2 compression rounds. */
+static void sipcompress(struct sipstate *s, uint64_t m)
+{
+	s->v3 ^= m;
+	sipround(s);
+	sipround(s);
+	s->v0 ^= m;
+}
+
+static uint64_t sip24(uint64_t k0, uint64_t k1, const void *msg, size_t len)
+{
+	const unsigned char *p = msg;
+	struct sipstate s = {
+		.v0 = k0 ^ 0x736f6d6570736575ULL, /* "somepseudorandomlygeneratedbytes" */
+		.v1 = k1 ^ 0x646f72616e646f6dULL,
+		.v2 = k0 ^ 0x6c7967656e657261ULL,
+		.v3 = k1 ^ 0x7465646279746573ULL,
+	};
+	size_t left = len;
+	uint64_t last;
+	int i;
+
+	for (; left >= 8; left -= 8, p += 8)
+		sipcompress(&s, load64le(p));
+	/* the last word: the 0..7 remaining bytes, and len mod 256 on top */
+	last = (uint64_t)(len & 0xff) << 56;
+	for (i = (int)left - 1; i >= 0; i--)
+		last |= (uint64_t)p[i] << (8 * i);
+	sipcompress(&s, last);
+	/* finalization: d = 4 rounds */
+	s.v2 ^= 0xff;
+	sipround(&s);
+	sipround(&s);
+	sipround(&s);
+	sipround(&s);
+	return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
+}
+
+uint64_t siphash24(const void *msg, size_t len, const uint8_t key[16])
+{
+	return sip24(load64le(key), load64le(key + 8), msg, len);
+}
+
+/* ---- the process secret --------------------------------------------- */
+
+static uint64_t seed_k0, seed_k1;
+static bool seeded;
+
+void htab_seed_fallback(uint8_t key[16])
+{
+	static uint64_t calls;
+	struct timespec rt = { 0 }, mt = { 0 };
+	uint64_t w[11];
+	void *heap = malloc(1);
+	int on_stack = 0;
+
+	(void)clock_gettime(CLOCK_REALTIME, &rt);
+	(void)clock_gettime(CLOCK_MONOTONIC, &mt);
+	w[0] = (uint64_t)rt.tv_sec;
+	w[1] = (uint64_t)rt.tv_nsec;
+	w[2] = (uint64_t)mt.tv_sec;
+	w[3] = (uint64_t)mt.tv_nsec;
+	w[4] = (uint64_t)clock();
+	w[5] = (uint64_t)getpid();
+	w[6] = (uint64_t)getppid();
+	w[7] = (uint64_t)(uintptr_t)&on_stack; /* stack, data, heap: ASLR */
+	w[8] = (uint64_t)(uintptr_t)&calls;
+	w[9] = (uint64_t)(uintptr_t)heap;
+	w[10] = ++calls; /* two calls in one clock tick still differ */
+	free(heap);
+	/* fixed keys (digits of pi): they only spread the inputs over 128 bits */
+	store64le(key, sip24(0x243f6a8885a308d3ULL, 0x13198a2e03707344ULL, w, sizeof(w)));
+	store64le(key + 8, sip24(0xa4093822299f31d0ULL, 0x082efa98ec4e6c89ULL, w, sizeof(w)));
+}
+
+void htab_seed_generate(uint8_t key[16])
+{
+	int saved = errno;
+	size_t got = 0;
+
+	while (got < 16) {
+		ssize_t r = getrandom(key + got, 16 - got, 0);
+
+		if (r > 0)
+			got += (size_t)r;
+		else if (r < 0 && errno == EINTR)
+			continue;
+		else
+			break; /* ENOSYS, EPERM (seccomp), ...: no kernel randomness */
+	}
+	if (got < 16)
+		htab_seed_fallback(key);
+	errno = saved;
+}
+
+void htab_seed_set(const uint8_t key[16])
+{
+	seed_k0 = load64le(key);
+	seed_k1 = load64le(key + 8);
+	seeded = true;
+}
+
+static void htab_seed_init(void)
+{
+	uint8_t key[16];
+
+	if (seeded)
+		return;
+	htab_seed_generate(key);
+	htab_seed_set(key);
+}
+
+/* ---- the table ------------------------------------------------------- */
+
+static uint64_t htab_hash(const struct htab *h, const char *key)
+{
+	return sip24(h->k0, h->k1, key, strlen(key));
 }
 
 struct htab *htab_new(void)
@@ -50,6 +216,9 @@ struct htab *htab_new(void)
 		free(h);
 		return NULL;
 	}
+	htab_seed_init();
+	h->k0 = seed_k0;
+	h->k1 = seed_k1;
 	return h;
 }
 
@@ -104,23 +273,22 @@ static struct hent **htab_slot(const struct htab *h, const char *key, uint64_t h
 
 void *htab_get(const struct htab *h, const char *key)
 {
-	struct hent **pp = htab_slot(h, key, htab_hash(key));
+	struct hent **pp = htab_slot(h, key, htab_hash(h, key));
 
 	return *pp ? (*pp)->val : NULL;
 }
 
 bool htab_put(struct htab *h, const char *key, void *val)
 {
-	uint64_t hash = htab_hash(key);
+	size_t klen = strlen(key);
+	uint64_t hash = sip24(h->k0, h->k1, key, klen);
 	struct hent **pp = htab_slot(h, key, hash);
-	size_t klen;
 	struct hent *e;
 
 	if (*pp) {
 		(*pp)->val = val;
 		return true;
 	}
-	klen = strlen(key);
 	e = malloc(sizeof(*e) + klen + 1);
 	if (e == NULL)
 		return false;
@@ -136,7 +304,7 @@ bool htab_put(struct htab *h, const char *key, void *val)
 
 void *htab_del(struct htab *h, const char *key)
 {
-	struct hent **pp = htab_slot(h, key, htab_hash(key));
+	struct hent **pp = htab_slot(h, key, htab_hash(h, key));
 	struct hent *e = *pp;
 	void *val;
 
@@ -172,4 +340,20 @@ void htab_each(struct htab *h, void (*fn)(void *arg, const char *key, void *val)
 		}
 	}
 	h->walking--;
+}
+
+size_t htab_max_chain(const struct htab *h)
+{
+	size_t i, max = 0;
+
+	for (i = 0; i < h->nb; i++) {
+		const struct hent *e;
+		size_t len = 0;
+
+		for (e = h->b[i]; e; e = e->next)
+			len++;
+		if (len > max)
+			max = len;
+	}
+	return max;
 }

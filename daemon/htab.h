@@ -8,6 +8,12 @@
  * Owns: its buckets and a copy of every key. Values are the caller's: the
  * table never frees them. Used for the per-scope key tables and the lease
  * table, both of which grow and shrink with traffic.
+ *
+ * Keys come from clients (upstream host names, lease ids), so the hash is
+ * keyed: SipHash-2-4 under a 128-bit secret drawn once per process from
+ * getrandom(). Each table copies the process secret when it is created, so
+ * a table's bucket layout cannot be predicted from outside (no hash
+ * flooding) and never changes under it.
  */
 
 #ifndef ADMITD_HTAB_H
@@ -15,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct htab;
 
@@ -34,5 +41,29 @@ size_t htab_count(const struct htab *h);
  * (and only that one); iteration continues with the next.
  */
 void htab_each(struct htab *h, void (*fn)(void *arg, const char *key, void *val), void *arg);
+
+/*
+ * siphash24 - SipHash-2-4 (Aumasson & Bernstein, 2012) of len bytes at msg
+ * under the 16-byte key (read as two little-endian 64-bit words, as in the
+ * paper). Any alignment; same result on every host.
+ */
+uint64_t siphash24(const void *msg, size_t len, const uint8_t key[16]);
+
+/*
+ * Internal; exposed for tests.
+ *
+ * htab_seed_generate - fill key with 16 fresh secret bytes: getrandom(),
+ * else htab_seed_fallback(). Never fails.
+ * htab_seed_fallback - 16 bytes mixed from clocks, pids, addresses (ASLR)
+ * and a call counter: not secret against a local attacker, but different
+ * per process and per call.
+ * htab_seed_set - replace the process secret (tests). Only tables created
+ * afterwards use it; existing tables keep theirs and stay consistent.
+ * htab_max_chain - length of the longest bucket chain.
+ */
+void htab_seed_generate(uint8_t key[16]);
+void htab_seed_fallback(uint8_t key[16]);
+void htab_seed_set(const uint8_t key[16]);
+size_t htab_max_chain(const struct htab *h);
 
 #endif

@@ -3,6 +3,11 @@
  * copied (the caller's buffer may change), growth and shrink over 10k keys
  * with every key still reachable, and htab_each deleting the entry it is
  * given while the walk goes on.
+ *
+ * The keyed hash: SipHash-2-4 against the paper's 64 reference vectors, the
+ * secret differing per draw (kernel and fallback), the bucket layout
+ * following the secret, and a flood of 20,000 keys that all collide under
+ * the old unseeded FNV-1a staying spread out.
  */
 
 #include "htab.h"
@@ -237,6 +242,292 @@ START_TEST(test_each_delete_all)
 }
 END_TEST
 
+/* ---- SipHash-2-4 ---------------------------------------------------- */
+
+/*
+ * The reference vectors (SipHash paper, appendix; vectors.h of the
+ * reference implementation): key 00 01 .. 0f, message 00 01 .. (len-1) for
+ * len 0..63, output read little-endian.
+ */
+static const uint64_t sip24_vectors[64] = {
+	0x726fdb47dd0e0e31ULL, 0x74f839c593dc67fdULL, 0x0d6c8009d9a94f5aULL, 0x85676696d7fb7e2dULL,
+	0xcf2794e0277187b7ULL, 0x18765564cd99a68dULL, 0xcbc9466e58fee3ceULL, 0xab0200f58b01d137ULL,
+	0x93f5f5799a932462ULL, 0x9e0082df0ba9e4b0ULL, 0x7a5dbbc594ddb9f3ULL, 0xf4b32f46226bada7ULL,
+	0x751e8fbc860ee5fbULL, 0x14ea5627c0843d90ULL, 0xf723ca908e7af2eeULL, 0xa129ca6149be45e5ULL,
+	0x3f2acc7f57c29bdbULL, 0x699ae9f52cbe4794ULL, 0x4bc1b3f0968dd39cULL, 0xbb6dc91da77961bdULL,
+	0xbed65cf21aa2ee98ULL, 0xd0f2cbb02e3b67c7ULL, 0x93536795e3a33e88ULL, 0xa80c038ccd5ccec8ULL,
+	0xb8ad50c6f649af94ULL, 0xbce192de8a85b8eaULL, 0x17d835b85bbb15f3ULL, 0x2f2e6163076bcfadULL,
+	0xde4daaaca71dc9a5ULL, 0xa6a2506687956571ULL, 0xad87a3535c49ef28ULL, 0x32d892fad841c342ULL,
+	0x7127512f72f27cceULL, 0xa7f32346f95978e3ULL, 0x12e0b01abb051238ULL, 0x15e034d40fa197aeULL,
+	0x314dffbe0815a3b4ULL, 0x027990f029623981ULL, 0xcadcd4e59ef40c4dULL, 0x9abfd8766a33735cULL,
+	0x0e3ea96b5304a7d0ULL, 0xad0c42d6fc585992ULL, 0x187306c89bc215a9ULL, 0xd4a60abcf3792b95ULL,
+	0xf935451de4f21df2ULL, 0xa9538f0419755787ULL, 0xdb9acddff56ca510ULL, 0xd06c98cd5c0975ebULL,
+	0xe612a3cb9ecba951ULL, 0xc766e62cfcadaf96ULL, 0xee64435a9752fe72ULL, 0xa192d576b245165aULL,
+	0x0a8787bf8ecb74b2ULL, 0x81b3e73d20b49b6fULL, 0x7fa8220ba3b2eceaULL, 0x245731c13ca42499ULL,
+	0xb78dbfaf3a8d83bdULL, 0xea1ad565322a1a0bULL, 0x60e61c23a3795013ULL, 0x6606d7e446282b93ULL,
+	0x6ca4ecb15c5f91e1ULL, 0x9f626da15c9625f3ULL, 0xe51b38608ef25f57ULL, 0x958a324ceb064572ULL,
+};
+
+START_TEST(test_siphash_vectors)
+{
+	uint8_t key[16], msg[64], shifted[64 + 7];
+	size_t i, off;
+
+	for (i = 0; i < 16; i++)
+		key[i] = (uint8_t)i;
+	for (i = 0; i < 64; i++)
+		msg[i] = (uint8_t)i;
+	for (i = 0; i < 64; i++)
+		ck_assert_msg(siphash24(msg, i, key) == sip24_vectors[i],
+			      "len %zu: got %016llx, want %016llx", i,
+			      (unsigned long long)siphash24(msg, i, key),
+			      (unsigned long long)sip24_vectors[i]);
+	/* the message at any alignment: bytes are loaded one by one */
+	for (off = 1; off < 8; off++) {
+		memcpy(shifted + off, msg, 64);
+		for (i = 0; i < 64; i++)
+			ck_assert(siphash24(shifted + off, i, key) == sip24_vectors[i]);
+	}
+}
+END_TEST
+
+/* ---- the secret ------------------------------------------------------- */
+
+static bool all_zero(const uint8_t k[16])
+{
+	size_t i;
+
+	for (i = 0; i < 16; i++)
+		if (k[i] != 0)
+			return false;
+	return true;
+}
+
+START_TEST(test_seed_draws_differ)
+{
+	uint8_t a[16], b[16];
+
+	htab_seed_generate(a);
+	htab_seed_generate(b);
+	ck_assert(!all_zero(a) && !all_zero(b));
+	ck_assert(memcmp(a, b, 16) != 0);
+	/* the no-getrandom() path too: two calls, even in one clock tick, differ */
+	htab_seed_fallback(a);
+	htab_seed_fallback(b);
+	ck_assert(!all_zero(a) && !all_zero(b));
+	ck_assert(memcmp(a, b, 16) != 0);
+}
+END_TEST
+
+#define NORDER 1000
+
+struct order {
+	size_t n;
+	size_t v[NORDER];
+};
+
+static void order_fn(void *arg, const char *key, void *val)
+{
+	struct order *o = arg;
+
+	(void)key;
+	ck_assert_uint_lt(o->n, NORDER);
+	o->v[o->n++] = UNV(val);
+}
+
+/* A fresh table under seed k (NULL: the process secret), filled with
+ * NORDER keys; the order htab_each walks them is the bucket layout. */
+static void layout(const uint8_t *k, struct order *o)
+{
+	struct htab *t;
+	char key[32];
+	size_t i;
+
+	if (k != NULL)
+		htab_seed_set(k);
+	t = htab_new();
+	ck_assert_ptr_nonnull(t);
+	for (i = 0; i < NORDER; i++) {
+		keyname(key, sizeof(key), i);
+		ck_assert(htab_put(t, key, V(i + 1)));
+	}
+	o->n = 0;
+	htab_each(t, order_fn, o);
+	ck_assert_uint_eq(o->n, NORDER);
+	htab_free(t);
+}
+
+START_TEST(test_seed_changes_layout)
+{
+	static struct order a, b, c, d, e;
+	uint8_t k1[16], k2[16];
+
+	htab_seed_generate(k1);
+	htab_seed_generate(k2);
+	layout(k1, &a);
+	layout(k2, &b);
+	layout(k1, &c);
+	/* another secret, another layout; the same secret, the same layout */
+	ck_assert(memcmp(a.v, b.v, sizeof(a.v)) != 0);
+	ck_assert(memcmp(a.v, c.v, sizeof(a.v)) == 0);
+	/* tables of one process share its secret */
+	layout(NULL, &d);
+	layout(NULL, &e);
+	ck_assert(memcmp(d.v, e.v, sizeof(d.v)) == 0);
+}
+END_TEST
+
+START_TEST(test_seed_set_spares_old_tables)
+{
+	uint8_t k[16];
+	char key[32];
+	size_t i;
+
+	/* h was made under the old secret: it keeps it, every key still found */
+	fill(NKEYS);
+	htab_seed_generate(k);
+	htab_seed_set(k);
+	for (i = 0; i < NKEYS; i++) {
+		keyname(key, sizeof(key), i);
+		ck_assert_uint_eq(UNV(htab_get(h, key)), i + 1);
+	}
+	for (i = 0; i < NKEYS; i += 2) {
+		keyname(key, sizeof(key), i);
+		ck_assert_uint_eq(UNV(htab_del(h, key)), i + 1);
+	}
+	ck_assert_uint_eq(htab_count(h), NKEYS / 2);
+}
+END_TEST
+
+/* ---- hash flooding ---------------------------------------------------- */
+
+#define NFLOOD	  20000
+#define FLOODBITS 16 /* >= log2 of the bucket count at NFLOOD keys (32768) */
+#define FLOODMASK ((1ULL << FLOODBITS) - 1)
+#define FLOODLOW  0x5ca1ULL /* the low FLOODBITS every key's FNV-1a shares */
+
+#define FNV_OFFSET 1469598103934665603ULL
+#define FNV_PRIME  1099511628211ULL
+
+/* The hash htab used before: 64-bit FNV-1a, unseeded. */
+static uint64_t fnv1a(const char *s)
+{
+	uint64_t x = FNV_OFFSET;
+
+	while (*s) {
+		x ^= (unsigned char)*s++;
+		x *= FNV_PRIME;
+	}
+	return x;
+}
+
+/*
+ * NFLOOD distinct keys whose FNV-1a agrees in the low FLOODBITS bits: under
+ * the old hash all of them fall in one bucket of any table of up to 2^16
+ * buckets. An attacker's construction, cheap because the low bits of FNV-1a
+ * depend only on the low bits of its state: the state must be u (below)
+ * before the last multiply; for a prefix, try every byte c1 and keep it
+ * when the bits above the low 8 then already match u, the last byte c2
+ * fixing the low 8.
+ */
+static char (*flood_keys(void))[24]
+{
+	char(*keys)[24] = calloc(NFLOOD, sizeof(*keys));
+	uint64_t inv = FNV_PRIME, u;
+	size_t n = 0, p;
+	int i;
+
+	ck_assert_ptr_nonnull(keys);
+	for (i = 0; i < 6; i++) /* Newton: inverse of the odd prime mod 2^64 */
+		inv *= 2 - FNV_PRIME * inv;
+	ck_assert(inv * FNV_PRIME == 1);
+	u = (FLOODLOW * inv) & FLOODMASK;
+	for (p = 0; n < NFLOOD; p++) {
+		char pre[16];
+		uint64_t s0;
+		unsigned c1;
+
+		snprintf(pre, sizeof(pre), "h%zu.", p);
+		s0 = fnv1a(pre);
+		for (c1 = 1; c1 < 256 && n < NFLOOD; c1++) {
+			uint64_t s1 = (s0 ^ c1) * FNV_PRIME;
+			unsigned c2 = (unsigned)((s1 ^ u) & 0xff);
+
+			if (((s1 ^ u) & FLOODMASK & ~0xffULL) != 0 || c2 == 0)
+				continue;
+			snprintf(keys[n], sizeof(keys[n]), "%s%c%c", pre, (char)c1, (char)c2);
+			n++;
+		}
+	}
+	return keys;
+}
+
+static void flood(struct htab *t)
+{
+	char(*keys)[24] = flood_keys();
+	size_t i;
+
+	/* they do collide under the old hash */
+	for (i = 0; i < NFLOOD; i++)
+		ck_assert_msg((fnv1a(keys[i]) & FLOODMASK) == FLOODLOW, "key %zu", i);
+
+	for (i = 0; i < NFLOOD; i++) {
+		ck_assert(htab_put(t, keys[i], V(i + 1)));
+		if (i % 1000 == 999)
+			ck_assert_uint_lt(htab_max_chain(t), 16);
+	}
+	ck_assert_uint_eq(htab_count(t), NFLOOD); /* all distinct, none lost */
+	/* 20,000 keys in 32,768 buckets: a random layout's longest chain is
+	 * about 7; FNV-1a's was 20,000 */
+	ck_assert_uint_lt(htab_max_chain(t), 16);
+	for (i = 0; i < NFLOOD; i++)
+		ck_assert_msg(UNV(htab_get(t, keys[i])) == i + 1, "key %zu lost", i);
+	/* out again: odd ones first, then the rest */
+	for (i = 1; i < NFLOOD; i += 2)
+		ck_assert_uint_eq(UNV(htab_del(t, keys[i])), i + 1);
+	ck_assert_uint_eq(htab_count(t), NFLOOD / 2);
+	ck_assert_uint_lt(htab_max_chain(t), 16);
+	for (i = 0; i < NFLOOD; i++) {
+		if (i % 2 == 1)
+			ck_assert_ptr_null(htab_get(t, keys[i]));
+		else
+			ck_assert_uint_eq(UNV(htab_get(t, keys[i])), i + 1);
+	}
+	for (i = 0; i < NFLOOD; i += 2)
+		ck_assert_uint_eq(UNV(htab_del(t, keys[i])), i + 1);
+	ck_assert_uint_eq(htab_count(t), 0);
+	for (i = 0; i < NFLOOD; i++)
+		ck_assert_ptr_null(htab_get(t, keys[i]));
+	free(keys);
+}
+
+START_TEST(test_flood_process_seed)
+{
+	flood(h); /* under this process's secret from getrandom() */
+}
+END_TEST
+
+START_TEST(test_flood_fixed_seeds)
+{
+	/* reproducible: the reference key, and the all-zero key */
+	static const uint8_t keys[2][16] = {
+		{ 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 },
+		{ 0 },
+	};
+	size_t i;
+
+	for (i = 0; i < 2; i++) {
+		struct htab *t;
+
+		htab_seed_set(keys[i]);
+		t = htab_new();
+		ck_assert_ptr_nonnull(t);
+		flood(t);
+		htab_free(t);
+	}
+}
+END_TEST
+
 static Suite *htab_suite(void)
 {
 	Suite *s = suite_create("htab");
@@ -252,6 +543,12 @@ static Suite *htab_suite(void)
 	tcase_add_test(tc, test_each_visits_all);
 	tcase_add_test(tc, test_each_delete_current);
 	tcase_add_test(tc, test_each_delete_all);
+	tcase_add_test(tc, test_siphash_vectors);
+	tcase_add_test(tc, test_seed_draws_differ);
+	tcase_add_test(tc, test_seed_changes_layout);
+	tcase_add_test(tc, test_seed_set_spares_old_tables);
+	tcase_add_test(tc, test_flood_process_seed);
+	tcase_add_test(tc, test_flood_fixed_seeds);
 	suite_add_tcase(s, tc);
 	return s;
 }
