@@ -66,12 +66,16 @@ TAILQ_HEAD(waiter_list, waiter);
 
 /* lease: lease.c. Admission granted; released by op, by close, or by TTL. */
 struct lease {
-	char id[LIM_LEASE_ID_LEN + 1];
+	char id[LIM_LEASE_ID_LEN + 1]; /* the nonce it is booked under */
+	char *handle;		       /* what the client holds (lease_id.h), owned */
 	TAILQ_ENTRY(lease) conn_link;
 	struct conn *conn; /* NULL when detached */
 	struct admitd *ad;
 	enum via via;
 	bool backend_booked; /* the backend holds state to release (lease set, meters, pacing) */
+	bool redis_maybe;    /* not via Redis, yet Redis may hold it (unknown outcome, rebook) */
+	int64_t redis_after; /* ... and no late script can book it after this (mono ms) */
+	int64_t deadline_ms; /* when its TTL ends (mono ms) */
 	struct event *ttl_ev;
 	size_t nt;
 	struct target_rt t[PROTO_MAX_TARGETS];
@@ -103,12 +107,21 @@ struct scope_rt {
 	struct htab *keys; /* key -> struct kq */
 	int64_t leases;	   /* held through this daemon, all keys */
 	int64_t waiting;
-	/* Outcomes of acquires (the seeds' OnWait hook, as counters in `status`). */
+	/* Outcomes of acquires (a wait hook's events, as counters in `status`). */
 	uint64_t admitted, refused, shadow_limited, timeouts, fallbacks;
 	uint64_t outcome[ADMIT_E__COUNT]; /* refusals by error code */
 	uint64_t canceled;		  /* the client left while waiting */
 	uint64_t wait_ms_total;		  /* summed waited_ms of admissions */
+	uint64_t expired;		  /* leases ended by lease_ttl */
 };
+
+/* op_pend: ops.c. A reply owed to a connection once the backend answers. */
+struct op_pend {
+	TAILQ_ENTRY(op_pend) conn_link;
+	struct conn *conn; /* NULL once the client went away */
+	char *id;	   /* raw JSON id to echo, owned */
+};
+TAILQ_HEAD(op_pend_list, op_pend);
 
 /* conn: conn.c. */
 struct conn {
@@ -119,8 +132,9 @@ struct conn {
 	TAILQ_ENTRY(conn) link;
 	struct waiter_list waiters;
 	struct lease_list leases;
-	bool closing;	  /* close once the output is flushed */
-	bool half_closed; /* the peer finished sending: close after its last waiter */
+	struct op_pend_list pends; /* replies owed (ops.c) */
+	bool closing;		   /* close once the output is flushed */
+	bool half_closed;	   /* the peer finished sending: close after its last waiter */
 };
 TAILQ_HEAD(conn_list, conn);
 
@@ -161,6 +175,8 @@ void waitq_free_kq(struct kq *kq);
 
 /* lease.c */
 struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via);
+/* lease_find - the lease this daemon holds under a handle (or a bare nonce). */
+struct lease *lease_find(struct admitd *ad, const char *handle);
 /* lease_release - tokens may be NULL; frees the lease. */
 void lease_release(struct lease *l, const struct proto_token *tokens, size_t ntokens);
 /* lease_detach_conn - the connection closes: release or orphan its leases. */
@@ -182,6 +198,8 @@ void conn_free_all(struct admitd *ad);
 
 /* ops.c */
 void ops_dispatch(struct conn *c, const char *line, size_t len);
+/* ops_conn_closed - c goes away: the replies owed to it are dropped. */
+void ops_conn_closed(struct conn *c);
 
 /* util */
 uint64_t rand_u64(void);

@@ -6,9 +6,12 @@
  * backend.h - the Redis backend: the scripts over the pool, health, fallback.
  *
  * Owns: the rpool, the Redis state (up/down and since when), the pod's
- * registration heartbeat (for fallback_divisor = auto). In local mode there
- * is no backend (ad->redis is NULL) and these functions are not called,
- * except backend_divisor, which is then 1.
+ * registration heartbeat (for fallback_divisor = auto), and the queue of
+ * calls Redis still owes: releases it could not take when they were made,
+ * and reconciliations of calls whose outcome is unknown (sent, then the
+ * connection died or the timer fired), sent once Redis answers again. In
+ * local mode there is no backend (ad->redis is NULL) and these functions
+ * are not called, except backend_divisor, which is then 1.
  */
 
 #ifndef ADMITD_BACKEND_H
@@ -26,8 +29,50 @@ void backend_free(struct backend *b);
  */
 bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, eng_cb *cb,
 		     void *arg);
-void backend_release(struct backend *b, struct lease *l, const struct lim_tokens *tokens,
+
+/*
+ * backend_release - release l in Redis and charge its tokens there. true
+ * when sent now; false when Redis cannot take it now: it is queued (tokens
+ * included) and sent once Redis answers again, and the caller charges the
+ * tokens in process.
+ */
+bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens *tokens,
 		     size_t ntokens);
+
+/* One target of a lease this daemon does not hold (keys are copied). */
+struct be_target {
+	const struct conf_scope *cs;
+	const struct conf_class *cls;
+	const char *key;
+};
+
+/*
+ * backend_release_ref - release whatever Redis holds under nonce on these
+ * targets, charging tokens. true when sent: cb(arg, held) runs later from
+ * the loop (held -1 when the outcome is unknown; it is then reconciled).
+ * false when queued: cb is not called, the caller answers and charges the
+ * tokens in process.
+ */
+/*
+ * eng_release_local - release nonce in process on these targets and charge
+ * the tokens there (engine.c): what a release pays when Redis cannot be
+ * told, or may not have heard. true when one of them held it.
+ */
+bool eng_release_local(struct admitd *ad, const struct be_target *t, size_t nt, const char *nonce,
+		       const struct lim_tokens *tokens, size_t ntokens);
+
+bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt, const char *nonce,
+			 const struct lim_tokens *tokens, size_t ntokens, eng_held_cb *cb,
+			 void *arg);
+
+/*
+ * backend_flush - send what the queue holds that may go now (shutdown:
+ * before waiting for backend_idle).
+ */
+void backend_flush(struct backend *b);
+
+/* backend_idle - nothing in flight and nothing queued that Redis could take. */
+bool backend_idle(const struct backend *b);
 void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms);
 
 /* backend_divisor - the fallback divisor for cs now (1 when b is NULL). */
@@ -36,7 +81,7 @@ double backend_divisor(const struct backend *b, const struct conf_scope *cs);
 /*
  * backend_status - add the backend's counters to a status reply: a "redis"
  * object with the pods seen alive and the failed calls by operation (the
- * seeds' OnError hook, as counters; each failure is also logged).
+ * failures an error hook would see, as counters; each is also logged).
  */
 void backend_status(const struct backend *b, struct preply *r);
 

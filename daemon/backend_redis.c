@@ -11,13 +11,24 @@
  *
  * Keys: PREFIX:{SCOPE:KEY}:s (pacing hash), :q (quota instants), :l (leases
  * in flight), :rN (rule N's counter). One hash tag per (scope, key), so every
- * key one script touches is in one slot, unchanged on Redis Cluster.
+ * key one script touches is in one slot (what Redis Cluster needs of a
+ * script; this pool speaks to one Redis, not to a cluster).
  *
  * An acquire is one EVALSHA per target, pipelined when there are several.
  * Any failure (no connection, timeout, an error reply of any kind: script
  * error, NOPERM, OOM) is never read as admitted: the decision is made by the
  * scope's fail_mode (eng_fallback), counted and logged. A target that
- * admitted while another refused or failed is rolled back.
+ * admitted while another refused or failed is rolled back, pacing included.
+ *
+ * Seams. Every booking call carries not_after, a Redis time after which it
+ * books nothing, so a call whose outcome is unknown (sent, then its
+ * connection died or its timer fired) can be settled: once not_after has
+ * passed, what it may have booked under its lease id is released
+ * (reconcile, idempotent), or, when the fallback granted the lease under
+ * the same id, released in Redis with the lease. Releases that Redis
+ * cannot take now wait in a queue, tokens and all, until it can. When Redis
+ * comes back, or the heartbeat finds that it lost its data, every lease
+ * this daemon holds is booked there again (rebook).
  */
 
 #include "backend.h"
@@ -28,6 +39,7 @@
 #include "scripts.h"
 
 #include <event2/event.h>
+#include <sys/queue.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +54,13 @@
 #define RB_CODE_CLUSTER	  (-4)
 #define RB_CODE_QUOTA	  (-5)
 #define RB_CODE_STALE	  (-6) /* the script ran after not_after: booked nothing */
+/* The release queue: checked every tick, at most BATCH sends a tick. */
+#define RB_QUEUE_TICK_MS  50
+#define RB_QUEUE_BATCH	  1024
+#define RB_QUEUE_MAX	  100000
+#define RB_QUEUE_ATTEMPTS 20
+/* Waited past a late call's not_after before reconciling it (clock steps). */
+#define RB_CLOCK_MARGIN_MS 50
 
 /* The operations whose failures are counted, for `status`. */
 enum rb_op {
@@ -50,10 +69,16 @@ enum rb_op {
 	RB_OP_ROLLBACK,
 	RB_OP_PENALIZE,
 	RB_OP_HEARTBEAT,
+	RB_OP_RECONCILE,
+	RB_OP_REBOOK,
 	RB_OP__COUNT
 };
-static const char *const rb_op_names[RB_OP__COUNT] = { "acquire", "release", "rollback", "penalize",
-						       "heartbeat" };
+static const char *const rb_op_names[RB_OP__COUNT] = { "acquire",  "release",	"rollback",
+						       "penalize", "heartbeat", "reconcile",
+						       "rebook" };
+
+struct rb_rel;
+TAILQ_HEAD(rb_rel_list, rb_rel);
 
 struct backend {
 	struct admitd *ad;
@@ -71,6 +96,12 @@ struct backend {
 	struct event *hb_ev;
 	int s_acquire, s_release, s_penalize, s_heartbeat;
 	uint64_t errors[RB_OP__COUNT]; /* failed calls by operation */
+	struct rb_rel_list queue;      /* owed to Redis, oldest first */
+	size_t nqueued;
+	struct event *queue_ev;
+	uint64_t reconciled, rebooked, dropped;
+	uint64_t beats; /* heartbeats answered */
+	bool was_up;	/* up at least once: a later up is a return */
 };
 
 /* ---- argument vectors ---- */
@@ -132,15 +163,13 @@ static void rargs_clear(struct rargs *a)
 	memset(a, 0, sizeof(*a));
 }
 
-static void rb_key(struct rargs *a, const struct backend *b, const struct kq *kq,
-		   const char *suffix, long idx)
+static void rb_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+		   const char *key, const char *suffix, long idx)
 {
 	if (idx < 0)
-		rargs_add(a, "%s:{%s:%s}:%s", b->ad->conf->prefix, kq->sc->cs->name, kq->key,
-			  suffix);
+		rargs_add(a, "%s:{%s:%s}:%s", b->ad->conf->prefix, cs->name, key, suffix);
 	else
-		rargs_add(a, "%s:{%s:%s}:%s%ld", b->ad->conf->prefix, kq->sc->cs->name, kq->key,
-			  suffix, idx);
+		rargs_add(a, "%s:{%s:%s}:%s%ld", b->ad->conf->prefix, cs->name, key, suffix, idx);
 }
 
 /*
@@ -148,16 +177,16 @@ static void rb_key(struct rargs *a, const struct backend *b, const struct kq *kq
  * pacing hash, the quota instants, the leases, then the counters of the
  * rules idx[0..nr). Returns how many.
  */
-static size_t rb_keys(struct rargs *a, const struct backend *b, const struct kq *kq,
-		      const size_t *idx, size_t nr)
+static size_t rb_keys(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+		      const char *key, const size_t *idx, size_t nr)
 {
 	size_t i;
 
-	rb_key(a, b, kq, "s", -1);
-	rb_key(a, b, kq, "q", -1);
-	rb_key(a, b, kq, "l", -1);
+	rb_key(a, b, cs, key, "s", -1);
+	rb_key(a, b, cs, key, "q", -1);
+	rb_key(a, b, cs, key, "l", -1);
 	for (i = 0; i < nr; i++)
-		rb_key(a, b, kq, "r", (long)idx[i]);
+		rb_key(a, b, cs, key, "r", (long)idx[i]);
 	return 3 + nr;
 }
 
@@ -178,18 +207,26 @@ static const char *rb_meter(enum conf_meter m)
 }
 
 /*
- * The Redis time after which an acquire sent now must book nothing: a little
- * before this call times out here (a quarter of redis_timeout is left for the
- * reply to travel), so a script that Redis runs late, after a freeze, cannot
- * leave a lease behind that the fallback's admission will never release.
+ * The Redis time after which a booking call sent now must book nothing: a
+ * little before this call times out here (a quarter of redis_timeout is
+ * left for the reply to travel), so a script that Redis runs late, after a
+ * freeze, cannot leave a lease behind that the fallback's admission will
+ * never release. *mono is the same instant on this daemon's clock: once it
+ * has passed, no such call can book any more, and what it may have booked
+ * can be reconciled. The pool reads Redis's clock in every connection's
+ * handshake, so the bound holds from the first call.
  */
-static int64_t rb_not_after(const struct backend *b)
+static int64_t rb_not_after(struct backend *b, int64_t *mono)
 {
 	int64_t t = b->ad->conf->redis_timeout_ms, margin = t / 4 > 0 ? t / 4 : 1;
+	int64_t now = clock_mono_ms();
 
+	if (!b->offset_known && rpool_clock(b->pool, &b->offset_ms))
+		b->offset_known = true;
+	*mono = now + t - margin;
 	if (!b->offset_known)
-		return 0;
-	return clock_mono_ms() + b->offset_ms + t - margin;
+		return 0; /* never: rpool_up implies a handshake read TIME */
+	return now + b->offset_ms + t - margin;
 }
 
 /* Learn Redis's clock from a reply that carries its TIME. */
@@ -200,8 +237,8 @@ static void rb_saw_time(struct backend *b, long long redis_ms)
 }
 
 /* KEYS and ARGV of acquire.lua for one target (see the script's header). */
-static void rb_acquire_args(struct rargs *a, const struct backend *b, const struct target_rt *t,
-			    const char *lease_id, size_t *nkeys)
+static void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
+			    const char *lease_id, int64_t not_after, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
 	size_t *idx = calloc(cs->nrules ? cs->nrules : 1, sizeof(*idx));
@@ -212,7 +249,7 @@ static void rb_acquire_args(struct rargs *a, const struct backend *b, const stru
 		return;
 	}
 	nr = rb_rules(cs, t->cls, idx);
-	*nkeys = rb_keys(a, b, t->kq, idx, nr);
+	*nkeys = rb_keys(a, b, cs, t->kq->key, idx, nr);
 	rargs_add(a, "%s", lease_id);
 	rargs_add(a, "1");
 	rargs_add(a, "%lld", (long long)t->cost);
@@ -236,21 +273,26 @@ static void rb_acquire_args(struct rargs *a, const struct backend *b, const stru
 		rargs_add(a, "%lld", (long long)p.burst);
 		rargs_add(a, "%zu", idx[i]);
 	}
-	rargs_add(a, "%lld", (long long)rb_not_after(b));
+	rargs_add(a, "%lld", (long long)not_after);
 	free(idx);
 }
 
+/* The modes of release.lua (see its header). */
+enum rb_mode { RB_M_RELEASE = 0, RB_M_ROLLBACK, RB_M_RECONCILE, RB_M_REBOOK };
+static const char *const rb_mode_names[] = { "release", "rollback", "reconcile", "rebook" };
+
 /*
- * KEYS and ARGV of release.lua for one target; mode "release" or "rollback".
- * tokens are charged to the token meters that apply (rollback: request
- * meters are refunded instead).
+ * KEYS and ARGV of release.lua for one target. Tokens are charged to the
+ * token meters that apply (release); rollback refunds `cost` to the request
+ * meters and passes x1, x2 (the pacing it booked and replaced); rebook
+ * passes the ms the lease has left and not_after.
  */
-static void rb_release_args(struct rargs *a, const struct backend *b, const struct target_rt *t,
-			    const char *lease_id, const char *mode, const struct lim_tokens *tokens,
-			    size_t ntokens, size_t *nkeys)
+static void rb_release_args(struct rargs *a, const struct backend *b, const struct be_target *t,
+			    const char *lease_id, enum rb_mode mode, int64_t cost,
+			    const struct lim_tokens *tokens, size_t ntokens, int64_t x1, int64_t x2,
+			    size_t *nkeys)
 {
-	const struct conf_scope *cs = t->kq->sc->cs;
-	bool rollback = strcmp(mode, "rollback") == 0;
+	const struct conf_scope *cs = t->cs;
 	size_t *idx = calloc(cs->nrules ? cs->nrules : 1, sizeof(*idx));
 	size_t nr, i, j;
 
@@ -259,9 +301,9 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 		return;
 	}
 	nr = rb_rules(cs, t->cls, idx);
-	*nkeys = rb_keys(a, b, t->kq, idx, nr);
+	*nkeys = rb_keys(a, b, cs, t->key, idx, nr);
 	rargs_add(a, "%s", lease_id);
-	rargs_add(a, "%s", mode);
+	rargs_add(a, "%s", rb_mode_names[mode]);
 	rargs_add(a, "%d", lim_serialized(cs) ? 1 : 0);
 	rargs_add(a, "%lld", (long long)cs->min_delay_ms);
 	rargs_add(a, "%zu", nr);
@@ -269,12 +311,12 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 		const struct conf_rule *r = &cs->rules[idx[i]];
 		struct strat_params p = lim_rule_params(r, 1.0);
 		int64_t charge = 0;
-		if (rollback && r->meter == METER_REQUESTS)
-			charge = -t->cost;
-		else if (!rollback && r->meter == METER_TOKENS)
+		if (mode == RB_M_ROLLBACK && r->meter == METER_REQUESTS)
+			charge = -cost;
+		else if (mode == RB_M_RELEASE && r->meter == METER_TOKENS)
 			for (j = 0; j < ntokens; j++)
 				charge += tokens[j].n;
-		else if (!rollback && r->meter == METER_TOKENS_KEY)
+		else if (mode == RB_M_RELEASE && r->meter == METER_TOKENS_KEY)
 			for (j = 0; j < ntokens; j++)
 				if (strcmp(tokens[j].name, r->meter_key) == 0)
 					charge += tokens[j].n;
@@ -284,6 +326,8 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 		rargs_add(a, "%lld", (long long)p.burst);
 		rargs_add(a, "%lld", (long long)charge);
 	}
+	rargs_add(a, "%lld", (long long)x1);
+	rargs_add(a, "%lld", (long long)x2);
 	free(idx);
 }
 
@@ -307,7 +351,16 @@ static void rb_failed(struct backend *b, enum rb_op opi, enum rp_status st,
 				names[st]);
 }
 
-/* ---- fire-and-forget calls: release, rollback, penalize ---- */
+/* A booking call that Redis ran after its not_after: it booked nothing. */
+static void rb_stale(struct backend *b, enum rb_op opi)
+{
+	b->errors[opi]++;
+	log_ratelimited(LOG_SLOT_REDIS, 1000,
+			"redis ran the call after its deadline: it booked nothing", "op=%s",
+			rb_op_names[opi]);
+}
+
+/* ---- fire-and-forget calls: penalize ---- */
 
 struct rb_ff {
 	struct backend *b;
@@ -318,99 +371,497 @@ static void rb_ff_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct rb_ff *ff = arg;
 
-	if (st != RP_OK || reply == NULL || reply->type != RV_INT)
+	if ((st != RP_OK || reply == NULL || reply->type != RV_INT) && st != RP_SHUTDOWN)
 		rb_failed(ff->b, ff->op, st, reply);
 	free(ff);
 }
 
-static void rb_ff_eval(struct backend *b, int script, enum rb_op op, struct rargs *a, size_t nkeys)
-{
-	struct rb_ff *ff;
+/* ---- releases, reconciliations, rebooks: one lease on its targets ---- */
 
-	if (b->closing)
-		return;
-	if (a->oom || (ff = malloc(sizeof(*ff))) == NULL) {
-		rb_failed(b, op, RP_CONN, NULL);
-		return;
+/*
+ * struct rb_rel - one release.lua call per target of one lease, in flight
+ * or queued. Owns copies of everything it sends (the lease and its keys may
+ * be gone by the time Redis can take it).
+ */
+struct rb_rel {
+	struct backend *b;
+	TAILQ_ENTRY(rb_rel) link; /* the queue, while queued */
+	enum rb_mode mode;
+	enum rb_op op;
+	char nonce[LIM_LEASE_ID_LEN + 1];
+	size_t nt;
+	struct be_target t[PROTO_MAX_TARGETS]; /* keys owned */
+	int64_t cost[PROTO_MAX_TARGETS];       /* rollback: the request units to refund */
+	int64_t x1[PROTO_MAX_TARGETS], x2[PROTO_MAX_TARGETS];
+	size_t ntokens;
+	struct proto_token tokens[PROTO_MAX_TOKENS];
+	int64_t not_before; /* mono ms: not sent before (a late booking call's bound) */
+	int attempts;
+	/* in flight */
+	size_t pending;
+	bool unknown; /* a target's outcome is unknown */
+	int held;     /* some target answered 1 */
+	eng_held_cb *cb;
+	void *cb_arg;
+};
+
+static void rb_rel_free(struct rb_rel *r)
+{
+	size_t i;
+
+	for (i = 0; i < r->nt; i++)
+		free((char *)r->t[i].key);
+	free(r);
+}
+
+/* A new record for nonce; targets added by rb_rel_target. */
+static struct rb_rel *rb_rel_new(struct backend *b, enum rb_mode mode, enum rb_op op,
+				 const char *nonce)
+{
+	struct rb_rel *r = calloc(1, sizeof(*r));
+
+	if (r == NULL)
+		return NULL;
+	r->b = b;
+	r->mode = mode;
+	r->op = op;
+	memcpy(r->nonce, nonce, sizeof(r->nonce));
+	return r;
+}
+
+static bool rb_rel_target(struct rb_rel *r, const struct conf_scope *cs,
+			  const struct conf_class *cls, const char *key)
+{
+	char *k = strdup(key);
+
+	if (k == NULL)
+		return false;
+	r->t[r->nt].cs = cs;
+	r->t[r->nt].cls = cls;
+	r->t[r->nt].key = k;
+	r->nt++;
+	return true;
+}
+
+static void rb_rel_tokens(struct rb_rel *r, const struct lim_tokens *tokens, size_t ntokens)
+{
+	size_t i;
+
+	for (i = 0; i < ntokens && i < PROTO_MAX_TOKENS; i++) {
+		snprintf(r->tokens[i].name, sizeof(r->tokens[i].name), "%s", tokens[i].name);
+		r->tokens[i].n = tokens[i].n;
 	}
-	ff->b = b;
-	ff->op = op;
-	if (rpool_eval(b->pool, (size_t)script, nkeys, a->n, (const char *const *)a->v, a->len,
-		       rb_ff_cb, ff) != 0) {
-		free(ff);
-		rb_failed(b, op, RP_CONN, NULL);
+	r->ntokens = i;
+}
+
+/* Does this target need the call at all (a release with nothing to book costs none)? */
+static bool rb_rel_needed(const struct rb_rel *r, size_t i)
+{
+	const struct conf_scope *cs = r->t[i].cs;
+
+	switch (r->mode) {
+	case RB_M_RELEASE: return lim_release_books(cs, r->t[i].cls);
+	case RB_M_ROLLBACK: return true;
+	default: return lim_tracks_leases(cs);
 	}
 }
 
-static void rb_release_one(struct backend *b, const struct target_rt *t, const char *lease_id,
-			   const char *mode, const struct lim_tokens *tokens, size_t ntokens)
-{
-	struct rargs a = { 0 };
-	size_t nkeys = 0;
+static void rb_queue(struct backend *b, struct rb_rel *r, int64_t not_before);
+static void rb_rebooked(struct rb_rel *r);
 
-	rb_release_args(&a, b, t, lease_id, mode, tokens, ntokens, &nkeys);
-	rb_ff_eval(b, b->s_release, strcmp(mode, "rollback") == 0 ? RB_OP_ROLLBACK : RB_OP_RELEASE,
-		   &a, nkeys);
-	rargs_clear(&a);
+static void rb_rel_done(struct rb_rel *r)
+{
+	struct backend *b = r->b;
+
+	if (r->cb != NULL) {
+		r->cb(r->cb_arg, r->unknown ? -1 : r->held);
+		r->cb = NULL;
+	}
+	if (r->mode == RB_M_REBOOK) {
+		rb_rebooked(r);
+		return;
+	}
+	if (r->unknown && !b->closing) {
+		/* It may or may not have run: what it may have left in flight is
+		 * released again (idempotent). Tokens are never sent twice: they
+		 * are charged in process instead (they may be lost to Redis). */
+		if (r->mode == RB_M_RELEASE && r->ntokens > 0) {
+			struct lim_tokens tk[PROTO_MAX_TOKENS];
+			size_t i;
+			for (i = 0; i < r->ntokens; i++) {
+				tk[i].name = r->tokens[i].name;
+				tk[i].n = r->tokens[i].n;
+			}
+			eng_release_local(b->ad, r->t, r->nt, r->nonce, tk, r->ntokens);
+		}
+		r->mode = RB_M_RECONCILE;
+		r->ntokens = 0;
+		r->unknown = false;
+		rb_queue(b, r, clock_mono_ms() + b->ad->conf->redis_timeout_ms);
+		return;
+	}
+	rb_rel_free(r);
 }
 
-void backend_release(struct backend *b, struct lease *l, const struct lim_tokens *tokens,
-		     size_t ntokens)
+struct rb_rel_part {
+	struct rb_rel *r;
+};
+
+static void rb_rel_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
+	struct rb_rel *r = arg;
+
+	if (st == RP_OK && reply != NULL && reply->type == RV_INT) {
+		if (reply->i == 1)
+			r->held = 1;
+	} else {
+		if (st != RP_SHUTDOWN)
+			rb_failed(r->b, r->op, st, reply);
+		r->unknown = true;
+	}
+	if (--r->pending == 0)
+		rb_rel_done(r);
+}
+
+/*
+ * Send r now: true when accepted (it completes through rb_rel_done, which
+ * owns it from then on), false when Redis cannot take it now (r is still
+ * the caller's). A record with no target needing a call completes at once.
+ */
+static bool rb_rel_send(struct rb_rel *r)
+{
+	struct backend *b = r->b;
 	struct rargs a[PROTO_MAX_TARGETS];
 	struct rpool_call calls[PROTO_MAX_TARGETS];
+	struct lim_tokens tk[PROTO_MAX_TOKENS];
 	size_t i, n = 0;
+	int script = b->s_release;
+	bool ok = true;
 
-	if (b->closing)
-		return;
+	if (b->closing || !b->up || !rpool_up(b->pool))
+		return false;
+	for (i = 0; i < r->ntokens; i++) {
+		tk[i].name = r->tokens[i].name;
+		tk[i].n = r->tokens[i].n;
+	}
 	memset(a, 0, sizeof(a));
-	for (i = 0; i < l->nt; i++) {
-		const struct conf_scope *cs = l->t[i].kq->sc->cs;
-		struct rb_ff *ff;
+	for (i = 0; i < r->nt; i++) {
 		size_t nkeys = 0;
-		/* Nothing to book in Redis: no round trip (issue 3). */
-		if (!lim_release_books(cs, l->t[i].cls))
+		if (!rb_rel_needed(r, i))
 			continue;
-		rb_release_args(&a[n], b, &l->t[i], l->id, "release", tokens, ntokens, &nkeys);
-		ff = malloc(sizeof(*ff));
-		if (ff == NULL || a[n].oom) {
-			free(ff);
-			rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
-			rargs_clear(&a[n]);
-			continue;
-		}
-		ff->b = b;
-		ff->op = RB_OP_RELEASE;
-		calls[n] = (struct rpool_call){ .script = (size_t)b->s_release,
+		rb_release_args(&a[n], b, &r->t[i], r->nonce, r->mode, r->cost[i], tk, r->ntokens,
+				r->x1[i], r->x2[i], &nkeys);
+		if (a[n].oom)
+			ok = false;
+		calls[n] = (struct rpool_call){ .script = (size_t)script,
 						.nkeys = nkeys,
 						.argc = a[n].n,
 						.argv = (const char *const *)a[n].v,
 						.argvlen = a[n].len,
-						.cb = rb_ff_cb,
-						.arg = ff };
+						.cb = rb_rel_cb,
+						.arg = r };
 		n++;
 	}
-	/* All targets of one lease commit in one pipelined round trip. */
-	if (n > 0 && rpool_eval_multi(b->pool, n, calls) != 0) {
-		for (i = 0; i < n; i++)
-			free(calls[i].arg);
-		rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
-	}
+	r->pending = n;
+	r->held = 0;
+	r->unknown = false;
+	/* All targets of one lease go in one pipelined round trip. */
+	if (ok && n > 0 && rpool_eval_multi(b->pool, n, calls) != 0)
+		ok = false;
 	for (i = 0; i < n; i++)
 		rargs_clear(&a[i]);
+	if (!ok)
+		return false;
+	if (n == 0)
+		rb_rel_done(r);
+	return true;
+}
+
+/* Keep r until Redis can take it (and not before not_before). */
+static void rb_queue(struct backend *b, struct rb_rel *r, int64_t not_before)
+{
+	struct timeval tv = { 0, RB_QUEUE_TICK_MS * 1000 };
+
+	if (b->closing) {
+		rb_rel_free(r);
+		return;
+	}
+	if (b->nqueued >= RB_QUEUE_MAX) {
+		struct rb_rel *old = TAILQ_FIRST(&b->queue);
+		TAILQ_REMOVE(&b->queue, old, link);
+		b->nqueued--;
+		b->dropped++;
+		log_ratelimited(LOG_SLOT_RECONCILE, 1000,
+				"redis release queue full: dropping the oldest (it expires by "
+				"lease_ttl)",
+				"max=%d", RB_QUEUE_MAX);
+		rb_rel_free(old);
+	}
+	r->not_before = not_before;
+	r->cb = NULL;
+	TAILQ_INSERT_TAIL(&b->queue, r, link);
+	b->nqueued++;
+	if (!evtimer_pending(b->queue_ev, NULL) && evtimer_add(b->queue_ev, &tv) != 0)
+		log_ratelimited(LOG_SLOT_RECONCILE, 1000, "cannot arm the release queue timer",
+				NULL);
+}
+
+/* Send what is due, in order; give up on a record after many failures. */
+static void rb_queue_run(struct backend *b, bool all_due)
+{
+	struct rb_rel *r, *nx;
+	int64_t now = clock_mono_ms();
+	struct timeval tv = { 0, RB_QUEUE_TICK_MS * 1000 };
+	size_t sent = 0;
+
+	for (r = TAILQ_FIRST(&b->queue); r != NULL && b->up; r = nx) {
+		nx = TAILQ_NEXT(r, link);
+		if (r->not_before > now)
+			continue;
+		if (!all_due && sent >= RB_QUEUE_BATCH)
+			break;
+		TAILQ_REMOVE(&b->queue, r, link);
+		b->nqueued--;
+		if (r->attempts >= RB_QUEUE_ATTEMPTS) {
+			log_ratelimited(LOG_SLOT_RECONCILE, 1000,
+					"redis release failed too often: given up (it expires by "
+					"lease_ttl)",
+					"lease=%.8s", r->nonce);
+			b->dropped++;
+			rb_rel_free(r);
+			continue;
+		}
+		r->attempts++; /* before: a sent record may be freed at once */
+		if (!rb_rel_send(r)) {
+			r->attempts--;
+			TAILQ_INSERT_HEAD(&b->queue, r, link);
+			b->nqueued++;
+			break;
+		}
+		sent++;
+	}
+	if (!TAILQ_EMPTY(&b->queue) && !evtimer_pending(b->queue_ev, NULL) &&
+	    evtimer_add(b->queue_ev, &tv) != 0)
+		log_ratelimited(LOG_SLOT_RECONCILE, 1000, "cannot arm the release queue timer",
+				NULL);
+}
+
+static void rb_queue_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+{
+	rb_queue_run(arg, false);
+}
+
+void backend_flush(struct backend *b)
+{
+	rb_queue_run(b, true);
+}
+
+bool backend_idle(const struct backend *b)
+{
+	const struct rb_rel *r;
+	int64_t now = clock_mono_ms();
+
+	if (rpool_inflight(b->pool) > 0)
+		return false;
+	if (!b->up)
+		return true; /* nothing queued can go */
+	TAILQ_FOREACH (r, &b->queue, link)
+		if (r->not_before <= now)
+			return false;
+	return TAILQ_EMPTY(&b->queue);
+}
+
+/* A release record for lease l (targets that need a call only). */
+static struct rb_rel *rb_rel_of(struct backend *b, const struct lease *l, enum rb_mode mode,
+				enum rb_op op)
+{
+	struct rb_rel *r = rb_rel_new(b, mode, op, l->id);
+	size_t i;
+
+	if (r == NULL)
+		return NULL;
+	for (i = 0; i < l->nt; i++)
+		if (!rb_rel_target(r, l->t[i].kq->sc->cs, l->t[i].cls, l->t[i].kq->key)) {
+			rb_rel_free(r);
+			return NULL;
+		}
+	return r;
+}
+
+bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens *tokens,
+		     size_t ntokens)
+{
+	struct rb_rel *r;
+	int64_t now = clock_mono_ms();
+
+	if (b->closing)
+		return false;
+	r = rb_rel_of(b, l, RB_M_RELEASE, RB_OP_RELEASE);
+	if (r == NULL) {
+		rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
+		return false;
+	}
+	rb_rel_tokens(r, tokens, ntokens);
+	/* A lease a late script may still book must not be released before
+	 * that script's bound: the release could land first. */
+	if (l->redis_maybe && l->redis_after > now) {
+		rb_queue(b, r, l->redis_after);
+		return false;
+	}
+	if (rb_rel_send(r))
+		return true;
+	b->errors[RB_OP_RELEASE]++;
+	rb_queue(b, r, 0);
+	return false;
+}
+
+bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt, const char *nonce,
+			 const struct lim_tokens *tokens, size_t ntokens, eng_held_cb *cb,
+			 void *arg)
+{
+	struct rb_rel *r = rb_rel_new(b, RB_M_RELEASE, RB_OP_RELEASE, nonce);
+	size_t i;
+
+	if (r == NULL)
+		return false;
+	for (i = 0; i < nt; i++)
+		if (!rb_rel_target(r, t[i].cs, t[i].cls, t[i].key)) {
+			rb_rel_free(r);
+			return false;
+		}
+	rb_rel_tokens(r, tokens, ntokens);
+	r->cb = cb;
+	r->cb_arg = arg;
+	if (rb_rel_send(r))
+		return true;
+	b->errors[RB_OP_RELEASE]++;
+	rb_queue(b, r, 0);
+	return false;
+}
+
+/*
+ * The acquire under nonce had targets whose outcome is unknown, and no lease
+ * holds it: release what it may have booked once no late run can book.
+ */
+static void rb_reconcile(struct backend *b, const struct waiter *w, const bool *which,
+			 const char *nonce, int64_t after)
+{
+	struct rb_rel *r = rb_rel_new(b, RB_M_RECONCILE, RB_OP_RECONCILE, nonce);
+	size_t i;
+
+	if (r == NULL)
+		return;
+	for (i = 0; i < w->nt; i++)
+		if (which[i] &&
+		    !rb_rel_target(r, w->t[i].kq->sc->cs, w->t[i].cls, w->t[i].kq->key)) {
+			rb_rel_free(r);
+			return;
+		}
+	if (r->nt == 0) {
+		rb_rel_free(r);
+		return;
+	}
+	b->reconciled++;
+	rb_queue(b, r, after + RB_CLOCK_MARGIN_MS);
+}
+
+/*
+ * Redis came back, or lost its data: put every lease this daemon holds
+ * that counts in a lease set back there (ZADD NX: one already there stays).
+ * A lease granted in fallback is released in Redis too from then on.
+ */
+struct rb_rebook_ctx {
+	struct backend *b;
+	size_t sent;
+};
+
+static void rb_rebook_one(void *arg, const char *key UNUSED, void *val)
+{
+	struct rb_rebook_ctx *x = arg;
+	struct backend *b = x->b;
+	struct lease *l = val;
+	int64_t now = clock_mono_ms(), mono_after, not_after = rb_not_after(b, &mono_after);
+	struct rb_rel *r;
+	size_t i;
+	bool any = false;
+
+	if (l->via == VIA_LOCAL || l->deadline_ms <= now)
+		return;
+	for (i = 0; i < l->nt; i++)
+		if (lim_tracks_leases(l->t[i].kq->sc->cs))
+			any = true;
+	if (!any || (r = rb_rel_of(b, l, RB_M_REBOOK, RB_OP_REBOOK)) == NULL)
+		return;
+	for (i = 0; i < r->nt; i++) {
+		r->x1[i] = l->deadline_ms - now;
+		r->x2[i] = not_after;
+	}
+	r->not_before = mono_after; /* reused: the rebook's own bound */
+	if (!rb_rel_send(r)) {
+		rb_rel_free(r);
+		return;
+	}
+	x->sent++;
+}
+
+static void rb_rebook_all(struct backend *b, const char *why)
+{
+	struct rb_rebook_ctx x = { .b = b };
+
+	htab_each(b->ad->leases, rb_rebook_one, &x);
+	if (x.sent > 0)
+		log_info("leases booked in redis again", "leases=%zu reason=\"%s\"", x.sent, why);
+	b->rebooked += x.sent;
+}
+
+static void rb_rebooked(struct rb_rel *r)
+{
+	struct backend *b = r->b;
+	struct lease *l = htab_get(b->ad->leases, r->nonce);
+
+	if (l != NULL) {
+		/* Held: its release goes to Redis, after the rebook's bound. */
+		l->redis_maybe = true;
+		if (r->not_before > l->redis_after)
+			l->redis_after = r->not_before;
+		rb_rel_free(r);
+		return;
+	}
+	/* Released while the rebook was in flight: the release may have landed
+	 * first. Take the lease out again once the rebook can book no more. */
+	r->mode = RB_M_RECONCILE;
+	r->op = RB_OP_RECONCILE;
+	r->unknown = false;
+	rb_queue(b, r, r->not_before + RB_CLOCK_MARGIN_MS);
 }
 
 void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms)
 {
 	struct rargs a = { 0 };
+	struct rb_ff *ff;
 
-	rb_key(&a, b, kq, "s", -1);
+	if (b->closing)
+		return;
+	rb_key(&a, b, kq->sc->cs, kq->key, "s", -1);
 	rargs_add(&a, "%lld", (long long)delay_ms);
-	rb_ff_eval(b, b->s_penalize, RB_OP_PENALIZE, &a, 1);
+	if (a.oom || (ff = malloc(sizeof(*ff))) == NULL) {
+		rb_failed(b, RB_OP_PENALIZE, RP_CONN, NULL);
+		rargs_clear(&a);
+		return;
+	}
+	ff->b = b;
+	ff->op = RB_OP_PENALIZE;
+	if (rpool_eval(b->pool, (size_t)b->s_penalize, 1, a.n, (const char *const *)a.v, a.len,
+		       rb_ff_cb, ff) != 0) {
+		free(ff);
+		rb_failed(b, RB_OP_PENALIZE, RP_CONN, NULL);
+	}
 	rargs_clear(&a);
 }
 
 /* ---- acquire ---- */
+
+enum rb_outcome { RB_R_REFUSED = 0, RB_R_ADMITTED, RB_R_STALE, RB_R_UNKNOWN };
 
 struct rb_acq {
 	struct backend *b;
@@ -419,11 +870,12 @@ struct rb_acq {
 	void *arg;
 	char lease_id[LIM_LEASE_ID_LEN + 1];
 	size_t pending;
-	bool failed;
+	int64_t not_after_mono; /* no run of these scripts books after this */
 	struct {
-		bool admitted;
+		enum rb_outcome out;
 		int64_t retry;
 		long code;
+		int64_t next_booked, next_before;
 	} r[PROTO_MAX_TARGETS];
 };
 
@@ -445,36 +897,77 @@ static bool rb_slot_wait(const struct conf_scope *cs, long code)
 					   cs->rules[code].meter == METER_CONCURRENCY);
 }
 
+/* Undo the targets of q that Redis admitted (another refused or failed). */
+static void rb_rollback(struct rb_acq *q)
+{
+	struct waiter *w = q->w;
+	struct rb_rel *r;
+	size_t i;
+
+	for (i = 0; i < w->nt; i++) {
+		if (q->r[i].out != RB_R_ADMITTED)
+			continue;
+		r = rb_rel_new(q->b, RB_M_ROLLBACK, RB_OP_ROLLBACK, q->lease_id);
+		if (r == NULL ||
+		    !rb_rel_target(r, w->t[i].kq->sc->cs, w->t[i].cls, w->t[i].kq->key)) {
+			if (r != NULL)
+				rb_rel_free(r);
+			rb_failed(q->b, RB_OP_ROLLBACK, RP_CONN, NULL);
+			continue;
+		}
+		r->cost[0] = w->t[i].cost;
+		r->x1[0] = q->r[i].next_booked;
+		r->x2[0] = q->r[i].next_before;
+		if (!rb_rel_send(r))
+			rb_queue(q->b, r, 0); /* undone once Redis takes calls again */
+	}
+}
+
 /* All targets answered (or failed): combine, roll back partial admissions. */
 static void rb_acq_done(struct rb_acq *q)
 {
+	struct backend *b = q->b;
 	struct waiter *w = q->w;
 	struct eng_res res = { .admitted = true, .via = VIA_REDIS };
+	bool unknown[PROTO_MAX_TARGETS] = { false };
+	bool failed = false, any_unknown = false;
 	size_t i;
 
-	if (q->b->closing) {
-		/* Shutting down: nobody will use an admission now, and the pool
-		 * takes no more calls. What Redis booked expires by its TTLs. */
+	for (i = 0; i < w->nt; i++) {
+		if (q->r[i].out == RB_R_STALE || q->r[i].out == RB_R_UNKNOWN)
+			failed = true;
+		if (q->r[i].out == RB_R_UNKNOWN)
+			unknown[i] = any_unknown = true;
+	}
+	if (b->closing) {
+		/* The pool is gone: nothing can be sent. What Redis booked
+		 * expires by its TTLs. */
 		struct eng_res gone = { .via = VIA_REDIS, .unavailable = true };
 		q->cb(q->arg, &gone);
 		free(q);
 		return;
 	}
-	for (i = 0; i < w->nt && !q->failed; i++) {
+	for (i = 0; i < w->nt && !failed; i++) {
 		const struct conf_scope *cs = w->t[i].kq->sc->cs;
-		if (q->r[i].admitted && lim_release_books(cs, w->t[i].cls))
+		bool admitted = q->r[i].out == RB_R_ADMITTED;
+		if (admitted && lim_release_books(cs, w->t[i].cls))
 			res.booked = true;
-		eng_merge(&res, w->t[i].kq->sc, q->r[i].admitted, q->r[i].retry,
+		eng_merge(&res, w->t[i].kq->sc, admitted, q->r[i].retry,
 			  rb_rule_name(cs, q->r[i].code), rb_slot_wait(cs, q->r[i].code));
 	}
 	eng_merge_end(&res);
-	if (q->failed || !res.admitted) {
-		for (i = 0; i < w->nt; i++)
-			if (q->r[i].admitted)
-				rb_release_one(q->b, &w->t[i], q->lease_id, "rollback", NULL, 0);
+	if (failed || !res.admitted)
+		rb_rollback(q);
+	if (failed) {
+		res = eng_fallback(b->ad, w, q->lease_id);
+		if (any_unknown && res.admitted) {
+			/* The lease the fallback grants is released in Redis too. */
+			res.redis_maybe = true;
+			res.redis_after = q->not_after_mono + RB_CLOCK_MARGIN_MS;
+		} else if (any_unknown) {
+			rb_reconcile(b, w, unknown, q->lease_id, q->not_after_mono);
+		}
 	}
-	if (q->failed)
-		res = eng_fallback(q->b->ad, w, q->lease_id);
 	q->cb(q->arg, &res);
 	free(q);
 }
@@ -490,21 +983,26 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 	struct rb_acq *q = part->q;
 	size_t i = part->i;
 
-	if (st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == 4 &&
+	if (st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n >= 4 &&
 	    reply->a[0].type == RV_INT && reply->a[1].type == RV_INT &&
 	    reply->a[2].type == RV_INT) {
-		q->r[i].admitted = reply->a[0].i == 1;
+		q->r[i].out = reply->a[0].i == 1 ? RB_R_ADMITTED : RB_R_REFUSED;
 		q->r[i].retry = reply->a[1].i;
 		q->r[i].code = (long)reply->a[2].i;
 		if (reply->a[3].type == RV_INT)
 			rb_saw_time(q->b, reply->a[3].i);
+		if (reply->n >= 6 && reply->a[4].type == RV_INT && reply->a[5].type == RV_INT) {
+			q->r[i].next_booked = reply->a[4].i;
+			q->r[i].next_before = reply->a[5].i;
+		}
 		if (q->r[i].code == RB_CODE_STALE) {
-			rb_failed(q->b, RB_OP_ACQUIRE, st, reply);
-			q->failed = true;
+			rb_stale(q->b, RB_OP_ACQUIRE);
+			q->r[i].out = RB_R_STALE;
 		}
 	} else {
-		rb_failed(q->b, RB_OP_ACQUIRE, st, reply);
-		q->failed = true;
+		if (st != RP_SHUTDOWN)
+			rb_failed(q->b, RB_OP_ACQUIRE, st, reply);
+		q->r[i].out = RB_R_UNKNOWN;
 	}
 	free(part);
 	if (--q->pending == 0)
@@ -517,6 +1015,7 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	struct rargs a[PROTO_MAX_TARGETS];
 	struct rpool_call calls[PROTO_MAX_TARGETS];
 	struct rb_acq *q;
+	int64_t not_after;
 	bool ok = false;
 	size_t i, made = 0;
 
@@ -531,10 +1030,11 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	q->cb = cb;
 	q->arg = arg;
 	memcpy(q->lease_id, lease_id, sizeof(q->lease_id));
+	not_after = rb_not_after(b, &q->not_after_mono);
 	for (i = 0; i < w->nt; i++) {
 		struct rb_acq_part *part = malloc(sizeof(*part));
 		size_t nkeys = 0;
-		rb_acquire_args(&a[i], b, &w->t[i], lease_id, &nkeys);
+		rb_acquire_args(&a[i], b, &w->t[i], lease_id, not_after, &nkeys);
 		if (part == NULL || a[i].oom) {
 			free(part);
 			goto out;
@@ -551,9 +1051,7 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		made++;
 	}
 	q->pending = w->nt;
-	ok = (w->nt == 1 ? rpool_eval(b->pool, calls[0].script, calls[0].nkeys, calls[0].argc,
-				      calls[0].argv, calls[0].argvlen, calls[0].cb, calls[0].arg)
-			 : rpool_eval_multi(b->pool, w->nt, calls)) == 0;
+	ok = rpool_eval_multi(b->pool, w->nt, calls) == 0;
 out:
 	if (!ok) {
 		for (i = 0; i < made; i++)
@@ -567,6 +1065,8 @@ out:
 
 /* ---- health, heartbeat, divisor ---- */
 
+static void rb_hb_cb(evutil_socket_t fd, short what, void *arg);
+
 static void rb_state_cb(void *arg, bool up)
 {
 	struct backend *b = arg;
@@ -575,21 +1075,37 @@ static void rb_state_cb(void *arg, bool up)
 		return;
 	b->up = up;
 	b->since_ms = clock_mono_ms();
-	if (up)
-		log_info("redis is up: limits are shared", "redis=\"%s\"", b->pc.url);
-	else
+	if (!up) {
 		log_warn("redis is down: serving from the in-process fallback", "redis=\"%s\"",
 			 b->pc.url);
+		return;
+	}
+	log_info("redis is up: limits are shared", "redis=\"%s\"", b->pc.url);
+	if (rpool_clock(b->pool, &b->offset_ms))
+		b->offset_known = true;
+	/* The pods alive, at once, not a beat later; then what Redis is owed. */
+	rb_hb_cb(-1, 0, b);
+	if (b->was_up)
+		rb_rebook_all(b, "redis is back");
+	b->was_up = true;
+	rb_queue_run(b, false);
 }
 
 static void rb_hb_reply(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct backend *b = arg;
 
-	if (st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == 2 &&
-	    reply->a[0].type == RV_INT && reply->a[0].i >= 1 && reply->a[1].type == RV_INT) {
+	if (st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == 3 &&
+	    reply->a[0].type == RV_INT && reply->a[0].i >= 1 && reply->a[1].type == RV_INT &&
+	    reply->a[2].type == RV_INT) {
 		b->pods_seen = reply->a[0].i;
 		rb_saw_time(b, reply->a[1].i);
+		/* This pod was registered a beat ago and is not now: Redis lost
+		 * its data (restarted empty, flushed, failed over) and with it
+		 * the leases this daemon holds. */
+		if (reply->a[2].i == 0 && b->beats > 0)
+			rb_rebook_all(b, "redis lost its data");
+		b->beats++;
 	} else if (st != RP_SHUTDOWN)
 		rb_failed(b, RB_OP_HEARTBEAT, st, reply);
 }
@@ -629,6 +1145,10 @@ void backend_status(const struct backend *b, struct preply *r)
 
 	preply_push(r, "redis");
 	preply_int(r, "pods_seen", b->pods_seen);
+	preply_int(r, "queued", (int64_t)b->nqueued);
+	preply_int(r, "reconciled", (int64_t)b->reconciled);
+	preply_int(r, "rebooked", (int64_t)b->rebooked);
+	preply_int(r, "dropped", (int64_t)b->dropped);
 	preply_push(r, "errors");
 	for (i = 0; i < RB_OP__COUNT; i++)
 		preply_int(r, rb_op_names[i], (int64_t)b->errors[i]);
@@ -678,6 +1198,7 @@ struct backend *backend_new(struct admitd *ad)
 		return NULL;
 	b->ad = ad;
 	b->pods_seen = 1;
+	TAILQ_INIT(&b->queue);
 	b->since_ms = clock_mono_ms();
 	b->s_acquire = script_index("acquire");
 	b->s_release = script_index("release");
@@ -711,7 +1232,8 @@ struct backend *backend_new(struct admitd *ad)
 		goto fail;
 	}
 	b->hb_ev = event_new(ad->base, -1, EV_PERSIST, rb_hb_cb, b);
-	if (b->hb_ev == NULL || event_add(b->hb_ev, &hb) != 0)
+	b->queue_ev = evtimer_new(ad->base, rb_queue_cb, b);
+	if (b->hb_ev == NULL || b->queue_ev == NULL || event_add(b->hb_ev, &hb) != 0)
 		goto fail;
 	return b;
 fail:
@@ -728,6 +1250,16 @@ void backend_free(struct backend *b)
 		event_free(b->hb_ev);
 	if (b->pool)
 		rpool_free(b->pool);
+	if (b->nqueued > 0)
+		log_warn("redis releases still queued at exit: they expire by lease_ttl",
+			 "queued=%zu", b->nqueued);
+	while (!TAILQ_EMPTY(&b->queue)) {
+		struct rb_rel *r = TAILQ_FIRST(&b->queue);
+		TAILQ_REMOVE(&b->queue, r, link);
+		rb_rel_free(r);
+	}
+	if (b->queue_ev)
+		event_free(b->queue_ev);
 	free(b->pods_key);
 	free(b->password);
 	free(b);

@@ -78,17 +78,18 @@ struct conf_scope {
 
 struct conf {
 	char *path;
-	char *socket;		   /* default ADMIT_DEFAULT_SOCKET */
-	int socket_mode;	   /* octal in the conf; default 0660 */
-	char *redis;		   /* NULL or "" = local mode */
-	char *prefix;		   /* key namespace in Redis; default "admitd" */
-	int64_t max_line;	   /* bytes; default 64 KiB */
-	int64_t max_connections;   /* default 1024 */
-	int64_t redis_pool;	   /* default 2 */
-	int64_t redis_timeout_ms;  /* default 250ms */
-	char *redis_password_file; /* NULL = no AUTH */
-	char *redis_user;	   /* NULL = default user */
-	char *log_level;	   /* debug, info, warn, error; default info */
+	char *socket;			 /* default ADMIT_DEFAULT_SOCKET */
+	int socket_mode;		 /* octal in the conf; default 0660 */
+	char *redis;			 /* NULL or "" = local mode */
+	char *prefix;			 /* key namespace in Redis; default "admitd" */
+	int64_t max_line;		 /* bytes; default 64 KiB */
+	int64_t max_connections;	 /* default 1024 */
+	int64_t client_write_timeout_ms; /* default 10s */
+	int64_t redis_pool;		 /* default 2 */
+	int64_t redis_timeout_ms;	 /* default 250ms */
+	char *redis_password_file;	 /* NULL = no AUTH */
+	char *redis_user;		 /* NULL = default user */
+	char *log_level;		 /* debug, info, warn, error; default info */
 	struct conf_scope *scopes;
 	size_t nscopes;
 };

@@ -7,9 +7,22 @@
  *
  * Owns: struct conn and its bufferevent. Frames input into lines (LF, a
  * trailing CR tolerated) with a hard cap of max_line checked before the
- * newline arrives; hands each line to ops.c; writes replies; caps the
- * output a client leaves unread. On close it cancels the connection's
- * waiters (they book nothing) and releases its leases that are not detached.
+ * newline arrives; hands each line to ops.c; writes replies; bounds the
+ * output a client leaves unread (below). On close it cancels the
+ * connection's waiters (they book nothing) and releases its leases that are
+ * not detached.
+ *
+ * Unread output. Past CONN_OUTPUT_HIGH of unsent replies the connection stops
+ * reading, and stops dispatching lines it has already read, until the client
+ * has taken all but CONN_OUTPUT_LOW (backpressure: a pipelining client that
+ * reads is slowed down, never cut off). A client that takes none of its
+ * pending output for client_write_timeout is closed at once (the libevent
+ * write timeout only runs while output is pending: an idle client, or one
+ * waiting for an acquire, is never timed out). Replies to waiters are not
+ * held back by backpressure: past the hard cap the connection is closed at
+ * once, its output discarded (libevent owns the start of a socket
+ * bufferevent's output, so it cannot be drained; it goes with the
+ * bufferevent).
  */
 
 #include "admitd.h"
@@ -20,13 +33,50 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* A client that leaves this much of our output unread is dropped. */
-#define CONN_MAX_OUTPUT (8 * 1024 * 1024)
+/*
+ * Backpressure watermarks. A client that sends its whole pipeline before it
+ * reads anything gets every reply only if the replies the daemon holds plus
+ * both socket buffers cover it: 100000 pings (1.4 MB in, 1.2 MB out) need
+ * HIGH above ~1.1 MiB with Linux's default 208 KiB buffers. 2 MiB leaves room.
+ */
+#define CONN_OUTPUT_HIGH (2 * 1024 * 1024)
+#define CONN_OUTPUT_LOW	 (512 * 1024)
+/* The hard cap; conn_max_output raises it so one max_line line's reply fits past HIGH. */
+#define CONN_MAX_OUTPUT (4 * 1024 * 1024)
+
+/*
+ * What conn.c alone knows of a connection. struct conn is always the `c` of
+ * one of these: conn_new allocates them, conn_free frees them.
+ */
+struct conn_priv {
+	struct conn c;
+	bool reads_paused; /* for backpressure (not closing, not half_closed) */
+	bool dropped;	   /* closed without a flush: sends are discarded, close_ev frees */
+};
+
+static struct conn_priv *conn_priv(struct conn *c)
+{
+	return (struct conn_priv *)(void *)((char *)c - offsetof(struct conn_priv, c));
+}
 
 static void conn_close_after_flush(struct conn *c);
+static void conn_read_lines(struct conn *c);
+
+static size_t conn_output_len(struct conn *c)
+{
+	return evbuffer_get_length(bufferevent_get_output(c->bev));
+}
+
+static size_t conn_max_output(struct conn *c)
+{
+	size_t line2 = 2 * (size_t)c->ad->conf->max_line + CONN_OUTPUT_HIGH;
+
+	return line2 > CONN_MAX_OUTPUT ? line2 : CONN_MAX_OUTPUT;
+}
 
 static void conn_free(struct conn *c)
 {
@@ -36,21 +86,81 @@ static void conn_free(struct conn *c)
 	while (!TAILQ_EMPTY(&c->waiters))
 		waitq_cancel(TAILQ_FIRST(&c->waiters));
 	lease_conn_closed(c);
+	ops_conn_closed(c);
 	TAILQ_REMOVE(&ad->conns, c, link);
 	ad->nconns--;
-	bufferevent_free(c->bev);
-	event_free(c->close_ev);
-	free(c);
+	bufferevent_free(c->bev); /* unsent output (a dropped client's) goes with it */
+	event_free(c->close_ev);  /* also when it is active: a drop's free is this one */
+	free(conn_priv(c));
 	if (ad->shutting_down && ad->nconns == 0 && ad->exit_ev != NULL)
 		event_active(ad->exit_ev, EV_TIMEOUT, 0);
 }
 
+/*
+ * Close now, without a flush: the client is not taking its replies. The free
+ * runs from the loop (close_ev): the caller may be deep in this connection's
+ * read loop or in one of its waiters' callbacks. Until then every callback
+ * leaves it alone and conn_send discards.
+ */
+static void conn_drop(struct conn *c)
+{
+	struct conn_priv *p = conn_priv(c);
+
+	if (p->dropped)
+		return;
+	p->dropped = true;
+	c->closing = true;
+	/* Should this fail, the callbacks still ignore it until close_ev runs. */
+	if (bufferevent_disable(c->bev, EV_READ | EV_WRITE) != 0)
+		log_debug("cannot disable a dropped connection", "conn=%llu",
+			  (unsigned long long)c->id);
+	event_active(c->close_ev, EV_TIMEOUT, 0);
+}
+
+/* Backpressure on: read nothing more, dispatch nothing more. */
+static void conn_pause_reads(struct conn *c)
+{
+	conn_priv(c)->reads_paused = true;
+	if (bufferevent_disable(c->bev, EV_READ) != 0) {
+		/* It would go on reading into its input without bound. */
+		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot pause reading a client: closing",
+				"conn=%llu", (unsigned long long)c->id);
+		conn_drop(c);
+	}
+}
+
+/* The client took enough: dispatch what was read meanwhile, then read again. */
+static void conn_resume_reads(struct conn *c)
+{
+	struct conn_priv *p = conn_priv(c);
+
+	p->reads_paused = false;
+	conn_read_lines(c);
+	if (p->reads_paused || c->closing || c->half_closed)
+		return;
+	if (bufferevent_enable(c->bev, EV_READ) != 0) {
+		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot resume reading a client: closing",
+				"conn=%llu", (unsigned long long)c->id);
+		conn_close_after_flush(c);
+	}
+}
+
+/* Called after a write that left at most CONN_OUTPUT_LOW (the write low watermark). */
 static void conn_write_cb(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
+	struct conn_priv *p = conn_priv(c);
+	size_t left = evbuffer_get_length(bufferevent_get_output(bev));
 
-	if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-		conn_free(c);
+	if (p->dropped)
+		return;
+	if (c->closing) {
+		if (left == 0)
+			conn_free(c);
+		return;
+	}
+	if (p->reads_paused)
+		conn_resume_reads(c);
 }
 
 /*
@@ -62,6 +172,8 @@ static bool conn_peer_gone(struct conn *c)
 {
 	struct pollfd pfd = { .fd = bufferevent_getfd(c->bev), .events = POLLOUT };
 
+	if (pfd.fd < 0)
+		return true;
 	return poll(&pfd, 1, 0) < 0 || (pfd.revents & (POLLHUP | POLLERR)) != 0;
 }
 
@@ -69,17 +181,31 @@ static bool conn_peer_gone(struct conn *c)
  * EOF: a client that is gone gets nothing more (its waiters book nothing,
  * its leases are released). One that only finished sending is still owed
  * the replies to its waiting acquires: it is closed when the last is sent.
+ * A write timeout (output pending, none of it taken for client_write_timeout)
+ * closes at once: waiting for a flush is what it timed out on.
  */
 static void conn_event_cb(struct bufferevent *bev UNUSED, short what, void *arg)
 {
 	struct conn *c = arg;
 
+	if (conn_priv(c)->dropped)
+		return; /* close_ev frees it */
+	if (what & BEV_EVENT_TIMEOUT) {
+		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "client takes none of its replies: closing",
+				"conn=%llu pending=%zu", (unsigned long long)c->id,
+				conn_output_len(c));
+		conn_free(c);
+		return;
+	}
 	if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && !c->closing &&
-	    (!TAILQ_EMPTY(&c->waiters) ||
-	     evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) &&
+	    (!TAILQ_EMPTY(&c->waiters) || !TAILQ_EMPTY(&c->pends) || conn_output_len(c) > 0) &&
 	    !conn_peer_gone(c)) {
 		c->half_closed = true;
-		bufferevent_disable(c->bev, EV_READ);
+		/* (libevent has already disabled reading at EOF: this cannot fail.) */
+		if (bufferevent_disable(c->bev, EV_READ) != 0) {
+			conn_free(c);
+			return;
+		}
 		/* Replies already queued are flushed; waiters close it when done. */
 		conn_waiter_done(c);
 		return;
@@ -103,7 +229,7 @@ void conn_sweep(struct admitd *ad)
 
 void conn_waiter_done(struct conn *c)
 {
-	if (c->half_closed && !c->closing && TAILQ_EMPTY(&c->waiters))
+	if (c->half_closed && !c->closing && TAILQ_EMPTY(&c->waiters) && TAILQ_EMPTY(&c->pends))
 		conn_close_after_flush(c);
 }
 
@@ -119,19 +245,26 @@ static void conn_close_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *ar
  */
 static void conn_close_after_flush(struct conn *c)
 {
+	if (conn_priv(c)->dropped)
+		return;
 	c->closing = true;
-	bufferevent_disable(c->bev, EV_READ);
-	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+	if (bufferevent_disable(c->bev, EV_READ) != 0) {
+		/* Still reading, and nothing dispatches what it reads. */
+		conn_drop(c);
+		return;
+	}
+	if (conn_output_len(c) == 0)
 		event_active(c->close_ev, EV_TIMEOUT, 0);
 }
 
-static void conn_read_cb(struct bufferevent *bev, void *arg)
+/* Dispatch the complete lines read so far, until closing or paused. */
+static void conn_read_lines(struct conn *c)
 {
-	struct conn *c = arg;
-	struct evbuffer *in = bufferevent_get_input(bev);
+	struct conn_priv *p = conn_priv(c);
+	struct evbuffer *in = bufferevent_get_input(c->bev);
 	size_t max_line = (size_t)c->ad->conf->max_line;
 
-	while (!c->closing) {
+	while (!c->closing && !p->reads_paused) {
 		struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_LF);
 		size_t len;
 		char *line;
@@ -151,7 +284,13 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 			conn_close_after_flush(c);
 			return;
 		}
-		evbuffer_remove(in, line, len + 1);
+		if (evbuffer_remove(in, line, len + 1) != (int)(len + 1)) {
+			free(line);
+			log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot read a line: closing",
+					"conn=%llu", (unsigned long long)c->id);
+			conn_close_after_flush(c);
+			return;
+		}
 		if (len > 0 && line[len - 1] == '\r')
 			len--;
 		line[len] = '\0';
@@ -163,18 +302,32 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 too_long:
 	conn_send_reply(
 	    c, preply_error(NULL, ADMIT_E_LINE_TOO_LONG, "request line longer than max_line"));
-	evbuffer_drain(in, evbuffer_get_length(in));
+	/* Early, to free it; should it fail, it goes with the bufferevent. */
+	if (evbuffer_drain(in, evbuffer_get_length(in)) != 0)
+		log_debug("cannot drain an over-long line", "conn=%llu", (unsigned long long)c->id);
 	conn_close_after_flush(c);
+}
+
+static void conn_read_cb(struct bufferevent *bev UNUSED, void *arg)
+{
+	struct conn *c = arg;
+
+	if (!conn_priv(c)->dropped)
+		conn_read_lines(c);
 }
 
 void conn_new(struct admitd *ad, int fd)
 {
-	struct conn *c = calloc(1, sizeof(*c));
+	struct conn_priv *p = calloc(1, sizeof(*p));
+	struct conn *c;
+	int64_t wto_ms = ad->conf->client_write_timeout_ms;
+	struct timeval wto = { (time_t)(wto_ms / 1000), (suseconds_t)(wto_ms % 1000 * 1000) };
 
-	if (c == NULL) {
+	if (p == NULL) {
 		evutil_closesocket(fd);
 		return;
 	}
+	c = &p->c;
 	c->bev = bufferevent_socket_new(ad->base, fd, BEV_OPT_CLOSE_ON_FREE);
 	c->close_ev = evtimer_new(ad->base, conn_close_cb, c);
 	if (c->bev == NULL || c->close_ev == NULL) {
@@ -184,31 +337,55 @@ void conn_new(struct admitd *ad, int fd)
 			evutil_closesocket(fd);
 		if (c->close_ev != NULL)
 			event_free(c->close_ev);
-		free(c);
+		free(p);
 		return;
 	}
 	c->ad = ad;
 	c->id = ++ad->next_conn_id;
 	TAILQ_INIT(&c->waiters);
 	TAILQ_INIT(&c->leases);
+	TAILQ_INIT(&c->pends);
 	TAILQ_INSERT_TAIL(&ad->conns, c, link);
 	ad->nconns++;
 	bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+	/* The write callback runs when a write leaves at most LOW (resume reading). */
+	bufferevent_setwatermark(c->bev, EV_WRITE, CONN_OUTPUT_LOW, 0);
+	/* No read timeout: an idle client is fine. The write timeout runs only
+	 * while output is pending and restarts whenever the socket takes some. */
+	if (bufferevent_set_timeouts(c->bev, NULL, &wto) != 0 ||
+	    bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0) {
+		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot set up a connection: closing",
+				"conn=%llu", (unsigned long long)c->id);
+		conn_free(c);
+	}
 }
 
+/*
+ * Queue a reply. Past the high watermark the connection stops reading; past
+ * the hard cap it is dropped. Safe anywhere: it never frees c.
+ */
 void conn_send(struct conn *c, const char *line, size_t len)
 {
+	struct conn_priv *p = conn_priv(c);
 	struct evbuffer *out = bufferevent_get_output(c->bev);
+	size_t pending = evbuffer_get_length(out);
 
-	if (evbuffer_get_length(out) + len > CONN_MAX_OUTPUT) {
+	if (p->dropped)
+		return;
+	if (pending + len > conn_max_output(c)) {
 		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "client does not read its replies: closing",
-				"conn=%llu", (unsigned long long)c->id);
-		evbuffer_drain(out, evbuffer_get_length(out));
-		conn_close_after_flush(c);
+				"conn=%llu pending=%zu", (unsigned long long)c->id, pending);
+		conn_drop(c);
 		return;
 	}
-	evbuffer_add(out, line, len);
+	if (evbuffer_add(out, line, len) != 0) {
+		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "out of memory queueing a reply: closing",
+				"conn=%llu", (unsigned long long)c->id);
+		conn_drop(c);
+		return;
+	}
+	if (pending + len > CONN_OUTPUT_HIGH && !p->reads_paused && !c->closing)
+		conn_pause_reads(c);
 }
 
 void conn_send_reply(struct conn *c, struct preply *r)

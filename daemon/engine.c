@@ -130,18 +130,89 @@ struct eng_res eng_fallback(struct admitd *ad, struct waiter *w, const char *lea
 void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntokens)
 {
 	int64_t now = clock_mono_ms();
+	bool to_redis = false, sent = false, local_tokens;
 	size_t i;
 
-	if (l->via == VIA_REDIS) {
-		backend_release(l->ad->redis, l, tokens, ntokens);
-		return;
-	}
+	if (l->ad->redis != NULL)
+		to_redis =
+		    l->via == VIA_REDIS ? l->backend_booked : l->backend_booked || l->redis_maybe;
+	if (to_redis)
+		sent = backend_release(l->ad->redis, l, tokens, ntokens);
+	/* The in-process state pays for its own admissions, and for Redis's
+	 * while Redis cannot be told (the fallback then knows what was spent). */
+	local_tokens = l->via != VIA_REDIS || (to_redis && !sent);
 	for (i = 0; i < l->nt; i++) {
 		struct kq *kq = l->t[i].kq;
-		if (kq->lim != NULL)
-			lim_release(kq->lim, kq->sc->cs, backend_divisor(l->ad->redis, kq->sc->cs),
-				    now, l->id, l->t[i].cls, tokens, ntokens);
+		struct lim_state *st = kq->lim;
+		if (st == NULL && local_tokens && ntokens > 0)
+			st = eng_lim(kq);
+		if (st != NULL)
+			lim_release(st, kq->sc->cs, backend_divisor(l->ad->redis, kq->sc->cs), now,
+				    l->id, l->t[i].cls, local_tokens ? tokens : NULL,
+				    local_tokens ? ntokens : 0);
 	}
+}
+
+void eng_mirror(struct lease *l)
+{
+	size_t i;
+
+	for (i = 0; i < l->nt; i++) {
+		const struct conf_scope *cs = l->t[i].kq->sc->cs;
+		struct lim_state *st;
+		if (!lim_tracks_leases(cs) || (st = eng_lim(l->t[i].kq)) == NULL)
+			continue;
+		if (!lim_lease_add(st, l->id, l->deadline_ms))
+			log_ratelimited(LOG_SLOT_FALLBACK, 1000,
+					"cannot mirror a Redis lease: out of memory", "scope=%s",
+					cs->name);
+	}
+}
+
+void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
+		     const struct lim_tokens *tokens, size_t ntokens, eng_held_cb *cb, void *arg)
+{
+	struct be_target t[PROTO_MAX_TARGETS] = { { 0 } };
+	struct kq *kq;
+	bool held;
+	size_t i, nt = 0;
+
+	for (i = 0; i < ref->nt; i++) {
+		struct scope_rt *sc = scope_find(ad, ref->t[i].scope);
+		const struct conf_class *cls = NULL;
+		if (sc == NULL)
+			continue; /* not in this daemon's conf: nothing it can release */
+		if (ref->t[i].cls[0] != '\0' &&
+		    (cls = conf_class_find(sc->cs, ref->t[i].cls)) == NULL)
+			continue;
+		if ((kq = kq_get(sc, ref->t[i].key)) == NULL)
+			continue;
+		t[nt] = (struct be_target){ .cs = sc->cs, .cls = cls, .key = kq->key };
+		nt++;
+	}
+	if (ad->redis != NULL && nt > 0 &&
+	    backend_release_ref(ad->redis, t, nt, ref->nonce, tokens, ntokens, cb, arg))
+		return;
+	held = eng_release_local(ad, t, nt, ref->nonce, tokens, ntokens);
+	cb(arg, ad->redis != NULL && nt > 0 ? -1 : held ? 1 : 0);
+}
+
+bool eng_release_local(struct admitd *ad, const struct be_target *t, size_t nt, const char *nonce,
+		       const struct lim_tokens *tokens, size_t ntokens)
+{
+	int64_t now = clock_mono_ms();
+	bool held = false;
+	size_t i;
+
+	for (i = 0; i < nt; i++) {
+		struct scope_rt *sc = scope_find(ad, t[i].cs->name);
+		struct kq *kq = sc != NULL ? kq_get(sc, t[i].key) : NULL;
+		struct lim_state *st = kq != NULL ? eng_lim(kq) : NULL;
+		if (st != NULL && lim_release(st, t[i].cs, backend_divisor(ad->redis, t[i].cs), now,
+					      nonce, t[i].cls, tokens, ntokens))
+			held = true;
+	}
+	return held;
 }
 
 void eng_penalize(struct kq *kq, int64_t delay_ms)

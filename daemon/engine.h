@@ -15,6 +15,7 @@
 #define ADMITD_ENGINE_H
 
 #include "admitd.h"
+#include "lease_id.h"
 
 struct eng_res {
 	bool admitted;
@@ -26,6 +27,8 @@ struct eng_res {
 	bool unavailable;	 /* refused because fail_mode = closed and Redis is down */
 	bool slot_wait;		 /* refusals: the deciding limit waits for a lease slot */
 	bool refused;		 /* eng_merge: a non-shadow target refused */
+	bool redis_maybe;	 /* not via Redis, but a Redis call for it had no known outcome */
+	int64_t redis_after;	 /* ... which can book nothing after this (mono ms) */
 	const char *shadow_rule; /* eng_merge: the first shadow target's refusal */
 };
 
@@ -48,8 +51,34 @@ typedef void eng_cb(void *arg, const struct eng_res *r);
  */
 void eng_acquire(struct admitd *ad, struct waiter *w, const char *lease_id, eng_cb *cb, void *arg);
 
-/* eng_release - give the lease's bookings back and charge token meters. */
+/*
+ * eng_release - give the lease's bookings back and charge token meters:
+ * in Redis when it booked there (or may have), in process for what the
+ * in-process limiter booked (its own admissions, and the mirror of Redis
+ * leases). Tokens that cannot reach Redis now are charged in process, and
+ * queued for Redis.
+ */
 void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntokens);
+
+/*
+ * eng_mirror - a lease granted through Redis is also entered in the
+ * in-process lease set of each key that tracks leases, so that the
+ * fallback counts what this daemon holds whichever backend booked it.
+ */
+void eng_mirror(struct lease *l);
+
+/*
+ * eng_release_ref - release, by its handle, a lease this daemon does not
+ * hold (another daemon's, a previous run's, or one whose TTL ended): its
+ * tokens are charged to its rules, and in Redis mode whatever Redis still
+ * holds under its nonce is released. cb(arg, held) runs exactly once, now
+ * or from the loop: held 1 or 0 as the limiter answered, -1 when Redis
+ * could not be asked now (the release is queued until it can).
+ */
+typedef void eng_held_cb(void *arg, int held);
+struct be_target;
+void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
+		     const struct lim_tokens *tokens, size_t ntokens, eng_held_cb *cb, void *arg);
 
 /* eng_penalize - hold the key back for delay_ms (never shortens a hold). */
 void eng_penalize(struct kq *kq, int64_t delay_ms);

@@ -13,7 +13,9 @@
 
 #include "admitd.h"
 
+#include "clock.h"
 #include "engine.h"
+#include "lease_id.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -54,12 +56,55 @@ void lease_make_id(char *buf)
 static void lease_ttl_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 {
 	struct lease *l = arg;
+	size_t i;
 
-	log_info("lease expired", "lease=%.8s scope=%s key=\"%s\"", l->id, l->t[0].kq->sc->cs->name,
-		 l->t[0].kq->key);
-	/* The backend state expires by itself at the same deadline: book nothing. */
+	/* One line per lease would flood the log when many expire: debug each,
+	 * warn at most once a second, count them all (status: "expired"). */
+	log_debug("lease expired", "lease=%.8s scope=%s key=\"%s\"", l->id,
+		  l->t[0].kq->sc->cs->name, l->t[0].kq->key);
+	log_ratelimited(LOG_SLOT_LEASE, 1000, "leases expired unreleased (lease_ttl)",
+			"scope=%s key=\"%s\"", l->t[0].kq->sc->cs->name, l->t[0].kq->key);
+	for (i = 0; i < l->nt; i++)
+		if (i == 0 || l->t[i].kq->sc != l->t[0].kq->sc)
+			l->t[i].kq->sc->expired++;
+	/* The backend state expires by itself at the same deadline: book nothing.
+	 * Tokens reported later are still charged (op_release, by the handle). */
 	l->backend_booked = false;
+	l->redis_maybe = false;
 	lease_release(l, NULL, 0);
+}
+
+/* The handle of a lease: its nonce, then what a release needs. */
+static char *lease_handle(const struct lease *l)
+{
+	struct lease_ref *ref = calloc(1, sizeof(*ref));
+	char *h = NULL;
+	size_t i;
+
+	if (ref == NULL)
+		return NULL;
+	memcpy(ref->nonce, l->id, sizeof(ref->nonce));
+	ref->nt = l->nt;
+	for (i = 0; i < l->nt; i++) {
+		snprintf(ref->t[i].scope, sizeof(ref->t[i].scope), "%s", l->t[i].kq->sc->cs->name);
+		snprintf(ref->t[i].cls, sizeof(ref->t[i].cls), "%s",
+			 l->t[i].cls ? l->t[i].cls->name : "");
+		snprintf(ref->t[i].key, sizeof(ref->t[i].key), "%s", l->t[i].kq->key);
+	}
+	h = lease_id_format(ref);
+	free(ref);
+	return h;
+}
+
+struct lease *lease_find(struct admitd *ad, const char *handle)
+{
+	char nonce[LIM_LEASE_ID_LEN + 1];
+
+	if (strlen(handle) < LIM_LEASE_ID_LEN || !lease_id_nonce_ok(handle, LIM_LEASE_ID_LEN))
+		return NULL;
+	memcpy(nonce, handle, LIM_LEASE_ID_LEN);
+	nonce[LIM_LEASE_ID_LEN] = '\0';
+	return htab_get(ad->leases, nonce);
 }
 
 struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
@@ -79,13 +124,16 @@ struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 	for (i = 0; i < l->nt; i++)
 		if (l->t[i].kq->sc->cs->lease_ttl_ms > ttl)
 			ttl = l->t[i].kq->sc->cs->lease_ttl_ms;
+	l->deadline_ms = clock_mono_ms() + ttl;
 	tv.tv_sec = ttl / 1000;
 	tv.tv_usec = (ttl % 1000) * 1000;
+	l->handle = lease_handle(l);
 	l->ttl_ev = evtimer_new(ad->base, lease_ttl_cb, l);
-	if (l->ttl_ev == NULL || evtimer_add(l->ttl_ev, &tv) != 0 ||
+	if (l->handle == NULL || l->ttl_ev == NULL || evtimer_add(l->ttl_ev, &tv) != 0 ||
 	    !htab_put(ad->leases, l->id, l)) {
 		if (l->ttl_ev)
 			event_free(l->ttl_ev);
+		free(l->handle);
 		free(l);
 		return NULL;
 	}
@@ -93,6 +141,8 @@ struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 		l->t[i].kq->held++;
 		l->t[i].kq->sc->leases++;
 	}
+	if (via == VIA_REDIS)
+		eng_mirror(l);
 	if (!w->detach && w->conn != NULL) {
 		l->conn = w->conn;
 		TAILQ_INSERT_TAIL(&l->conn->leases, l, conn_link);
@@ -109,12 +159,13 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 		tk[i].name = tokens[i].name;
 		tk[i].n = tokens[i].n;
 	}
-	if (l->backend_booked || ntokens > 0)
+	if (l->backend_booked || l->redis_maybe || ntokens > 0)
 		eng_release(l, tk, i);
 	htab_del(l->ad->leases, l->id);
 	if (l->conn != NULL)
 		TAILQ_REMOVE(&l->conn->leases, l, conn_link);
 	event_free(l->ttl_ev);
+	free(l->handle);
 	for (i = 0; i < l->nt; i++) {
 		l->t[i].kq->held--;
 		l->t[i].kq->sc->leases--;
@@ -149,6 +200,7 @@ static void lease_free_cb(void *arg UNUSED, const char *key UNUSED, void *val)
 	struct lease *l = val;
 
 	event_free(l->ttl_ev);
+	free(l->handle);
 	free(l);
 }
 

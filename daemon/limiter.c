@@ -9,7 +9,7 @@
  * only then booked (lim_book), so a refusal by any one books nothing in
  * the others (nginx limit_req's account=0 pass). Pure: the clock is `now`.
  *
- * The two pacing modes of seed 000 share the lease list:
+ * The two pacing modes share the lease list:
  * - min_delay > 0, cluster_concurrency 0: "serialized". At most one lease
  *   in flight (it expires at lease_ttl), and a release pushes next_at to
  *   completion + min_delay.
@@ -236,25 +236,49 @@ static bool lim_quota_push(struct lim_state *st, int64_t now, int64_t count)
 	return true;
 }
 
+static bool lim_leases_reserve(struct lim_state *st, size_t more)
+{
+	size_t ncap = st->leases_cap ? st->leases_cap : 4;
+	struct lim_lease *nl;
+
+	if (st->nleases + more <= st->leases_cap)
+		return true;
+	while (ncap < st->nleases + more)
+		ncap *= 2;
+	nl = realloc(st->leases, ncap * sizeof(*nl));
+	if (nl == NULL)
+		return false;
+	st->leases = nl;
+	st->leases_cap = ncap;
+	return true;
+}
+
+bool lim_lease_add(struct lim_state *st, const char *lease_id, int64_t deadline)
+{
+	struct lim_lease *l;
+	size_t i;
+
+	for (i = 0; i < st->nleases; i++)
+		if (strcmp(st->leases[i].id, lease_id) == 0)
+			return true;
+	if (!lim_leases_reserve(st, 1))
+		return false;
+	l = &st->leases[st->nleases++];
+	strncpy(l->id, lease_id, LIM_LEASE_ID_LEN);
+	l->id[LIM_LEASE_ID_LEN] = '\0';
+	l->deadline = deadline;
+	return true;
+}
+
 bool lim_book(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
 	      const struct lim_req *rq, const char *const *lease_ids)
 {
 	size_t i;
 	int64_t k;
 
-	if (lim_tracks_leases(cs) && lease_ids != NULL) {
-		if (st->nleases + (size_t)rq->count > st->leases_cap) {
-			size_t ncap = st->leases_cap ? st->leases_cap : 4;
-			struct lim_lease *nl;
-			while (ncap < st->nleases + (size_t)rq->count)
-				ncap *= 2;
-			nl = realloc(st->leases, ncap * sizeof(*nl));
-			if (nl == NULL)
-				return false;
-			st->leases = nl;
-			st->leases_cap = ncap;
-		}
-	}
+	if (lim_tracks_leases(cs) && lease_ids != NULL &&
+	    !lim_leases_reserve(st, (size_t)rq->count))
+		return false;
 	if (cs->quota > 0 && !lim_quota_push(st, now, rq->count))
 		return false;
 	if (lim_tracks_leases(cs) && lease_ids != NULL) {

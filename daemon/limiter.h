@@ -126,6 +126,13 @@ bool lim_release(struct lim_state *st, const struct conf_scope *cs, double div, 
 		 const char *lease_id, const struct conf_class *cls,
 		 const struct lim_tokens *tokens, size_t ntokens);
 
+/*
+ * lim_lease_add - enter a lease booked elsewhere (through Redis) in the set
+ * of leases in flight, until deadline, so that the in-process limits count
+ * it; a lease already there is left as is. false only on allocation failure.
+ */
+bool lim_lease_add(struct lim_state *st, const char *lease_id, int64_t deadline);
+
 /* lim_penalize - hold the key until now + delay_ms; never shortens a hold. */
 void lim_penalize(struct lim_state *st, int64_t now, int64_t delay_ms);
 

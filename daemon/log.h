@@ -55,9 +55,12 @@ void log_ratelimited(unsigned slot, int64_t interval_ms, const char *msg, const 
 /* fatal - startup only: log at error level and exit(1). */
 void fatal(const char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
-#define LOG_SLOT_REDIS	  0
-#define LOG_SLOT_FALLBACK 1
-#define LOG_SLOT_ACCEPT	  2
-#define LOG_SLOT__COUNT	  8
+#define LOG_SLOT_REDIS	    0
+#define LOG_SLOT_FALLBACK   1
+#define LOG_SLOT_ACCEPT	    2
+#define LOG_SLOT_LEASE	    3
+#define LOG_SLOT_RECONCILE  4
+#define LOG_SLOT_REDIS_CONN 5
+#define LOG_SLOT__COUNT	    8
 
 #endif

@@ -89,6 +89,28 @@ static void admitd_sighup_cb(evutil_socket_t sig UNUSED, short what UNUSED, void
 		 NULL);
 }
 
+/*
+ * Before the pool goes: the releases of the leases that just ended (and
+ * what the queue owes Redis) are sent and their replies awaited, bounded by
+ * redis_timeout, so that a rolling deploy leaves no slot booked in Redis
+ * for lease_ttl. Detached leases stay: any daemon can release them.
+ */
+static void admitd_drain_redis(struct admitd *ad)
+{
+	int64_t until = clock_mono_ms() + ad->conf->redis_timeout_ms;
+	struct timeval tick = { 0, 5 * 1000 };
+
+	backend_flush(ad->redis);
+	while (!backend_idle(ad->redis) && clock_mono_ms() < until) {
+		if (event_base_loopexit(ad->base, &tick) != 0 || event_base_dispatch(ad->base) < 0)
+			break;
+		backend_flush(ad->redis);
+	}
+	if (!backend_idle(ad->redis))
+		log_warn("stopping before redis answered every release", "waited_ms=%lld",
+			 (long long)ad->conf->redis_timeout_ms);
+}
+
 static bool admitd_override(char **field, const char *value)
 {
 	char *v = strdup(value);
@@ -202,8 +224,11 @@ out:
 	/* Connections first (their waiters cancel, their leases release), then
 	 * the backend (completing what is in flight), then what they pointed at. */
 	server_free(ad.server);
+	ad.server = NULL;
 	ad.shutting_down = true;
 	conn_free_all(&ad);
+	if (ad.redis != NULL)
+		admitd_drain_redis(&ad);
 	backend_free(ad.redis);
 	ad.redis = NULL;
 	scopes_free(&ad);

@@ -131,15 +131,76 @@ static void op_acquire(struct conn *c, struct request *rq)
 	waitq_add(w);
 }
 
+void ops_conn_closed(struct conn *c)
+{
+	while (!TAILQ_EMPTY(&c->pends)) {
+		struct op_pend *p = TAILQ_FIRST(&c->pends);
+		TAILQ_REMOVE(&c->pends, p, conn_link);
+		p->conn = NULL;
+	}
+}
+
+/* The answer to a release of a lease this daemon did not hold. */
+static void op_release_ref_done(void *arg, int held)
+{
+	struct op_pend *p = arg;
+	struct preply *r;
+
+	if (p->conn != NULL) {
+		TAILQ_REMOVE(&p->conn->pends, p, conn_link);
+		r = preply_new(p->id, true);
+		preply_bool(r, "held", held == 1);
+		/* Redis could not be asked: it will be, once it answers again. */
+		if (held < 0)
+			preply_bool(r, "deferred", true);
+		conn_send_reply(p->conn, r);
+		conn_waiter_done(p->conn);
+	}
+	free(p->id);
+	free(p);
+}
+
+/*
+ * release: a lease this daemon holds is released at once. Any other handle
+ * names the lease's targets (lease_id.h): a lease issued by another daemon
+ * or a previous run, or one whose TTL ended; its tokens are charged and
+ * Redis releases what it still holds under it (the reply waits for Redis).
+ * A string that is no handle at all releases nothing: held false.
+ */
 static void op_release(struct conn *c, struct request *rq)
 {
-	struct lease *l = htab_get(c->ad->leases, rq->lease);
-	struct preply *r = preply_new(rq->id, true);
+	struct lease *l = lease_find(c->ad, rq->lease);
+	struct lim_tokens tk[PROTO_MAX_TOKENS];
+	struct lease_ref *ref = NULL;
+	struct op_pend *p = NULL;
+	struct preply *r;
+	size_t i;
 
 	if (l != NULL)
 		lease_release(l, rq->tokens, rq->ntokens);
-	preply_bool(r, "held", l != NULL);
-	conn_send_reply(c, r);
+	else if ((ref = malloc(sizeof(*ref))) == NULL || (p = calloc(1, sizeof(*p))) == NULL) {
+		free(ref);
+		ops_error(c, rq, ADMIT_E_UNAVAILABLE, "out of memory");
+		return;
+	}
+	if (l != NULL || !lease_id_parse(rq->lease, ref)) {
+		free(ref);
+		free(p);
+		r = preply_new(rq->id, true);
+		preply_bool(r, "held", l != NULL);
+		conn_send_reply(c, r);
+		return;
+	}
+	p->conn = c;
+	p->id = rq->id; /* owned from here */
+	rq->id = NULL;
+	TAILQ_INSERT_TAIL(&c->pends, p, conn_link);
+	for (i = 0; i < rq->ntokens; i++) {
+		tk[i].name = rq->tokens[i].name;
+		tk[i].n = rq->tokens[i].n;
+	}
+	eng_release_ref(c->ad, ref, tk, rq->ntokens, op_release_ref_done, p);
+	free(ref);
 }
 
 static void op_penalize(struct conn *c, struct request *rq)
@@ -195,6 +256,7 @@ static void op_status(struct conn *c, struct request *rq)
 		preply_int(r, "fallback_admitted", (int64_t)sc->fallbacks);
 		preply_int(r, "canceled", (int64_t)sc->canceled);
 		preply_int(r, "wait_ms_total", (int64_t)sc->wait_ms_total);
+		preply_int(r, "expired", (int64_t)sc->expired);
 		preply_push(r, "refusals");
 		for (e = ADMIT_E_BAD_REQUEST; e < ADMIT_E__COUNT; e++)
 			if (sc->outcome[e] > 0)

@@ -22,9 +22,9 @@
 
 enum proto_op { OP_ACQUIRE = 0, OP_RELEASE, OP_PENALIZE, OP_STATUS, OP_PING, OP__COUNT };
 
-#define PROTO_NAME_MAX	     64	 /* scope, class, token meter names */
-#define PROTO_KEY_MAX	     512 /* keys and hosts */
-#define PROTO_LEASE_MAX	     128
+#define PROTO_NAME_MAX	     64	  /* scope, class, token meter names */
+#define PROTO_KEY_MAX	     512  /* keys and hosts */
+#define PROTO_LEASE_MAX	     8192 /* lease handles carry their targets: see lease_id.h */
 #define PROTO_MAX_TARGETS    8
 #define PROTO_MAX_TOKENS     16
 #define PROTO_MAX_COST	     1000000000LL

@@ -6,7 +6,7 @@
  * rpool.c - a small pool of hiredis 0.14.1 async connections on libevent.
  *
  * Owns: the redisAsyncContexts (the only file that includes hiredis), each
- * connection's handshake (AUTH, SELECT, SCRIPT LOAD) and its timer (connect
+ * connection's handshake (AUTH, SELECT, SCRIPT LOAD, TIME) and its timer (connect
  * deadline while connecting, reconnect backoff while disconnected), every
  * call's copy of its arguments and its timeout timer, the scripts' SHAs,
  * and the struct rval copies of replies handed to callers.
@@ -33,6 +33,7 @@
 
 #include "rpool.h"
 
+#include "clock.h"
 #include "log.h"
 #include "redis_url.h"
 
@@ -59,13 +60,18 @@ enum conn_state {
 	CS_AUTHENTICATING,
 	CS_SELECTING,
 	CS_LOADING_SCRIPTS,
+	CS_TIMING,
 	CS_READY,
 };
 
 static const char *const conn_state_names[] = {
-	[CS_DISCONNECTED] = "disconnected",	  [CS_CONNECTING] = "connecting",
-	[CS_AUTHENTICATING] = "authenticating",	  [CS_SELECTING] = "selecting",
-	[CS_LOADING_SCRIPTS] = "loading_scripts", [CS_READY] = "ready",
+	[CS_DISCONNECTED] = "disconnected",
+	[CS_CONNECTING] = "connecting",
+	[CS_AUTHENTICATING] = "authenticating",
+	[CS_SELECTING] = "selecting",
+	[CS_LOADING_SCRIPTS] = "loading_scripts",
+	[CS_TIMING] = "timing",
+	[CS_READY] = "ready",
 };
 
 struct rp_conn {
@@ -122,6 +128,9 @@ struct rpool {
 	bool *alive;  /* set while run_cb runs user code; rpool_free clears */
 	bool freeing; /* rpool_free in progress */
 	uint64_t rng;
+	size_t ncalls;	   /* accepted and not yet delivered */
+	int64_t clock_off; /* Redis TIME minus clock_mono_ms, from the last handshake */
+	bool clock_known;
 };
 
 static void conn_connect(struct rp_conn *c);
@@ -350,6 +359,7 @@ static void call_deliver(struct rp_call *call)
 
 	call->reply = NULL;
 	call->delivered = true;
+	call->pool->ncalls--;
 	if (!call->inflight)
 		call_free(call);
 	cb(arg, st, reply);
@@ -480,6 +490,12 @@ static void conn_advance(struct rp_conn *c)
 		c->loaded = 0;
 		for (size_t i = 0; ok && i < p->nscripts; i++)
 			ok = conn_send_load(c, conn_setup_cb, i);
+	} else if (c->state < CS_TIMING) {
+		/* Redis's clock before the first call: callers bound when a call
+		 * may still book (a script run late must book nothing). */
+		const char *argv[1] = { "TIME" };
+		c->state = CS_TIMING;
+		ok = conn_send(c, conn_setup_cb, c, 1, argv);
 	} else {
 		conn_ready(c);
 	}
@@ -516,6 +532,19 @@ static void conn_setup_cb(redisAsyncContext *ac, void *r, void *privdata)
 		c->pool->sha[i][RP_SHA_LEN] = '\0';
 		if (c->loaded < c->pool->nscripts)
 			return;
+	}
+	if (c->state == CS_TIMING) {
+		if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+		    reply->element[0]->type != REDIS_REPLY_STRING ||
+		    reply->element[1]->type != REDIS_REPLY_STRING) {
+			log_warn("redis TIME: unexpected reply", "conn=%d", c->idx);
+			conn_reap(c, "bad TIME reply");
+			return;
+		}
+		c->pool->clock_off = strtoll(reply->element[0]->str, NULL, 10) * 1000 +
+				     strtoll(reply->element[1]->str, NULL, 10) / 1000 -
+				     clock_mono_ms();
+		c->pool->clock_known = true;
 	}
 	conn_advance(c);
 }
@@ -781,6 +810,17 @@ oom:
 	return NULL;
 }
 
+size_t rpool_inflight(const struct rpool *p)
+{
+	return p->ncalls;
+}
+
+bool rpool_clock(const struct rpool *p, int64_t *offset_ms)
+{
+	*offset_ms = p->clock_off;
+	return p->clock_known;
+}
+
 bool rpool_up(const struct rpool *p)
 {
 	for (int i = 0; i < p->nconns; i++)
@@ -840,6 +880,7 @@ int rpool_command(struct rpool *p, size_t argc, const char *const *argv, const s
 		call_free(call);
 		return -1;
 	}
+	p->ncalls++;
 	call_arm(call);
 	return 0;
 }
@@ -874,9 +915,11 @@ int rpool_eval_multi(struct rpool *p, size_t ncalls, const struct rpool_call *ca
 		if (call_send(c, built[i]) < 0) {
 			if (i == 0)
 				goto cleanup;
+			p->ncalls++;
 			call_complete(built[i], RP_CONN, NULL);
 			continue;
 		}
+		p->ncalls++;
 		call_arm(built[i]);
 	}
 	free(built);

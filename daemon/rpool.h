@@ -77,6 +77,16 @@ struct rpool *rpool_new(struct event_base *base, const struct rpool_conf *conf,
 /* true when at least one connection is ready to take calls. */
 bool rpool_up(const struct rpool *p);
 
+/* rpool_inflight - calls accepted whose callback has not run yet. */
+size_t rpool_inflight(const struct rpool *p);
+
+/*
+ * rpool_clock - Redis TIME (ms) minus clock_mono_ms(), read by the last
+ * connection handshake (every connection reads TIME before it is ready, so
+ * this is known whenever rpool_up is true). false when never read.
+ */
+bool rpool_clock(const struct rpool *p, int64_t *offset_ms);
+
 /*
  * rpool_eval - EVALSHA scripts[script] with argv[0..nkeys) as KEYS and the
  * rest as ARGV (binary-safe, argvlen gives lengths). Returns 0 when accepted

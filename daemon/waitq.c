@@ -36,6 +36,17 @@ static struct waiter *waitq_head(struct kq *kq)
 	return TAILQ_FIRST(&kq->waiters);
 }
 
+/* Is target i the first of w's targets in its scope (counted once a scope)? */
+static bool waitq_first_of_scope(const struct waiter *w, size_t i)
+{
+	size_t j;
+
+	for (j = 0; j < i; j++)
+		if (w->t[j].kq->sc == w->t[i].kq->sc)
+			return false;
+	return true;
+}
+
 static bool waitq_in_flight(struct waiter *w)
 {
 	struct kq *kq = w->t[0].kq;
@@ -61,15 +72,17 @@ static void waitq_remove(struct waiter *w)
 	struct kq *kq = w->t[0].kq;
 	size_t i;
 
-	for (i = 0; i < w->nt; i++)
+	for (i = 0; i < w->nt; i++) {
 		w->t[i].kq->refs--;
+		if (waitq_first_of_scope(w, i))
+			w->t[i].kq->sc->waiting--;
+	}
 	if (waitq_head(kq) == w && kq->retry_ev != NULL) {
 		event_del(kq->retry_ev);
 		kq->wake_at = 0;
 	}
 	TAILQ_REMOVE(&kq->waiters, w, kq_link);
 	kq->nwait--;
-	kq->sc->waiting--;
 	waitq_unlink_conn(w);
 	if (w->deadline_ev != NULL)
 		event_free(w->deadline_ev);
@@ -115,21 +128,28 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 		return;
 	}
 	l->backend_booked = res->booked;
-	log_debug("acquire admitted", "scope=%s key=\"%s\" backend=%s waited_ms=%lld",
-		  w->t[0].kq->sc->cs->name, w->t[0].kq->key, via_name(res->via),
-		  (long long)(now - w->start_ms));
-	w->t[0].kq->sc->wait_ms_total += (uint64_t)(now - w->start_ms);
-	for (i = 0; i < w->nt; i++) {
-		w->t[i].kq->sc->admitted++;
-		if (res->via == VIA_FALLBACK)
-			w->t[i].kq->sc->fallbacks++;
-	}
-	if (w->conn == NULL) { /* nobody to tell: give it straight back */
+	l->redis_maybe = res->redis_maybe;
+	l->redis_after = res->redis_after;
+	if (w->conn == NULL) {
+		/* Nobody to tell: give it straight back. Its acquire was already
+		 * counted as canceled or timed out, never also as admitted. */
 		lease_release(l, NULL, 0);
 		return;
 	}
+	log_debug("acquire admitted", "scope=%s key=\"%s\" backend=%s waited_ms=%lld",
+		  w->t[0].kq->sc->cs->name, w->t[0].kq->key, via_name(res->via),
+		  (long long)(now - w->start_ms));
+	for (i = 0; i < w->nt; i++) {
+		struct scope_rt *sc = w->t[i].kq->sc;
+		if (waitq_first_of_scope(w, i)) {
+			sc->wait_ms_total += (uint64_t)(now - w->start_ms);
+			sc->admitted++;
+			if (res->via == VIA_FALLBACK)
+				sc->fallbacks++;
+		}
+	}
 	r = preply_new(w->id, true);
-	preply_str(r, "lease", l->id);
+	preply_str(r, "lease", l->handle);
 	preply_int(r, "waited_ms", now - w->start_ms);
 	preply_str(r, "backend", via_name(res->via));
 	if (res->shadow_limited) {
@@ -197,12 +217,18 @@ void waitq_add(struct waiter *w)
 	int64_t now = clock_mono_ms();
 	size_t i;
 
-	/* Every target's kq stays alive while w names it (the sweep skips it). */
-	for (i = 0; i < w->nt; i++)
+	bool too_many = false;
+
+	/* Every target's kq stays alive while w names it (the sweep skips it);
+	 * w waits in every target's scope, and each scope's max_waiters holds. */
+	for (i = 0; i < w->nt; i++) {
 		w->t[i].kq->refs++;
+		if (waitq_first_of_scope(w, i) &&
+		    ++w->t[i].kq->sc->waiting > w->t[i].kq->sc->cs->max_waiters)
+			too_many = true;
+	}
 	TAILQ_INSERT_TAIL(&kq->waiters, w, kq_link);
 	kq->nwait++;
-	sc->waiting++;
 	if (w->conn != NULL)
 		TAILQ_INSERT_TAIL(&w->conn->waiters, w, conn_link);
 	if (w->try_only && kq->nwait > 1) {
@@ -211,7 +237,7 @@ void waitq_add(struct waiter *w)
 		waitq_remove(w);
 		return;
 	}
-	if (!w->try_only && sc->waiting > sc->cs->max_waiters) {
+	if (!w->try_only && too_many) {
 		waitq_fail(w, ADMIT_E_TOO_MANY_WAITERS, 0, LIM_RULE_MAX_WAITERS, NULL);
 		waitq_remove(w);
 		return;

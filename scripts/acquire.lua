@@ -12,9 +12,12 @@
 --       then per rule: meter(r|t|c) kind amount window_ms burst code
 --       then not_after: a Redis time (ms) after which the caller has given up on
 --       this call (it timed out and decided otherwise): book nothing then; 0: none
--- Returns {admitted 1|0, retry_after_ms, code, now_ms}; code names the deciding
--- limit: -1 none, -2 penalty, -3 min_delay, -4 cluster_concurrency, -5 quota,
--- >= 0 the rule's index in the scope, -6 stale (ran after not_after).
+-- Returns {admitted 1|0, retry_after_ms, code, now_ms, next_at_booked,
+-- next_at_before}; code names the deciding limit: -1 none, -2 penalty,
+-- -3 min_delay, -4 cluster_concurrency, -5 quota, >= 0 the rule's index in
+-- the scope, -6 stale (ran after not_after). next_at_booked is the next_at
+-- this admission set (0: it set none) and next_at_before what it replaced,
+-- so that a rollback can put the pacing back exactly.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -135,8 +138,10 @@ if track then
 	end
 	redis.call('PEXPIRE', lk, lease_ttl)
 end
+local next_before, next_booked = next_at, 0
 if cluster > 0 and min_delay > 0 and now + min_delay > next_at then
 	next_at = now + min_delay
+	next_booked = next_at
 	redis.call('HSET', sk, 'next_at', next_at)
 	local ttl = next_at - now
 	if penalty_until - now > ttl then ttl = penalty_until - now end
@@ -150,4 +155,4 @@ for i = 1, nrules do
 		redis.call('PEXPIRE', r.key, strat_ttl_ms(r.p))
 	end
 end
-return { 1, 0, -1, now }
+return { 1, 0, -1, now, next_booked, next_before }

@@ -5,7 +5,9 @@
 -- dropped. fallback_divisor = auto divides by the count this returns.
 --
 -- KEYS[1] pods zset   ARGV[1] pod id   ARGV[2] liveness window ms
--- Returns {pods alive (including this one), Redis time in ms}.
+-- Returns {pods alive (including this one), Redis time in ms, 1 when this
+-- pod was still registered (0: first beat, or Redis lost its data: restarted
+-- empty, flushed, or failed over to a replica that never saw it)}.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -13,7 +15,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[2])
 
+local known = redis.call('ZSCORE', KEYS[1], ARGV[1]) and 1 or 0
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 redis.call('PEXPIRE', KEYS[1], window)
-return { redis.call('ZCARD', KEYS[1]), now }
+return { redis.call('ZCARD', KEYS[1]), now, known }

@@ -1,14 +1,22 @@
 """chaos.py - a soak under faults: not part of `make test` (it takes a
-minute and asserts only survival and protocol shape), run by `make chaos`.
+minute), run by `make chaos`.
 
 Three admitd processes share one Redis. Client threads send random
 requests (acquire with random budgets, tries, several targets, releases
-with tokens, penalize, status, malformed lines), vanish mid-wait, or
-half-close, while a fault thread pauses, resumes, restarts and SCRIPT
-FLUSHes Redis. At the end every daemon must still answer ping, exit 0 on
-SIGTERM, and its log must show no sanitizer, valgrind or assert report
-(the harness checks at stop). Every reply must be one JSON object with
-"ok", and an id when the request had one.
+with tokens, late releases after lease_ttl, releases through another
+daemon, penalize, status, malformed lines), vanish mid-wait, or half-close;
+a pipelining client stalls Redis traffic in flight; clients that stop
+reading are dropped. A fault thread pauses, resumes, restarts (empty) and
+SCRIPT FLUSHes Redis, freezes it with DEBUG SLEEP, and restarts a daemon
+with SIGTERM as a rolling deploy does.
+
+At the end every daemon must still answer ping, exit 0 on SIGTERM, and its
+log must show no sanitizer, valgrind or assert report (the harness checks
+at stop). Every reply must be one JSON object with "ok", and an id when the
+request had one. Then no slot may be left booked in Redis: every detached
+lease ever granted is released (through a random daemon), every daemon
+stops, and every lease set in Redis must be empty although lease_ttl is
+far longer than the wait (a slot nobody holds would still be there).
 
     ADMITD_BIN=$PWD/daemon/admitd python3 -m tests.integ.chaos [SECONDS]
 """
@@ -28,15 +36,21 @@ redis_timeout = 100ms
 
 [scope pace]
 min_delay = 20ms
-lease_ttl = 2s
+lease_ttl = 60s
 timeout = 500ms
 
 [scope cc]
 cluster_concurrency = 3
 min_delay = 5ms
 max_concurrent = 2
-lease_ttl = 1s
+lease_ttl = 60s
 timeout = 500ms
+
+[scope llm]
+rule = tokens fixed-window 2000/1s
+cluster_concurrency = 4
+lease_ttl = 300ms
+timeout = 200ms
 
 [scope rules]
 rule = requests sliding-window 200/1s
@@ -64,7 +78,10 @@ quota = 100/1s
 fail_mode = closed
 """
 
-SCOPES = ["pace", "cc", "rules", "classes", "shadow", "closed"]
+SCOPES = ["pace", "cc", "llm", "rules", "classes", "shadow", "closed"]
+LONG_TTL = ("pace", "cc")  # a slot leaked there would outlive the run's end
+DETACHED = []  # every detached lease granted: released at the end
+DETACHED_LOCK = threading.Lock()
 
 
 def request(rng, held):
@@ -79,6 +96,11 @@ def request(rng, held):
         if rng.random() < 0.2:
             req["detach"] = True
         return req
+    if r < 0.47 and held:
+        # a late release: the call outlived lease_ttl (tokens still count)
+        time.sleep(rng.choice([0.0, 0.35]))
+        return {"op": "release", "lease": held.pop(rng.randrange(len(held))),
+                "tokens": {"output": rng.randrange(500)}}
     if r < 0.55:
         other = rng.choice([s for s in SCOPES if s != scope])
         return {"op": "acquire", "timeout_ms": rng.choice([0, 100]),
@@ -129,6 +151,9 @@ def client(daemon, seed, stop, errors, seen):
                     errors.append("bad reply %r to %r" % (reply, req))
                 if reply.get("lease"):
                     held.append(reply["lease"])
+                    if req.get("detach"):
+                        with DETACHED_LOCK:
+                            DETACHED.append(reply["lease"])
                 if isinstance(req, dict) is False and reply.get("error") != "bad_request":
                     errors.append("malformed line answered %r" % reply)
                 if rng.random() < 0.03:
@@ -139,29 +164,118 @@ def client(daemon, seed, stop, errors, seen):
             s.close()
 
 
-def faults(redis, stop, rng):
+def pipeliner(daemon, seed, stop, errors):
+    """Acquire (then release) on many keys without waiting for replies, so
+    that calls are always in flight when a fault hits Redis."""
+    rng = random.Random(seed)
+    while not stop.is_set():
+        try:
+            with daemon.connect(timeout=10) as c:
+                n = 50
+                for i in range(n):
+                    c.send({"op": "acquire", "scope": "cc", "key": "p%d" % rng.randrange(40),
+                            "timeout_ms": 300, "id": i})
+                    time.sleep(0.005)
+                got = 0
+                while got < n:
+                    r = c.recv(timeout=10)
+                    if "ok" not in r:
+                        errors.append("bad reply %r" % r)
+                    if isinstance(r.get("id"), int):
+                        got += 1
+                        if r.get("ok"):
+                            c.send({"op": "release", "lease": r["lease"], "id": "r"})
+        except (OSError, TimeoutError, ConnectionError):
+            pass
+
+
+def non_reader(daemon, stop, errors):
+    """Hold a lease, then pipeline pings and never read: must be dropped."""
+    while not stop.is_set():
+        time.sleep(2.0)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(5)
+            s.connect(daemon.sock_path)
+            s.sendall(json.dumps({"op": "acquire", "scope": "cc", "key": "nr",
+                                  "timeout_ms": 0}).encode() + b"\n")
+            s.setblocking(False)
+            ping = (json.dumps({"op": "ping", "id": "x" * 30000}) + "\n").encode()
+            end = time.monotonic() + 10
+            closed = False
+            while time.monotonic() < end and not closed:
+                try:
+                    s.send(ping)
+                except BlockingIOError:
+                    time.sleep(0.05)
+                except OSError:
+                    closed = True  # dropped by the daemon
+            if not closed:
+                errors.append("a client that never reads was not dropped within 10 s")
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+
+def faults(redis, daemons, stop, rng, errors):
     while not stop.is_set():
         time.sleep(rng.uniform(0.3, 1.5))
         what = rng.random()
-        if what < 0.3:
+        if what < 0.2:
             redis.pause()
             time.sleep(rng.uniform(0.05, 0.5))
             redis.resume()
-        elif what < 0.5:
+        elif what < 0.35:
             redis.stop()
             time.sleep(rng.uniform(0.05, 0.5))
             redis.restart()
-        elif what < 0.8:
+        elif what < 0.5:
             try:
                 redis.command("SCRIPT", "FLUSH")
             except Exception:
                 pass
+        elif what < 0.7:
+            try:  # a stall: calls in flight time out, then Redis runs them
+                redis.command("DEBUG", "SLEEP", "%.2f" % rng.uniform(0.1, 0.3))
+            except Exception:
+                pass
+        elif what < 0.8:
+            d = rng.choice(daemons)  # a rolling deploy: SIGTERM, start again
+            try:
+                d.stop()  # asserts exit 0 and a clean log
+            except AssertionError as e:
+                errors.append("daemon restart: %s" % str(e)[:2000])
+            d.start()
+
+
+def _wait_redis(daemon, errors, deadline=10.0):
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        with daemon.connect() as c:
+            st = c.request({"op": "status"})
+        if st.get("backend") == "redis" and st.get("redis", {}).get("queued") == 0:
+            return
+        time.sleep(0.1)
+    errors.append("daemon %d not back on Redis with its queue sent" % daemon.pid)
+
+
+def _leaked_slots(redis):
+    """Lease sets of the long-TTL scopes that still hold a lease."""
+    out = []
+    for k in redis.command("KEYS", "admitd:{*}:l"):
+        k = k.decode() if isinstance(k, bytes) else k
+        if k.split("{", 1)[1].split(":", 1)[0] in LONG_TTL:
+            n = int(redis.command("ZCARD", k))
+            if n:
+                out.append((k, n))
+    return out
 
 
 def main(seconds):
     rng = random.Random(1)
     errors, seen = [], {}
-    with RedisServer() as redis:
+    with RedisServer(args=["--enable-debug-command", "yes"]) as redis:
         daemons = [Admitd(CONF, redis_url=redis.url) for _ in range(3)]
         for d in daemons:
             d.start()
@@ -169,7 +283,10 @@ def main(seconds):
             stop = threading.Event()
             threads = [threading.Thread(target=client, args=(d, 100 * i + j, stop, errors, seen))
                        for i, d in enumerate(daemons) for j in range(8)]
-            threads.append(threading.Thread(target=faults, args=(redis, stop, rng)))
+            threads += [threading.Thread(target=pipeliner, args=(d, 7 + i, stop, errors))
+                        for i, d in enumerate(daemons)]
+            threads.append(threading.Thread(target=non_reader, args=(daemons[0], stop, errors)))
+            threads.append(threading.Thread(target=faults, args=(redis, daemons, stop, rng, errors)))
             for t in threads:
                 t.start()
             time.sleep(seconds)
@@ -182,12 +299,26 @@ def main(seconds):
                 with d.connect() as c:
                     if c.request({"op": "ping"}) != {"ok": True}:
                         errors.append("daemon %d does not answer ping" % d.pid)
+            for d in daemons:  # back on Redis before the books are checked
+                _wait_redis(d, errors)
+            # Any daemon releases any detached lease (issued by any of them,
+            # by a process since restarted, or already released: held false).
+            for i, lease in enumerate(DETACHED):
+                with daemons[i % len(daemons)].connect() as c:
+                    r = c.request({"op": "release", "lease": lease})
+                    if r.get("ok") is not True:
+                        errors.append("release of a detached lease: %r" % r)
         finally:
             for d in daemons:
                 d.stop()  # asserts exit 0 and a clean log
+        leaked = _leaked_slots(redis)
+        if leaked:
+            errors.append("slots still booked in Redis after every lease ended: %r"
+                          % leaked[:10])
     for e in errors[:20]:
         print(e)
     print("chaos: replies by outcome: %s" % json.dumps(seen, sort_keys=True))
+    print("chaos: %d detached leases released at the end" % len(DETACHED))
     print("chaos: %d s, %d errors" % (seconds, len(errors)))
     return 1 if errors else 0
 

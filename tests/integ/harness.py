@@ -247,8 +247,9 @@ class RedisServer:
     redis-cli. Use as a context manager.
     """
 
-    def __init__(self, password=None, port=False):
+    def __init__(self, password=None, port=False, args=()):
         self.password = password
+        self.extra_args = list(args)  # more redis-server flags
         self.use_tcp = bool(port)
         self.port = None
         self.proc = None
@@ -279,6 +280,7 @@ class RedisServer:
                 "--bind", "127.0.0.1"]
         if self.password:
             args += ["--requirepass", self.password]
+        args += self.extra_args
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)

@@ -1,5 +1,5 @@
-"""test_status.py - the outcome counters in `status` (the seeds' OnWait and
-OnError hooks, as a daemon reports them).
+"""test_status.py - the outcome counters in `status` (what wait and error
+hooks would see in a library, as a daemon reports them).
 
 Per scope: admitted, refusals by error code, canceled (the client left
 while waiting), wait_ms_total; with Redis, failed calls by operation.

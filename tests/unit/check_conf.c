@@ -95,6 +95,7 @@ START_TEST(test_admitd_defaults)
 	ck_assert_str_eq(c->prefix, "admitd");
 	ck_assert_int_eq(c->max_line, 65536);
 	ck_assert_int_eq(c->max_connections, 1024);
+	ck_assert_int_eq(c->client_write_timeout_ms, 10000);
 	ck_assert_int_eq(c->redis_pool, 2);
 	ck_assert_int_eq(c->redis_timeout_ms, 250);
 	ck_assert_ptr_null(c->redis_password_file);
@@ -114,6 +115,7 @@ START_TEST(test_admitd_keys)
 			      "prefix = rl.prod\n"
 			      "max_line = 1MiB\n"
 			      "max_connections = 50\n"
+			      "client_write_timeout = 250ms\n"
 			      "redis_pool = 4\n"
 			      "redis_timeout = 2s\n"
 			      "redis_password_file = /etc/admitd/redis.pass\n"
@@ -127,6 +129,7 @@ START_TEST(test_admitd_keys)
 	ck_assert_str_eq(c->prefix, "rl.prod");
 	ck_assert_int_eq(c->max_line, 1048576);
 	ck_assert_int_eq(c->max_connections, 50);
+	ck_assert_int_eq(c->client_write_timeout_ms, 250);
 	ck_assert_int_eq(c->redis_pool, 4);
 	ck_assert_int_eq(c->redis_timeout_ms, 2000);
 	ck_assert_str_eq(c->redis_password_file, "/etc/admitd/redis.pass");
@@ -446,6 +449,12 @@ static const struct {
 	  "t.conf:2: redis_timeout: must be between 1ms and 1m\n" },
 	{ "[admitd]\nredis_timeout = 2m\n",
 	  "t.conf:2: redis_timeout: must be between 1ms and 1m\n" },
+	{ "[admitd]\nclient_write_timeout = 10\n",
+	  "t.conf:2: client_write_timeout: a duration needs a unit (ms, s, m, h)\n" },
+	{ "[admitd]\nclient_write_timeout = 99ms\n",
+	  "t.conf:2: client_write_timeout: must be between 100ms and 1h\n" },
+	{ "[admitd]\nclient_write_timeout = 61m\n",
+	  "t.conf:2: client_write_timeout: must be between 100ms and 1h\n" },
 	{ "[admitd]\nlog_level = verbose\n",
 	  "t.conf:2: log_level: must be debug, info, warn or error\n" },
 	{ "[scope a]\nmax_concurrent = 1000001\n",
@@ -726,6 +735,7 @@ START_TEST(test_dump_keys)
 		"prefix",
 		"max_line",
 		"max_connections",
+		"client_write_timeout",
 		"redis_pool",
 		"redis_timeout",
 		"redis_password_file",

@@ -1,0 +1,162 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * lease_id.c - lease handles: format and parse (see lease_id.h).
+ */
+
+#include "lease_id.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LEASE_ID_VERSION 1
+
+static const char lease_b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+static int lease_b64_val(unsigned char c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	if (c == '-')
+		return 62;
+	if (c == '_')
+		return 63;
+	return -1;
+}
+
+bool lease_id_nonce_ok(const char *s, size_t len)
+{
+	size_t i;
+
+	if (len != LIM_LEASE_ID_LEN)
+		return false;
+	for (i = 0; i < len; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/* Append s and its NUL to buf at *off; false when s is longer than max. */
+static bool lease_put(unsigned char *buf, size_t *off, const char *s, size_t max)
+{
+	size_t n = strlen(s);
+
+	if (n > max)
+		return false;
+	memcpy(buf + *off, s, n + 1);
+	*off += n + 1;
+	return true;
+}
+
+char *lease_id_format(const struct lease_ref *ref)
+{
+	unsigned char raw[LEASE_ID_PAYLOAD_MAX];
+	size_t n = 0, i, o;
+	char *out;
+
+	if (!lease_id_nonce_ok(ref->nonce, strlen(ref->nonce)) || ref->nt == 0 ||
+	    ref->nt > PROTO_MAX_TARGETS)
+		return NULL;
+	raw[n++] = LEASE_ID_VERSION;
+	for (i = 0; i < ref->nt; i++)
+		if (!lease_put(raw, &n, ref->t[i].scope, PROTO_NAME_MAX) ||
+		    !lease_put(raw, &n, ref->t[i].cls, PROTO_NAME_MAX) ||
+		    !lease_put(raw, &n, ref->t[i].key, PROTO_KEY_MAX))
+			return NULL;
+	out = malloc(LIM_LEASE_ID_LEN + 2 + (n + 2) / 3 * 4);
+	if (out == NULL)
+		return NULL;
+	memcpy(out, ref->nonce, LIM_LEASE_ID_LEN);
+	o = LIM_LEASE_ID_LEN;
+	out[o++] = '.';
+	for (i = 0; i < n; i += 3) {
+		uint32_t v = (uint32_t)raw[i] << 16;
+		size_t left = n - i;
+		if (left > 1)
+			v |= (uint32_t)raw[i + 1] << 8;
+		if (left > 2)
+			v |= raw[i + 2];
+		out[o++] = lease_b64[(v >> 18) & 63];
+		out[o++] = lease_b64[(v >> 12) & 63];
+		if (left > 1)
+			out[o++] = lease_b64[(v >> 6) & 63];
+		if (left > 2)
+			out[o++] = lease_b64[v & 63];
+	}
+	out[o] = '\0';
+	return out;
+}
+
+/* Take one NUL-terminated field of at most max bytes from raw at *off. */
+static bool lease_take(const unsigned char *raw, size_t n, size_t *off, char *dst, size_t max)
+{
+	const unsigned char *end = memchr(raw + *off, '\0', n - *off);
+	size_t len;
+
+	if (end == NULL)
+		return false;
+	len = (size_t)(end - (raw + *off));
+	if (len > max)
+		return false;
+	memcpy(dst, raw + *off, len + 1);
+	*off += len + 1;
+	return true;
+}
+
+bool lease_id_parse(const char *handle, struct lease_ref *ref)
+{
+	unsigned char raw[LEASE_ID_PAYLOAD_MAX];
+	size_t len = strlen(handle), blen, n = 0, i, off;
+	const char *b;
+
+	memset(ref, 0, sizeof(*ref));
+	if (len < LIM_LEASE_ID_LEN + 2 || len > LEASE_ID_MAX || handle[LIM_LEASE_ID_LEN] != '.' ||
+	    !lease_id_nonce_ok(handle, LIM_LEASE_ID_LEN))
+		return false;
+	b = handle + LIM_LEASE_ID_LEN + 1;
+	blen = len - LIM_LEASE_ID_LEN - 1;
+	if (blen % 4 == 1)
+		return false;
+	for (i = 0; i < blen; i += 4) {
+		size_t left = blen - i, k;
+		uint32_t v = 0;
+		for (k = 0; k < 4; k++) {
+			int d = k < left ? lease_b64_val((unsigned char)b[i + k]) : 0;
+			if (d < 0)
+				return false;
+			v = (v << 6) | (uint32_t)d;
+		}
+		if (n + 3 > sizeof(raw))
+			return false;
+		raw[n++] = (unsigned char)(v >> 16);
+		if (left > 2)
+			raw[n++] = (unsigned char)(v >> 8);
+		if (left > 3)
+			raw[n++] = (unsigned char)v;
+	}
+	if (n < 1 || raw[0] != LEASE_ID_VERSION)
+		return false;
+	off = 1;
+	while (off < n) {
+		struct lease_ref_target *t;
+		if (ref->nt == PROTO_MAX_TARGETS)
+			return false;
+		t = &ref->t[ref->nt++];
+		if (!lease_take(raw, n, &off, t->scope, PROTO_NAME_MAX) ||
+		    !lease_take(raw, n, &off, t->cls, PROTO_NAME_MAX) ||
+		    !lease_take(raw, n, &off, t->key, PROTO_KEY_MAX) || t->scope[0] == '\0')
+			return false;
+	}
+	if (ref->nt == 0)
+		return false;
+	memcpy(ref->nonce, handle, LIM_LEASE_ID_LEN);
+	ref->nonce[LIM_LEASE_ID_LEN] = '\0';
+	return true;
+}

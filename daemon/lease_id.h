@@ -1,0 +1,59 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * lease_id.h - the lease handle a client holds: what a release needs.
+ *
+ * Owns: the text form of a lease. A handle is the lease's 128-bit random
+ * nonce (32 lowercase hex digits: the name it is booked under, in process
+ * and in Redis, and what makes the handle unguessable) then '.' then the
+ * base64url (no padding) of a version byte and, per target, its scope,
+ * class ("" for none) and key, each NUL-terminated. So any daemon on the
+ * same Redis can release a lease it did not issue (after a restart, through
+ * another pod) and charge its tokens, with no shared table. Pure: no I/O.
+ */
+
+#ifndef ADMITD_LEASE_ID_H
+#define ADMITD_LEASE_ID_H
+
+#include "limiter.h"
+#include "proto.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct lease_ref_target {
+	char scope[PROTO_NAME_MAX + 1];
+	char cls[PROTO_NAME_MAX + 1]; /* "" when the lease has no class */
+	char key[PROTO_KEY_MAX + 1];
+};
+
+struct lease_ref {
+	char nonce[LIM_LEASE_ID_LEN + 1];
+	size_t nt;
+	struct lease_ref_target t[PROTO_MAX_TARGETS];
+};
+
+/* The longest handle lease_id_format can make (fits PROTO_LEASE_MAX). */
+#define LEASE_ID_PAYLOAD_MAX \
+	(1 + PROTO_MAX_TARGETS * (2 * (PROTO_NAME_MAX + 1) + PROTO_KEY_MAX + 1))
+#define LEASE_ID_MAX (LIM_LEASE_ID_LEN + 1 + (LEASE_ID_PAYLOAD_MAX + 2) / 3 * 4)
+
+/*
+ * lease_id_format - the handle of ref, malloc'd (the caller frees it);
+ * NULL on allocation failure or when ref is malformed (bad nonce, no target,
+ * a field too long).
+ */
+char *lease_id_format(const struct lease_ref *ref);
+
+/*
+ * lease_id_parse - fill ref from a handle; false when it is not one (any
+ * malformation: length, alphabet, version, field sizes, target count).
+ */
+bool lease_id_parse(const char *handle, struct lease_ref *ref);
+
+/* lease_id_nonce_ok - is s exactly 32 lowercase hex digits? */
+bool lease_id_nonce_ok(const char *s, size_t len);
+
+#endif
