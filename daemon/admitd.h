@@ -135,6 +135,8 @@ struct conn {
 	struct op_pend_list pends; /* replies owed (ops.c) */
 	bool closing;		   /* close once the output is flushed */
 	bool half_closed;	   /* the peer finished sending: close after its last waiter */
+	bool reads_paused;	   /* backpressure: too much output unread (not closing) */
+	bool dropped;		   /* closed without a flush: sends are discarded, close_ev frees */
 };
 TAILQ_HEAD(conn_list, conn);
 

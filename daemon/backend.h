@@ -73,6 +73,9 @@ void backend_flush(struct backend *b);
 
 /* backend_idle - nothing in flight and nothing queued that Redis could take. */
 bool backend_idle(const struct backend *b);
+
+/* backend_last_due - when the last queued call may be sent (mono ms; 0: none queued). */
+int64_t backend_last_due(const struct backend *b);
 void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms);
 
 /* backend_divisor - the fallback divisor for cs now (1 when b is NULL). */

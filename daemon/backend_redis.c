@@ -473,6 +473,8 @@ static void rb_rel_done(struct rb_rel *r)
 {
 	struct backend *b = r->b;
 
+	log_debug("redis call done", "lease=%.8s mode=%s held=%d unknown=%d", r->nonce,
+		  rb_mode_names[r->mode], r->held, (int)r->unknown);
 	if (r->cb != NULL) {
 		r->cb(r->cb_arg, r->unknown ? -1 : r->held);
 		r->cb = NULL;
@@ -599,6 +601,8 @@ static void rb_queue(struct backend *b, struct rb_rel *r, int64_t not_before)
 	}
 	r->not_before = not_before;
 	r->cb = NULL;
+	log_debug("redis call queued", "lease=%.8s mode=%s in_ms=%lld", r->nonce,
+		  rb_mode_names[r->mode], (long long)(not_before - clock_mono_ms()));
 	TAILQ_INSERT_TAIL(&b->queue, r, link);
 	b->nqueued++;
 	if (!evtimer_pending(b->queue_ev, NULL) && evtimer_add(b->queue_ev, &tv) != 0)
@@ -654,6 +658,17 @@ static void rb_queue_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 void backend_flush(struct backend *b)
 {
 	rb_queue_run(b, true);
+}
+
+int64_t backend_last_due(const struct backend *b)
+{
+	const struct rb_rel *r;
+	int64_t last = 0;
+
+	TAILQ_FOREACH (r, &b->queue, link)
+		if (r->not_before > last)
+			last = r->not_before;
+	return last;
 }
 
 bool backend_idle(const struct backend *b)

@@ -48,21 +48,6 @@
 /* The hard cap; conn_max_output raises it so one max_line line's reply fits past HIGH. */
 #define CONN_MAX_OUTPUT (4 * 1024 * 1024)
 
-/*
- * What conn.c alone knows of a connection. struct conn is always the `c` of
- * one of these: conn_new allocates them, conn_free frees them.
- */
-struct conn_priv {
-	struct conn c;
-	bool reads_paused; /* for backpressure (not closing, not half_closed) */
-	bool dropped;	   /* closed without a flush: sends are discarded, close_ev frees */
-};
-
-static struct conn_priv *conn_priv(struct conn *c)
-{
-	return (struct conn_priv *)(void *)((char *)c - offsetof(struct conn_priv, c));
-}
-
 static void conn_close_after_flush(struct conn *c);
 static void conn_read_lines(struct conn *c);
 
@@ -91,7 +76,7 @@ static void conn_free(struct conn *c)
 	ad->nconns--;
 	bufferevent_free(c->bev); /* unsent output (a dropped client's) goes with it */
 	event_free(c->close_ev);  /* also when it is active: a drop's free is this one */
-	free(conn_priv(c));
+	free(c);
 	if (ad->shutting_down && ad->nconns == 0 && ad->exit_ev != NULL)
 		event_active(ad->exit_ev, EV_TIMEOUT, 0);
 }
@@ -104,11 +89,9 @@ static void conn_free(struct conn *c)
  */
 static void conn_drop(struct conn *c)
 {
-	struct conn_priv *p = conn_priv(c);
-
-	if (p->dropped)
+	if (c->dropped)
 		return;
-	p->dropped = true;
+	c->dropped = true;
 	c->closing = true;
 	/* Should this fail, the callbacks still ignore it until close_ev runs. */
 	if (bufferevent_disable(c->bev, EV_READ | EV_WRITE) != 0)
@@ -120,7 +103,7 @@ static void conn_drop(struct conn *c)
 /* Backpressure on: read nothing more, dispatch nothing more. */
 static void conn_pause_reads(struct conn *c)
 {
-	conn_priv(c)->reads_paused = true;
+	c->reads_paused = true;
 	if (bufferevent_disable(c->bev, EV_READ) != 0) {
 		/* It would go on reading into its input without bound. */
 		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot pause reading a client: closing",
@@ -132,11 +115,9 @@ static void conn_pause_reads(struct conn *c)
 /* The client took enough: dispatch what was read meanwhile, then read again. */
 static void conn_resume_reads(struct conn *c)
 {
-	struct conn_priv *p = conn_priv(c);
-
-	p->reads_paused = false;
+	c->reads_paused = false;
 	conn_read_lines(c);
-	if (p->reads_paused || c->closing || c->half_closed)
+	if (c->reads_paused || c->closing || c->half_closed)
 		return;
 	if (bufferevent_enable(c->bev, EV_READ) != 0) {
 		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot resume reading a client: closing",
@@ -149,17 +130,16 @@ static void conn_resume_reads(struct conn *c)
 static void conn_write_cb(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
-	struct conn_priv *p = conn_priv(c);
 	size_t left = evbuffer_get_length(bufferevent_get_output(bev));
 
-	if (p->dropped)
+	if (c->dropped)
 		return;
 	if (c->closing) {
 		if (left == 0)
 			conn_free(c);
 		return;
 	}
-	if (p->reads_paused)
+	if (c->reads_paused)
 		conn_resume_reads(c);
 }
 
@@ -188,7 +168,7 @@ static void conn_event_cb(struct bufferevent *bev UNUSED, short what, void *arg)
 {
 	struct conn *c = arg;
 
-	if (conn_priv(c)->dropped)
+	if (c->dropped)
 		return; /* close_ev frees it */
 	if (what & BEV_EVENT_TIMEOUT) {
 		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "client takes none of its replies: closing",
@@ -245,7 +225,7 @@ static void conn_close_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *ar
  */
 static void conn_close_after_flush(struct conn *c)
 {
-	if (conn_priv(c)->dropped)
+	if (c->dropped)
 		return;
 	c->closing = true;
 	if (bufferevent_disable(c->bev, EV_READ) != 0) {
@@ -260,11 +240,10 @@ static void conn_close_after_flush(struct conn *c)
 /* Dispatch the complete lines read so far, until closing or paused. */
 static void conn_read_lines(struct conn *c)
 {
-	struct conn_priv *p = conn_priv(c);
 	struct evbuffer *in = bufferevent_get_input(c->bev);
 	size_t max_line = (size_t)c->ad->conf->max_line;
 
-	while (!c->closing && !p->reads_paused) {
+	while (!c->closing && !c->reads_paused) {
 		struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_LF);
 		size_t len;
 		char *line;
@@ -312,22 +291,20 @@ static void conn_read_cb(struct bufferevent *bev UNUSED, void *arg)
 {
 	struct conn *c = arg;
 
-	if (!conn_priv(c)->dropped)
+	if (!c->dropped)
 		conn_read_lines(c);
 }
 
 void conn_new(struct admitd *ad, int fd)
 {
-	struct conn_priv *p = calloc(1, sizeof(*p));
-	struct conn *c;
+	struct conn *c = calloc(1, sizeof(*c));
 	int64_t wto_ms = ad->conf->client_write_timeout_ms;
 	struct timeval wto = { (time_t)(wto_ms / 1000), (suseconds_t)(wto_ms % 1000 * 1000) };
 
-	if (p == NULL) {
+	if (c == NULL) {
 		evutil_closesocket(fd);
 		return;
 	}
-	c = &p->c;
 	c->bev = bufferevent_socket_new(ad->base, fd, BEV_OPT_CLOSE_ON_FREE);
 	c->close_ev = evtimer_new(ad->base, conn_close_cb, c);
 	if (c->bev == NULL || c->close_ev == NULL) {
@@ -337,7 +314,7 @@ void conn_new(struct admitd *ad, int fd)
 			evutil_closesocket(fd);
 		if (c->close_ev != NULL)
 			event_free(c->close_ev);
-		free(p);
+		free(c);
 		return;
 	}
 	c->ad = ad;
@@ -366,11 +343,10 @@ void conn_new(struct admitd *ad, int fd)
  */
 void conn_send(struct conn *c, const char *line, size_t len)
 {
-	struct conn_priv *p = conn_priv(c);
 	struct evbuffer *out = bufferevent_get_output(c->bev);
 	size_t pending = evbuffer_get_length(out);
 
-	if (p->dropped)
+	if (c->dropped)
 		return;
 	if (pending + len > conn_max_output(c)) {
 		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "client does not read its replies: closing",
@@ -384,7 +360,7 @@ void conn_send(struct conn *c, const char *line, size_t len)
 		conn_drop(c);
 		return;
 	}
-	if (pending + len > CONN_OUTPUT_HIGH && !p->reads_paused && !c->closing)
+	if (pending + len > CONN_OUTPUT_HIGH && !c->reads_paused && !c->closing)
 		conn_pause_reads(c);
 }
 

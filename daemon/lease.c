@@ -159,6 +159,8 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 		tk[i].name = tokens[i].name;
 		tk[i].n = tokens[i].n;
 	}
+	log_debug("lease released", "lease=%.8s via=%s booked=%d redis_maybe=%d", l->id,
+		  via_name(l->via), (int)l->backend_booked, (int)l->redis_maybe);
 	if (l->backend_booked || l->redis_maybe || ntokens > 0)
 		eng_release(l, tk, i);
 	htab_del(l->ad->leases, l->id);

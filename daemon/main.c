@@ -93,12 +93,19 @@ static void admitd_sighup_cb(evutil_socket_t sig UNUSED, short what UNUSED, void
  * Before the pool goes: the releases of the leases that just ended (and
  * what the queue owes Redis) are sent and their replies awaited, bounded by
  * redis_timeout, so that a rolling deploy leaves no slot booked in Redis
- * for lease_ttl. Detached leases stay: any daemon can release them.
+ * for lease_ttl. A reconciliation that may not go yet (a stalled call's
+ * bound, at most about one redis_timeout away) extends the wait to its time
+ * plus redis_timeout, never past three. Detached leases stay: any daemon
+ * can release them.
  */
 static void admitd_drain_redis(struct admitd *ad)
 {
-	int64_t until = clock_mono_ms() + ad->conf->redis_timeout_ms;
+	int64_t t = ad->conf->redis_timeout_ms, start = clock_mono_ms();
+	int64_t until = start + t, due = backend_last_due(ad->redis);
 	struct timeval tick = { 0, 5 * 1000 };
+
+	if (due + t > until)
+		until = due + t < start + 3 * t ? due + t : start + 3 * t;
 
 	backend_flush(ad->redis);
 	while (!backend_idle(ad->redis) && clock_mono_ms() < until) {

@@ -136,9 +136,10 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 		lease_release(l, NULL, 0);
 		return;
 	}
-	log_debug("acquire admitted", "scope=%s key=\"%s\" backend=%s waited_ms=%lld",
+	log_debug("acquire admitted",
+		  "scope=%s key=\"%s\" backend=%s waited_ms=%lld lease=%.8s redis_maybe=%d",
 		  w->t[0].kq->sc->cs->name, w->t[0].kq->key, via_name(res->via),
-		  (long long)(now - w->start_ms));
+		  (long long)(now - w->start_ms), l->id, (int)l->redis_maybe);
 	for (i = 0; i < w->nt; i++) {
 		struct scope_rt *sc = w->t[i].kq->sc;
 		if (waitq_first_of_scope(w, i)) {

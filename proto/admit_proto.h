@@ -31,7 +31,9 @@
 	ACTION(TIMEOUT, "timeout", "waited the whole budget")                       \
 	ACTION(TOO_MANY_WAITERS, "too_many_waiters", "the wait queue is full")      \
 	ACTION(SHUTTING_DOWN, "shutting_down", "the daemon is stopping")            \
-	ACTION(UNAVAILABLE, "unavailable", "the limiter backend cannot decide")
+	ACTION(UNAVAILABLE, "unavailable", "the limiter backend cannot decide")     \
+	ACTION(EXCEEDS_LIMIT, "exceeds_limit",                                      \
+	       "no wait can admit it: it asks more than the limit holds")
 
 enum admit_err {
 	ADMIT_OK = 0,

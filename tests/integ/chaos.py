@@ -33,6 +33,7 @@ from .harness import Admitd, RedisServer
 CONF = """
 [admitd]
 redis_timeout = 100ms
+client_write_timeout = 1s
 
 [scope pace]
 min_delay = 20ms
@@ -119,6 +120,10 @@ def request(rng, held):
     return {"op": "ping"}
 
 
+def req_detached(req):
+    return isinstance(req, dict) and bool(req.get("detach"))
+
+
 def client(daemon, seed, stop, errors, seen):
     rng = random.Random(seed)
     while not stop.is_set():
@@ -140,8 +145,9 @@ def client(daemon, seed, stop, errors, seen):
                     line = req.encode() + b"\n"
                 f.write(line)
                 f.flush()
-                if rng.random() < 0.03:
-                    break  # vanish, maybe mid-wait
+                if rng.random() < 0.03 and not req_detached(req):
+                    break  # vanish, maybe mid-wait (a detached lease whose
+                    # reply nobody reads is held until lease_ttl, by design)
                 if rng.random() < 0.03:
                     s.shutdown(socket.SHUT_WR)  # half-close: still owed a reply
                 reply = json.loads(f.readline())
