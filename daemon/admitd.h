@@ -61,6 +61,8 @@ struct waiter {
 	bool decided;			     /* a limiter has answered for it at least once */
 	enum via last_via;		     /* ... and which one, for the refusal's "backend" */
 	char lease_id[LIM_LEASE_ID_LEN + 1]; /* booked under this id when admitted */
+	struct lim_tokens *reserve;	     /* tokens reserved up front, owned (names too) */
+	size_t nreserve;
 };
 TAILQ_HEAD(waiter_list, waiter);
 
@@ -79,6 +81,8 @@ struct lease {
 	struct event *ttl_ev;
 	size_t nt;
 	struct target_rt t[PROTO_MAX_TARGETS];
+	struct lim_tokens *reserve; /* taken from its waiter: settled at release */
+	size_t nreserve;
 };
 TAILQ_HEAD(lease_list, lease);
 
@@ -120,6 +124,8 @@ struct op_pend {
 	TAILQ_ENTRY(op_pend) conn_link;
 	struct conn *conn; /* NULL once the client went away */
 	char *id;	   /* raw JSON id to echo, owned */
+	struct kq *kq;	   /* reset, inspect: the key (a ref is held) */
+	const struct conf_class *cls;
 };
 TAILQ_HEAD(op_pend_list, op_pend);
 
@@ -205,5 +211,9 @@ void ops_conn_closed(struct conn *c);
 
 /* util */
 uint64_t rand_u64(void);
+
+/* lim_tokens_dup - an owned copy of n token counts (one allocation, names
+ * included; free() it); NULL when n is 0 or memory runs out (*ok false). */
+struct lim_tokens *lim_tokens_dup(const struct proto_token *t, size_t n, bool *ok);
 
 #endif

@@ -59,10 +59,12 @@ struct be_target {
  * told, or may not have heard. true when one of them held it.
  */
 bool eng_release_local(struct admitd *ad, const struct be_target *t, size_t nt, const char *nonce,
-		       const struct lim_tokens *tokens, size_t ntokens);
+		       const struct lim_tokens *tokens, size_t ntokens,
+		       const struct lim_tokens *reserve, size_t nreserve);
 
 bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt, const char *nonce,
-			 const struct lim_tokens *tokens, size_t ntokens, eng_held_cb *cb,
+			 const struct lim_tokens *tokens, size_t ntokens,
+			 const struct lim_tokens *reserve, size_t nreserve, eng_held_cb *cb,
 			 void *arg);
 
 /*
@@ -77,6 +79,13 @@ bool backend_idle(const struct backend *b);
 /* backend_last_due - when the last queued call may be sent (mono ms; 0: none queued). */
 int64_t backend_last_due(const struct backend *b);
 void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms);
+
+/* backend_inspect - read the key's state in Redis: true when sent (cb later). */
+bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *cls,
+		     eng_insp_cb *cb, void *arg);
+
+/* backend_reset - lift the key's penalty and pacing in Redis: true when sent. */
+bool backend_reset(struct backend *b, struct kq *kq, eng_reset_cb *cb, void *arg);
 
 /* backend_divisor - the fallback divisor for cs now (1 when b is NULL). */
 double backend_divisor(const struct backend *b, const struct conf_scope *cs);

@@ -47,13 +47,8 @@
 #include <unistd.h>
 
 /* A pod that has not beaten for this long is not counted by divisor = auto. */
-#define RB_POD_WINDOW_MS  5000
-#define RB_HEARTBEAT_MS	  1000
-#define RB_CODE_PENALTY	  (-2)
-#define RB_CODE_MIN_DELAY (-3)
-#define RB_CODE_CLUSTER	  (-4)
-#define RB_CODE_QUOTA	  (-5)
-#define RB_CODE_STALE	  (-6) /* the script ran after not_after: booked nothing */
+#define RB_POD_WINDOW_MS 5000
+#define RB_HEARTBEAT_MS	 1000
 /* The release queue: checked every tick, at most BATCH sends a tick. */
 #define RB_QUEUE_TICK_MS  50
 #define RB_QUEUE_BATCH	  1024
@@ -71,11 +66,13 @@ enum rb_op {
 	RB_OP_HEARTBEAT,
 	RB_OP_RECONCILE,
 	RB_OP_REBOOK,
+	RB_OP_INSPECT,
+	RB_OP_RESET,
 	RB_OP__COUNT
 };
 static const char *const rb_op_names[RB_OP__COUNT] = { "acquire",  "release",	"rollback",
 						       "penalize", "heartbeat", "reconcile",
-						       "rebook" };
+						       "rebook",   "inspect",	"reset" };
 
 struct rb_rel;
 TAILQ_HEAD(rb_rel_list, rb_rel);
@@ -94,7 +91,7 @@ struct backend {
 	char pod_id[64];
 	char *pods_key;
 	struct event *hb_ev;
-	int s_acquire, s_release, s_penalize, s_heartbeat;
+	int s_acquire, s_release, s_penalize, s_heartbeat, s_reset, s_inspect;
 	uint64_t errors[RB_OP__COUNT]; /* failed calls by operation */
 	struct rb_rel_list queue;      /* owed to Redis, oldest first */
 	size_t nqueued;
@@ -238,7 +235,8 @@ static void rb_saw_time(struct backend *b, long long redis_ms)
 
 /* KEYS and ARGV of acquire.lua for one target (see the script's header). */
 static void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
-			    const char *lease_id, int64_t not_after, size_t *nkeys)
+			    const char *lease_id, int64_t not_after,
+			    const struct lim_tokens *reserve, size_t nreserve, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
 	size_t *idx = calloc(cs->nrules ? cs->nrules : 1, sizeof(*idx));
@@ -272,6 +270,7 @@ static void rb_acquire_args(struct rargs *a, struct backend *b, const struct tar
 		rargs_add(a, "%lld", (long long)p.window_ms);
 		rargs_add(a, "%lld", (long long)p.burst);
 		rargs_add(a, "%zu", idx[i]);
+		rargs_add(a, "%lld", (long long)lim_token_charge(r, reserve, nreserve));
 	}
 	rargs_add(a, "%lld", (long long)not_after);
 	free(idx);
@@ -282,19 +281,25 @@ enum rb_mode { RB_M_RELEASE = 0, RB_M_ROLLBACK, RB_M_RECONCILE, RB_M_REBOOK };
 static const char *const rb_mode_names[] = { "release", "rollback", "reconcile", "rebook" };
 
 /*
- * KEYS and ARGV of release.lua for one target. Tokens are charged to the
- * token meters that apply (release); rollback refunds `cost` to the request
- * meters and passes x1, x2 (the pacing it booked and replaced); rebook
- * passes the ms the lease has left and not_after.
+ * KEYS and ARGV of release.lua for one target. A release charges the token
+ * meters that apply what was reported, less what was reserved under the
+ * names reported (lim_settle_charge); a rollback refunds `cost` to the
+ * request meters and the reservation to the token meters, and passes x1,
+ * x2 (the pacing it booked and replaced); rebook passes the ms the lease
+ * has left and not_after.
  */
+struct rb_settle {
+	const struct lim_tokens *tokens, *reserve;
+	size_t ntokens, nreserve;
+};
+
 static void rb_release_args(struct rargs *a, const struct backend *b, const struct be_target *t,
 			    const char *lease_id, enum rb_mode mode, int64_t cost,
-			    const struct lim_tokens *tokens, size_t ntokens, int64_t x1, int64_t x2,
-			    size_t *nkeys)
+			    const struct rb_settle *se, int64_t x1, int64_t x2, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->cs;
 	size_t *idx = calloc(cs->nrules ? cs->nrules : 1, sizeof(*idx));
-	size_t nr, i, j;
+	size_t nr, i;
 
 	if (idx == NULL) {
 		a->oom = true;
@@ -313,13 +318,11 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 		int64_t charge = 0;
 		if (mode == RB_M_ROLLBACK && r->meter == METER_REQUESTS)
 			charge = -cost;
-		else if (mode == RB_M_RELEASE && r->meter == METER_TOKENS)
-			for (j = 0; j < ntokens; j++)
-				charge += tokens[j].n;
-		else if (mode == RB_M_RELEASE && r->meter == METER_TOKENS_KEY)
-			for (j = 0; j < ntokens; j++)
-				if (strcmp(tokens[j].name, r->meter_key) == 0)
-					charge += tokens[j].n;
+		else if (mode == RB_M_ROLLBACK)
+			charge = -lim_token_charge(r, se->reserve, se->nreserve);
+		else if (mode == RB_M_RELEASE)
+			charge = lim_settle_charge(r, se->tokens, se->ntokens, se->reserve,
+						   se->nreserve);
 		rargs_add(a, "%s", strat_kind_name(p.kind));
 		rargs_add(a, "%lld", (long long)p.amount);
 		rargs_add(a, "%lld", (long long)p.window_ms);
@@ -397,6 +400,8 @@ struct rb_rel {
 	struct proto_token tokens[PROTO_MAX_TOKENS];
 	int64_t not_before; /* mono ms: not sent before (a late booking call's bound) */
 	int attempts;
+	size_t nreserve;
+	struct proto_token reserve[PROTO_MAX_TOKENS];
 	/* in flight */
 	size_t pending;
 	bool unknown; /* a target's outcome is unknown */
@@ -443,15 +448,28 @@ static bool rb_rel_target(struct rb_rel *r, const struct conf_scope *cs,
 	return true;
 }
 
-static void rb_rel_tokens(struct rb_rel *r, const struct lim_tokens *tokens, size_t ntokens)
+/* Copy token counts into a record's own array; returns how many. */
+static size_t rb_copy_tokens(struct proto_token *dst, const struct lim_tokens *src, size_t n)
 {
 	size_t i;
 
-	for (i = 0; i < ntokens && i < PROTO_MAX_TOKENS; i++) {
-		snprintf(r->tokens[i].name, sizeof(r->tokens[i].name), "%s", tokens[i].name);
-		r->tokens[i].n = tokens[i].n;
+	for (i = 0; i < n && i < PROTO_MAX_TOKENS; i++) {
+		snprintf(dst[i].name, sizeof(dst[i].name), "%s", src[i].name);
+		dst[i].n = src[i].n;
 	}
-	r->ntokens = i;
+	return i;
+}
+
+/* ... and back, as the limiter takes them (names borrowed from src). */
+static size_t rb_view_tokens(struct lim_tokens *dst, const struct proto_token *src, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		dst[i].name = src[i].name;
+		dst[i].n = src[i].n;
+	}
+	return n;
 }
 
 /* Does this target need the call at all (a release with nothing to book costs none)? */
@@ -488,13 +506,10 @@ static void rb_rel_done(struct rb_rel *r)
 		 * released again (idempotent). Tokens are never sent twice: they
 		 * are charged in process instead (they may be lost to Redis). */
 		if (r->mode == RB_M_RELEASE && r->ntokens > 0) {
-			struct lim_tokens tk[PROTO_MAX_TOKENS];
-			size_t i;
-			for (i = 0; i < r->ntokens; i++) {
-				tk[i].name = r->tokens[i].name;
-				tk[i].n = r->tokens[i].n;
-			}
-			eng_release_local(b->ad, r->t, r->nt, r->nonce, tk, r->ntokens);
+			struct lim_tokens tk[PROTO_MAX_TOKENS], rs[PROTO_MAX_TOKENS];
+			eng_release_local(b->ad, r->t, r->nt, r->nonce, tk,
+					  rb_view_tokens(tk, r->tokens, r->ntokens), rs,
+					  rb_view_tokens(rs, r->reserve, r->nreserve));
 		}
 		r->mode = RB_M_RECONCILE;
 		r->ntokens = 0;
@@ -535,24 +550,23 @@ static bool rb_rel_send(struct rb_rel *r)
 	struct backend *b = r->b;
 	struct rargs a[PROTO_MAX_TARGETS];
 	struct rpool_call calls[PROTO_MAX_TARGETS];
-	struct lim_tokens tk[PROTO_MAX_TOKENS];
+	struct lim_tokens tk[PROTO_MAX_TOKENS], rs[PROTO_MAX_TOKENS];
+	struct rb_settle se = { .tokens = tk, .reserve = rs };
 	size_t i, n = 0;
 	int script = b->s_release;
 	bool ok = true;
 
 	if (b->closing || !b->up || !rpool_up(b->pool))
 		return false;
-	for (i = 0; i < r->ntokens; i++) {
-		tk[i].name = r->tokens[i].name;
-		tk[i].n = r->tokens[i].n;
-	}
+	se.ntokens = rb_view_tokens(tk, r->tokens, r->ntokens);
+	se.nreserve = rb_view_tokens(rs, r->reserve, r->nreserve);
 	memset(a, 0, sizeof(a));
 	for (i = 0; i < r->nt; i++) {
 		size_t nkeys = 0;
 		if (!rb_rel_needed(r, i))
 			continue;
-		rb_release_args(&a[n], b, &r->t[i], r->nonce, r->mode, r->cost[i], tk, r->ntokens,
-				r->x1[i], r->x2[i], &nkeys);
+		rb_release_args(&a[n], b, &r->t[i], r->nonce, r->mode, r->cost[i], &se, r->x1[i],
+				r->x2[i], &nkeys);
 		if (a[n].oom)
 			ok = false;
 		calls[n] = (struct rpool_call){ .script = (size_t)script,
@@ -700,6 +714,7 @@ static struct rb_rel *rb_rel_of(struct backend *b, const struct lease *l, enum r
 			rb_rel_free(r);
 			return NULL;
 		}
+	r->nreserve = rb_copy_tokens(r->reserve, l->reserve, l->nreserve);
 	return r;
 }
 
@@ -716,7 +731,7 @@ bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens
 		rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
 		return false;
 	}
-	rb_rel_tokens(r, tokens, ntokens);
+	r->ntokens = rb_copy_tokens(r->tokens, tokens, ntokens);
 	/* A lease a late script may still book must not be released before
 	 * that script's bound: the release could land first. */
 	if (l->redis_maybe && l->redis_after > now) {
@@ -731,7 +746,8 @@ bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens
 }
 
 bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt, const char *nonce,
-			 const struct lim_tokens *tokens, size_t ntokens, eng_held_cb *cb,
+			 const struct lim_tokens *tokens, size_t ntokens,
+			 const struct lim_tokens *reserve, size_t nreserve, eng_held_cb *cb,
 			 void *arg)
 {
 	struct rb_rel *r = rb_rel_new(b, RB_M_RELEASE, RB_OP_RELEASE, nonce);
@@ -744,7 +760,8 @@ bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt
 			rb_rel_free(r);
 			return false;
 		}
-	rb_rel_tokens(r, tokens, ntokens);
+	r->ntokens = rb_copy_tokens(r->tokens, tokens, ntokens);
+	r->nreserve = rb_copy_tokens(r->reserve, reserve, nreserve);
 	r->cb = cb;
 	r->cb_arg = arg;
 	if (rb_rel_send(r))
@@ -874,6 +891,115 @@ void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms)
 	rargs_clear(&a);
 }
 
+/* ---- operator calls: inspect, reset ---- */
+
+struct rb_op_ctx {
+	struct backend *b;
+	struct kq *kq;
+	const struct conf_class *cls;
+	eng_insp_cb *insp_cb;
+	eng_reset_cb *reset_cb;
+	void *arg;
+};
+
+static void rb_inspect_cb(void *arg, enum rp_status st, const struct rval *reply)
+{
+	struct rb_op_ctx *x = arg;
+	const struct conf_scope *cs = x->kq->sc->cs;
+	struct strat_state *rules = calloc(cs->nrules ? cs->nrules : 1, sizeof(*rules));
+	size_t idx_n = 0, i, j;
+	struct eng_insp in = { .via = VIA_REDIS };
+	bool ok =
+	    rules != NULL && st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n >= 6;
+
+	for (i = 0; ok && i < reply->n; i++)
+		ok = reply->a[i].type == RV_INT;
+	for (i = 0; ok && i < cs->nrules; i++)
+		if (lim_rule_applies(cs, i, x->cls))
+			idx_n++;
+	ok = ok && reply->n == 6 + 3 * idx_n;
+	if (!ok) {
+		if (st != RP_SHUTDOWN)
+			rb_failed(x->b, RB_OP_INSPECT, st, reply);
+		eng_inspect_local(x->kq, VIA_FALLBACK, x->insp_cb, x->arg);
+		goto out;
+	}
+	in.now = reply->a[0].i;
+	in.next_at = reply->a[1].i;
+	in.penalty_until = reply->a[2].i;
+	in.leases = reply->a[3].i;
+	in.quota_used = reply->a[4].i;
+	in.quota_oldest = reply->a[5].i;
+	for (i = 0, j = 6; i < cs->nrules; i++) {
+		if (!lim_rule_applies(cs, i, x->cls))
+			continue;
+		rules[i].a = reply->a[j].i;
+		rules[i].b = reply->a[j + 1].i;
+		rules[i].t = reply->a[j + 2].i;
+		j += 3;
+	}
+	in.rules = rules;
+	x->insp_cb(x->arg, &in);
+out:
+	free(rules);
+	free(x);
+}
+
+bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *cls,
+		     eng_insp_cb *cb, void *arg)
+{
+	const struct conf_scope *cs = kq->sc->cs;
+	size_t *idx = calloc(cs->nrules ? cs->nrules : 1, sizeof(*idx));
+	struct rb_op_ctx *x = calloc(1, sizeof(*x));
+	struct rargs a = { 0 };
+	size_t nkeys;
+	bool ok = false;
+
+	if (b->closing || !b->up || !rpool_up(b->pool) || idx == NULL || x == NULL)
+		goto out;
+	nkeys = rb_keys(&a, b, cs, kq->key, idx, rb_rules(cs, cls, idx));
+	rargs_add(&a, "%lld", (long long)(cs->quota > 0 ? cs->quota_window_ms : 0));
+	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .cls = cls, .insp_cb = cb, .arg = arg };
+	ok = !a.oom && rpool_eval(b->pool, (size_t)b->s_inspect, nkeys, a.n,
+				  (const char *const *)a.v, a.len, rb_inspect_cb, x) == 0;
+out:
+	if (!ok)
+		free(x);
+	free(idx);
+	rargs_clear(&a);
+	return ok;
+}
+
+static void rb_reset_cb(void *arg, enum rp_status st, const struct rval *reply)
+{
+	struct rb_op_ctx *x = arg;
+	bool ok = st == RP_OK && reply != NULL && reply->type == RV_INT;
+
+	if (!ok && st != RP_SHUTDOWN)
+		rb_failed(x->b, RB_OP_RESET, st, reply);
+	x->reset_cb(x->arg, ok ? VIA_REDIS : VIA_FALLBACK, ok);
+	free(x);
+}
+
+bool backend_reset(struct backend *b, struct kq *kq, eng_reset_cb *cb, void *arg)
+{
+	struct rb_op_ctx *x = calloc(1, sizeof(*x));
+	struct rargs a = { 0 };
+	bool ok = false;
+
+	if (b->closing || !b->up || !rpool_up(b->pool) || x == NULL)
+		goto out;
+	rb_key(&a, b, kq->sc->cs, kq->key, "s", -1);
+	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .reset_cb = cb, .arg = arg };
+	ok = !a.oom && rpool_eval(b->pool, (size_t)b->s_reset, 1, a.n, (const char *const *)a.v,
+				  a.len, rb_reset_cb, x) == 0;
+out:
+	if (!ok)
+		free(x);
+	rargs_clear(&a);
+	return ok;
+}
+
 /* ---- acquire ---- */
 
 enum rb_outcome { RB_R_REFUSED = 0, RB_R_ADMITTED, RB_R_STALE, RB_R_UNKNOWN };
@@ -894,24 +1020,6 @@ struct rb_acq {
 	} r[PROTO_MAX_TARGETS];
 };
 
-static const char *rb_rule_name(const struct conf_scope *cs, long code)
-{
-	switch (code) {
-	case RB_CODE_PENALTY: return LIM_RULE_PENALTY;
-	case RB_CODE_MIN_DELAY: return LIM_RULE_MIN_DELAY;
-	case RB_CODE_CLUSTER: return LIM_RULE_CLUSTER;
-	case RB_CODE_QUOTA: return cs->quota_text;
-	default: return code >= 0 && (size_t)code < cs->nrules ? cs->rules[code].text : "redis";
-	}
-}
-
-/* Does the limit a refusal code names wait for a lease slot (as lim_check's)? */
-static bool rb_slot_wait(const struct conf_scope *cs, long code)
-{
-	return code == RB_CODE_CLUSTER || (code >= 0 && (size_t)code < cs->nrules &&
-					   cs->rules[code].meter == METER_CONCURRENCY);
-}
-
 /* Undo the targets of q that Redis admitted (another refused or failed). */
 static void rb_rollback(struct rb_acq *q)
 {
@@ -931,6 +1039,7 @@ static void rb_rollback(struct rb_acq *q)
 			continue;
 		}
 		r->cost[0] = w->t[i].cost;
+		r->nreserve = rb_copy_tokens(r->reserve, w->reserve, w->nreserve);
 		r->x1[0] = q->r[i].next_booked;
 		r->x2[0] = q->r[i].next_before;
 		if (!rb_rel_send(r))
@@ -968,7 +1077,9 @@ static void rb_acq_done(struct rb_acq *q)
 		if (admitted && lim_release_books(cs, w->t[i].cls))
 			res.booked = true;
 		eng_merge(&res, w->t[i].kq->sc, admitted, q->r[i].retry,
-			  rb_rule_name(cs, q->r[i].code), rb_slot_wait(cs, q->r[i].code));
+			  lim_which_rule(cs, q->r[i].code), lim_which_slot(cs, q->r[i].code),
+			  q->r[i].retry < 0 ? lim_which_limit(cs, w->t[i].cls, q->r[i].code, 1.0)
+					    : 0);
 	}
 	eng_merge_end(&res);
 	if (failed || !res.admitted)
@@ -1010,7 +1121,7 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 			q->r[i].next_booked = reply->a[4].i;
 			q->r[i].next_before = reply->a[5].i;
 		}
-		if (q->r[i].code == RB_CODE_STALE) {
+		if (q->r[i].code == LIM_WHICH_STALE) {
 			rb_stale(q->b, RB_OP_ACQUIRE);
 			q->r[i].out = RB_R_STALE;
 		}
@@ -1034,8 +1145,12 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	bool ok = false;
 	size_t i, made = 0;
 
-	if (b->closing || !b->up || !rpool_up(b->pool))
+	if (b->closing)
 		return false;
+	if (!b->up || !rpool_up(b->pool)) {
+		b->errors[RB_OP_ACQUIRE]++; /* decided in fallback: Redis was not reached */
+		return false;
+	}
 	q = calloc(1, sizeof(*q));
 	if (q == NULL)
 		return false;
@@ -1049,7 +1164,8 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	for (i = 0; i < w->nt; i++) {
 		struct rb_acq_part *part = malloc(sizeof(*part));
 		size_t nkeys = 0;
-		rb_acquire_args(&a[i], b, &w->t[i], lease_id, not_after, &nkeys);
+		rb_acquire_args(&a[i], b, &w->t[i], lease_id, not_after, w->reserve, w->nreserve,
+				&nkeys);
 		if (part == NULL || a[i].oom) {
 			free(part);
 			goto out;
@@ -1132,8 +1248,10 @@ static void rb_hb_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 	size_t len[4];
 	char window[32];
 
-	if (!rpool_up(b->pool))
+	if (!rpool_up(b->pool)) {
+		b->errors[RB_OP_HEARTBEAT]++;
 		return;
+	}
 	snprintf(window, sizeof(window), "%d", RB_POD_WINDOW_MS);
 	argv[0] = b->pods_key;
 	argv[1] = b->pod_id;
@@ -1149,6 +1267,8 @@ double backend_divisor(const struct backend *b, const struct conf_scope *cs)
 {
 	if (b == NULL)
 		return 1.0;
+	if (cs->fallback_divisor_auto && b->beats == 0) /* the fleet not seen yet */
+		return (double)b->ad->conf->fallback_pods;
 	if (cs->fallback_divisor_auto)
 		return b->pods_seen > 1 ? (double)b->pods_seen : 1.0;
 	return cs->fallback_divisor < 1.0 ? 1.0 : cs->fallback_divisor;
@@ -1219,7 +1339,10 @@ struct backend *backend_new(struct admitd *ad)
 	b->s_release = script_index("release");
 	b->s_penalize = script_index("penalize");
 	b->s_heartbeat = script_index("heartbeat");
-	if (b->s_acquire < 0 || b->s_release < 0 || b->s_penalize < 0 || b->s_heartbeat < 0) {
+	b->s_reset = script_index("reset");
+	b->s_inspect = script_index("inspect");
+	if (b->s_acquire < 0 || b->s_release < 0 || b->s_penalize < 0 || b->s_heartbeat < 0 ||
+	    b->s_reset < 0 || b->s_inspect < 0) {
 		log_error("a Redis script is missing from the build", NULL);
 		goto fail;
 	}

@@ -108,6 +108,9 @@ static const struct conf_key conf_admitd_keys[] = {
 	  MS_HOUR, 0,
 	  "a client with replies pending that takes none of them for this long is disconnected" },
 	{ "redis_pool", CT_INT, ADMITD_OFF(redis_pool), "2", 1, 64, 0, "connections to Redis" },
+	{ "fallback_pods", CT_INT, ADMITD_OFF(fallback_pods), "3", 1, 1000000, 0,
+	  "fallback_divisor = auto divides by this until a heartbeat has counted the daemons "
+	  "alive (a daemon started during an outage has seen none)" },
 	{ "redis_timeout", CT_DURATION, ADMITD_OFF(redis_timeout_ms), "250ms", 1, MS_MIN, 0,
 	  "per Redis operation and connect; past it the request is served by fail_mode" },
 	{ "redis_password_file", CT_STRING, ADMITD_OFF(redis_password_file), NULL, 0, 0,

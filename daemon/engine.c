@@ -17,6 +17,8 @@
 #include "clock.h"
 #include "log.h"
 
+#include <event2/event.h>
+
 static struct lim_state *eng_lim(struct kq *kq)
 {
 	if (kq->lim == NULL)
@@ -25,7 +27,7 @@ static struct lim_state *eng_lim(struct kq *kq)
 }
 
 void eng_merge(struct eng_res *res, struct scope_rt *sc, bool admitted, int64_t retry,
-	       const char *rule, bool slot)
+	       const char *rule, bool slot, int64_t limit)
 {
 	if (admitted)
 		return;
@@ -39,6 +41,7 @@ void eng_merge(struct eng_res *res, struct scope_rt *sc, bool admitted, int64_t 
 		res->retry_after_ms = retry;
 		res->rule = rule;
 		res->slot_wait = slot;
+		res->limit = limit;
 	}
 	res->refused = true;
 }
@@ -52,7 +55,8 @@ void eng_merge_end(struct eng_res *res)
 }
 
 struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int64_t now,
-			 const char *lease_id, enum via via)
+			 const char *lease_id, enum via via, const struct lim_tokens *reserve,
+			 size_t nreserve)
 {
 	double div[PROTO_MAX_TARGETS];
 	struct eng_res res = { .admitted = true, .via = via };
@@ -61,7 +65,11 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 	size_t i;
 
 	for (i = 0; i < nt; i++) {
-		struct lim_req rq = { .cls = t[i].cls, .cost = t[i].cost, .count = 1 };
+		struct lim_req rq = { .cls = t[i].cls,
+				      .cost = t[i].cost,
+				      .count = 1,
+				      .reserve = reserve,
+				      .nreserve = nreserve };
 		struct lim_state *st = eng_lim(t[i].kq);
 		div[i] = via == VIA_FALLBACK ? backend_divisor(ad->redis, t[i].kq->sc->cs) : 1.0;
 		if (st == NULL) {
@@ -72,13 +80,17 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 		}
 		d[i] = lim_check(st, t[i].kq->sc->cs, div[i], now, &rq);
 		eng_merge(&res, t[i].kq->sc, d[i].admitted, d[i].retry_after_ms, d[i].rule,
-			  d[i].slot);
+			  d[i].slot, d[i].limit);
 	}
 	eng_merge_end(&res);
 	if (!res.admitted)
 		return res;
 	for (i = 0; i < nt; i++) {
-		struct lim_req rq = { .cls = t[i].cls, .cost = t[i].cost, .count = 1 };
+		struct lim_req rq = { .cls = t[i].cls,
+				      .cost = t[i].cost,
+				      .count = 1,
+				      .reserve = reserve,
+				      .nreserve = nreserve };
 		const struct conf_scope *cs = t[i].kq->sc->cs;
 		if (!d[i].admitted)
 			continue;
@@ -101,7 +113,8 @@ void eng_acquire(struct admitd *ad, struct waiter *w, const char *lease_id, eng_
 	struct eng_res res;
 
 	if (ad->redis == NULL)
-		res = eng_local(ad, w->t, w->nt, clock_mono_ms(), lease_id, VIA_LOCAL);
+		res = eng_local(ad, w->t, w->nt, clock_mono_ms(), lease_id, VIA_LOCAL, w->reserve,
+				w->nreserve);
 	else if (backend_acquire(ad->redis, w, lease_id, cb, arg))
 		return;
 	else
@@ -123,7 +136,9 @@ struct eng_res eng_fallback(struct admitd *ad, struct waiter *w, const char *lea
 	switch (mode) {
 	case FAIL_OPEN: res.admitted = true; return res;
 	case FAIL_CLOSED: res.unavailable = true; return res;
-	default: return eng_local(ad, w->t, w->nt, clock_mono_ms(), lease_id, VIA_FALLBACK);
+	default:
+		return eng_local(ad, w->t, w->nt, clock_mono_ms(), lease_id, VIA_FALLBACK,
+				 w->reserve, w->nreserve);
 	}
 }
 
@@ -147,9 +162,10 @@ void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntoken
 		if (st == NULL && local_tokens && ntokens > 0)
 			st = eng_lim(kq);
 		if (st != NULL)
-			lim_release(st, kq->sc->cs, backend_divisor(l->ad->redis, kq->sc->cs), now,
-				    l->id, l->t[i].cls, local_tokens ? tokens : NULL,
-				    local_tokens ? ntokens : 0);
+			lim_release_settle(st, kq->sc->cs,
+					   backend_divisor(l->ad->redis, kq->sc->cs), now, l->id,
+					   l->t[i].cls, local_tokens ? tokens : NULL,
+					   local_tokens ? ntokens : 0, l->reserve, l->nreserve);
 	}
 }
 
@@ -173,10 +189,15 @@ void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
 		     const struct lim_tokens *tokens, size_t ntokens, eng_held_cb *cb, void *arg)
 {
 	struct be_target t[PROTO_MAX_TARGETS] = { { 0 } };
+	struct lim_tokens rs[PROTO_MAX_TOKENS];
 	struct kq *kq;
 	bool held;
 	size_t i, nt = 0;
 
+	for (i = 0; i < ref->nreserve; i++) {
+		rs[i].name = ref->reserve[i].name;
+		rs[i].n = ref->reserve[i].n;
+	}
 	for (i = 0; i < ref->nt; i++) {
 		struct scope_rt *sc = scope_find(ad, ref->t[i].scope);
 		const struct conf_class *cls = NULL;
@@ -191,14 +212,16 @@ void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
 		nt++;
 	}
 	if (ad->redis != NULL && nt > 0 &&
-	    backend_release_ref(ad->redis, t, nt, ref->nonce, tokens, ntokens, cb, arg))
+	    backend_release_ref(ad->redis, t, nt, ref->nonce, tokens, ntokens, rs, ref->nreserve,
+				cb, arg))
 		return;
-	held = eng_release_local(ad, t, nt, ref->nonce, tokens, ntokens);
+	held = eng_release_local(ad, t, nt, ref->nonce, tokens, ntokens, rs, ref->nreserve);
 	cb(arg, ad->redis != NULL && nt > 0 ? -1 : held ? 1 : 0);
 }
 
 bool eng_release_local(struct admitd *ad, const struct be_target *t, size_t nt, const char *nonce,
-		       const struct lim_tokens *tokens, size_t ntokens)
+		       const struct lim_tokens *tokens, size_t ntokens,
+		       const struct lim_tokens *reserve, size_t nreserve)
 {
 	int64_t now = clock_mono_ms();
 	bool held = false;
@@ -208,11 +231,55 @@ bool eng_release_local(struct admitd *ad, const struct be_target *t, size_t nt, 
 		struct scope_rt *sc = scope_find(ad, t[i].cs->name);
 		struct kq *kq = sc != NULL ? kq_get(sc, t[i].key) : NULL;
 		struct lim_state *st = kq != NULL ? eng_lim(kq) : NULL;
-		if (st != NULL && lim_release(st, t[i].cs, backend_divisor(ad->redis, t[i].cs), now,
-					      nonce, t[i].cls, tokens, ntokens))
+		if (st != NULL &&
+		    lim_release_settle(st, t[i].cs, backend_divisor(ad->redis, t[i].cs), now, nonce,
+				       t[i].cls, tokens, ntokens, reserve, nreserve))
 			held = true;
 	}
 	return held;
+}
+
+void eng_inspect(struct kq *kq, const struct conf_class *cls, eng_insp_cb *cb, void *arg)
+{
+	struct admitd *ad = kq->sc->ad;
+
+	if (ad->redis != NULL && backend_inspect(ad->redis, kq, cls, cb, arg))
+		return;
+	eng_inspect_local(kq, ad->redis == NULL ? VIA_LOCAL : VIA_FALLBACK, cb, arg);
+}
+
+void eng_inspect_local(struct kq *kq, enum via via, eng_insp_cb *cb, void *arg)
+{
+	struct lim_state *st = eng_lim(kq);
+	struct eng_insp in = { .via = via };
+
+	in.now = clock_mono_ms();
+	if (st != NULL) {
+		lim_view(st, kq->sc->cs, in.now, &in.leases, &in.quota_used, &in.quota_oldest);
+		in.next_at = st->next_at;
+		in.penalty_until = st->penalty_until;
+		in.rules = st->rules;
+	}
+	cb(arg, &in);
+}
+
+void eng_reset(struct kq *kq, eng_reset_cb *cb, void *arg)
+{
+	struct admitd *ad = kq->sc->ad;
+
+	if (kq->lim != NULL)
+		lim_reset(kq->lim);
+	/* The head may be sleeping out what was just lifted. */
+	if (kq->wake_at != 0 && kq->retry_ev != NULL) {
+		event_del(kq->retry_ev);
+		kq->wake_at = 0;
+	}
+	if (ad->redis != NULL && backend_reset(ad->redis, kq, cb, arg)) {
+		waitq_pump(kq);
+		return;
+	}
+	waitq_pump(kq);
+	cb(arg, ad->redis == NULL ? VIA_LOCAL : VIA_FALLBACK, ad->redis == NULL);
 }
 
 void eng_penalize(struct kq *kq, int64_t delay_ms)

@@ -26,6 +26,7 @@ struct eng_res {
 	bool booked;		 /* state to release exists in the backend */
 	bool unavailable;	 /* refused because fail_mode = closed and Redis is down */
 	bool slot_wait;		 /* refusals: the deciding limit waits for a lease slot */
+	int64_t limit;		 /* never-passing refusals: the capacity asked beyond */
 	bool refused;		 /* eng_merge: a non-shadow target refused */
 	bool redis_maybe;	 /* not via Redis, but a Redis call for it had no known outcome */
 	int64_t redis_after;	 /* ... which can book nothing after this (mono ms) */
@@ -39,7 +40,7 @@ struct eng_res {
  * refuses nothing. eng_merge_end settles res once every target is in.
  */
 void eng_merge(struct eng_res *res, struct scope_rt *sc, bool admitted, int64_t retry,
-	       const char *rule, bool slot);
+	       const char *rule, bool slot, int64_t limit);
 void eng_merge_end(struct eng_res *res);
 
 typedef void eng_cb(void *arg, const struct eng_res *r);
@@ -80,6 +81,34 @@ struct be_target;
 void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
 		     const struct lim_tokens *tokens, size_t ntokens, eng_held_cb *cb, void *arg);
 
+/* What inspect reports of one key, on the deciding limiter's clock. */
+struct eng_insp {
+	enum via via;
+	int64_t now, next_at, penalty_until;
+	int64_t leases; /* in flight: cluster-wide through Redis, else this daemon's */
+	int64_t quota_used, quota_oldest;
+	const struct strat_state *rules; /* by conf rule index */
+};
+typedef void eng_insp_cb(void *arg, const struct eng_insp *in);
+
+/*
+ * eng_inspect - the key's state as the limiter that decides now sees it
+ * (Redis when it answers; else the in-process one). cb runs exactly once,
+ * now or from the loop; kq stays alive until then (the caller holds a ref).
+ */
+void eng_inspect(struct kq *kq, const struct conf_class *cls, eng_insp_cb *cb, void *arg);
+
+/*
+ * eng_reset - lift the key's penalty and pacing: in Redis (for every
+ * daemon) and in process. cb(arg, via, ok) runs exactly once; ok false when
+ * Redis could not be told (the in-process state is reset anyway).
+ */
+/* eng_inspect_local - the in-process half of eng_inspect (cb runs now). */
+void eng_inspect_local(struct kq *kq, enum via via, eng_insp_cb *cb, void *arg);
+
+typedef void eng_reset_cb(void *arg, enum via via, bool ok);
+void eng_reset(struct kq *kq, eng_reset_cb *cb, void *arg);
+
 /* eng_penalize - hold the key back for delay_ms (never shortens a hold). */
 void eng_penalize(struct kq *kq, int64_t delay_ms);
 
@@ -89,7 +118,8 @@ void eng_penalize(struct kq *kq, int64_t delay_ms);
  * fallback divisor.
  */
 struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int64_t now,
-			 const char *lease_id, enum via via);
+			 const char *lease_id, enum via via, const struct lim_tokens *reserve,
+			 size_t nreserve);
 
 /*
  * eng_fallback - the decision while Redis cannot give one, by the scopes'

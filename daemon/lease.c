@@ -37,6 +37,30 @@ uint64_t rand_u64(void)
 	return s * 2685821657736338717ULL;
 }
 
+struct lim_tokens *lim_tokens_dup(const struct proto_token *t, size_t n, bool *ok)
+{
+	struct lim_tokens *out;
+	char *names;
+	size_t i;
+
+	*ok = true;
+	if (n == 0)
+		return NULL;
+	out = malloc(n * sizeof(*out) + n * (PROTO_NAME_MAX + 1));
+	if (out == NULL) {
+		*ok = false;
+		return NULL;
+	}
+	names = (char *)(out + n);
+	for (i = 0; i < n; i++) {
+		char *nm = names + i * (PROTO_NAME_MAX + 1);
+		snprintf(nm, PROTO_NAME_MAX + 1, "%s", t[i].name);
+		out[i].name = nm;
+		out[i].n = t[i].n;
+	}
+	return out;
+}
+
 void lease_make_id(char *buf)
 {
 	unsigned char raw[LIM_LEASE_ID_LEN / 2];
@@ -91,6 +115,12 @@ static char *lease_handle(const struct lease *l)
 			 l->t[i].cls ? l->t[i].cls->name : "");
 		snprintf(ref->t[i].key, sizeof(ref->t[i].key), "%s", l->t[i].kq->key);
 	}
+	ref->nreserve = l->nreserve;
+	for (i = 0; i < l->nreserve; i++) {
+		snprintf(ref->reserve[i].name, sizeof(ref->reserve[i].name), "%s",
+			 l->reserve[i].name);
+		ref->reserve[i].n = l->reserve[i].n;
+	}
 	h = lease_id_format(ref);
 	free(ref);
 	return h;
@@ -117,6 +147,10 @@ struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 	if (l == NULL)
 		return NULL;
 	memcpy(l->id, w->lease_id, sizeof(l->id));
+	l->reserve = w->reserve; /* the waiter's reservation is the lease's now */
+	l->nreserve = w->nreserve;
+	w->reserve = NULL;
+	w->nreserve = 0;
 	l->ad = ad;
 	l->via = via;
 	l->nt = w->nt;
@@ -134,6 +168,8 @@ struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 		if (l->ttl_ev)
 			event_free(l->ttl_ev);
 		free(l->handle);
+		w->reserve = l->reserve; /* back to its owner */
+		w->nreserve = l->nreserve;
 		free(l);
 		return NULL;
 	}
@@ -168,6 +204,7 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 		TAILQ_REMOVE(&l->conn->leases, l, conn_link);
 	event_free(l->ttl_ev);
 	free(l->handle);
+	free(l->reserve);
 	for (i = 0; i < l->nt; i++) {
 		l->t[i].kq->held--;
 		l->t[i].kq->sc->leases--;
@@ -203,6 +240,7 @@ static void lease_free_cb(void *arg UNUSED, const char *key UNUSED, void *val)
 
 	event_free(l->ttl_ev);
 	free(l->handle);
+	free(l->reserve);
 	free(l);
 }
 

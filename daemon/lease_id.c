@@ -9,6 +9,7 @@
 #include "lease_id.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,10 +67,24 @@ char *lease_id_format(const struct lease_ref *ref)
 		return NULL;
 	raw[n++] = LEASE_ID_VERSION;
 	for (i = 0; i < ref->nt; i++)
-		if (!lease_put(raw, &n, ref->t[i].scope, PROTO_NAME_MAX) ||
+		if (ref->t[i].scope[0] == '\0' ||
+		    !lease_put(raw, &n, ref->t[i].scope, PROTO_NAME_MAX) ||
 		    !lease_put(raw, &n, ref->t[i].cls, PROTO_NAME_MAX) ||
 		    !lease_put(raw, &n, ref->t[i].key, PROTO_KEY_MAX))
 			return NULL;
+	if (ref->nreserve > PROTO_MAX_TOKENS)
+		return NULL;
+	if (ref->nreserve > 0)
+		raw[n++] = '\0'; /* an empty scope: the reservations follow */
+	for (i = 0; i < ref->nreserve; i++) {
+		char num[LEASE_ID_COUNT_MAX];
+		if (ref->reserve[i].name[0] == '\0' || ref->reserve[i].n < 0)
+			return NULL;
+		snprintf(num, sizeof(num), "%lld", (long long)ref->reserve[i].n);
+		if (!lease_put(raw, &n, ref->reserve[i].name, PROTO_NAME_MAX) ||
+		    !lease_put(raw, &n, num, LEASE_ID_COUNT_MAX - 1))
+			return NULL;
+	}
 	out = malloc(LIM_LEASE_ID_LEN + 2 + (n + 2) / 3 * 4);
 	if (out == NULL)
 		return NULL;
@@ -144,7 +159,7 @@ bool lease_id_parse(const char *handle, struct lease_ref *ref)
 	if (n < 1 || raw[0] != LEASE_ID_VERSION)
 		return false;
 	off = 1;
-	while (off < n) {
+	while (off < n && raw[off] != '\0') {
 		struct lease_ref_target *t;
 		if (ref->nt == PROTO_MAX_TARGETS)
 			return false;
@@ -156,6 +171,25 @@ bool lease_id_parse(const char *handle, struct lease_ref *ref)
 	}
 	if (ref->nt == 0)
 		return false;
+	if (off < n) { /* the reservations */
+		off++;
+		if (off == n)
+			return false;
+		while (off < n) {
+			struct proto_token *tk;
+			char num[LEASE_ID_COUNT_MAX], *end;
+			if (ref->nreserve == PROTO_MAX_TOKENS)
+				return false;
+			tk = &ref->reserve[ref->nreserve++];
+			if (!lease_take(raw, n, &off, tk->name, PROTO_NAME_MAX) ||
+			    !lease_take(raw, n, &off, num, LEASE_ID_COUNT_MAX - 1) ||
+			    tk->name[0] == '\0' || num[0] < '0' || num[0] > '9')
+				return false;
+			tk->n = strtoll(num, &end, 10);
+			if (*end != '\0' || tk->n < 0 || tk->n > PROTO_MAX_COST)
+				return false;
+		}
+	}
 	memcpy(ref->nonce, handle, LIM_LEASE_ID_LEN);
 	ref->nonce[LIM_LEASE_ID_LEN] = '\0';
 	return true;

@@ -9,7 +9,9 @@
  * nonce (32 lowercase hex digits: the name it is booked under, in process
  * and in Redis, and what makes the handle unguessable) then '.' then the
  * base64url (no padding) of a version byte and, per target, its scope,
- * class ("" for none) and key, each NUL-terminated. So any daemon on the
+ * class ("" for none) and key, each NUL-terminated; then, when the acquire
+ * reserved tokens, an empty field and each reservation's meter name and
+ * decimal count, NUL-terminated. So any daemon on the
  * same Redis can release a lease it did not issue (after a restart, through
  * another pod) and charge its tokens, with no shared table. Pure: no I/O.
  */
@@ -33,11 +35,15 @@ struct lease_ref {
 	char nonce[LIM_LEASE_ID_LEN + 1];
 	size_t nt;
 	struct lease_ref_target t[PROTO_MAX_TARGETS];
+	size_t nreserve;
+	struct proto_token reserve[PROTO_MAX_TOKENS]; /* tokens reserved at acquire */
 };
 
 /* The longest handle lease_id_format can make (fits PROTO_LEASE_MAX). */
-#define LEASE_ID_PAYLOAD_MAX \
-	(1 + PROTO_MAX_TARGETS * (2 * (PROTO_NAME_MAX + 1) + PROTO_KEY_MAX + 1))
+#define LEASE_ID_COUNT_MAX 20 /* digits of a count, and its NUL */
+#define LEASE_ID_PAYLOAD_MAX                                                          \
+	(1 + PROTO_MAX_TARGETS * (2 * (PROTO_NAME_MAX + 1) + PROTO_KEY_MAX + 1) + 1 + \
+	 PROTO_MAX_TOKENS * (PROTO_NAME_MAX + 1 + LEASE_ID_COUNT_MAX))
 #define LEASE_ID_MAX (LIM_LEASE_ID_LEN + 1 + (LEASE_ID_PAYLOAD_MAX + 2) / 3 * 4)
 
 /*

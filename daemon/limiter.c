@@ -143,46 +143,101 @@ static int64_t lim_lease_wait(const struct lim_state *st, const struct conf_scop
 	return w < 1 ? 1 : w;
 }
 
+int64_t lim_token_charge(const struct conf_rule *r, const struct lim_tokens *tokens, size_t ntokens)
+{
+	int64_t sum = 0;
+	size_t i;
+
+	if (r->meter != METER_TOKENS && r->meter != METER_TOKENS_KEY)
+		return 0;
+	for (i = 0; i < ntokens; i++) {
+		if (r->meter == METER_TOKENS)
+			sum += tokens[i].n;
+		else if (strcmp(tokens[i].name, r->meter_key) == 0)
+			sum += tokens[i].n;
+	}
+	return sum;
+}
+
+const char *lim_which_rule(const struct conf_scope *cs, long which)
+{
+	switch (which) {
+	case LIM_WHICH_PENALTY: return LIM_RULE_PENALTY;
+	case LIM_WHICH_MIN_DELAY:
+	case LIM_WHICH_SERIALIZED: return LIM_RULE_MIN_DELAY;
+	case LIM_WHICH_CLUSTER: return LIM_RULE_CLUSTER;
+	case LIM_WHICH_QUOTA: return cs->quota_text;
+	default: return which >= 0 && (size_t)which < cs->nrules ? cs->rules[which].text : "redis";
+	}
+}
+
+bool lim_which_slot(const struct conf_scope *cs, long which)
+{
+	return which == LIM_WHICH_CLUSTER || which == LIM_WHICH_SERIALIZED ||
+	       (which >= 0 && (size_t)which < cs->nrules &&
+		cs->rules[which].meter == METER_CONCURRENCY);
+}
+
+int64_t lim_which_limit(const struct conf_scope *cs, const struct conf_class *cls, long which,
+			double div)
+{
+	struct strat_params p;
+	int64_t floor = cls ? cls->floor : 0;
+
+	if (which == LIM_WHICH_CLUSTER)
+		return lim_div_amount(cs->cluster_concurrency, div);
+	if (which == LIM_WHICH_QUOTA)
+		return lim_div_amount(cs->quota, div);
+	if (which < 0 || (size_t)which >= cs->nrules)
+		return 0;
+	p = lim_rule_params(&cs->rules[which], div);
+	if (cs->rules[which].meter == METER_CONCURRENCY)
+		return p.amount;
+	return p.burst - floor > 0 ? p.burst - floor : 0;
+}
+
 /* Keep the refusal with the longest wait; -1 (never) beats any wait. */
-static void lim_refuse(struct lim_decision *d, int64_t wait, const char *rule, bool slot)
+static void lim_refuse(struct lim_decision *d, const struct conf_scope *cs, int64_t wait,
+		       long which)
 {
 	if (d->admitted || lim_wait_longer(wait, d->retry_after_ms)) {
 		d->admitted = false;
 		d->retry_after_ms = wait;
-		d->rule = rule;
-		d->slot = slot;
+		d->which = which;
+		d->rule = lim_which_rule(cs, which);
+		d->slot = lim_which_slot(cs, which);
 	}
 }
 
 struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs, double div,
 			      int64_t now, const struct lim_req *rq)
 {
-	struct lim_decision d = { .admitted = true, .retry_after_ms = 0, .rule = NULL };
+	struct lim_decision d = { .admitted = true, .which = LIM_WHICH_NONE };
 	int64_t floor = rq->cls ? rq->cls->floor : 0;
 	size_t i;
 
 	lim_purge(st, cs, now);
 	if (now < st->penalty_until)
-		lim_refuse(&d, st->penalty_until - now, LIM_RULE_PENALTY, false);
+		lim_refuse(&d, cs, st->penalty_until - now, LIM_WHICH_PENALTY);
 	if (lim_serialized(cs) && st->nleases > 0)
-		lim_refuse(&d, lim_lease_wait(st, cs, now), LIM_RULE_MIN_DELAY, false);
+		lim_refuse(&d, cs, lim_lease_wait(st, cs, now), LIM_WHICH_SERIALIZED);
 	if (now < st->next_at)
-		lim_refuse(&d, st->next_at - now, LIM_RULE_MIN_DELAY, false);
+		lim_refuse(&d, cs, st->next_at - now, LIM_WHICH_MIN_DELAY);
 	if (cs->cluster_concurrency > 0) {
 		int64_t cap = lim_div_amount(cs->cluster_concurrency, div);
 		if ((int64_t)st->nleases + rq->count > cap)
-			lim_refuse(&d, rq->count > cap ? -1 : lim_lease_wait(st, cs, now),
-				   LIM_RULE_CLUSTER, true);
+			lim_refuse(&d, cs, rq->count > cap ? -1 : lim_lease_wait(st, cs, now),
+				   LIM_WHICH_CLUSTER);
 	}
 	if (cs->quota > 0) {
 		int64_t q = lim_div_amount(cs->quota, div);
 		if (rq->count > q)
-			lim_refuse(&d, -1, cs->quota_text, false);
+			lim_refuse(&d, cs, -1, LIM_WHICH_QUOTA);
 		else if ((int64_t)st->quota_n + rq->count > q)
-			lim_refuse(&d,
+			lim_refuse(&d, cs,
 				   lim_quota_at(st, st->quota_n + rq->count - q - 1) +
 				       cs->quota_window_ms - now,
-				   cs->quota_text, false);
+				   LIM_WHICH_QUOTA);
 	}
 	for (i = 0; i < cs->nrules; i++) {
 		const struct conf_rule *r = &cs->rules[i];
@@ -195,20 +250,24 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 		switch (r->meter) {
 		case METER_CONCURRENCY:
 			if ((int64_t)st->nleases + rq->count > p.amount)
-				lim_refuse(&d,
+				lim_refuse(&d, cs,
 					   rq->count > p.amount ? -1 : lim_lease_wait(st, cs, now),
-					   r->text, true);
+					   (long)i);
 			continue;
 		case METER_REQUESTS:
 			sr = strat_check(&st->rules[i], &p, now, rq->cost * rq->count, floor);
 			break;
-		default: /* token meters are charged at release; here: not overdrawn */
-			sr = strat_check(&st->rules[i], &p, now, 0, floor);
+		default: /* token meters: the reservation, else not overdrawn */
+			sr = strat_check(&st->rules[i], &p, now,
+					 lim_token_charge(r, rq->reserve, rq->nreserve) * rq->count,
+					 floor);
 			break;
 		}
 		if (!sr.allowed)
-			lim_refuse(&d, sr.retry_after_ms, r->text, false);
+			lim_refuse(&d, cs, sr.retry_after_ms, (long)i);
 	}
+	if (!d.admitted && d.retry_after_ms < 0)
+		d.limit = lim_which_limit(cs, rq->cls, d.which, div);
 	return d;
 }
 
@@ -295,33 +354,51 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, double div, int
 			st->next_at = next;
 	}
 	for (i = 0; i < cs->nrules; i++) {
-		if (cs->rules[i].meter == METER_REQUESTS && lim_rule_applies(cs, i, rq->cls)) {
-			struct strat_params p = lim_rule_params(&cs->rules[i], div);
-			strat_book(&st->rules[i], &p, now, rq->cost * rq->count);
-		}
+		const struct conf_rule *r = &cs->rules[i];
+		struct strat_params p;
+		int64_t n;
+		if (!lim_rule_applies(cs, i, rq->cls))
+			continue;
+		if (r->meter == METER_REQUESTS)
+			n = rq->cost * rq->count;
+		else if (r->meter == METER_TOKENS || r->meter == METER_TOKENS_KEY)
+			n = lim_token_charge(r, rq->reserve, rq->nreserve) * rq->count;
+		else
+			continue;
+		p = lim_rule_params(r, div);
+		if (n != 0 || r->meter == METER_REQUESTS)
+			strat_book(&st->rules[i], &p, now, n);
 	}
 	st->last_ms = now;
 	return true;
 }
 
-static int64_t lim_token_charge(const struct conf_rule *r, const struct lim_tokens *tokens,
-				size_t ntokens)
+int64_t lim_settle_charge(const struct conf_rule *r, const struct lim_tokens *tokens,
+			  size_t ntokens, const struct lim_tokens *reserve, size_t nreserve)
 {
-	int64_t sum = 0;
-	size_t i;
+	int64_t n = lim_token_charge(r, tokens, ntokens);
+	size_t i, j;
 
-	for (i = 0; i < ntokens; i++) {
-		if (r->meter == METER_TOKENS)
-			sum += tokens[i].n;
-		else if (strcmp(tokens[i].name, r->meter_key) == 0)
-			sum += tokens[i].n;
-	}
-	return sum;
+	for (i = 0; i < nreserve; i++)
+		for (j = 0; j < ntokens; j++)
+			if (strcmp(reserve[i].name, tokens[j].name) == 0) {
+				n -= lim_token_charge(r, &reserve[i], 1);
+				break;
+			}
+	return n;
 }
 
 bool lim_release(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
 		 const char *lease_id, const struct conf_class *cls,
 		 const struct lim_tokens *tokens, size_t ntokens)
+{
+	return lim_release_settle(st, cs, div, now, lease_id, cls, tokens, ntokens, NULL, 0);
+}
+
+bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
+			const char *lease_id, const struct conf_class *cls,
+			const struct lim_tokens *tokens, size_t ntokens,
+			const struct lim_tokens *reserve, size_t nreserve)
 {
 	bool held = false;
 	size_t i;
@@ -345,8 +422,8 @@ bool lim_release(struct lim_state *st, const struct conf_scope *cs, double div, 
 		if ((r->meter != METER_TOKENS && r->meter != METER_TOKENS_KEY) ||
 		    !lim_rule_applies(cs, i, cls))
 			continue;
-		n = lim_token_charge(r, tokens, ntokens);
-		if (n > 0) {
+		n = lim_settle_charge(r, tokens, ntokens, reserve, nreserve);
+		if (n != 0) {
 			struct strat_params p = lim_rule_params(r, div);
 			strat_book(&st->rules[i], &p, now, n);
 			st->last_ms = now;
@@ -359,6 +436,21 @@ void lim_penalize(struct lim_state *st, int64_t now, int64_t delay_ms)
 {
 	if (delay_ms > 0 && now + delay_ms > st->penalty_until)
 		st->penalty_until = now + delay_ms;
+}
+
+void lim_view(struct lim_state *st, const struct conf_scope *cs, int64_t now, int64_t *leases,
+	      int64_t *quota_used, int64_t *quota_oldest)
+{
+	lim_purge(st, cs, now);
+	*leases = (int64_t)st->nleases;
+	*quota_used = (int64_t)st->quota_n;
+	*quota_oldest = st->quota_n > 0 ? lim_quota_at(st, 0) : 0;
+}
+
+void lim_reset(struct lim_state *st)
+{
+	st->next_at = 0;
+	st->penalty_until = 0;
 }
 
 bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now)

@@ -45,18 +45,54 @@ struct lim_state {
 	struct strat_state rules[]; /* one per conf rule, same index */
 };
 
-struct lim_req {
-	const struct conf_class *cls; /* NULL: unnamed rules only */
-	int64_t cost;		      /* requests meter units per admission */
-	int64_t count;		      /* admissions asked for at once (>= 1) */
+/* Token counts by meter name: reported at release, or reserved at acquire. */
+struct lim_tokens {
+	const char *name;
+	int64_t n;
 };
+
+struct lim_req {
+	const struct conf_class *cls;	  /* NULL: unnamed rules only */
+	int64_t cost;			  /* requests meter units per admission */
+	int64_t count;			  /* admissions asked for at once (>= 1) */
+	const struct lim_tokens *reserve; /* token meters: booked at acquire, settled at release */
+	size_t nreserve;
+};
+
+/*
+ * Which limit decided a refusal: a rule's index in the scope (>= 0), or one
+ * of these. scripts/acquire.lua returns the same codes.
+ */
+#define LIM_WHICH_NONE	     (-1)
+#define LIM_WHICH_PENALTY    (-2)
+#define LIM_WHICH_MIN_DELAY  (-3) /* next_at: a known wait */
+#define LIM_WHICH_CLUSTER    (-4)
+#define LIM_WHICH_QUOTA	     (-5)
+#define LIM_WHICH_STALE	     (-6) /* Redis only: the script ran after its deadline */
+#define LIM_WHICH_SERIALIZED (-7) /* min_delay, one at a time: a lease is held */
 
 struct lim_decision {
 	bool admitted;
 	int64_t retry_after_ms; /* refusals: the wait after which it may pass; -1 never */
 	const char *rule;	/* refusals: what decided, conf-owned or static text */
 	bool slot;		/* ... and it waits for a lease slot (a release may end it) */
+	long which;		/* ... the LIM_WHICH_ code or rule index */
+	int64_t limit;		/* never-passing refusals: the capacity the request exceeds */
 };
+
+/* lim_which_rule - the text a refusal by `which` names (conf-owned or static). */
+const char *lim_which_rule(const struct conf_scope *cs, long which);
+
+/*
+ * lim_which_slot - does a refusal by `which` wait for a lease slot? Such a
+ * wait has no known end (a release ends it), so it is slept out and ends
+ * in `timeout`, never in `budget_exceeded`.
+ */
+bool lim_which_slot(const struct conf_scope *cs, long which);
+
+/* lim_which_limit - the capacity of the limit `which` for cls (never-passing refusals). */
+int64_t lim_which_limit(const struct conf_scope *cs, const struct conf_class *cls, long which,
+			double div);
 
 /*
  * lim_wait_longer - is wait a longer than wait b (-1: never passes, the
@@ -118,10 +154,6 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, double div, int
  * token meters from tokens[0..ntokens). Returns true when the lease was
  * still in flight.
  */
-struct lim_tokens {
-	const char *name;
-	int64_t n;
-};
 bool lim_release(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
 		 const char *lease_id, const struct conf_class *cls,
 		 const struct lim_tokens *tokens, size_t ntokens);
@@ -133,8 +165,37 @@ bool lim_release(struct lim_state *st, const struct conf_scope *cs, double div, 
  */
 bool lim_lease_add(struct lim_state *st, const char *lease_id, int64_t deadline);
 
+/*
+ * lim_release_settle - lim_release for a lease that reserved tokens at
+ * acquire: each token rule is charged what was reported minus what was
+ * reserved under the names reported (a refund when less was used); a name
+ * reserved but not reported keeps its reservation charged.
+ */
+bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
+			const char *lease_id, const struct conf_class *cls,
+			const struct lim_tokens *tokens, size_t ntokens,
+			const struct lim_tokens *reserve, size_t nreserve);
+
+/* lim_settle_charge - what the release charges rule r (lim_release_settle). */
+int64_t lim_settle_charge(const struct conf_rule *r, const struct lim_tokens *tokens,
+			  size_t ntokens, const struct lim_tokens *reserve, size_t nreserve);
+
+/* lim_token_charge - what tokens[0..n) count on token rule r (0 for other meters). */
+int64_t lim_token_charge(const struct conf_rule *r, const struct lim_tokens *tokens, size_t n);
+
 /* lim_penalize - hold the key until now + delay_ms; never shortens a hold. */
 void lim_penalize(struct lim_state *st, int64_t now, int64_t delay_ms);
+
+/*
+ * lim_view - what the state holds now, for inspect: leases in flight, quota
+ * instants in the window and the oldest of them (0 when none). Drops what
+ * time has made irrelevant, as lim_check does.
+ */
+void lim_view(struct lim_state *st, const struct conf_scope *cs, int64_t now, int64_t *leases,
+	      int64_t *quota_used, int64_t *quota_oldest);
+
+/* lim_reset - lift the key's penalty and pacing (reset). */
+void lim_reset(struct lim_state *st);
 
 /* lim_idle - true when the state is indistinguishable from a fresh one. */
 bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now);

@@ -222,8 +222,17 @@ int main(int argc, char **argv)
 	ad.server = server_new(&ad);
 	if (ad.server == NULL)
 		goto out;
-	log_info("admitd started", "version=%s socket=\"%s\" backend=%s scopes=%zu", ADMITD_VERSION,
-		 ad.conf->socket, ad.redis ? "redis" : "local", ad.nscopes);
+	{
+		int64_t since;
+		const char *state = ad.redis ? backend_state(ad.redis, &since) : "local";
+		log_info("admitd started",
+			 "version=%s socket=\"%s\" backend=%s state=%s scopes=%zu", ADMITD_VERSION,
+			 ad.conf->socket, ad.redis ? "redis" : "local", state, ad.nscopes);
+		if (ad.redis != NULL && !backend_up(ad.redis))
+			log_warn("redis is down: serving from the in-process fallback until it "
+				 "answers",
+				 "redis=\"%s\"", ad.conf->redis);
+	}
 	event_base_dispatch(ad.base);
 	rc = 0;
 	log_info("admitd stopped", NULL);

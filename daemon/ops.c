@@ -104,6 +104,7 @@ static void op_acquire(struct conn *c, struct request *rq)
 	const struct conf_scope *cs;
 	struct waiter *w;
 	int64_t timeout;
+	bool ok;
 
 	if (c->ad->shutting_down) {
 		ops_error(c, rq, ADMIT_E_SHUTTING_DOWN, NULL);
@@ -125,6 +126,14 @@ static void op_acquire(struct conn *c, struct request *rq)
 	w->id = rq->id; /* the waiter owns the id from here */
 	rq->id = NULL;
 	w->detach = rq->detach;
+	w->reserve = lim_tokens_dup(rq->reserve, rq->nreserve, &ok);
+	w->nreserve = w->reserve != NULL ? rq->nreserve : 0;
+	if (!ok) {
+		rq->id = w->id; /* the error reply carries it */
+		free(w);
+		ops_error(c, rq, ADMIT_E_UNAVAILABLE, "out of memory");
+		return;
+	}
 	w->try_only = timeout == 0;
 	w->start_ms = clock_mono_ms();
 	w->deadline_ms = w->start_ms + timeout;
@@ -140,24 +149,49 @@ void ops_conn_closed(struct conn *c)
 	}
 }
 
+/* A reply owed once the backend answers; NULL (after replying) on OOM. */
+static struct op_pend *ops_pend(struct conn *c, struct request *rq)
+{
+	struct op_pend *p = calloc(1, sizeof(*p));
+
+	if (p == NULL) {
+		ops_error(c, rq, ADMIT_E_UNAVAILABLE, "out of memory");
+		return NULL;
+	}
+	p->conn = c;
+	p->id = rq->id; /* owned from here */
+	rq->id = NULL;
+	TAILQ_INSERT_TAIL(&c->pends, p, conn_link);
+	return p;
+}
+
+/* The pend's reply is sent (or its client left): unlink and free it. */
+static void ops_pend_done(struct op_pend *p, struct preply *r)
+{
+	if (p->conn != NULL) {
+		TAILQ_REMOVE(&p->conn->pends, p, conn_link);
+		conn_send_reply(p->conn, r);
+		conn_waiter_done(p->conn);
+	} else {
+		preply_free(r);
+	}
+	if (p->kq != NULL)
+		p->kq->refs--;
+	free(p->id);
+	free(p);
+}
+
 /* The answer to a release of a lease this daemon did not hold. */
 static void op_release_ref_done(void *arg, int held)
 {
 	struct op_pend *p = arg;
-	struct preply *r;
+	struct preply *r = preply_new(p->id, true);
 
-	if (p->conn != NULL) {
-		TAILQ_REMOVE(&p->conn->pends, p, conn_link);
-		r = preply_new(p->id, true);
-		preply_bool(r, "held", held == 1);
-		/* Redis could not be asked: it will be, once it answers again. */
-		if (held < 0)
-			preply_bool(r, "deferred", true);
-		conn_send_reply(p->conn, r);
-		conn_waiter_done(p->conn);
-	}
-	free(p->id);
-	free(p);
+	preply_bool(r, "held", held == 1);
+	/* Redis could not be asked: it will be, once it answers again. */
+	if (held < 0)
+		preply_bool(r, "deferred", true);
+	ops_pend_done(p, r);
 }
 
 /*
@@ -191,10 +225,11 @@ static void op_release(struct conn *c, struct request *rq)
 		conn_send_reply(c, r);
 		return;
 	}
-	p->conn = c;
-	p->id = rq->id; /* owned from here */
-	rq->id = NULL;
-	TAILQ_INSERT_TAIL(&c->pends, p, conn_link);
+	free(p);
+	if ((p = ops_pend(c, rq)) == NULL) {
+		free(ref);
+		return;
+	}
 	for (i = 0; i < rq->ntokens; i++) {
 		tk[i].name = rq->tokens[i].name;
 		tk[i].n = rq->tokens[i].n;
@@ -268,6 +303,129 @@ static void op_status(struct conn *c, struct request *rq)
 	conn_send_reply(c, r);
 }
 
+/* The most units one request could take from rule counter st now (0..cap). */
+static int64_t ops_remaining(const struct strat_state *st, const struct strat_params *p,
+			     int64_t now, int64_t cap, int64_t floor)
+{
+	int64_t lo = 0, hi = cap;
+
+	if (cap <= 0 || !strat_check(st, p, now, 1, floor).allowed)
+		return 0;
+	lo = 1;
+	while (lo < hi) { /* the largest cost that fits: fits() is monotone */
+		int64_t mid = lo + (hi - lo + 1) / 2;
+		if (strat_check(st, p, now, mid, floor).allowed)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+static void op_inspect_done(void *arg, const struct eng_insp *in)
+{
+	struct op_pend *p = arg;
+	const struct conf_scope *cs = p->kq->sc->cs;
+	struct preply *r = preply_new(p->id, true);
+	double div = in->via == VIA_FALLBACK ? backend_divisor(p->kq->sc->ad->redis, cs) : 1.0;
+	int64_t floor = p->cls ? p->cls->floor : 0;
+	size_t i;
+
+	preply_str(r, "backend", via_name(in->via));
+	preply_str(r, "scope", cs->name);
+	preply_str(r, "key", p->kq->key);
+	preply_int(r, "penalty_ms", in->penalty_until > in->now ? in->penalty_until - in->now : 0);
+	preply_int(r, "next_in_ms", in->next_at > in->now ? in->next_at - in->now : 0);
+	preply_int(r, "leases", in->leases);
+	if (cs->quota > 0) {
+		int64_t limit = cs->quota, frees = 0;
+		if (in->via == VIA_FALLBACK)
+			limit = lim_which_limit(cs, p->cls, LIM_WHICH_QUOTA, div);
+		if (in->quota_used >= limit && in->quota_oldest > 0)
+			frees = in->quota_oldest + cs->quota_window_ms - in->now;
+		preply_push(r, "quota");
+		preply_int(r, "used", in->quota_used);
+		preply_int(r, "limit", limit);
+		preply_int(r, "frees_in_ms", frees > 0 ? frees : 0);
+		preply_pop(r);
+	}
+	preply_list(r, "rules");
+	for (i = 0; i < cs->nrules; i++) {
+		const struct conf_rule *rule = &cs->rules[i];
+		struct strat_params sp = lim_rule_params(rule, div);
+		static const struct strat_state fresh;
+		const struct strat_state *st = in->rules ? &in->rules[i] : &fresh;
+		int64_t cap = lim_which_limit(cs, p->cls, (long)i, div);
+		struct strat_result full;
+		if (!lim_rule_applies(cs, i, p->cls))
+			continue;
+		preply_item(r);
+		preply_str(r, "rule", rule->text);
+		preply_int(r, "capacity", cap);
+		if (rule->meter == METER_CONCURRENCY) {
+			preply_int(r, "remaining", cap > in->leases ? cap - in->leases : 0);
+		} else {
+			full = strat_check(st, &sp, in->now, cap, floor);
+			preply_int(r, "remaining", ops_remaining(st, &sp, in->now, cap, floor));
+			preply_int(r, "full_in_ms", full.allowed ? 0 : full.retry_after_ms);
+		}
+		preply_pop(r);
+	}
+	preply_pop(r);
+	ops_pend_done(p, r);
+}
+
+/* reset and inspect name one key: resolve it, hold it while the backend answers. */
+static struct op_pend *ops_key_pend(struct conn *c, struct request *rq)
+{
+	struct target_rt t[PROTO_MAX_TARGETS];
+	struct op_pend *p;
+
+	if (!ops_targets(c, rq, t))
+		return NULL;
+	if ((p = ops_pend(c, rq)) == NULL)
+		return NULL;
+	p->kq = t[0].kq;
+	p->cls = t[0].cls;
+	p->kq->refs++;
+	return p;
+}
+
+static void op_inspect(struct conn *c, struct request *rq)
+{
+	struct op_pend *p = ops_key_pend(c, rq);
+
+	if (p != NULL)
+		eng_inspect(p->kq, p->cls, op_inspect_done, p);
+}
+
+static void op_reset_done(void *arg, enum via via, bool ok)
+{
+	struct op_pend *p = arg;
+	struct preply *r;
+
+	if (!ok) {
+		r = preply_error(p->id, ADMIT_E_UNAVAILABLE,
+				 "reset here only: Redis could not be told, other daemons keep "
+				 "the key's penalty and pacing");
+		preply_str(r, "backend", via_name(via));
+	} else {
+		r = preply_new(p->id, true);
+		preply_str(r, "backend", via_name(via));
+	}
+	ops_pend_done(p, r);
+}
+
+static void op_reset(struct conn *c, struct request *rq)
+{
+	struct op_pend *p = ops_key_pend(c, rq);
+
+	if (p != NULL) {
+		log_info("key reset", "scope=%s key=\"%s\"", p->kq->sc->cs->name, p->kq->key);
+		eng_reset(p->kq, op_reset_done, p);
+	}
+}
+
 static void op_ping(struct conn *c, struct request *rq)
 {
 	conn_send_reply(c, preply_new(rq->id, true));
@@ -277,7 +435,8 @@ static void op_ping(struct conn *c, struct request *rq)
 static const struct op_entry op_table[OP__COUNT] = {
 	[OP_ACQUIRE] = { op_acquire },	 [OP_RELEASE] = { op_release },
 	[OP_PENALIZE] = { op_penalize }, [OP_STATUS] = { op_status },
-	[OP_PING] = { op_ping },
+	[OP_PING] = { op_ping },	 [OP_RESET] = { op_reset },
+	[OP_INSPECT] = { op_inspect },
 };
 
 void ops_dispatch(struct conn *c, const char *line, size_t len)

@@ -23,7 +23,8 @@
 
 static const char *const proto_op_names[OP__COUNT] = {
 	[OP_ACQUIRE] = "acquire", [OP_RELEASE] = "release", [OP_PENALIZE] = "penalize",
-	[OP_STATUS] = "status",	  [OP_PING] = "ping",
+	[OP_RESET] = "reset",	  [OP_INSPECT] = "inspect", [OP_STATUS] = "status",
+	[OP_PING] = "ping",
 };
 
 /* ---- decoding ---- */
@@ -134,19 +135,21 @@ static enum admit_err proto_targets(json_t *root, struct request *rq, char *msg,
 	return ADMIT_OK;
 }
 
-static enum admit_err proto_tokens(json_t *root, struct request *rq, char *msg, size_t msglen)
+/* "tokens" of a release, "reserve" of an acquire: meter name -> count. */
+static enum admit_err proto_tokens(json_t *root, const char *field, struct proto_token *out,
+				   size_t *nout, char *msg, size_t msglen)
 {
-	json_t *obj = json_object_get(root, "tokens"), *v;
+	json_t *obj = json_object_get(root, field), *v;
 	const char *k;
 
 	if (obj == NULL || json_is_null(obj))
 		return ADMIT_OK;
 	if (!json_is_object(obj))
-		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"tokens\" must be an object of counts");
+		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"%s\" must be an object of counts", field);
 	if (json_object_size(obj) > PROTO_MAX_TOKENS)
 		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "at most %d token counts", PROTO_MAX_TOKENS);
 	json_object_foreach (obj, k, v) {
-		struct proto_token *t = &rq->tokens[rq->ntokens];
+		struct proto_token *t = &out[*nout];
 		if (strlen(k) == 0 || strlen(k) > PROTO_NAME_MAX)
 			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "bad token meter name");
 		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
@@ -156,7 +159,7 @@ static enum admit_err proto_tokens(json_t *root, struct request *rq, char *msg, 
 				   PROTO_MAX_COST);
 		strcpy(t->name, k);
 		t->n = json_integer_value(v);
-		rq->ntokens++;
+		(*nout)++;
 	}
 	return ADMIT_OK;
 }
@@ -213,16 +216,22 @@ static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *m
 		if (det != NULL && !json_is_null(det) && !json_is_boolean(det))
 			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"detach\" must be true or false");
 		rq->detach = det != NULL && json_is_true(det);
-		return ADMIT_OK;
+		return proto_tokens(root, "reserve", rq->reserve, &rq->nreserve, msg, msglen);
 	case OP_RELEASE:
 		PROTO_TRY(proto_str(root, "lease", rq->lease, sizeof(rq->lease), &has_lease, msg,
 				    msglen));
 		if (!has_lease)
 			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"lease\" is required");
-		return proto_tokens(root, rq, msg, msglen);
+		return proto_tokens(root, "tokens", rq->tokens, &rq->ntokens, msg, msglen);
 	case OP_PENALIZE:
 		PROTO_TRY(proto_targets(root, rq, msg, msglen));
 		return proto_penalty(root, rq, msg, msglen);
+	case OP_RESET:
+	case OP_INSPECT:
+		PROTO_TRY(proto_targets(root, rq, msg, msglen));
+		if (rq->ntargets != 1)
+			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "one scope and key");
+		return ADMIT_OK;
 	case OP_STATUS:
 	case OP_PING: return ADMIT_OK;
 	default: PROTO_FAIL(ADMIT_E_UNKNOWN_OP, "unknown op \"%.64s\"", json_string_value(op));
@@ -339,8 +348,11 @@ struct preply {
 
 static void preply_set(struct preply *r, const char *k, json_t *v)
 {
-	if (v == NULL || json_object_set_new(r->stack[r->depth], k, v) != 0)
+	if (v == NULL || !json_is_object(r->stack[r->depth]) ||
+	    json_object_set_new(r->stack[r->depth], k, v) != 0) {
+		json_decref(v);
 		r->failed = true;
+	}
 }
 
 struct preply *preply_new(const char *id_json, bool ok)
@@ -431,6 +443,50 @@ void preply_push(struct preply *r, const char *k)
 		return;
 	}
 	r->stack[++r->depth] = o; /* borrowed: the parent owns it */
+}
+
+void preply_list(struct preply *r, const char *k)
+{
+	json_t *a;
+
+	if (r == NULL)
+		return;
+	if (r->depth + 1 >= PREPLY_DEPTH) {
+		r->failed = true;
+		return;
+	}
+	a = json_array();
+	if (a == NULL || json_object_set_new(r->stack[r->depth], k, a) != 0) {
+		r->failed = true;
+		return;
+	}
+	r->stack[++r->depth] = a;
+}
+
+void preply_item(struct preply *r)
+{
+	json_t *o;
+
+	if (r == NULL)
+		return;
+	if (r->depth + 1 >= PREPLY_DEPTH || !json_is_array(r->stack[r->depth])) {
+		r->failed = true;
+		return;
+	}
+	o = json_object();
+	if (o == NULL || json_array_append_new(r->stack[r->depth], o) != 0) {
+		r->failed = true;
+		return;
+	}
+	r->stack[++r->depth] = o;
+}
+
+void preply_free(struct preply *r)
+{
+	if (r != NULL) {
+		json_decref(r->stack[0]);
+		free(r);
+	}
 }
 
 void preply_pop(struct preply *r)

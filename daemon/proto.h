@@ -20,11 +20,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum proto_op { OP_ACQUIRE = 0, OP_RELEASE, OP_PENALIZE, OP_STATUS, OP_PING, OP__COUNT };
+enum proto_op {
+	OP_ACQUIRE = 0,
+	OP_RELEASE,
+	OP_PENALIZE,
+	OP_STATUS,
+	OP_PING,
+	OP_RESET,
+	OP_INSPECT,
+	OP__COUNT
+};
 
-#define PROTO_NAME_MAX	     64	  /* scope, class, token meter names */
-#define PROTO_KEY_MAX	     512  /* keys and hosts */
-#define PROTO_LEASE_MAX	     8192 /* lease handles carry their targets: see lease_id.h */
+#define PROTO_NAME_MAX	     64	   /* scope, class, token meter names */
+#define PROTO_KEY_MAX	     512   /* keys and hosts */
+#define PROTO_LEASE_MAX	     12288 /* lease handles carry their targets: see lease_id.h */
 #define PROTO_MAX_TARGETS    8
 #define PROTO_MAX_TOKENS     16
 #define PROTO_MAX_COST	     1000000000LL
@@ -55,6 +64,8 @@ struct request {
 	char lease[PROTO_LEASE_MAX + 1];
 	size_t ntokens;
 	struct proto_token tokens[PROTO_MAX_TOKENS];
+	size_t nreserve; /* acquire: token meters reserved up front */
+	struct proto_token reserve[PROTO_MAX_TOKENS];
 	/* penalize: a relative delay, or an absolute wall-clock instant (HTTP-date) */
 	int64_t penalty_ms; /* -1 when given as a date */
 	int64_t penalty_until_wall_ms;
@@ -97,7 +108,12 @@ void preply_str(struct preply *r, const char *k, const char *v);
 void preply_bool(struct preply *r, const char *k, bool v);
 void preply_double(struct preply *r, const char *k, double v);
 void preply_push(struct preply *r, const char *k);
+/* preply_list opens an array under a key; preply_item opens an object in it. */
+void preply_list(struct preply *r, const char *k);
+void preply_item(struct preply *r);
 void preply_pop(struct preply *r);
+/* preply_free - drop a reply that will not be sent. */
+void preply_free(struct preply *r);
 char *preply_finish(struct preply *r, size_t *len);
 
 #endif

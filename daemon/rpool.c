@@ -409,9 +409,10 @@ static void conn_drop(struct rp_conn *c, const char *why)
 	c->reap = false;
 	if (ac == NULL)
 		return;
-	if (!p->freeing)
-		log_warn("redis connection dropped", "conn=%d state=%s reason=\"%s\"", c->idx,
-			 conn_state_names[c->state], why);
+	if (!p->freeing) /* one line a second: a frozen Redis drops every handshake */
+		log_ratelimited(LOG_SLOT_REDIS_CONN, 1000, "redis connection dropped",
+				"conn=%d state=%s reason=\"%s\"", c->idx,
+				conn_state_names[c->state], why);
 	c->ac = NULL;
 	c->state = CS_DISCONNECTED;
 	evtimer_del(c->timer);
@@ -697,8 +698,8 @@ static void call_timer_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (call->completed)
 		return;
-	log_warn("redis call timed out", "conn=%d timeout_ms=%lld", c->idx,
-		 (long long)call->pool->timeout_ms);
+	log_ratelimited(LOG_SLOT_REDIS_CONN, 1000, "redis call timed out",
+			"conn=%d timeout_ms=%lld", c->idx, (long long)call->pool->timeout_ms);
 	call_complete(call, RP_TIMEOUT, NULL);
 	conn_drop(c, "call timeout");
 }

@@ -14,7 +14,10 @@
  * one poll, not a thousand. A refusal says how long to wait: the head sleeps
  * that long (stretched by the scope's jitter) and asks again, unless the wait
  * is longer than what is left of its budget, in which case it is answered
- * `budget_exceeded` at once rather than slept out. A waiter whose decision is
+ * `budget_exceeded` at once rather than slept out; a wait for a lease slot
+ * (a release ends it: no one knows when) is slept out to the deadline and
+ * answered `timeout`, and a request no wait can admit (it asks more than a
+ * limit holds) is answered `exceeds_limit` at once. A waiter whose decision is
  * in flight when its client leaves (or its deadline passes) is kept until the
  * decision returns (twemproxy's swallow), and an admission that nobody can
  * receive any more is released at once.
@@ -27,6 +30,7 @@
 #include "log.h"
 
 #include <event2/event.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static void waitq_decided(void *arg, const struct eng_res *res);
@@ -87,6 +91,7 @@ static void waitq_remove(struct waiter *w)
 	if (w->deadline_ev != NULL)
 		event_free(w->deadline_ev);
 	free(w->id);
+	free(w->reserve);
 	free(w);
 }
 
@@ -104,8 +109,6 @@ static void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, con
 		  (long long)(clock_mono_ms() - w->start_ms));
 	if (w->conn == NULL)
 		return;
-	if (retry_ms < 0) /* no wait will do: the cost is larger than the limit */
-		msg = "can never be admitted: the cost is larger than the limit";
 	r = preply_error(w->id, e, msg);
 	if (retry_ms > 0 ||
 	    (retry_ms == 0 && (e == ADMIT_E_LIMITED || e == ADMIT_E_BUDGET_EXCEEDED)))
@@ -114,6 +117,26 @@ static void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, con
 		preply_str(r, "rule", rule);
 	if (w->decided)
 		preply_str(r, "backend", via_name(w->last_via));
+	conn_send_reply(w->conn, r);
+}
+
+/* No wait can admit w: it asks more than a limit holds. Answered at once. */
+static void waitq_exceeds(struct waiter *w, const struct eng_res *res)
+{
+	struct preply *r;
+	char msg[160];
+
+	w->t[0].kq->sc->refused++;
+	w->t[0].kq->sc->outcome[ADMIT_E_EXCEEDS_LIMIT]++;
+	if (w->conn == NULL)
+		return;
+	snprintf(msg, sizeof(msg), "no wait can admit it: it asks more than \"%s\" holds (%lld)",
+		 res->rule ? res->rule : "", (long long)res->limit);
+	r = preply_error(w->id, ADMIT_E_EXCEEDS_LIMIT, msg);
+	if (res->rule != NULL)
+		preply_str(r, "rule", res->rule);
+	preply_int(r, "limit", res->limit);
+	preply_str(r, "backend", via_name(res->via));
 	conn_send_reply(w->conn, r);
 }
 
@@ -364,16 +387,22 @@ static void waitq_decided(void *arg, const struct eng_res *res)
 	} else if (res->unavailable) {
 		waitq_fail(w, ADMIT_E_UNAVAILABLE, 0, NULL, "the limiter backend cannot decide");
 		waitq_remove(w);
+	} else if (res->retry_after_ms < 0) {
+		waitq_exceeds(w, res);
+		waitq_remove(w);
 	} else if (w->try_only) {
 		waitq_fail(w, ADMIT_E_LIMITED, res->retry_after_ms, res->rule, NULL);
 		waitq_remove(w);
-	} else if (res->retry_after_ms < 0 || now + res->retry_after_ms > w->deadline_ms) {
+	} else if (!res->slot_wait && now + res->retry_after_ms > w->deadline_ms) {
+		/* A known wait longer than the budget left: say so now. A wait
+		 * for a lease slot has no known end: it is slept out (timeout). */
 		waitq_fail(w, ADMIT_E_BUDGET_EXCEEDED, res->retry_after_ms, res->rule, NULL);
 		waitq_remove(w);
 	} else {
 		int64_t wait = waitq_jitter(kq->sc->cs, res->retry_after_ms);
-		if (now + wait > w->deadline_ms)
-			wait = w->deadline_ms - now; /* jitter never costs the last try */
+		if (now + wait > w->deadline_ms) /* jitter never costs the last try; */
+			wait = w->deadline_ms - now + (res->slot_wait ? 1 : 0); /* a slot
+			* wait ends at the deadline */
 		w->last_rule = res->rule;
 		/* A wait for a lease slot can end early, at a release here. */
 		kq->slot_wait = res->slot_wait;

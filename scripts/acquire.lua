@@ -9,13 +9,15 @@
 -- KEYS[3] leases zset (lease id -> deadline)     KEYS[4..] one hash per rule in ARGV
 -- ARGV: lease_id count cost floor min_delay_ms serialized cluster_concurrency
 --       quota quota_window_ms lease_ttl_ms concurrency_retry_ms track_leases nrules
---       then per rule: meter(r|t|c) kind amount window_ms burst code
+--       then per rule: meter(r|t|c) kind amount window_ms burst code reserve
+--       (reserve: token units this admission books up front on a t rule)
 --       then not_after: a Redis time (ms) after which the caller has given up on
 --       this call (it timed out and decided otherwise): book nothing then; 0: none
 -- Returns {admitted 1|0, retry_after_ms, code, now_ms, next_at_booked,
 -- next_at_before}; code names the deciding limit: -1 none, -2 penalty,
 -- -3 min_delay, -4 cluster_concurrency, -5 quota, >= 0 the rule's index in
--- the scope, -6 stale (ran after not_after). next_at_booked is the next_at
+-- the scope, -6 stale (ran after not_after), -7 min_delay while a lease of
+-- a serialized scope is held (a wait for a slot). next_at_booked is the next_at
 -- this admission set (0: it set none) and next_at_before what it replaced,
 -- so that a rollback can put the pacing back exactly.
 
@@ -37,7 +39,7 @@ local lease_ttl = tonumber(ARGV[10])
 local conc_retry = tonumber(ARGV[11])
 local track = ARGV[12] == '1'
 local nrules = tonumber(ARGV[13])
-local not_after = tonumber(ARGV[14 + nrules * 6]) or 0
+local not_after = tonumber(ARGV[14 + nrules * 7]) or 0
 
 -- A call that Redis runs late (it was frozen, or the reply could not make the
 -- caller's timeout) must not book a lease nobody will release.
@@ -77,7 +79,7 @@ local penalty_until = tonumber(st[2]) or 0
 local nleases = redis.call('ZCARD', lk)
 
 if now < penalty_until then refuse(penalty_until - now, -2) end
-if serialized and nleases > 0 then refuse(lease_wait(nleases), -3) end
+if serialized and nleases > 0 then refuse(lease_wait(nleases), -7) end
 if now < next_at then refuse(next_at - now, -3) end
 if cluster > 0 and nleases + count > cluster then
 	if count > cluster then refuse(-1, -4) else refuse(lease_wait(nleases), -4) end
@@ -96,12 +98,13 @@ end
 
 local rules = {}
 for i = 1, nrules do
-	local b = 13 + (i - 1) * 6
+	local b = 13 + (i - 1) * 7
 	local r = {
 		meter = ARGV[b + 1],
 		p = { kind = ARGV[b + 2], amount = tonumber(ARGV[b + 3]),
 		      window_ms = tonumber(ARGV[b + 4]), burst = tonumber(ARGV[b + 5]) },
 		code = tonumber(ARGV[b + 6]),
+		reserve = tonumber(ARGV[b + 7]) or 0,
 		key = KEYS[3 + i],
 	}
 	rules[i] = r
@@ -112,7 +115,7 @@ for i = 1, nrules do
 	else
 		local h = redis.call('HMGET', r.key, 'a', 'b', 't')
 		r.st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
-		local c = 0
+		local c = r.reserve * count
 		if r.meter == 'r' then c = cost * count end
 		local ok, w = strat_check(r.st, r.p, now, c, floor_units)
 		if not ok then refuse(w, r.code) end
@@ -149,8 +152,10 @@ if cluster > 0 and min_delay > 0 and now + min_delay > next_at then
 end
 for i = 1, nrules do
 	local r = rules[i]
-	if r.meter == 'r' then
-		strat_book(r.st, r.p, now, cost * count)
+	local n = r.reserve * count
+	if r.meter == 'r' then n = cost * count end
+	if r.meter == 'r' or (r.meter == 't' and n ~= 0) then
+		strat_book(r.st, r.p, now, n)
 		redis.call('HSET', r.key, 'a', r.st.a, 'b', r.st.b, 't', r.st.t)
 		redis.call('PEXPIRE', r.key, strat_ttl_ms(r.p))
 	end

@@ -65,5 +65,5 @@ class VectorsTest(unittest.TestCase):
                 if e:
                     seen.add(e)
         want = {"bad_request", "unknown_op", "unknown_scope", "line_too_long", "limited",
-                "budget_exceeded", "timeout"}
+                "budget_exceeded", "timeout", "exceeds_limit"}
         self.assertEqual(want - seen, set(), "error codes without a vector")

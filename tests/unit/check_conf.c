@@ -737,6 +737,7 @@ START_TEST(test_dump_keys)
 		"max_connections",
 		"client_write_timeout",
 		"redis_pool",
+		"fallback_pods",
 		"redis_timeout",
 		"redis_password_file",
 		"redis_user",

@@ -30,6 +30,11 @@ static void fill(struct lease_ref *r, size_t nt)
 		snprintf(r->t[i].cls, sizeof(r->t[i].cls), "%s", i % 2 ? "main" : "");
 		snprintf(r->t[i].key, sizeof(r->t[i].key), "api-%zu.example.com:443/ü?x=%zu", i, i);
 	}
+	r->nreserve = nt % 3; /* none, one, two reservations */
+	for (i = 0; i < r->nreserve; i++) {
+		snprintf(r->reserve[i].name, sizeof(r->reserve[i].name), "meter%zu", i);
+		r->reserve[i].n = (int64_t)(i * 1000 + nt);
+	}
 }
 
 static void same(const struct lease_ref *a, const struct lease_ref *b)
@@ -42,6 +47,11 @@ static void same(const struct lease_ref *a, const struct lease_ref *b)
 		ck_assert_str_eq(a->t[i].scope, b->t[i].scope);
 		ck_assert_str_eq(a->t[i].cls, b->t[i].cls);
 		ck_assert_str_eq(a->t[i].key, b->t[i].key);
+	}
+	ck_assert_uint_eq(a->nreserve, b->nreserve);
+	for (i = 0; i < a->nreserve; i++) {
+		ck_assert_str_eq(a->reserve[i].name, b->reserve[i].name);
+		ck_assert_int_eq(a->reserve[i].n, b->reserve[i].n);
 	}
 }
 
@@ -82,6 +92,12 @@ START_TEST(test_every_byte_and_longest_fields)
 	}
 	for (i = 1; i < 256; i++) /* every byte but NUL */
 		in.t[0].key[i - 1] = (char)i;
+	in.nreserve = PROTO_MAX_TOKENS;
+	for (i = 0; i < PROTO_MAX_TOKENS; i++) {
+		memset(in.reserve[i].name, 'n', PROTO_NAME_MAX);
+		in.reserve[i].name[PROTO_NAME_MAX] = '\0';
+		in.reserve[i].n = PROTO_MAX_COST;
+	}
 	h = lease_id_format(&in);
 	ck_assert_ptr_nonnull(h);
 	ck_assert_uint_le(strlen(h), LEASE_ID_MAX);

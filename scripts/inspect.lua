@@ -1,0 +1,29 @@
+-- admitd inspect: one (scope, key)'s state as the acquire script sees it.
+-- Read-only: what time has made irrelevant is skipped, not deleted.
+--
+-- KEYS as acquire.lua: state hash, quota zset, leases zset, one hash per rule
+-- ARGV[1] quota_window_ms
+-- Returns {now_ms, next_at, penalty_until, leases in flight, quota instants
+-- in the window, the oldest of them (0: none), then per rule a, b, t}.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[1])
+local st = redis.call('HMGET', KEYS[1], 'next_at', 'penalty_until')
+local out = { now, tonumber(st[1]) or 0, tonumber(st[2]) or 0,
+	      redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf') }
+if window > 0 then
+	local from = '(' .. (now - window)
+	out[5] = redis.call('ZCOUNT', KEYS[2], from, '+inf')
+	local first = redis.call('ZRANGEBYSCORE', KEYS[2], from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+	out[6] = tonumber(first[2]) or 0
+else
+	out[5], out[6] = 0, 0
+end
+for i = 4, #KEYS do
+	local h = redis.call('HMGET', KEYS[i], 'a', 'b', 't')
+	out[#out + 1] = tonumber(h[1]) or 0
+	out[#out + 1] = tonumber(h[2]) or 0
+	out[#out + 1] = tonumber(h[3]) or 0
+end
+return out

@@ -1,0 +1,10 @@
+-- admitd reset: lift one (scope, key)'s penalty and pacing, for every pod.
+--
+-- An operator's way out of a hold that should not be there (a far-future
+-- Retry-After, a min_delay set too long). Budgets, quotas and leases in
+-- flight are left alone: they count what was really sent.
+--
+-- KEYS[1] state hash
+-- Returns 1 when there was a penalty or pacing to lift, else 0.
+
+return redis.call('HDEL', KEYS[1], 'next_at', 'penalty_until') > 0 and 1 or 0
