@@ -246,7 +246,7 @@ static void conn_read_lines(struct conn *c)
 	while (!c->closing && !c->reads_paused) {
 		struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_LF);
 		size_t len;
-		char *line;
+		const char *line;
 
 		if (eol.pos < 0) {
 			if (evbuffer_get_length(in) > max_line)
@@ -256,15 +256,10 @@ static void conn_read_lines(struct conn *c)
 		len = (size_t)eol.pos;
 		if (len > max_line)
 			goto too_long;
-		line = malloc(len + 1);
+		/* Decoded where it lies (made contiguous), not copied out: the
+		 * codec takes a length, and only this loop consumes the input. */
+		line = (const char *)evbuffer_pullup(in, (ev_ssize_t)(len + 1));
 		if (line == NULL) {
-			log_ratelimited(LOG_SLOT_ACCEPT, 1000, "out of memory reading a line",
-					NULL);
-			conn_close_after_flush(c);
-			return;
-		}
-		if (evbuffer_remove(in, line, len + 1) != (int)(len + 1)) {
-			free(line);
 			log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot read a line: closing",
 					"conn=%llu", (unsigned long long)c->id);
 			conn_close_after_flush(c);
@@ -272,10 +267,14 @@ static void conn_read_lines(struct conn *c)
 		}
 		if (len > 0 && line[len - 1] == '\r')
 			len--;
-		line[len] = '\0';
 		if (len > 0)
 			ops_dispatch(c, line, len);
-		free(line);
+		if (evbuffer_drain(in, (size_t)eol.pos + 1) != 0) {
+			log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot drain a line: closing",
+					"conn=%llu", (unsigned long long)c->id);
+			conn_close_after_flush(c);
+			return;
+		}
 	}
 	return;
 too_long:

@@ -61,20 +61,40 @@ struct lim_tokens *lim_tokens_dup(const struct proto_token *t, size_t n, bool *o
 	return out;
 }
 
+/*
+ * Unguessable: a lease id is a capability to release someone's slot. The
+ * bytes come from the kernel's CSPRNG, 256 ids' worth per getrandom() call
+ * (not a syscall per lease); each byte is used once.
+ */
+#define LEASE_POOL (256 * LIM_LEASE_ID_LEN / 2)
+
 void lease_make_id(char *buf)
 {
-	unsigned char raw[LIM_LEASE_ID_LEN / 2];
+	static const char hex[] = "0123456789abcdef";
+	static unsigned char pool[LEASE_POOL];
+	static size_t left;
+	unsigned char *raw;
 	size_t i;
 
-	/* Unguessable: a lease id is a capability to release someone's slot. */
-	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
-		for (i = 0; i < sizeof(raw); i += 8) {
-			uint64_t r = rand_u64();
-			memcpy(raw + i, &r, sizeof(raw) - i < 8 ? sizeof(raw) - i : 8);
+	if (left < LIM_LEASE_ID_LEN / 2) {
+		if (getrandom(pool, sizeof(pool), 0) == (ssize_t)sizeof(pool)) {
+			left = sizeof(pool);
+		} else { /* no kernel randomness: never seen; still never repeat */
+			for (i = 0; i + 8 <= sizeof(pool); i += 8) {
+				uint64_t r = rand_u64();
+				memcpy(pool + i, &r, 8);
+			}
+			left = sizeof(pool);
 		}
 	}
-	for (i = 0; i < sizeof(raw); i++)
-		snprintf(buf + 2 * i, 3, "%02x", raw[i]);
+	raw = pool + sizeof(pool) - left;
+	left -= LIM_LEASE_ID_LEN / 2;
+	for (i = 0; i < LIM_LEASE_ID_LEN / 2; i++) {
+		buf[2 * i] = hex[raw[i] >> 4];
+		buf[2 * i + 1] = hex[raw[i] & 15];
+		raw[i] = 0; /* used: not kept around */
+	}
+	buf[LIM_LEASE_ID_LEN] = '\0';
 }
 
 static void lease_ttl_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
@@ -101,29 +121,17 @@ static void lease_ttl_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg
 /* The handle of a lease: its nonce, then what a release needs. */
 static char *lease_handle(const struct lease *l)
 {
-	struct lease_ref *ref = calloc(1, sizeof(*ref));
-	char *h = NULL;
+	struct lease_spec sp = {
+		.nonce = l->id, .nt = l->nt, .reserve = l->reserve, .nreserve = l->nreserve
+	};
 	size_t i;
 
-	if (ref == NULL)
-		return NULL;
-	memcpy(ref->nonce, l->id, sizeof(ref->nonce));
-	ref->nt = l->nt;
 	for (i = 0; i < l->nt; i++) {
-		snprintf(ref->t[i].scope, sizeof(ref->t[i].scope), "%s", l->t[i].kq->sc->cs->name);
-		snprintf(ref->t[i].cls, sizeof(ref->t[i].cls), "%s",
-			 l->t[i].cls ? l->t[i].cls->name : "");
-		snprintf(ref->t[i].key, sizeof(ref->t[i].key), "%s", l->t[i].kq->key);
+		sp.scope[i] = l->t[i].kq->sc->cs->name;
+		sp.cls[i] = l->t[i].cls ? l->t[i].cls->name : "";
+		sp.key[i] = l->t[i].kq->key;
 	}
-	ref->nreserve = l->nreserve;
-	for (i = 0; i < l->nreserve; i++) {
-		snprintf(ref->reserve[i].name, sizeof(ref->reserve[i].name), "%s",
-			 l->reserve[i].name);
-		ref->reserve[i].n = l->reserve[i].n;
-	}
-	h = lease_id_format(ref);
-	free(ref);
-	return h;
+	return lease_id_make(&sp);
 }
 
 struct lease *lease_find(struct admitd *ad, const char *handle)

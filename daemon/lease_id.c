@@ -56,39 +56,36 @@ static bool lease_put(unsigned char *buf, size_t *off, const char *s, size_t max
 	return true;
 }
 
-char *lease_id_format(const struct lease_ref *ref)
+char *lease_id_make(const struct lease_spec *sp)
 {
 	unsigned char raw[LEASE_ID_PAYLOAD_MAX];
 	size_t n = 0, i, o;
 	char *out;
 
-	if (!lease_id_nonce_ok(ref->nonce, strlen(ref->nonce)) || ref->nt == 0 ||
-	    ref->nt > PROTO_MAX_TARGETS)
+	if (sp->nonce == NULL || !lease_id_nonce_ok(sp->nonce, strlen(sp->nonce)) || sp->nt == 0 ||
+	    sp->nt > PROTO_MAX_TARGETS || sp->nreserve > PROTO_MAX_TOKENS)
 		return NULL;
 	raw[n++] = LEASE_ID_VERSION;
-	for (i = 0; i < ref->nt; i++)
-		if (ref->t[i].scope[0] == '\0' ||
-		    !lease_put(raw, &n, ref->t[i].scope, PROTO_NAME_MAX) ||
-		    !lease_put(raw, &n, ref->t[i].cls, PROTO_NAME_MAX) ||
-		    !lease_put(raw, &n, ref->t[i].key, PROTO_KEY_MAX))
+	for (i = 0; i < sp->nt; i++)
+		if (sp->scope[i][0] == '\0' || !lease_put(raw, &n, sp->scope[i], PROTO_NAME_MAX) ||
+		    !lease_put(raw, &n, sp->cls[i] ? sp->cls[i] : "", PROTO_NAME_MAX) ||
+		    !lease_put(raw, &n, sp->key[i], PROTO_KEY_MAX))
 			return NULL;
-	if (ref->nreserve > PROTO_MAX_TOKENS)
-		return NULL;
-	if (ref->nreserve > 0)
+	if (sp->nreserve > 0)
 		raw[n++] = '\0'; /* an empty scope: the reservations follow */
-	for (i = 0; i < ref->nreserve; i++) {
+	for (i = 0; i < sp->nreserve; i++) {
 		char num[LEASE_ID_COUNT_MAX];
-		if (ref->reserve[i].name[0] == '\0' || ref->reserve[i].n < 0)
+		if (sp->reserve[i].name[0] == '\0' || sp->reserve[i].n < 0)
 			return NULL;
-		snprintf(num, sizeof(num), "%lld", (long long)ref->reserve[i].n);
-		if (!lease_put(raw, &n, ref->reserve[i].name, PROTO_NAME_MAX) ||
+		snprintf(num, sizeof(num), "%lld", (long long)sp->reserve[i].n);
+		if (!lease_put(raw, &n, sp->reserve[i].name, PROTO_NAME_MAX) ||
 		    !lease_put(raw, &n, num, LEASE_ID_COUNT_MAX - 1))
 			return NULL;
 	}
 	out = malloc(LIM_LEASE_ID_LEN + 2 + (n + 2) / 3 * 4);
 	if (out == NULL)
 		return NULL;
-	memcpy(out, ref->nonce, LIM_LEASE_ID_LEN);
+	memcpy(out, sp->nonce, LIM_LEASE_ID_LEN);
 	o = LIM_LEASE_ID_LEN;
 	out[o++] = '.';
 	for (i = 0; i < n; i += 3) {
@@ -107,6 +104,28 @@ char *lease_id_format(const struct lease_ref *ref)
 	}
 	out[o] = '\0';
 	return out;
+}
+
+char *lease_id_format(const struct lease_ref *ref)
+{
+	struct lease_spec sp = { .nonce = ref->nonce, .nt = ref->nt };
+	struct lim_tokens rs[PROTO_MAX_TOKENS];
+	size_t i;
+
+	if (ref->nt > PROTO_MAX_TARGETS || ref->nreserve > PROTO_MAX_TOKENS)
+		return NULL;
+	for (i = 0; i < ref->nt; i++) {
+		sp.scope[i] = ref->t[i].scope;
+		sp.cls[i] = ref->t[i].cls;
+		sp.key[i] = ref->t[i].key;
+	}
+	for (i = 0; i < ref->nreserve; i++) {
+		rs[i].name = ref->reserve[i].name;
+		rs[i].n = ref->reserve[i].n;
+	}
+	sp.reserve = rs;
+	sp.nreserve = ref->nreserve;
+	return lease_id_make(&sp);
 }
 
 /* Take one NUL-terminated field of at most max bytes from raw at *off. */

@@ -46,11 +46,23 @@ struct lease_ref {
 	 PROTO_MAX_TOKENS * (PROTO_NAME_MAX + 1 + LEASE_ID_COUNT_MAX))
 #define LEASE_ID_MAX (LIM_LEASE_ID_LEN + 1 + (LEASE_ID_PAYLOAD_MAX + 2) / 3 * 4)
 
+/* What a handle is made of, by reference (no copies: the hot path's form). */
+struct lease_spec {
+	const char *nonce;
+	size_t nt;
+	const char *scope[PROTO_MAX_TARGETS], *cls[PROTO_MAX_TARGETS], *key[PROTO_MAX_TARGETS];
+	const struct lim_tokens *reserve;
+	size_t nreserve;
+};
+
 /*
- * lease_id_format - the handle of ref, malloc'd (the caller frees it);
- * NULL on allocation failure or when ref is malformed (bad nonce, no target,
- * a field too long).
+ * lease_id_make - the handle of sp, malloc'd (the caller frees it); NULL on
+ * allocation failure or when sp is malformed (bad nonce, no target, an empty
+ * scope, a field too long, a negative count).
  */
+char *lease_id_make(const struct lease_spec *sp);
+
+/* lease_id_format - lease_id_make from a parsed form (round trips). */
 char *lease_id_format(const struct lease_ref *ref);
 
 /*

@@ -94,6 +94,7 @@ static enum admit_err proto_target(json_t *o, struct proto_target *t, char *msg,
 	bool has_scope, has_url;
 	char url[PROTO_KEY_MAX * 4 + 1];
 
+	t->key[0] = t->cls[0] = '\0';
 	PROTO_TRY(proto_str(o, "scope", t->scope, sizeof(t->scope), &has_scope, msg, msglen));
 	if (!has_scope)
 		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"scope\" is required");
@@ -245,8 +246,19 @@ enum admit_err proto_decode(const char *line, size_t len, struct request *rq, ch
 	json_t *root;
 	enum admit_err e;
 
-	memset(rq, 0, sizeof(*rq));
+	/* Scalars and counts only: the buffers (18 KB of them) are filled when
+	 * their field is present, and read only then (has_*, counts). */
 	rq->op = -1;
+	rq->id = NULL;
+	rq->ntargets = 0;
+	rq->has_timeout = false;
+	rq->timeout_ms = 0;
+	rq->detach = false;
+	rq->lease[0] = '\0';
+	rq->ntokens = 0;
+	rq->nreserve = 0;
+	rq->penalty_ms = 0;
+	rq->penalty_until_wall_ms = 0;
 	root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (root == NULL)
 		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "invalid JSON: %s", jerr.text);
@@ -338,21 +350,134 @@ bool proto_parse_retry_after(const char *s, int64_t *delay_ms, int64_t *until_wa
 
 /* ---- the reply builder ---- */
 
-#define PREPLY_DEPTH 4
+/*
+ * Replies are written straight into one growing buffer, in the order fields
+ * are added: no tree, no second pass. Keys are the daemon's own literals and
+ * never repeat within an object. A string that is not valid UTF-8 (a message
+ * quoting client bytes cut at a length limit, say) is written with every
+ * non-ASCII byte as '?', rather than losing the whole reply.
+ */
+#define PREPLY_DEPTH 6
 
 struct preply {
-	json_t *stack[PREPLY_DEPTH];
+	char *buf;
+	size_t len, cap;
 	int depth;
-	bool failed; /* an allocation failed: finish emits a fixed error */
+	bool first[PREPLY_DEPTH]; /* no member written yet at this level */
+	bool array[PREPLY_DEPTH]; /* this level is an array */
+	bool failed;		  /* an allocation failed: finish emits a fixed error */
 };
 
-static void preply_set(struct preply *r, const char *k, json_t *v)
+static bool preply_room(struct preply *r, size_t more)
 {
-	if (v == NULL || !json_is_object(r->stack[r->depth]) ||
-	    json_object_set_new(r->stack[r->depth], k, v) != 0) {
-		json_decref(v);
+	char *nb;
+	size_t ncap;
+
+	if (r->failed)
+		return false;
+	if (r->len + more + 3 <= r->cap) /* + "}\n\0" at finish */
+		return true;
+	ncap = r->cap ? r->cap : 256;
+	while (ncap < r->len + more + 3)
+		ncap *= 2;
+	nb = realloc(r->buf, ncap);
+	if (nb == NULL) {
 		r->failed = true;
+		return false;
 	}
+	r->buf = nb;
+	r->cap = ncap;
+	return true;
+}
+
+static void preply_raw(struct preply *r, const char *s, size_t n)
+{
+	if (preply_room(r, n)) {
+		memcpy(r->buf + r->len, s, n);
+		r->len += n;
+	}
+}
+
+/* The length of the valid UTF-8 sequence at s (1..4), or 0 when invalid. */
+static size_t preply_utf8(const unsigned char *s)
+{
+	size_t n, i;
+	uint32_t cp;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2, cp = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3, cp = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4, cp = s[0] & 0x07;
+	else
+		return 0;
+	for (i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (s[i] & 0x3f);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+static void preply_string(struct preply *r, const char *v)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *s = (const unsigned char *)(v ? v : "");
+	bool valid = true;
+	size_t i, n;
+
+	for (i = 0; s[i] != '\0'; i += n)
+		if ((n = preply_utf8(s + i)) == 0) {
+			valid = false;
+			break;
+		}
+	if (!preply_room(r, 2 + 6 * strlen((const char *)s)))
+		return;
+	r->buf[r->len++] = '"';
+	for (i = 0; s[i] != '\0'; i++) {
+		unsigned char ch = s[i];
+		if (ch == '"' || ch == '\\') {
+			r->buf[r->len++] = '\\';
+			r->buf[r->len++] = (char)ch;
+		} else if (ch < 0x20) {
+			static const char esc[] = "btn?fr"; /* \b \t \n \v(no) \f \r */
+			if (ch >= 8 && ch <= 13 && ch != 11) {
+				r->buf[r->len++] = '\\';
+				r->buf[r->len++] = esc[ch - 8];
+			} else {
+				memcpy(r->buf + r->len, "\\u00", 4);
+				r->len += 4;
+				r->buf[r->len++] = hex[ch >> 4];
+				r->buf[r->len++] = hex[ch & 15];
+			}
+		} else if (ch >= 0x80 && !valid) {
+			r->buf[r->len++] = '?';
+		} else {
+			r->buf[r->len++] = (char)ch;
+		}
+	}
+	r->buf[r->len++] = '"';
+}
+
+/* Start a member: the comma, and "key": unless in an array. */
+static bool preply_key(struct preply *r, const char *k)
+{
+	if (r == NULL || r->failed)
+		return false;
+	if (!r->first[r->depth])
+		preply_raw(r, ",", 1);
+	r->first[r->depth] = false;
+	if (!r->array[r->depth]) {
+		preply_string(r, k);
+		preply_raw(r, ":", 1);
+	}
+	return !r->failed;
 }
 
 struct preply *preply_new(const char *id_json, bool ok)
@@ -361,14 +486,15 @@ struct preply *preply_new(const char *id_json, bool ok)
 
 	if (r == NULL)
 		return NULL;
-	r->stack[0] = json_object();
-	if (r->stack[0] == NULL) {
-		free(r);
-		return NULL;
-	}
-	preply_set(r, "ok", json_boolean(ok));
-	if (id_json != NULL)
-		preply_set(r, "id", json_loads(id_json, JSON_DECODE_ANY, NULL));
+	r->first[0] = true;
+	preply_raw(r, "{", 1);
+	preply_bool(r, "ok", ok);
+	/* The id is the codec's compact JSON text of the request's id, pasted as
+	 * is; a line break in it would split the reply line. */
+	if (id_json != NULL && strpbrk(id_json, "\r\n") != NULL)
+		r->failed = true;
+	else if (id_json != NULL && preply_key(r, "id"))
+		preply_raw(r, id_json, strlen(id_json));
 	return r;
 }
 
@@ -385,144 +511,119 @@ struct preply *preply_error(const char *id_json, enum admit_err e, const char *m
 
 void preply_int(struct preply *r, const char *k, int64_t v)
 {
-	if (r)
-		preply_set(r, k, json_integer(v));
-}
+	char num[24], *p = num + sizeof(num);
+	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
 
-/*
- * A JSON string for v. Text that is not valid UTF-8 (a message quoting
- * client bytes cut at a length limit, say) is sent with every non-ASCII byte
- * as '?', rather than losing the whole reply.
- */
-static json_t *preply_text(const char *v)
-{
-	json_t *j = json_string(v);
-	char *copy, *p;
-
-	if (j != NULL || v == NULL || (copy = strdup(v)) == NULL)
-		return j;
-	for (p = copy; *p; p++)
-		if ((unsigned char)*p >= 0x80)
-			*p = '?';
-	j = json_string(copy);
-	free(copy);
-	return j;
+	if (!preply_key(r, k))
+		return;
+	do
+		*--p = (char)('0' + u % 10);
+	while ((u /= 10) != 0);
+	if (v < 0)
+		*--p = '-';
+	preply_raw(r, p, (size_t)(num + sizeof(num) - p));
 }
 
 void preply_str(struct preply *r, const char *k, const char *v)
 {
-	if (r)
-		preply_set(r, k, preply_text(v));
+	if (preply_key(r, k)) {
+		if (v == NULL)
+			preply_raw(r, "null", 4);
+		else
+			preply_string(r, v);
+	}
 }
 
 void preply_bool(struct preply *r, const char *k, bool v)
 {
-	if (r)
-		preply_set(r, k, json_boolean(v));
+	if (preply_key(r, k))
+		preply_raw(r, v ? "true" : "false", v ? 4 : 5);
 }
 
 void preply_double(struct preply *r, const char *k, double v)
 {
-	if (r)
-		preply_set(r, k, json_real(v));
+	char num[40];
+	int n;
+
+	if (!preply_key(r, k))
+		return;
+	n = snprintf(num, sizeof(num), "%.17g", v);
+	if (n <= 0 || (size_t)n >= sizeof(num) || strpbrk(num, "ni") != NULL) /* nan, inf */
+		preply_raw(r, "null", 4);
+	else
+		preply_raw(r, num, (size_t)n);
+}
+
+/* Open a nested object (array when arr) as member k of the current level. */
+static void preply_open(struct preply *r, const char *k, bool arr)
+{
+	if (r == NULL)
+		return;
+	if (r->depth + 1 >= PREPLY_DEPTH) {
+		r->failed = true;
+		return;
+	}
+	if (!preply_key(r, k))
+		return;
+	preply_raw(r, arr ? "[" : "{", 1);
+	r->depth++;
+	r->first[r->depth] = true;
+	r->array[r->depth] = arr;
 }
 
 void preply_push(struct preply *r, const char *k)
 {
-	json_t *o;
-
-	if (r == NULL)
-		return;
-	if (r->depth + 1 >= PREPLY_DEPTH) {
-		r->failed = true;
-		return;
-	}
-	o = json_object();
-	if (o == NULL || json_object_set_new(r->stack[r->depth], k, o) != 0) {
-		r->failed = true;
-		return;
-	}
-	r->stack[++r->depth] = o; /* borrowed: the parent owns it */
+	preply_open(r, k, false);
 }
 
 void preply_list(struct preply *r, const char *k)
 {
-	json_t *a;
-
-	if (r == NULL)
-		return;
-	if (r->depth + 1 >= PREPLY_DEPTH) {
-		r->failed = true;
-		return;
-	}
-	a = json_array();
-	if (a == NULL || json_object_set_new(r->stack[r->depth], k, a) != 0) {
-		r->failed = true;
-		return;
-	}
-	r->stack[++r->depth] = a;
+	preply_open(r, k, true);
 }
 
 void preply_item(struct preply *r)
 {
-	json_t *o;
-
-	if (r == NULL)
-		return;
-	if (r->depth + 1 >= PREPLY_DEPTH || !json_is_array(r->stack[r->depth])) {
+	if (r != NULL && !r->array[r->depth])
 		r->failed = true;
-		return;
-	}
-	o = json_object();
-	if (o == NULL || json_array_append_new(r->stack[r->depth], o) != 0) {
-		r->failed = true;
-		return;
-	}
-	r->stack[++r->depth] = o;
+	else
+		preply_open(r, NULL, false);
 }
 
 void preply_free(struct preply *r)
 {
 	if (r != NULL) {
-		json_decref(r->stack[0]);
+		free(r->buf);
 		free(r);
 	}
 }
 
 void preply_pop(struct preply *r)
 {
-	if (r && r->depth > 0)
+	if (r && r->depth > 0) {
+		preply_raw(r, r->array[r->depth] ? "]" : "}", 1);
 		r->depth--;
+	}
 }
 
 char *preply_finish(struct preply *r, size_t *len)
 {
 	static const char oom[] =
 	    "{\"ok\":false,\"error\":\"unavailable\",\"message\":\"out of memory\"}\n";
-	char *s = NULL, *line;
-	size_t n;
+	char *line;
 
-	if (r != NULL && !r->failed)
-		s = json_dumps(r->stack[0], JSON_COMPACT);
-	if (r != NULL) {
-		json_decref(r->stack[0]);
-		free(r);
-	}
-	if (s == NULL) {
+	while (r != NULL && r->depth > 0)
+		preply_pop(r);
+	if (r == NULL || r->failed || !preply_room(r, 2)) {
+		preply_free(r);
 		line = strdup(oom);
 		*len = line ? sizeof(oom) - 1 : 0;
 		return line;
 	}
-	n = strlen(s);
-	line = realloc(s, n + 2);
-	if (line == NULL) {
-		free(s);
-		line = strdup(oom);
-		*len = line ? sizeof(oom) - 1 : 0;
-		return line;
-	}
-	line[n] = '\n';
-	line[n + 1] = '\0';
-	*len = n + 1;
+	r->buf[r->len++] = '}';
+	r->buf[r->len++] = '\n';
+	r->buf[r->len] = '\0';
+	line = r->buf;
+	*len = r->len;
+	free(r);
 	return line;
 }

@@ -101,6 +101,7 @@ bool proto_parse_retry_after(const char *s, int64_t *delay_ms, int64_t *until_wa
  * and frees the builder. Allocation failures yield a minimal error line.
  */
 struct preply;
+/* id_json: the request's id as the codec wrote it (compact JSON text), or NULL. */
 struct preply *preply_new(const char *id_json, bool ok);
 struct preply *preply_error(const char *id_json, enum admit_err e, const char *message);
 void preply_int(struct preply *r, const char *k, int64_t v);

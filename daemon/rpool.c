@@ -698,7 +698,7 @@ static void call_timer_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (call->completed)
 		return;
-	log_ratelimited(LOG_SLOT_REDIS_CONN, 1000, "redis call timed out",
+	log_ratelimited(LOG_SLOT_REDIS_CALL, 1000, "redis call timed out",
 			"conn=%d timeout_ms=%lld", c->idx, (long long)call->pool->timeout_ms);
 	call_complete(call, RP_TIMEOUT, NULL);
 	conn_drop(c, "call timeout");
