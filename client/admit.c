@@ -6,19 +6,25 @@
  * admit.c - libadmit: one blocking connection to admitd.
  *
  * Owns: finding and connecting the socket (argument, $ADMITD_SOCKET, the
- * default), line I/O with poll deadlines, encoding requests and decoding
- * replies (jansson) into struct admit_result. One request is in flight per
- * handle at a time; each carries a fresh integer id and a reply with another
- * id (a late answer to a call that gave up) is skipped. No global state, so
- * handles are independent across threads; SIGPIPE is avoided per send
- * (MSG_NOSIGNAL) rather than by touching the process's signal mask.
+ * default), retrying a connect that finds no daemon yet (missing or refused
+ * socket) within the connect timeout and the call's budget, noticing a
+ * connection the daemon closed before a call is sent on it, line I/O with
+ * poll deadlines, encoding requests and decoding replies (jansson) into
+ * struct admit_result. One request is in flight per handle at a time; each
+ * carries a fresh integer id and a reply with another id (a late answer to a
+ * call that gave up) is skipped. No global state (the backoff's jitter comes
+ * from a per-handle generator), so handles are independent across threads;
+ * SIGPIPE is avoided per send (MSG_NOSIGNAL) rather than by touching the
+ * process's signal mask.
  */
 
 #include "admit.h"
 
 #include <jansson.h>
 
+#include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,13 +35,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ADMIT_IO_TIMEOUT_MS 10000
-#define ADMIT_MAX_REPLY	    (16 * 1024 * 1024) /* a reply longer than this is garbage */
+#define ADMIT_IO_TIMEOUT_MS  10000
+#define ADMIT_MAX_REPLY	     (16 * 1024 * 1024) /* a reply longer than this is garbage */
+#define ADMIT_BACKOFF_MIN_MS 20			/* first pause between connect attempts */
+#define ADMIT_BACKOFF_MAX_MS 200
 
 struct admit {
 	int fd;
 	char *path;
 	int64_t io_timeout_ms;
+	int64_t connect_timeout_ms;
+	uint64_t rng; /* xorshift state for the backoff's jitter */
 	int64_t next_id;
 	char *buf; /* bytes received and not yet consumed */
 	size_t len;
@@ -92,23 +102,45 @@ static int admit_connect_fd(struct admit *a, int fd, const struct sockaddr_un *s
 	return setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none));
 }
 
-/* Connect a->path; 0 or -1 with errno set. */
-static int admit_open(struct admit *a)
+/* A pseudo-random number from the handle's own generator (xorshift64). */
+static uint64_t admit_rand(struct admit *a)
 {
-	struct sockaddr_un sun;
+	uint64_t x = a->rng;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	a->rng = x;
+	return x;
+}
+
+/* Sleep until the monotonic instant `until_ms` (signals do not cut it short). */
+static void admit_sleep_until(int64_t until_ms)
+{
+	struct timespec ts;
+	int64_t left;
+
+	while ((left = until_ms - admit_now_ms()) > 0) {
+		ts.tv_sec = (time_t)(left / 1000);
+		ts.tv_nsec = (long)(left % 1000) * 1000000L;
+		if (nanosleep(&ts, NULL) == 0)
+			break;
+		if (errno != EINTR)
+			break;
+	}
+}
+
+/*
+ * One connect attempt on a->path. 0 (a->fd set), or -1 with errno set.
+ */
+static int admit_open_once(struct admit *a, const struct sockaddr_un *sun)
+{
 	int fd, saved;
 
-	memset(&sun, 0, sizeof(sun));
-	sun.sun_family = AF_UNIX;
-	if (strlen(a->path) >= sizeof(sun.sun_path)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	memcpy(sun.sun_path, a->path, strlen(a->path) + 1);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
-	if (admit_connect_fd(a, fd, &sun) < 0) {
+	if (admit_connect_fd(a, fd, sun) < 0) {
 		saved = errno;
 		close(fd);
 		errno = saved;
@@ -117,6 +149,40 @@ static int admit_open(struct admit *a)
 	a->fd = fd;
 	a->len = 0;
 	return 0;
+}
+
+/*
+ * Connect a->path, retrying a socket that is missing (ENOENT: the daemon
+ * has not created it yet) or refused (ECONNREFUSED: a stale socket file, or
+ * a daemon not listening yet) until `deadline` (monotonic ms): 20 ms apart,
+ * doubling up to 200 ms, each pause jittered down by up to half so clients
+ * started together do not knock together. The last pause is cut to end at
+ * the deadline, where one last attempt is made. 0 or -1 with errno set.
+ */
+static int admit_open(struct admit *a, int64_t deadline)
+{
+	struct sockaddr_un sun;
+	int64_t backoff = ADMIT_BACKOFF_MIN_MS, pause, now;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	if (strlen(a->path) >= sizeof(sun.sun_path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(sun.sun_path, a->path, strlen(a->path) + 1);
+	for (;;) {
+		if (admit_open_once(a, &sun) == 0)
+			return 0;
+		if (errno != ENOENT && errno != ECONNREFUSED)
+			return -1;
+		now = admit_now_ms();
+		if (now >= deadline)
+			return -1;
+		pause = backoff - (int64_t)(admit_rand(a) % (uint64_t)(backoff / 2 + 1));
+		admit_sleep_until(now + pause < deadline ? now + pause : deadline);
+		backoff = backoff * 2 > ADMIT_BACKOFF_MAX_MS ? ADMIT_BACKOFF_MAX_MS : backoff * 2;
+	}
 }
 
 /* Drop the connection: after an error its state (half a line?) is unknown. */
@@ -128,10 +194,51 @@ static void admit_drop(struct admit *a)
 	a->len = 0;
 }
 
-struct admit *admit_connect(const char *path)
+/*
+ * Whether the daemon has closed its end (it stopped or restarted since the
+ * last call): a request sent now would be lost with the connection, so the
+ * caller connects again first. Replies still unread before the end do not
+ * matter: one call is in flight at a time, and it is over.
+ */
+static bool admit_hung_up(const struct admit *a)
+{
+	struct pollfd pfd = { .fd = a->fd, .events = POLLIN | POLLRDHUP };
+
+	if (poll(&pfd, 1, 0) < 0)
+		return errno != EINTR;
+	return (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+/*
+ * A connect timeout as $ADMITD_CONNECT_TIMEOUT gives it: milliseconds, or a
+ * number with a unit ms, s or m ("250ms", "1.5s"). -1 when s is not one.
+ */
+static int64_t admit_parse_connect_timeout(const char *s)
+{
+	static const struct {
+		const char *unit;
+		double ms;
+	} units[] = { { "", 1 }, { "ms", 1 }, { "s", 1000 }, { "m", 60000 } };
+	char *end;
+	double v;
+	size_t i;
+
+	if (s == NULL || !isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno != 0 || !isfinite(v) || v < 0)
+		return -1;
+	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (strcmp(end, units[i].unit) == 0 && v * units[i].ms < 9e15)
+			return (int64_t)llround(v * units[i].ms);
+	return -1;
+}
+
+struct admit *admit_new(const char *path)
 {
 	struct admit *a;
-	int saved;
+	int64_t ms;
 
 	if (path == NULL || *path == '\0')
 		path = getenv("ADMITD_SOCKET");
@@ -142,16 +249,33 @@ struct admit *admit_connect(const char *path)
 		return NULL;
 	a->fd = -1;
 	a->io_timeout_ms = ADMIT_IO_TIMEOUT_MS;
+	ms = admit_parse_connect_timeout(getenv("ADMITD_CONNECT_TIMEOUT"));
+	a->connect_timeout_ms = ms >= 0 ? ms : ADMIT_CONNECT_TIMEOUT_MS;
+	a->rng = ((uint64_t)admit_now_ms() << 20) ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)a;
+	if (a->rng == 0)
+		a->rng = 1;
 	a->path = strdup(path);
-	if (a->path == NULL || admit_open(a) < 0)
-		goto fail;
+	if (a->path == NULL) {
+		free(a);
+		return NULL;
+	}
 	return a;
-fail:
-	saved = errno;
-	free(a->path);
-	free(a);
-	errno = saved;
-	return NULL;
+}
+
+struct admit *admit_connect(const char *path)
+{
+	struct admit *a = admit_new(path);
+	int saved;
+
+	if (a == NULL)
+		return NULL;
+	if (admit_open(a, admit_now_ms() + a->connect_timeout_ms) < 0) {
+		saved = errno;
+		admit_close(a);
+		errno = saved;
+		return NULL;
+	}
+	return a;
 }
 
 void admit_close(struct admit *a)
@@ -172,6 +296,11 @@ const char *admit_socket_path(const struct admit *a)
 void admit_set_io_timeout(struct admit *a, int64_t ms)
 {
 	a->io_timeout_ms = ms < 0 ? 0 : ms;
+}
+
+void admit_set_connect_timeout(struct admit *a, int64_t ms)
+{
+	a->connect_timeout_ms = ms < 0 ? 0 : ms;
 }
 
 /*
@@ -272,6 +401,15 @@ static int admit_read_line(struct admit *a, int64_t deadline, char **out)
 	return 0;
 }
 
+static void admit_counts_free(struct admit_count *c, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		free(c[i].name);
+	free(c);
+}
+
 void admit_result_free(struct admit_result *res)
 {
 	size_t i;
@@ -284,9 +422,22 @@ void admit_result_free(struct admit_result *res)
 	free(res->message);
 	free(res->version);
 	free(res->raw);
-	for (i = 0; i < res->nscopes; i++)
+	for (i = 0; i < res->nscopes; i++) {
 		free(res->scopes[i].name);
+		admit_counts_free(res->scopes[i].refusals, res->scopes[i].nrefusals);
+	}
 	free(res->scopes);
+	if (res->redis != NULL)
+		admit_counts_free(res->redis->errors, res->redis->nerrors);
+	free(res->redis);
+	if (res->inspect != NULL) {
+		free(res->inspect->scope);
+		free(res->inspect->key);
+		for (i = 0; i < res->inspect->nrules; i++)
+			free(res->inspect->rules[i].rule);
+		free(res->inspect->rules);
+	}
+	free(res->inspect);
 	memset(res, 0, sizeof(*res));
 }
 
@@ -296,6 +447,7 @@ static void admit_result_init(struct admit_result *res)
 	res->retry_after_ms = -1;
 	res->waited_ms = -1;
 	res->uptime_s = -1;
+	res->limit = -1;
 }
 
 /* Fail `res` with a client-side error; returns err. */
@@ -321,6 +473,35 @@ static char *admit_json_str(json_t *o, const char *k)
 	return json_is_string(v) ? strdup(json_string_value(v)) : NULL;
 }
 
+/*
+ * The integer members of object `o` as name/count pairs (members that are
+ * not integers are skipped). 0, or -1 out of memory (what was filled is
+ * still in *out / *n for the caller to free).
+ */
+static int admit_decode_counts(json_t *o, struct admit_count **out, size_t *n)
+{
+	const char *name;
+	json_t *v;
+
+	*out = NULL;
+	*n = 0;
+	if (!json_is_object(o) || json_object_size(o) == 0)
+		return 0;
+	*out = calloc(json_object_size(o), sizeof(**out));
+	if (*out == NULL)
+		return -1;
+	json_object_foreach (o, name, v) {
+		if (!json_is_integer(v))
+			continue;
+		(*out)[*n].name = strdup(name);
+		if ((*out)[*n].name == NULL)
+			return -1;
+		(*out)[*n].count = (int64_t)json_integer_value(v);
+		(*n)++;
+	}
+	return 0;
+}
+
 static int admit_decode_scopes(json_t *scopes, struct admit_result *res)
 {
 	const char *name;
@@ -333,12 +514,83 @@ static int admit_decode_scopes(json_t *scopes, struct admit_result *res)
 	if (res->scopes == NULL)
 		return -1;
 	json_object_foreach (scopes, name, v) {
-		res->scopes[i].name = strdup(name);
-		if (res->scopes[i].name == NULL)
+		struct admit_scope_stat *st = &res->scopes[i];
+
+		st->name = strdup(name);
+		if (st->name == NULL)
 			return -1;
-		res->scopes[i].leases = admit_json_int(v, "leases");
-		res->scopes[i].waiting = admit_json_int(v, "waiting");
 		res->nscopes = ++i;
+		st->leases = admit_json_int(v, "leases");
+		st->waiting = admit_json_int(v, "waiting");
+		st->keys = admit_json_int(v, "keys");
+		st->admitted = admit_json_int(v, "admitted");
+		st->refused = admit_json_int(v, "refused");
+		st->timeouts = admit_json_int(v, "timeouts");
+		st->canceled = admit_json_int(v, "canceled");
+		st->fallback_admitted = admit_json_int(v, "fallback_admitted");
+		st->shadow_limited = admit_json_int(v, "shadow_limited");
+		st->expired = admit_json_int(v, "expired");
+		st->wait_ms_total = admit_json_int(v, "wait_ms_total");
+		if (admit_decode_counts(json_object_get(v, "refusals"), &st->refusals,
+					&st->nrefusals) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int admit_decode_redis(json_t *o, struct admit_result *res)
+{
+	struct admit_redis_stat *r;
+
+	if (!json_is_object(o))
+		return 0;
+	r = res->redis = calloc(1, sizeof(*res->redis));
+	if (r == NULL)
+		return -1;
+	r->pods_seen = admit_json_int(o, "pods_seen");
+	r->queued = admit_json_int(o, "queued");
+	r->reconciled = admit_json_int(o, "reconciled");
+	r->rebooked = admit_json_int(o, "rebooked");
+	r->dropped = admit_json_int(o, "dropped");
+	return admit_decode_counts(json_object_get(o, "errors"), &r->errors, &r->nerrors);
+}
+
+/* The inspect fields of a reply; only called for an inspect request. */
+static int admit_decode_inspect(json_t *rep, struct admit_result *res)
+{
+	struct admit_inspect *in;
+	json_t *q = json_object_get(rep, "quota"), *rules = json_object_get(rep, "rules"), *v;
+	size_t i;
+
+	in = res->inspect = calloc(1, sizeof(*res->inspect));
+	if (in == NULL)
+		return -1;
+	in->scope = admit_json_str(rep, "scope");
+	in->key = admit_json_str(rep, "key");
+	in->penalty_ms = admit_json_int(rep, "penalty_ms");
+	in->next_in_ms = admit_json_int(rep, "next_in_ms");
+	in->leases = admit_json_int(rep, "leases");
+	in->has_quota = json_is_object(q);
+	in->quota_used = admit_json_int(q, "used");
+	in->quota_limit = admit_json_int(q, "limit");
+	in->quota_frees_in_ms = admit_json_int(q, "frees_in_ms");
+	if (!json_is_array(rules) || json_array_size(rules) == 0)
+		return 0;
+	in->rules = calloc(json_array_size(rules), sizeof(*in->rules));
+	if (in->rules == NULL)
+		return -1;
+	json_array_foreach (rules, i, v) {
+		struct admit_rule_stat *rs = &in->rules[in->nrules];
+
+		if (!json_is_object(v))
+			continue;
+		rs->rule = admit_json_str(v, "rule");
+		in->nrules++;
+		if (rs->rule == NULL && json_is_string(json_object_get(v, "rule")))
+			return -1;
+		rs->remaining = admit_json_int(v, "remaining");
+		rs->capacity = admit_json_int(v, "capacity");
+		rs->full_in_ms = admit_json_int(v, "full_in_ms");
 	}
 	return 0;
 }
@@ -368,7 +620,9 @@ static int admit_decode(json_t *rep, struct admit_result *res)
 	else if (json_is_integer(v) &&
 		 asprintf(&res->version, "%lld", (long long)json_integer_value(v)) < 0)
 		res->version = NULL;
-	if (admit_decode_scopes(json_object_get(rep, "scopes"), res) < 0)
+	res->limit = admit_json_int(rep, "limit");
+	if (admit_decode_scopes(json_object_get(rep, "scopes"), res) < 0 ||
+	    admit_decode_redis(json_object_get(rep, "redis"), res) < 0)
 		return admit_fail(res, ADMIT_E_NOMEM, NULL);
 	if (json_is_true(ok)) {
 		res->err = ADMIT_OK;
@@ -393,25 +647,63 @@ static int admit_decode(json_t *rep, struct admit_result *res)
 }
 
 /*
+ * Make sure the handle is connected before a request: drop a connection the
+ * daemon has closed since the last call, and connect when there is none,
+ * retrying a missing or refused socket for the connect timeout, or `cap_ms`
+ * when that is shorter (>= 0: the call's own budget). 0, or -1 with res
+ * failed (ADMIT_E_CONNECT, the message naming the socket and errno).
+ */
+static int admit_ready(struct admit *a, int64_t cap_ms, struct admit_result *res)
+{
+	int64_t within = a->connect_timeout_ms;
+	char msg[512];
+
+	if (a->fd >= 0 && admit_hung_up(a))
+		admit_drop(a);
+	if (a->fd >= 0)
+		return 0;
+	if (cap_ms >= 0 && cap_ms < within)
+		within = cap_ms;
+	if (admit_open(a, admit_now_ms() + within) == 0)
+		return 0;
+	snprintf(msg, sizeof(msg), "%s: %s", a->path, strerror(errno));
+	admit_fail(res, ADMIT_E_CONNECT, msg);
+	return -1;
+}
+
+/*
  * Send `req` (consumed) with a fresh id and read its reply into res.
  * `wait_ms` is how long the daemon may legitimately take (its wait budget),
- * -1 when unknown (no client deadline).
+ * -1 when unknown (no client deadline). An acquire passes its budget as
+ * `wait_ms` with `acquire` set: connecting then counts against it (at most
+ * the budget is spent connecting, and the timeout_ms sent is what is left).
  */
-static int admit_roundtrip(struct admit *a, json_t *req, int64_t wait_ms, struct admit_result *res)
+static int admit_roundtrip(struct admit *a, json_t *req, int64_t wait_ms, bool acquire,
+			   struct admit_result *res)
 {
 	char *line = NULL, *reply = NULL;
 	json_t *rep = NULL;
 	json_error_t jerr;
-	int64_t id, deadline;
+	int64_t id, deadline, t0, spent;
 	size_t n;
 	int rc;
 
 	admit_result_init(res);
 	if (req == NULL)
 		return admit_fail(res, ADMIT_E_NOMEM, NULL);
-	if (a->fd < 0 && admit_open(a) < 0) {
-		rc = admit_fail(res, ADMIT_E_CONNECT, strerror(errno));
+	t0 = admit_now_ms();
+	if (admit_ready(a, acquire ? wait_ms : -1, res) < 0) {
+		rc = res->err;
 		goto out;
+	}
+	spent = admit_now_ms() - t0;
+	if (acquire && wait_ms > 0 && spent > 0) {
+		/* what is left of the budget; a budget stays a wait (>= 1 ms) */
+		wait_ms = wait_ms - spent > 1 ? wait_ms - spent : 1;
+		if (json_object_set_new(req, "timeout_ms", json_integer(wait_ms)) < 0) {
+			rc = admit_fail(res, ADMIT_E_NOMEM, NULL);
+			goto out;
+		}
 	}
 	id = ++a->next_id;
 	if (json_object_set_new(req, "id", json_integer(id)) < 0) {
@@ -467,17 +759,46 @@ static int admit_set_str(json_t *o, const char *k, const char *v)
 	return v ? json_object_set_new(o, k, json_string(v)) : 0;
 }
 
-/* scope, key|url, class, cost of one target into o; 0, or -1 bad/nomem. */
+/*
+ * scope, key|url, class, cost of one target into o; 0, or -1 bad/nomem.
+ * cost: 0 sends nothing (the daemon's 1), ADMIT_COST_ZERO sends 0.
+ */
 static int admit_set_target(json_t *o, const char *scope, const char *key, const char *url,
 			    const char *cls, int64_t cost)
 {
-	if (scope == NULL || (key && url) || cost < 0)
+	if (scope == NULL || (key && url) || (cost < 0 && cost != ADMIT_COST_ZERO))
 		return -1;
 	if (admit_set_str(o, "scope", scope) < 0 || admit_set_str(o, "key", key) < 0 ||
 	    admit_set_str(o, "url", url) < 0 || admit_set_str(o, "class", cls) < 0)
 		return -1;
-	if (cost > 0 && json_object_set_new(o, "cost", json_integer(cost)) < 0)
+	if (cost != 0 &&
+	    json_object_set_new(o, "cost", json_integer(cost == ADMIT_COST_ZERO ? 0 : cost)) < 0)
 		return -1;
+	return 0;
+}
+
+/*
+ * {"NAME":COUNT,...} from n token counts under `k` of o (nothing when n is
+ * 0). 0, or -1: a name missing or given twice, a negative count, more than
+ * ADMIT_MAX_TOKENS, out of memory.
+ */
+static int admit_set_tokens(json_t *o, const char *k, const struct admit_token *tk, size_t n)
+{
+	json_t *obj;
+	size_t i;
+
+	if (n == 0)
+		return 0;
+	if (tk == NULL || n > ADMIT_MAX_TOKENS)
+		return -1;
+	obj = json_object();
+	if (obj == NULL || json_object_set_new(o, k, obj) < 0)
+		return -1;
+	for (i = 0; i < n; i++)
+		if (tk[i].name == NULL || tk[i].count < 0 ||
+		    json_object_get(obj, tk[i].name) != NULL ||
+		    json_object_set_new(obj, tk[i].name, json_integer(tk[i].count)) < 0)
+			return -1;
 	return 0;
 }
 
@@ -491,7 +812,8 @@ static json_t *admit_encode_acquire(const struct admit_req *rq, int64_t timeout_
 		return NULL;
 	if (rq->ntargets > 0) {
 		arr = json_array();
-		if (arr == NULL || json_object_set_new(o, "targets", arr) < 0)
+		if (rq->targets == NULL || arr == NULL ||
+		    json_object_set_new(o, "targets", arr) < 0)
 			goto fail;
 		for (i = 0; i < rq->ntargets; i++) {
 			const struct admit_target *tg = &rq->targets[i];
@@ -507,6 +829,8 @@ static json_t *admit_encode_acquire(const struct admit_req *rq, int64_t timeout_
 	if (timeout_ms >= 0 && json_object_set_new(o, "timeout_ms", json_integer(timeout_ms)) < 0)
 		goto fail;
 	if (rq->detach && json_object_set_new(o, "detach", json_true()) < 0)
+		goto fail;
+	if (admit_set_tokens(o, "reserve", rq->reserve, rq->nreserve) < 0)
 		goto fail;
 	return o;
 fail:
@@ -527,9 +851,10 @@ static int admit_do_acquire(struct admit *a, const struct admit_req *rq, int64_t
 	if (req == NULL) {
 		admit_result_init(res);
 		return admit_fail(res, ADMIT_E_ARG,
-				  "acquire needs a scope, at most one of key and url, cost >= 0");
+				  "acquire needs a scope, at most one of key and url, cost >= 0 "
+				  "(or ADMIT_COST_ZERO), named reserve counts >= 0");
 	}
-	return admit_roundtrip(a, req, timeout_ms, res);
+	return admit_roundtrip(a, req, timeout_ms, true, res);
 }
 
 int admit_acquire(struct admit *a, const struct admit_req *rq, struct admit_result *res)
@@ -545,29 +870,20 @@ int admit_try(struct admit *a, const struct admit_req *rq, struct admit_result *
 int admit_release(struct admit *a, const char *lease, const struct admit_token *tokens,
 		  size_t ntokens, struct admit_result *res)
 {
-	json_t *req, *tk;
-	size_t i;
+	json_t *req;
 
 	if (a == NULL || lease == NULL || (ntokens > 0 && tokens == NULL)) {
 		admit_result_init(res);
 		return admit_fail(res, ADMIT_E_ARG, "release needs a handle and a lease");
 	}
 	req = json_pack("{s:s, s:s}", "op", "release", "lease", lease);
-	if (req != NULL && ntokens > 0) {
-		tk = json_object();
-		if (tk == NULL || json_object_set_new(req, "tokens", tk) < 0)
-			goto nomem;
-		for (i = 0; i < ntokens; i++)
-			if (tokens[i].name == NULL ||
-			    json_object_set_new(tk, tokens[i].name, json_integer(tokens[i].count)) <
-				0)
-				goto nomem;
+	if (req == NULL || admit_set_tokens(req, "tokens", tokens, ntokens) < 0) {
+		json_decref(req);
+		admit_result_init(res);
+		return admit_fail(res, ADMIT_E_ARG,
+				  "tokens: at most 16 distinct names, counts >= 0");
 	}
-	return admit_roundtrip(a, req, 0, res);
-nomem:
-	json_decref(req);
-	admit_result_init(res);
-	return admit_fail(res, ADMIT_E_ARG, "a token without a name");
+	return admit_roundtrip(a, req, 0, false, res);
 }
 
 int admit_penalize(struct admit *a, const char *scope, const char *key, const char *url,
@@ -593,17 +909,77 @@ int admit_penalize(struct admit *a, const char *scope, const char *key, const ch
 		admit_result_init(res);
 		return admit_fail(res, ADMIT_E_ARG, "penalize needs a scope and key or url");
 	}
-	return admit_roundtrip(a, req, 0, res);
+	return admit_roundtrip(a, req, 0, false, res);
 }
 
 int admit_status(struct admit *a, struct admit_result *res)
 {
-	return admit_roundtrip(a, json_pack("{s:s}", "op", "status"), 0, res);
+	if (a == NULL) {
+		admit_result_init(res);
+		return admit_fail(res, ADMIT_E_ARG, "no handle");
+	}
+	return admit_roundtrip(a, json_pack("{s:s}", "op", "status"), 0, false, res);
 }
 
 int admit_ping(struct admit *a, struct admit_result *res)
 {
-	return admit_roundtrip(a, json_pack("{s:s}", "op", "ping"), 0, res);
+	if (a == NULL) {
+		admit_result_init(res);
+		return admit_fail(res, ADMIT_E_ARG, "no handle");
+	}
+	return admit_roundtrip(a, json_pack("{s:s}", "op", "ping"), 0, false, res);
+}
+
+/* reset and inspect: {"op":OP,"scope":S,"key":K|"url":U[,"class":C]}. */
+static json_t *admit_encode_key_op(const char *op, const char *scope, const char *key,
+				   const char *url, const char *cls)
+{
+	json_t *req = json_pack("{s:s}", "op", op);
+
+	if (req != NULL && (key == NULL) == (url == NULL)) {
+		json_decref(req);
+		return NULL;
+	}
+	if (req != NULL && admit_set_target(req, scope, key, url, cls, 0) < 0) {
+		json_decref(req);
+		return NULL;
+	}
+	return req;
+}
+
+int admit_reset(struct admit *a, const char *scope, const char *key, const char *url,
+		struct admit_result *res)
+{
+	json_t *req = a ? admit_encode_key_op("reset", scope, key, url, NULL) : NULL;
+
+	if (req == NULL) {
+		admit_result_init(res);
+		return admit_fail(res, ADMIT_E_ARG, "reset needs a handle, a scope and key or url");
+	}
+	return admit_roundtrip(a, req, 0, false, res);
+}
+
+int admit_inspect(struct admit *a, const char *scope, const char *key, const char *url,
+		  const char *cls, struct admit_result *res)
+{
+	json_t *req = a ? admit_encode_key_op("inspect", scope, key, url, cls) : NULL;
+	json_t *rep;
+	int rc;
+
+	if (req == NULL) {
+		admit_result_init(res);
+		return admit_fail(res, ADMIT_E_ARG,
+				  "inspect needs a handle, a scope and key or url");
+	}
+	rc = admit_roundtrip(a, req, 0, false, res);
+	if (rc != ADMIT_OK)
+		return rc;
+	/* the roundtrip decoded the common fields; the rest is inspect's own */
+	rep = json_loads(res->raw, 0, NULL);
+	if (rep == NULL || admit_decode_inspect(rep, res) < 0)
+		rc = admit_fail(res, rep == NULL ? ADMIT_E_PROTO : ADMIT_E_NOMEM, NULL);
+	json_decref(rep);
+	return rc;
 }
 
 const char *admit_strerror(int err)

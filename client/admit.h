@@ -47,48 +47,128 @@ enum admit_client_err {
 /* timeout_ms value meaning "the scope's `timeout`" (the field is not sent). */
 #define ADMIT_TIMEOUT_DEFAULT (-1)
 
+/*
+ * cost value that sends "cost":0 (an admission that takes no unit of the
+ * `requests` meters). A cost of 0 sends nothing: the daemon's default, 1.
+ */
+#define ADMIT_COST_ZERO (-1)
+
+/*
+ * How long a connect keeps retrying a socket that is missing (ENOENT) or
+ * refused (ECONNREFUSED), the daemon not being up yet: 5 s unless
+ * $ADMITD_CONNECT_TIMEOUT says otherwise (milliseconds, or a duration with a
+ * unit: 250ms, 5s, 1m; 0: fail at once).
+ */
+#define ADMIT_CONNECT_TIMEOUT_MS 5000
+
 /* One target of a multi-target acquire (see PROTOCOL.md, "targets"). */
 struct admit_target {
 	const char *scope;
 	const char *key; /* key or url; both NULL: the scope's default key */
 	const char *url;
 	const char *cls; /* NULL: the scope's default_class */
-	int64_t cost;	 /* 0: not sent (the daemon's default, 1) */
+	int64_t cost;	 /* 0: not sent (the daemon's default, 1); ADMIT_COST_ZERO: 0 */
+};
+
+/* A named token count: {"input":300} is {"input", 300}. */
+struct admit_token {
+	const char *name;
+	int64_t count;
 };
 
 /*
  * What to acquire. Start from ADMIT_REQ_INIT so timeout_ms is the scope's
  * default rather than "do not wait". When ntargets > 0 the request is a
  * multi-target acquire and scope/key/url/cls/cost are ignored.
+ *
+ * reserve (nreserve entries, at most ADMIT_MAX_TOKENS) charges the token
+ * meters at acquire: {"output", 500} books 500 output tokens now, and the
+ * release settles them with the counts it reports.
  */
 struct admit_req {
 	const char *scope;
 	const char *key;
 	const char *url;
 	const char *cls;
-	int64_t cost;	    /* 0: not sent (default 1) */
+	int64_t cost;	    /* 0: not sent (default 1); ADMIT_COST_ZERO: 0 */
 	int64_t timeout_ms; /* ADMIT_TIMEOUT_DEFAULT, 0 (do not wait) or a budget */
 	bool detach;	    /* the lease outlives this connection */
 	const struct admit_target *targets;
 	size_t ntargets;
+	const struct admit_token *reserve;
+	size_t nreserve;
 };
+
+/* Most token names one release or reservation may carry. */
+#define ADMIT_MAX_TOKENS 16
 
 #define ADMIT_REQ_INIT                              \
 	{                                           \
 		.timeout_ms = ADMIT_TIMEOUT_DEFAULT \
 	}
 
-/* A post-hoc meter reported at release: {"input":300} is {"input", 300}. */
-struct admit_token {
-	const char *name;
+/* A named counter of a status reply: refusals by code, Redis errors by op. */
+struct admit_count {
+	char *name;
 	int64_t count;
 };
 
-/* One scope line of a status reply. */
+/*
+ * One scope of a status reply. Counters are since the daemon started; each
+ * is -1 when the daemon did not send it.
+ */
 struct admit_scope_stat {
 	char *name;
-	int64_t leases;
-	int64_t waiting;
+	int64_t leases;	 /* held now */
+	int64_t waiting; /* acquires queued now */
+	int64_t keys;	 /* keys with in-process state now */
+	int64_t admitted;
+	int64_t refused;	   /* all refusals; by code in refusals[] */
+	int64_t timeouts;	   /* acquires that waited their whole budget */
+	int64_t canceled;	   /* acquires whose client left while waiting */
+	int64_t fallback_admitted; /* admissions decided by the in-process fallback */
+	int64_t shadow_limited;
+	int64_t expired;	      /* leases that ended at lease_ttl unreleased */
+	int64_t wait_ms_total;	      /* summed waited_ms of admissions */
+	struct admit_count *refusals; /* the nonzero ones, e.g. {"limited", 3} */
+	size_t nrefusals;
+};
+
+/* The "redis" block of a status reply (Redis configured); -1 when absent. */
+struct admit_redis_stat {
+	int64_t pods_seen;	    /* admitd processes alive at the last heartbeat */
+	int64_t queued;		    /* releases waiting for Redis to answer again */
+	int64_t reconciled;	    /* unknown outcomes settled afterwards */
+	int64_t rebooked;	    /* leases booked again after Redis came back empty */
+	int64_t dropped;	    /* queued releases given up */
+	struct admit_count *errors; /* failed calls by operation */
+	size_t nerrors;
+};
+
+/* One rule of an inspect reply. */
+struct admit_rule_stat {
+	char *rule; /* the conf text, e.g. "requests token-bucket 10/1s" */
+	int64_t remaining;
+	int64_t capacity;
+	int64_t full_in_ms; /* until the rule is back to its capacity */
+};
+
+/*
+ * An inspect reply: where one key of a scope stands. Integers are -1 when
+ * the reply did not carry them; quota_* only when has_quota.
+ */
+struct admit_inspect {
+	char *scope;
+	char *key;
+	int64_t penalty_ms; /* until the key's penalty ends; 0: none */
+	int64_t next_in_ms; /* until its pacing (min_delay) lets the next one in */
+	int64_t leases;	    /* held (cluster-wide in Redis mode) */
+	bool has_quota;
+	int64_t quota_used;
+	int64_t quota_limit;
+	int64_t quota_frees_in_ms;
+	struct admit_rule_stat *rules;
+	size_t nrules;
 };
 
 /*
@@ -110,21 +190,35 @@ struct admit_result {
 	int64_t uptime_s;		 /* status */
 	struct admit_scope_stat *scopes; /* status */
 	size_t nscopes;
-	char *raw; /* the reply line as received (no newline) */
+	char *raw;			/* the reply line as received (no newline) */
+	int64_t limit;			/* exceeds_limit: the capacity the request asks more than */
+	struct admit_redis_stat *redis; /* status with Redis configured, else NULL */
+	struct admit_inspect *inspect;	/* inspect, else NULL */
 };
 
 struct admit;
 
 /*
  * admit_connect - connect to admitd. `path` NULL or "" means $ADMITD_SOCKET,
- * else ADMIT_DEFAULT_SOCKET. Returns NULL on failure with errno set (the
+ * else ADMIT_DEFAULT_SOCKET. A socket that is missing or refused (the
+ * daemon is starting) is retried with a short backoff (20 ms doubling to
+ * 200 ms, jittered) for up to the connect timeout (ADMIT_CONNECT_TIMEOUT_MS,
+ * $ADMITD_CONNECT_TIMEOUT). Returns NULL on failure with errno set (the
  * library prints nothing). The connect itself waits at most the default
  * I/O timeout (10 s) for a daemon that does not accept (its listen backlog is
  * full): errno ETIMEDOUT. admit_close closes and frees; NULL is fine.
- * A handle whose connection broke reconnects on its next call; leases that
- * were not detached were released by the daemon when it broke.
+ *
+ * admit_new makes the same handle without connecting: its first call
+ * connects, within that call's budget (see admit_set_connect_timeout).
+ * NULL only when out of memory.
+ *
+ * A handle whose connection broke, or that the daemon closed (a restart),
+ * connects again on its next call; leases that were not detached were
+ * released by the daemon when it broke. A call in flight when the
+ * connection breaks fails with ADMIT_E_IO and is not sent again.
  */
 struct admit *admit_connect(const char *path);
+struct admit *admit_new(const char *path);
 void admit_close(struct admit *a);
 
 /* The socket path this handle uses (owned by the handle). */
@@ -140,9 +234,20 @@ const char *admit_socket_path(const struct admit *a);
 void admit_set_io_timeout(struct admit *a, int64_t ms);
 
 /*
+ * admit_set_connect_timeout - how long a (re)connect retries a missing or
+ * refused socket; 0 tries once. Always within the call's own budget: an
+ * acquire with timeout_ms 300 spends at most ~300 ms connecting and
+ * waiting together (the time spent connecting is taken from the timeout_ms
+ * it sends), and admit_try, whose budget is 0, tries the connect once.
+ */
+void admit_set_connect_timeout(struct admit *a, int64_t ms);
+
+/*
  * The calls. Each returns res->err (so `if (admit_try(...) == ADMIT_OK)`
  * reads naturally) and always fills *res, which the caller frees with
  * admit_result_free. res is overwritten without being freed first.
+ * A refusal no wait can help (ADMIT_E_EXCEEDS_LIMIT: the cost is larger
+ * than a rule's capacity) carries the capacity in res->limit.
  *
  * admit_acquire waits up to rq->timeout_ms; admit_try never waits (it sends
  * timeout_ms 0 whatever rq says). admit_release is idempotent: res->held
@@ -158,6 +263,18 @@ int admit_penalize(struct admit *a, const char *scope, const char *key, const ch
 		   int64_t retry_after_ms, const char *retry_after, struct admit_result *res);
 int admit_status(struct admit *a, struct admit_result *res);
 int admit_ping(struct admit *a, struct admit_result *res);
+
+/*
+ * Operator calls on one key (key, or url's host): admit_reset clears its
+ * penalty and pacing on every daemon; admit_inspect fills res->inspect (and
+ * res->backend) with where it stands: penalty, pacing, leases, quota and
+ * each rule's remaining units. cls (may be NULL) picks the class whose
+ * rules inspect reports. res->raw holds the whole reply.
+ */
+int admit_reset(struct admit *a, const char *scope, const char *key, const char *url,
+		struct admit_result *res);
+int admit_inspect(struct admit *a, const char *scope, const char *key, const char *url,
+		  const char *cls, struct admit_result *res);
 
 /* Free what a result holds and zero it. */
 void admit_result_free(struct admit_result *res);

@@ -7,9 +7,12 @@
  *
  * Owns: the subcommand table (name, usage, arity, allowed options, handler,
  * smtpctl/tmux style), the option table, parsing durations and token lists,
- * the exit-code table (sysexits style, printed by --help), and `admit run`'s
- * fork/exec/wait with signal forwarding. It owns no protocol knowledge: every
- * exchange goes through admit.h.
+ * the connect timeout (--connect-timeout, else $ADMITD_CONNECT_TIMEOUT), the
+ * exit-code table (sysexits style, printed by --help), the status and
+ * inspect tables, and `admit run`'s fork/exec/wait with signal forwarding.
+ * It owns no protocol knowledge: every exchange goes through admit.h, whose
+ * handle connects on the first call (so the wait for a daemon that is still
+ * starting counts against that call's budget).
  */
 
 #include "admit.h"
@@ -36,6 +39,7 @@ enum cli_exit {
 	EXIT_CONFIG = 78,      /* EX_CONFIG */
 	EXIT_BUDGET = 79,      /* past sysexits: admit's own */
 	EXIT_TIMEOUT = 80,
+	EXIT_EXCEEDS = 81,
 	EXIT_CANNOT_EXEC = 126, /* run: as sh(1) */
 	EXIT_NOT_FOUND = 127,
 };
@@ -58,29 +62,35 @@ static const struct cli_exit_doc {
 	{ 79, "budget exceeded: the wait needed is longer than --timeout; retry-after "
 	      "printed on stdout" },
 	{ 80, "timeout: waited the whole --timeout" },
+	{ 81, "exceeds_limit: no wait can admit it: the request asks more than the limit\n"
+	      "       holds; do not retry (the limit is on stderr)" },
 	{ 126, "run: the command could not be executed" },
 	{ 127, "run: the command was not found" },
 	{ -1, "run: otherwise the command's own exit status, 128+N if killed by signal N" },
-	{ -1, "run: the two can collide: 64-80, 126 and 127 may be admit's own or the\n"
+	{ -1, "run: the two can collide: 64-81, 126 and 127 may be admit's own or the\n"
 	      "  command's (a command that exits 75 looks limited); when that matters,\n"
 	      "  have the command record its status itself, or use acquire + release" },
 };
 
 enum cli_opt_id {
 	O_SOCKET,
+	O_CONNECT_TIMEOUT,
 	O_URL,
 	O_CLASS,
 	O_COST,
 	O_TIMEOUT,
 	O_DETACH,
 	O_TOKENS,
+	O_RESERVE,
 	O_JSON,
 	O_HELP,
 	O__COUNT
 };
 
 #define OPT(x)	 (1u << (x))
-#define ACQ_OPTS (OPT(O_URL) | OPT(O_CLASS) | OPT(O_COST) | OPT(O_TIMEOUT))
+#define ACQ_OPTS (OPT(O_URL) | OPT(O_CLASS) | OPT(O_COST) | OPT(O_TIMEOUT) | OPT(O_RESERVE))
+/* options every command takes */
+#define ANY_OPTS (OPT(O_SOCKET) | OPT(O_CONNECT_TIMEOUT) | OPT(O_HELP))
 
 static const struct cli_opt {
 	const char *name;
@@ -90,27 +100,38 @@ static const struct cli_opt {
 	[O_SOCKET] = { "socket", true,
 		       "PATH   admitd's socket (else $ADMITD_SOCKET, else " ADMIT_DEFAULT_SOCKET
 		       ")" },
+	[O_CONNECT_TIMEOUT] = { "connect-timeout", true,
+				"D  wait this long for a daemon that is not up yet (socket\n"
+				"                    missing or refused; default 5s, else "
+				"$ADMITD_CONNECT_TIMEOUT;\n"
+				"                    0: fail at once), never longer than "
+				"--timeout" },
 	[O_URL] = { "url", true, "URL       key on the URL's host (instead of KEY)" },
 	[O_CLASS] = { "class", true, "C       the scope's class to charge" },
-	[O_COST] = { "cost", true, "N        requests this admission counts for (default 1)" },
+	[O_COST] = { "cost", true,
+		     "N        requests this admission counts for (default 1; 0 is free)" },
 	[O_TIMEOUT] = { "timeout", true,
 			"D     wait budget: 250ms, 5s, 1m (bare number: "
 			"seconds; 0: do not wait)" },
 	[O_DETACH] = { "detach", false, "       accepted; acquire and try always detach" },
 	[O_TOKENS] = { "tokens", true, "LIST   post-hoc meters: input=300,output=200" },
-	[O_JSON] = { "json", false, "         status: print the raw reply" },
+	[O_RESERVE] = { "reserve", true,
+			"LIST  token meters charged at acquire, settled at release: "
+			"output=500" },
+	[O_JSON] = { "json", false, "         status, inspect: print the raw reply" },
 	[O_HELP] = { "help", false, "         this help" },
 };
 
 #define CLI_MAX_POS    4
-#define CLI_MAX_TOKENS 16
+#define CLI_MAX_TOKENS ADMIT_MAX_TOKENS
 
 struct cli_args {
 	const char *val[O__COUNT];
 	bool set[O__COUNT];
 	const char *pos[CLI_MAX_POS];
 	int npos;
-	char **cmd; /* run: argv after "--" */
+	const char *extra; /* the first positional past CLI_MAX_POS, if any */
+	char **cmd;	   /* run: argv after "--" */
 };
 
 struct cli_cmd {
@@ -130,14 +151,20 @@ static int cmd_penalize(struct admit *, const struct cli_args *);
 static int cmd_run(struct admit *, const struct cli_args *);
 static int cmd_status(struct admit *, const struct cli_args *);
 static int cmd_ping(struct admit *, const struct cli_args *);
+static int cmd_reset(struct admit *, const struct cli_args *);
+static int cmd_inspect(struct admit *, const struct cli_args *);
+
+#define RUN_USAGE "SCOPE KEY [options] -- CMD ..."
 
 static const struct cli_cmd cli_cmds[] = {
-	{ "acquire", "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] [--detach]", 1,
-	  2, ACQ_OPTS | OPT(O_DETACH), false, cmd_acquire,
+	{ "acquire",
+	  "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] [--reserve LIST] "
+	  "[--detach]",
+	  1, 2, ACQ_OPTS | OPT(O_DETACH), false, cmd_acquire,
 	  "wait for admission, print the lease (always detached: it outlives this\n"
 	  "\t\tcommand; give it to `admit release`, else it expires at lease_ttl)" },
-	{ "try", "SCOPE [KEY] [--url URL] [--class C] [--cost N]", 1, 2, ACQ_OPTS & ~OPT(O_TIMEOUT),
-	  false, cmd_try,
+	{ "try", "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--reserve LIST]", 1, 2,
+	  ACQ_OPTS & ~OPT(O_TIMEOUT), false, cmd_try,
 	  "admit now or exit 75 printing the retry-after (seconds); the lease\n"
 	  "\t\tis printed and detached like acquire's" },
 	{ "release", "LEASE [--tokens input=300,output=200]", 1, 1, OPT(O_TOKENS), false,
@@ -145,12 +172,20 @@ static const struct cli_cmd cli_cmds[] = {
 	{ "penalize", "SCOPE [KEY] [--url URL] RETRY_AFTER", 2, 3, OPT(O_URL), false, cmd_penalize,
 	  "hold the key back: a duration (30s, 500ms) or a Retry-After header\n"
 	  "\t\tvalue as is (\"120\" seconds, or an HTTP-date)" },
-	{ "run", "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] -- CMD [ARG...]", 1,
-	  2, ACQ_OPTS, true, cmd_run,
+	{ "run",
+	  "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] [--reserve LIST] -- "
+	  "CMD [ARG...]",
+	  1, 2, ACQ_OPTS, true, cmd_run,
 	  "acquire, run CMD, release when it ends; exit with CMD's status;\n"
 	  "\t\tSIGINT/SIGTERM/SIGHUP/SIGQUIT are passed on to CMD" },
+	{ "reset", "SCOPE [KEY] [--url URL]", 1, 2, OPT(O_URL), false, cmd_reset,
+	  "clear the key's penalty and pacing (on every daemon); prints \"reset\"" },
+	{ "inspect", "SCOPE [KEY] [--url URL] [--class C] [--json]", 1, 2,
+	  OPT(O_URL) | OPT(O_CLASS) | OPT(O_JSON), false, cmd_inspect,
+	  "where the key stands, one line per item: penalty, pacing, leases,\n"
+	  "\t\tquota, each rule's remaining units (--json: the raw reply)" },
 	{ "status", "[--json]", 0, 0, OPT(O_JSON), false, cmd_status,
-	  "the daemon's scopes as a table (--json: the raw reply)" },
+	  "the daemon's scopes and counters as tables (--json: the raw reply)" },
 	{ "ping", "", 0, 0, 0, false, cmd_ping, "exit 0 when the daemon answers" },
 };
 
@@ -160,7 +195,8 @@ static void cli_usage(FILE *out)
 {
 	size_t i;
 
-	fprintf(out, "usage: admit [--socket PATH] COMMAND [ARGS...]\n\ncommands:\n");
+	fprintf(out, "usage: admit [--socket PATH] [--connect-timeout D] COMMAND [ARGS...]\n\n"
+		     "commands:\n");
 	for (i = 0; i < NCMDS; i++)
 		fprintf(out, "  admit %s %s\n\t\t%s\n", cli_cmds[i].name, cli_cmds[i].usage,
 			cli_cmds[i].help);
@@ -194,6 +230,7 @@ static int cli_exit_code(int err)
 	case ADMIT_E_TOO_MANY_WAITERS: return EXIT_TEMPFAIL;
 	case ADMIT_E_BUDGET_EXCEEDED: return EXIT_BUDGET;
 	case ADMIT_E_TIMEOUT: return EXIT_TIMEOUT;
+	case ADMIT_E_EXCEEDS_LIMIT: return EXIT_EXCEEDS;
 	case ADMIT_E_UNKNOWN_SCOPE: return EXIT_CONFIG;
 	case ADMIT_E_BAD_REQUEST:
 	case ADMIT_E_UNKNOWN_OP:
@@ -220,8 +257,10 @@ static int cli_fail(const char *what, const struct admit_result *r)
 	if (r->message && strcmp(r->message, admit_strerror(r->err)) != 0 &&
 	    (r->err < 0 || strcmp(r->message, admit_err_msg(r->err)) != 0))
 		fprintf(stderr, ": %s", r->message);
-	if (r->rule)
+	if (r->rule && (r->message == NULL || strstr(r->message, r->rule) == NULL))
 		fprintf(stderr, " by \"%s\"", r->rule);
+	if (r->err == ADMIT_E_EXCEEDS_LIMIT && r->limit >= 0)
+		fprintf(stderr, "; limit %lld: do not retry", (long long)r->limit);
 	if (r->retry_after_ms >= 0) {
 		fprintf(stderr, "; retry after %lld.%03llds", (long long)(r->retry_after_ms / 1000),
 			(long long)(r->retry_after_ms % 1000));
@@ -282,61 +321,6 @@ static int cli_int(const char *s, int64_t *out)
 	return 0;
 }
 
-/* SCOPE [KEY] [--url ...] into rq; the usage error status or 0. */
-static int cli_req(const struct cli_args *ar, struct admit_req *rq)
-{
-	rq->scope = ar->pos[0];
-	rq->key = ar->npos > 1 ? ar->pos[1] : NULL;
-	rq->url = ar->val[O_URL];
-	rq->cls = ar->val[O_CLASS];
-	if (rq->key && rq->url)
-		return cli_usage_error("%s: give KEY or --url, not both", rq->key);
-	if (ar->set[O_COST] && (cli_int(ar->val[O_COST], &rq->cost) < 0 || rq->cost < 1))
-		return cli_usage_error("--cost %s: want a positive integer", ar->val[O_COST]);
-	if (ar->set[O_TIMEOUT] && cli_duration(ar->val[O_TIMEOUT], true, &rq->timeout_ms) < 0)
-		return cli_usage_error("--timeout %s: want a duration like 250ms, 5s, 1m",
-				       ar->val[O_TIMEOUT]);
-	return 0;
-}
-
-/* acquire and try: both detach and print the lease. */
-static int cli_take(struct admit *a, const struct cli_args *ar, bool wait)
-{
-	struct admit_req rq = ADMIT_REQ_INIT;
-	struct admit_result r;
-	int rc;
-
-	rc = cli_req(ar, &rq);
-	if (rc != 0)
-		return rc;
-	rq.detach = true;
-	if (wait)
-		admit_acquire(a, &rq, &r);
-	else
-		admit_try(a, &rq, &r);
-	if (r.err == ADMIT_OK && r.lease == NULL)
-		r.err = ADMIT_E_PROTO;
-	if (r.err == ADMIT_OK) {
-		printf("%s\n", r.lease);
-		if (r.shadow_limited)
-			fprintf(stderr, "admit: shadow scope: would have been limited%s%s\n",
-				r.rule ? " by " : "", r.rule ? r.rule : "");
-	}
-	rc = r.err == ADMIT_OK ? EXIT_ADMITTED : cli_fail(wait ? "acquire" : "try", &r);
-	admit_result_free(&r);
-	return rc;
-}
-
-static int cmd_acquire(struct admit *a, const struct cli_args *ar)
-{
-	return cli_take(a, ar, true);
-}
-
-static int cmd_try(struct admit *a, const struct cli_args *ar)
-{
-	return cli_take(a, ar, false);
-}
-
 /* "input=300,output=200" into tk (names point into buf, which the caller frees). */
 static int cli_tokens(char *buf, struct admit_token *tk, size_t *n)
 {
@@ -354,6 +338,96 @@ static int cli_tokens(char *buf, struct admit_token *tk, size_t *n)
 		(*n)++;
 	}
 	return 0;
+}
+
+/* An acquire's request and the storage its --reserve list points into. */
+struct cli_acq {
+	struct admit_req rq;
+	struct admit_token reserve[CLI_MAX_TOKENS];
+	char *buf; /* the --reserve copy the names point into; cli_acq_free frees it */
+};
+
+static void cli_acq_free(struct cli_acq *q)
+{
+	free(q->buf);
+	q->buf = NULL;
+}
+
+/* SCOPE [KEY] [--url ...] into q->rq; the usage error status or 0. */
+static int cli_req(const struct cli_args *ar, struct cli_acq *q)
+{
+	struct admit_req *rq = &q->rq;
+	int64_t cost;
+
+	rq->scope = ar->pos[0];
+	rq->key = ar->npos > 1 ? ar->pos[1] : NULL;
+	rq->url = ar->val[O_URL];
+	rq->cls = ar->val[O_CLASS];
+	if (rq->key && rq->url)
+		return cli_usage_error("%s: give KEY or --url, not both", rq->key);
+	if (ar->set[O_COST]) {
+		if (cli_int(ar->val[O_COST], &cost) < 0)
+			return cli_usage_error("--cost %s: want an integer >= 0", ar->val[O_COST]);
+		rq->cost = cost == 0 ? ADMIT_COST_ZERO : cost;
+	}
+	if (ar->set[O_TIMEOUT] && cli_duration(ar->val[O_TIMEOUT], true, &rq->timeout_ms) < 0)
+		return cli_usage_error("--timeout %s: want a duration like 250ms, 5s, 1m",
+				       ar->val[O_TIMEOUT]);
+	if (ar->set[O_RESERVE]) {
+		q->buf = strdup(ar->val[O_RESERVE]);
+		if (q->buf == NULL) {
+			fprintf(stderr, "admit: out of memory\n");
+			return EXIT_SOFTWARE;
+		}
+		if (cli_tokens(q->buf, q->reserve, &rq->nreserve) < 0 || rq->nreserve == 0)
+			return cli_usage_error("--reserve %s: want NAME=COUNT[,NAME=COUNT...]",
+					       ar->val[O_RESERVE]);
+		rq->reserve = q->reserve;
+	}
+	return 0;
+}
+
+/* acquire and try: both detach and print the lease. */
+static int cli_take(struct admit *a, const struct cli_args *ar, bool wait)
+{
+	struct cli_acq q = { .rq = ADMIT_REQ_INIT };
+	struct admit_req rq;
+	struct admit_result r;
+	int rc;
+
+	rc = cli_req(ar, &q);
+	if (rc != 0) {
+		cli_acq_free(&q);
+		return rc;
+	}
+	rq = q.rq;
+	rq.detach = true;
+	if (wait)
+		admit_acquire(a, &rq, &r);
+	else
+		admit_try(a, &rq, &r);
+	if (r.err == ADMIT_OK && r.lease == NULL)
+		r.err = ADMIT_E_PROTO;
+	if (r.err == ADMIT_OK) {
+		printf("%s\n", r.lease);
+		if (r.shadow_limited)
+			fprintf(stderr, "admit: shadow scope: would have been limited%s%s\n",
+				r.rule ? " by " : "", r.rule ? r.rule : "");
+	}
+	rc = r.err == ADMIT_OK ? EXIT_ADMITTED : cli_fail(wait ? "acquire" : "try", &r);
+	admit_result_free(&r);
+	cli_acq_free(&q);
+	return rc;
+}
+
+static int cmd_acquire(struct admit *a, const struct cli_args *ar)
+{
+	return cli_take(a, ar, true);
+}
+
+static int cmd_try(struct admit *a, const struct cli_args *ar)
+{
+	return cli_take(a, ar, false);
 }
 
 static int cmd_release(struct admit *a, const struct cli_args *ar)
@@ -493,16 +567,20 @@ static int cli_spawn(char **cmd)
 
 static int cmd_run(struct admit *a, const struct cli_args *ar)
 {
-	struct admit_req rq = ADMIT_REQ_INIT;
+	struct cli_acq q = { .rq = ADMIT_REQ_INIT };
 	struct admit_result r;
 	char *lease;
 	int rc, status;
 
-	rc = cli_req(ar, &rq);
-	if (rc != 0)
+	rc = cli_req(ar, &q);
+	if (rc != 0) {
+		cli_acq_free(&q);
 		return rc;
+	}
 	/* not detached: if admit itself dies, closing the socket releases */
-	if (admit_acquire(a, &rq, &r) != ADMIT_OK || r.lease == NULL) {
+	admit_acquire(a, &q.rq, &r);
+	cli_acq_free(&q);
+	if (r.err != ADMIT_OK || r.lease == NULL) {
 		if (r.err == ADMIT_OK)
 			r.err = ADMIT_E_PROTO;
 		rc = cli_fail("run", &r);
@@ -523,15 +601,49 @@ static int cmd_run(struct admit *a, const struct cli_args *ar)
 	if (admit_release(a, lease, NULL, 0, &r) != ADMIT_OK)
 		cli_fail("run: release", &r);
 	else if (!r.held)
-		fprintf(stderr, "admit: run: the lease had expired before the command ended\n");
+		fprintf(stderr, "admit: run: the lease was no longer held when the command ended "
+				"(it expired, or the daemon restarted)\n");
 	admit_result_free(&r);
 	free(lease);
 	return rc;
 }
 
+/* A counter for a table: its value, or "-" when the daemon did not send it. */
+static void cli_cell(int width, int64_t v)
+{
+	if (v < 0)
+		printf(" %*s", width, "-");
+	else
+		printf(" %*lld", width, (long long)v);
+}
+
+/* "name N, name N, ..." of a status reply's named counters. */
+static void cli_counts(const struct admit_count *c, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		printf("%s%s %lld", i ? ", " : "", c[i].name, (long long)c[i].count);
+}
+
+/* The columns of `admit status`: header, then the field of each scope. */
+#define STATUS_COLUMNS(X)                \
+	X("LEASES", leases)              \
+	X("WAITING", waiting)            \
+	X("ADMITTED", admitted)          \
+	X("REFUSED", refused)            \
+	X("TIMEOUTS", timeouts)          \
+	X("CANCELED", canceled)          \
+	X("FALLBACK", fallback_admitted) \
+	X("SHADOW", shadow_limited)      \
+	X("EXPIRED", expired)            \
+	X("WAIT_MS", wait_ms_total)
+
 static int cmd_status(struct admit *a, const struct cli_args *ar)
 {
 	struct admit_result r;
+	int w = 5; /* "SCOPE" */
+	bool any = false;
 	size_t i;
 	int rc;
 
@@ -542,14 +654,127 @@ static int cmd_status(struct admit *a, const struct cli_args *ar)
 	}
 	if (ar->set[O_JSON]) {
 		printf("%s\n", r.raw);
-	} else {
-		printf("admitd %s, up %llds, backend %s\n", r.version ? r.version : "?",
-		       (long long)r.uptime_s, r.backend ? r.backend : "?");
-		printf("%-24s %8s %8s\n", "SCOPE", "LEASES", "WAITING");
-		for (i = 0; i < r.nscopes; i++)
-			printf("%-24s %8lld %8lld\n", r.scopes[i].name,
-			       (long long)r.scopes[i].leases, (long long)r.scopes[i].waiting);
+		admit_result_free(&r);
+		return EXIT_ADMITTED;
 	}
+	printf("admitd %s, up %llds, backend %s\n", r.version ? r.version : "?",
+	       (long long)r.uptime_s, r.backend ? r.backend : "?");
+	for (i = 0; i < r.nscopes; i++)
+		if ((int)strlen(r.scopes[i].name) > w)
+			w = (int)strlen(r.scopes[i].name);
+	printf("%-*s", w, "SCOPE");
+#define STATUS_HEAD(h, f) printf(" %8s", h);
+	STATUS_COLUMNS(STATUS_HEAD)
+#undef STATUS_HEAD
+	printf("\n");
+	for (i = 0; i < r.nscopes; i++) {
+		printf("%-*s", w, r.scopes[i].name);
+#define STATUS_CELL(h, f) cli_cell(8, r.scopes[i].f);
+		STATUS_COLUMNS(STATUS_CELL)
+#undef STATUS_CELL
+		printf("\n");
+		any = any || r.scopes[i].nrefusals > 0;
+	}
+	if (any) {
+		printf("\nrefused, by code:\n");
+		for (i = 0; i < r.nscopes; i++) {
+			if (r.scopes[i].nrefusals == 0)
+				continue;
+			printf("%-*s ", w, r.scopes[i].name);
+			cli_counts(r.scopes[i].refusals, r.scopes[i].nrefusals);
+			printf("\n");
+		}
+	}
+	if (r.redis != NULL) {
+		printf("\nredis: pods_seen %lld, queued %lld, reconciled %lld, rebooked %lld, "
+		       "dropped %lld\n",
+		       (long long)r.redis->pods_seen, (long long)r.redis->queued,
+		       (long long)r.redis->reconciled, (long long)r.redis->rebooked,
+		       (long long)r.redis->dropped);
+		printf("redis errors: ");
+		if (r.redis->nerrors == 0)
+			printf("none");
+		cli_counts(r.redis->errors, r.redis->nerrors);
+		printf("\n");
+	}
+	admit_result_free(&r);
+	return EXIT_ADMITTED;
+}
+
+/* SCOPE [KEY] [--url URL] of reset and inspect: key or url, exactly one. */
+static int cli_key_args(const struct cli_args *ar, const char **key, const char **url)
+{
+	*key = ar->npos > 1 ? ar->pos[1] : NULL;
+	*url = ar->val[O_URL];
+	if (*key && *url)
+		return cli_usage_error("%s: give KEY or --url, not both", *key);
+	if (*key == NULL && *url == NULL)
+		return cli_usage_error("%s: give KEY or --url", ar->pos[0]);
+	return 0;
+}
+
+static int cmd_reset(struct admit *a, const struct cli_args *ar)
+{
+	const char *key, *url;
+	struct admit_result r;
+	int rc;
+
+	rc = cli_key_args(ar, &key, &url);
+	if (rc != 0)
+		return rc;
+	admit_reset(a, ar->pos[0], key, url, &r);
+	if (r.err == ADMIT_OK)
+		printf("reset\n");
+	rc = r.err == ADMIT_OK ? EXIT_ADMITTED : cli_fail("reset", &r);
+	admit_result_free(&r);
+	return rc;
+}
+
+static void cli_item(const char *name, int64_t v)
+{
+	if (v < 0)
+		printf("%-11s -\n", name);
+	else
+		printf("%-11s %lld\n", name, (long long)v);
+}
+
+static int cmd_inspect(struct admit *a, const struct cli_args *ar)
+{
+	const struct admit_inspect *in;
+	const char *key, *url;
+	struct admit_result r;
+	size_t i;
+	int rc;
+
+	rc = cli_key_args(ar, &key, &url);
+	if (rc != 0)
+		return rc;
+	if (admit_inspect(a, ar->pos[0], key, url, ar->val[O_CLASS], &r) != ADMIT_OK) {
+		rc = cli_fail("inspect", &r);
+		admit_result_free(&r);
+		return rc;
+	}
+	if (ar->set[O_JSON]) {
+		printf("%s\n", r.raw);
+		admit_result_free(&r);
+		return EXIT_ADMITTED;
+	}
+	in = r.inspect;
+	printf("%-11s %s\n", "scope", in->scope ? in->scope : ar->pos[0]);
+	printf("%-11s %s\n", "key", in->key ? in->key : (key ? key : "?"));
+	printf("%-11s %s\n", "backend", r.backend ? r.backend : "?");
+	cli_item("penalty_ms", in->penalty_ms);
+	cli_item("next_in_ms", in->next_in_ms);
+	cli_item("leases", in->leases);
+	if (in->has_quota)
+		printf("%-11s used %lld, limit %lld, frees_in_ms %lld\n", "quota",
+		       (long long)in->quota_used, (long long)in->quota_limit,
+		       (long long)in->quota_frees_in_ms);
+	for (i = 0; i < in->nrules; i++)
+		printf("%-11s \"%s\" remaining %lld, capacity %lld, full_in_ms %lld\n", "rule",
+		       in->rules[i].rule ? in->rules[i].rule : "?",
+		       (long long)in->rules[i].remaining, (long long)in->rules[i].capacity,
+		       (long long)in->rules[i].full_in_ms);
 	admit_result_free(&r);
 	return EXIT_ADMITTED;
 }
@@ -599,10 +824,11 @@ static int cli_parse(int argc, char **argv, struct cli_args *ar, const char **cm
 		if (strncmp(arg, "--", 2) != 0) {
 			if (*cmdname == NULL)
 				*cmdname = arg;
-			else if (ar->npos == CLI_MAX_POS)
-				return cli_usage_error("%s: too many arguments", arg);
-			else
+			else if (ar->npos < CLI_MAX_POS)
 				ar->pos[ar->npos++] = arg;
+			else if (ar->extra == NULL)
+				ar->extra =
+				    arg; /* main says what is wrong, once it knows the command */
 			continue;
 		}
 		eq = strchr(arg + 2, '=');
@@ -624,12 +850,43 @@ static int cli_parse(int argc, char **argv, struct cli_args *ar, const char **cm
 	return 0;
 }
 
+/*
+ * The connect timeout: --connect-timeout (a duration, a bare number is
+ * seconds, like --timeout), else $ADMITD_CONNECT_TIMEOUT (milliseconds, or
+ * a duration with a unit, as libadmit reads it), else libadmit's default
+ * (-1 here). 0, or the usage error status.
+ */
+static int cli_connect_timeout(const struct cli_args *ar, int64_t *ms)
+{
+	const char *env = getenv("ADMITD_CONNECT_TIMEOUT");
+	int64_t v;
+
+	*ms = -1;
+	if (ar->set[O_CONNECT_TIMEOUT]) {
+		if (cli_duration(ar->val[O_CONNECT_TIMEOUT], true, ms) < 0)
+			return cli_usage_error("--connect-timeout %s: want a duration like 250ms, "
+					       "5s (0: do not wait)",
+					       ar->val[O_CONNECT_TIMEOUT]);
+		return 0;
+	}
+	if (env == NULL || *env == '\0')
+		return 0;
+	if (cli_int(env, &v) == 0 || cli_duration(env, false, &v) == 0) {
+		*ms = v;
+		return 0;
+	}
+	return cli_usage_error("ADMITD_CONNECT_TIMEOUT=%s: want milliseconds or a duration like "
+			       "250ms, 5s",
+			       env);
+}
+
 int main(int argc, char **argv)
 {
 	struct cli_args ar;
-	const char *name = NULL, *path;
+	const char *name = NULL;
 	const struct cli_cmd *c = NULL;
 	struct admit *a;
+	int64_t connect_ms;
 	size_t i;
 	int o, rc;
 
@@ -650,25 +907,34 @@ int main(int argc, char **argv)
 			c = &cli_cmds[i];
 	if (c == NULL)
 		return cli_usage_error("%s: unknown command", name);
+	if (c->takes_cmd && ar.cmd == NULL) {
+		/* `admit run api k curl x`: the command's words look like arguments */
+		fprintf(stderr, "admit %s: put -- before the command: admit %s " RUN_USAGE "\n",
+			c->name, c->name);
+		return EXIT_USAGE;
+	}
+	if (ar.extra != NULL)
+		return cli_usage_error("%s: too many arguments", ar.extra);
 	if (ar.npos < c->minpos || ar.npos > c->maxpos)
 		return cli_usage_error("usage: admit %s", c->name);
 	for (o = 0; o < O__COUNT; o++)
-		if (ar.set[o] && o != O_SOCKET && !(c->opts & OPT(o)))
+		if (ar.set[o] && !(ANY_OPTS & OPT(o)) && !(c->opts & OPT(o)))
 			return cli_usage_error("--%s does not go with this command",
 					       cli_opts[o].name);
 	if (c->takes_cmd != (ar.cmd != NULL) || (ar.cmd && ar.cmd[0] == NULL))
 		return cli_usage_error(
 		    c->takes_cmd ? "%s: wants -- CMD [ARG...]" : "%s: takes no -- CMD", c->name);
-	a = admit_connect(ar.val[O_SOCKET]);
+	rc = cli_connect_timeout(&ar, &connect_ms);
+	if (rc != 0)
+		return rc;
+	/* connects on the first call, within that call's budget */
+	a = admit_new(ar.val[O_SOCKET]);
 	if (a == NULL) {
-		path = ar.val[O_SOCKET];
-		if (path == NULL || *path == '\0')
-			path = getenv("ADMITD_SOCKET");
-		if (path == NULL || *path == '\0')
-			path = ADMIT_DEFAULT_SOCKET;
-		fprintf(stderr, "admit: daemon unreachable: %s: %s\n", path, strerror(errno));
-		return EXIT_UNAVAILABLE;
+		fprintf(stderr, "admit: %s\n", strerror(errno));
+		return EXIT_SOFTWARE;
 	}
+	if (connect_ms >= 0)
+		admit_set_connect_timeout(a, connect_ms);
 	rc = c->fn(a, &ar);
 	admit_close(a);
 	fflush(stdout);

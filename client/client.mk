@@ -6,7 +6,10 @@
 #   client/admit.pc                         pkg-config file for PREFIX
 #   make test-client                        tests/client + client/python tests
 
-CLIENT_SONAME   := libadmit.so.1
+# The soname's number changes whenever a public struct of admit.h changes
+# size or layout (callers allocate admit_req and admit_result): 2 since
+# admit_req gained reserve and admit_result limit, redis and inspect.
+CLIENT_SONAME   := libadmit.so.2
 CLIENT_LIB_OBJS := client/admit.o
 CLIENT_LDLIBS   := $(shell pkg-config --libs jansson) -lm
 CLIENT_TESTS    := tests/client/test_libadmit

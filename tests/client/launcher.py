@@ -1,10 +1,11 @@
 """launcher.py - start the real admitd for the client tests.
 
 Owns: a temp dir with a conf and a socket, starting daemon/admitd
-(ADMITD_BIN) on them, waiting for the socket with a deadline, and stopping
-it (SIGTERM, then SIGKILL) while failing the test if the daemon's stderr
-shows a sanitizer or assert report. tests/integ/harness.py is used instead
-when it exists and offers Admitd; this is the fallback.
+(ADMITD_BIN) on them, waiting for the socket with a deadline, halting it
+for a restart on the same socket (SIGTERM, or SIGKILL for a crash),
+starting it later from a thread (a client that starts first), and
+stopping it (SIGTERM, then SIGKILL) while failing the test if the daemon's
+stderr shows a sanitizer or assert report.
 """
 
 import os
@@ -12,6 +13,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -54,7 +56,7 @@ class Daemon:
         self.proc = None
 
     def start(self, deadline_s=10.0):
-        self.log = open(self.log_path, "wb")
+        self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([ADMITD_BIN, "-c", self.conf, "--socket", self.socket],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         end = time.monotonic() + deadline_s
@@ -77,6 +79,33 @@ class Daemon:
         except OSError:
             return ""
 
+    def start_later(self, delay_s):
+        """start() in a thread delay_s from now; join the returned thread
+        (its .error lists what start raised)."""
+        def run():
+            try:
+                self.start()
+            except BaseException as e:
+                th.error.append(e)
+
+        th = threading.Timer(delay_s, run)
+        th.error = []
+        th.start()
+        return th
+
+    def halt(self, kill=False):
+        """Stop the process (SIGTERM, or SIGKILL: a crash, the socket file
+        left behind) and keep the temp dir, for start() again."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc is not None and not self.log.closed:
+            self.log.close()
+
     def stop(self):
         """Stop the daemon; raise AssertionError on a sanitizer/assert report."""
         if self.proc is not None and self.proc.poll() is None:
@@ -86,7 +115,7 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.proc is not None:
+        if self.proc is not None and not self.log.closed:
             self.log.close()
         text = self.logs()
         self.tmp.cleanup()

@@ -2,18 +2,23 @@
 
 Owns: the client tests run by `make test-client`. Every class starts its
 own daemon/admitd on proto/vectors/vectors.conf (a temp socket), except
-TestNoDaemon, which checks what happens when nothing listens. Keys start
+TestNoDaemon, which checks what happens when nothing listens, and the
+classes that start the daemon late, restart or kill it under a client
+(TestWaitForDaemon, TestLibadmitScenarios) or need other confs. Keys start
 with "cli-" or "lib-" so they never meet the vectors' keys.
 """
 
+import importlib.util
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import sys
+import threading
 import time
 import unittest
 
@@ -23,6 +28,57 @@ import launcher  # noqa: E402
 import vectors  # noqa: E402
 
 VECTORS_CONF = os.path.join(launcher.VECTORS_DIR, "vectors.conf")
+
+# How late a daemon starts in the "client first" tests, and how much
+# scheduling noise an upper time bound allows.
+LATE = 0.5
+SLACK = float(os.environ.get("ADMITD_SLACK_MS") or 300) / 1000.0
+
+# The retry loop docs/clients-c.md gives for a script that must get through.
+RETRY_LOOP = ('until lease=$(admit try "$@" 2>/dev/null); do\n'
+              '    [ $? -eq 75 ] || exit 1\n'
+              '    sleep "$lease"\n'
+              'done\n'
+              'admit release "$lease"\n')
+
+
+def load_harness():
+    """tests/integ/harness.py (Redis and a daemon on it), loaded by path."""
+    spec = importlib.util.spec_from_file_location(
+        "admitd_integ_harness", os.path.join(launcher.ROOT, "tests", "integ", "harness.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_admit(args, socket_path=None, env=None, timeout=20):
+    """(exit status, stdout, stderr, seconds) of the CLI."""
+    e = dict(os.environ)
+    for v in ("ADMITD_SOCKET", "ADMITD_CONNECT_TIMEOUT"):
+        e.pop(v, None)
+    e.update(env or {})
+    argv = [launcher.ADMIT_BIN] + (["--socket", socket_path] if socket_path else [])
+    t0 = time.monotonic()
+    p = subprocess.run(argv + list(args), capture_output=True, text=True, env=e,
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+
+
+class LinkLater:
+    """A socket path that appears (a symlink to a live daemon's socket)
+    `delay` seconds from now: until then a connect finds no socket, as when
+    the daemon is starting, while the daemon keeps what the test set up."""
+
+    def __init__(self, target, delay=LATE):
+        self.tmp = tempfile.TemporaryDirectory(prefix="admit-link-")
+        self.path = os.path.join(self.tmp.name, "admitd.sock")
+        self.timer = threading.Timer(delay, os.symlink, (target, self.path))
+        self.timer.start()
+
+    def cleanup(self):
+        self.timer.cancel()
+        self.timer.join(10)
+        self.tmp.cleanup()
 
 
 class DaemonCase(unittest.TestCase):
@@ -41,6 +97,7 @@ class DaemonCase(unittest.TestCase):
         """Run the CLI on this daemon: (exit status, stdout, stderr)."""
         e = dict(os.environ)
         e.pop("ADMITD_SOCKET", None)
+        e.pop("ADMITD_CONNECT_TIMEOUT", None)
         e.update(env or {})
         argv = [launcher.ADMIT_BIN]
         if "ADMITD_SOCKET" not in (env or {}):
@@ -97,8 +154,13 @@ class TestCli(DaemonCase):
         self.assertEqual(code, 0)
         for word in ("acquire", "release", "try", "penalize", "run", "status", "ping"):
             self.assertIn("admit " + word, out)
-        for c in (" 64 ", " 69 ", " 75 ", " 78 ", " 79 ", " 80 "):
+        for c in (" 64 ", " 69 ", " 75 ", " 78 ", " 79 ", " 80 ", " 81 "):
             self.assertIn(c, out)
+        self.assertIn("exceeds_limit", out)
+        for word in ("reset", "inspect"):
+            self.assertIn("admit " + word, out)
+        for opt in ("--connect-timeout", "--reserve"):
+            self.assertIn(opt, out)
         self.assertIn("can collide", out)  # run: admit's codes vs the command's
 
     def test_usage_errors(self):
@@ -127,15 +189,26 @@ class TestCli(DaemonCase):
         code, out, _ = self.admit("ping", env={"ADMITD_SOCKET": self.daemon.socket})
         self.assertEqual((code, out), (0, "ok\n"))
 
+    STATUS_COLUMNS = [("LEASES", "leases"), ("WAITING", "waiting"), ("ADMITTED", "admitted"),
+                      ("REFUSED", "refused"), ("TIMEOUTS", "timeouts"), ("CANCELED", "canceled"),
+                      ("FALLBACK", "fallback_admitted"), ("SHADOW", "shadow_limited"),
+                      ("EXPIRED", "expired"), ("WAIT_MS", "wait_ms_total")]
+
     def test_status_table_and_json(self):
+        self.assertExit(self.admit("try", "once", "cli-status-1"), 0)
+        self.assertExit(self.admit("try", "once", "cli-status-1"), 75)
         code, out, _ = self.admit("status")
         self.assertEqual(code, 0)
         lines = out.splitlines()
         self.assertRegex(lines[0], r"^admitd \S+, up \d+s, backend local$")
-        self.assertEqual(lines[1].split(), ["SCOPE", "LEASES", "WAITING"])
-        rows = {ln.split()[0]: ln.split()[1:] for ln in lines[2:]}
+        self.assertEqual(lines[1].split(), ["SCOPE"] + [h for h, _ in self.STATUS_COLUMNS])
+        end = lines.index("") if "" in lines else len(lines)
+        rows = {ln.split()[0]: ln.split()[1:] for ln in lines[2:end]}
         self.assertIn("solo", rows)
         self.assertTrue(all(v.isdigit() for v in rows["solo"]))
+        # the counters by code, one line per scope that has any
+        self.assertEqual(lines[end + 1], "refused, by code:")
+        by_code = {ln.split()[0]: ln.split(None, 1)[1] for ln in lines[end + 2:]}
         code, out, _ = self.admit("status", "--json")
         self.assertEqual(code, 0)
         st = json.loads(out)
@@ -143,6 +216,16 @@ class TestCli(DaemonCase):
         self.assertEqual(st["backend"], "local")
         self.assertIn("open", st["scopes"])
         self.assertEqual(set(rows), set(st["scopes"]))
+        for name, row in rows.items():  # the table says what the reply says
+            want = [str(st["scopes"][name][f]) for _, f in self.STATUS_COLUMNS]
+            self.assertEqual(row, want, name)
+        self.assertGreaterEqual(int(rows["once"][2]), 1)
+        self.assertGreaterEqual(st["scopes"]["once"]["refusals"]["limited"], 1)
+        self.assertEqual(by_code["once"], ", ".join(
+            "%s %d" % kv for kv in st["scopes"]["once"]["refusals"].items()))
+        self.assertEqual(set(by_code),
+                         {n for n, sc in st["scopes"].items() if sc.get("refusals")})
+        self.assertNotIn("redis", out)
 
     def test_acquire_release(self):
         code, out, _ = self.admit("acquire", "open", "cli-acq-1", "--timeout", "2s")
@@ -188,6 +271,143 @@ class TestCli(DaemonCase):
         self.assertEqual(code, 80, err)
         self.assertGreaterEqual(time.monotonic() - t0, 0.19)
         self.assertIn("timeout", err)
+
+    def test_run_without_double_dash_says_so(self):
+        want = ("admit run: put -- before the command: "
+                "admit run SCOPE KEY [options] -- CMD ...\n")
+        marker = os.path.join(self.daemon.tmp.name, "ran-no-dashes")
+        for args in (["run", "solo", "cli-dash-1", "touch", marker],
+                     ["run", "solo", "cli-dash-1", "sh", "-c", "touch " + marker, "x", "y"],
+                     ["run", "solo", "cli-dash-1", "--timeout", "1s", "curl", "x"],
+                     ["run", "solo", "cli-dash-1"]):
+            with self.subTest(args=args):
+                code, out, err = self.admit(*args)
+                self.assertEqual((code, out, err), (64, "", want))
+        self.assertFalse(os.path.exists(marker))
+        self.assertExit(self.admit("try", "solo", "cli-dash-1", "x", "y", "z"), 64)
+
+    def test_cost_zero(self):
+        for _ in range(3):  # takes nothing from fw's 5/1h
+            code, out, err = self.admit("try", "fw", "cli-cost0-1", "--cost", "0")
+            self.assertEqual(code, 0, err)
+            self.assertExit(self.admit("release", out.strip()), 0)
+        self.assertExit(self.admit("try", "fw", "cli-cost0-1", "--cost", "5"), 0)
+        self.assertExit(self.admit("try", "fw", "cli-cost0-1"), 75)
+        self.assertExit(self.admit("run", "open", "cli-cost0-2", "--cost", "0", "--", "true"), 0)
+        self.assertExit(self.admit("try", "fw", "cli-cost0-1", "--cost", "-1"), 64)
+        self.assertExit(self.admit("try", "fw", "cli-cost0-1", "--cost", "1x"), 64)
+
+    def test_exceeds_limit(self):
+        # fw is requests fixed-window 5/1h: a cost of 6 is never admitted
+        code, out, err = self.admit("try", "fw", "cli-exc-1", "--cost", "6")
+        self.assertEqual(code, 81, err)
+        self.assertEqual(out, "")
+        self.assertIn("exceeds_limit", err)
+        self.assertIn("limit 5", err)
+        self.assertIn("requests fixed-window 5/1h", err)
+        self.assertIn("do not retry", err)
+        t0 = time.monotonic()
+        code, out, err = self.admit("acquire", "fw", "cli-exc-1", "--cost", "6", "--timeout", "5s")
+        self.assertEqual((code, out), (81, ""), err)
+        self.assertLess(time.monotonic() - t0, 2.0, "answered at once, whatever the budget")
+        marker = os.path.join(self.daemon.tmp.name, "ran-exceeds")
+        self.assertExit(self.admit("run", "fw", "cli-exc-1", "--cost", "6", "--", "touch",
+                                   marker), 81)
+        self.assertFalse(os.path.exists(marker))
+        self.assertExit(self.admit("try", "fw", "cli-exc-1", "--cost", "5"), 0)  # nothing booked
+
+    def run_loop(self, *args, timeout=20):
+        env = dict(os.environ, ADMITD_SOCKET=self.daemon.socket,
+                   PATH=os.path.dirname(launcher.ADMIT_BIN) + os.pathsep + os.environ["PATH"])
+        env.pop("ADMITD_CONNECT_TIMEOUT", None)
+        t0 = time.monotonic()
+        p = subprocess.run(["sh", "-c", RETRY_LOOP, "loop"] + list(args), capture_output=True,
+                           text=True, env=env, timeout=timeout)
+        return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+
+    def test_documented_retry_loop(self):
+        # limited: it sleeps the retry-after and gets through
+        self.assertExit(self.admit("penalize", "open", "cli-loop-1", "1s"), 0)
+        code, out, err, took = self.run_loop("open", "cli-loop-1")
+        self.assertEqual((code, out), (0, "released\n"), err)
+        self.assertGreaterEqual(took, 0.9)
+        # never admissible (exit 81) or no such scope (78): it stops at once
+        for args in (["fw", "cli-loop-2", "--cost", "6"], ["nope", "cli-loop-3"]):
+            code, _, _, took = self.run_loop(*args)
+            self.assertEqual(code, 1, args)
+            self.assertLess(took, 5)
+
+    def test_reserve(self):
+        # tok is tokens fixed-window 100/1h: a reservation of 80 leaves 20
+        code, out, err = self.admit("acquire", "tok", "cli-res-1", "--reserve", "output=80")
+        self.assertEqual(code, 0, err)
+        lease = out.strip()
+        code, out, err = self.admit("try", "tok", "cli-res-1", "--reserve", "output=80")
+        self.assertEqual(code, 75, err)
+        self.assertIn("tokens fixed-window 100/1h", err)
+        # the release settles the reservation with what was used
+        self.assertEqual(self.admit("release", lease, "--tokens", "output=10")[:2],
+                         (0, "released\n"))
+        code, out, err = self.admit("run", "tok", "cli-res-1", "--reserve", "output=60,input=20",
+                                    "--", "true")
+        self.assertEqual(code, 0, err)
+        self.assertExit(self.admit("try", "tok", "cli-res-1", "--reserve", "output"), 64)
+        self.assertExit(self.admit("try", "tok", "cli-res-1", "--reserve", ""), 64)
+        self.assertExit(self.admit("release", "L", "--reserve", "output=1"), 64)
+
+    def inspect(self, *args):
+        code, out, err = self.admit("inspect", *args)
+        self.assertEqual(code, 0, err)
+        items = {}
+        for ln in out.splitlines():
+            name, _, value = ln.partition(" ")
+            items.setdefault(name, []).append(value.strip())
+        return items
+
+    def test_reset_and_inspect(self):
+        self.assertExit(self.admit("penalize", "open", "cli-ri-1", "60s"), 0)
+        items = self.inspect("open", "cli-ri-1")
+        self.assertEqual(items["scope"], ["open"])
+        self.assertEqual(items["key"], ["cli-ri-1"])
+        self.assertEqual(items["backend"], ["local"])
+        self.assertTrue(55000 < int(items["penalty_ms"][0]) <= 60000, items)
+        self.assertEqual((items["next_in_ms"], items["leases"]), (["0"], ["0"]))
+        self.assertNotIn("quota", items)
+        code, out, _ = self.admit("inspect", "open", "cli-ri-1", "--json")
+        self.assertEqual(code, 0)
+        self.assertLess(abs(json.loads(out)["penalty_ms"] - int(items["penalty_ms"][0])), 1000)
+        self.assertEqual(self.admit("reset", "open", "cli-ri-1")[:2], (0, "reset\n"))
+        self.assertEqual(self.inspect("open", "cli-ri-1")["penalty_ms"], ["0"])
+        self.assertExit(self.admit("try", "open", "cli-ri-1"), 0)
+        # pacing, by url
+        self.assertExit(self.admit("run", "paced", "cli-ri.example.com", "--", "true"), 0)
+        self.assertExit(self.admit("try", "paced", "cli-ri.example.com"), 75)
+        items = self.inspect("paced", "--url", "https://CLI-RI.Example.com/x")
+        self.assertEqual(items["key"], ["cli-ri.example.com"])
+        self.assertGreater(int(items["next_in_ms"][0]), 3500000)
+        self.assertEqual(self.admit("reset", "paced", "--url", "http://cli-ri.example.com/")[:2],
+                         (0, "reset\n"))
+        self.assertExit(self.admit("try", "paced", "cli-ri.example.com"), 0)
+        # quota and rules, one line each
+        self.assertExit(self.admit("try", "fw", "cli-ri-2", "--cost", "2"), 0)
+        items = self.inspect("fw", "cli-ri-2")
+        self.assertEqual(len(items["rule"]), 1)
+        self.assertRegex(items["rule"][0],
+                         r'^"requests fixed-window 5/1h" remaining 3, capacity 5, '
+                         r'full_in_ms \d+$')
+        # --class picks the class whose rules are shown
+        for cls, rule in (("background", "requests fixed-window 1/1h"),
+                          ("priority", "requests fixed-window 100/1h")):
+            items = self.inspect("classes", "cli-ri-4", "--class", cls)
+            self.assertEqual([r.split('"')[1] for r in items["rule"]], [rule], cls)
+        items = self.inspect("once", "cli-ri-3")
+        self.assertRegex(items["quota"][0], r"^used 0, limit 1, frees_in_ms \d+$")
+        # usage and refusals
+        self.assertExit(self.admit("reset", "open"), 64)
+        self.assertExit(self.admit("inspect", "open", "k", "--url", "http://k/"), 64)
+        self.assertExit(self.admit("reset", "open", "k", "--class", "c"), 64)
+        self.assertExit(self.admit("inspect", "nope", "k"), 78)
+        self.assertExit(self.admit("reset", "nope", "k"), 78)
 
     def test_unknown_scope(self):
         code, _, err = self.admit("try", "nope", "k")
@@ -452,7 +672,8 @@ class TestFrozenDaemon(unittest.TestCase):
 
 
 class TestNoDaemon(unittest.TestCase):
-    """Nothing listens on the socket: every command says so with exit 69."""
+    """Nothing listens on the socket: every command says so with exit 69
+    (at once with a connect timeout of 0; TestWaitForDaemon has the waits)."""
 
     def setUp(self):
         launcher.require_binaries(launcher.ADMIT_BIN)
@@ -461,24 +682,235 @@ class TestNoDaemon(unittest.TestCase):
         path = "/nonexistent/admitd.sock"
         for args in (["ping"], ["status"], ["try", "s", "k"], ["acquire", "s", "k"],
                      ["release", "L"], ["penalize", "s", "k", "1s"],
-                     ["run", "s", "k", "--", "true"]):
+                     ["run", "s", "k", "--", "true"], ["reset", "s", "k"],
+                     ["inspect", "s", "k"]):
             with self.subTest(args=args):
-                p = subprocess.run([launcher.ADMIT_BIN, "--socket", path] + args,
-                                   capture_output=True, text=True, timeout=10)
-                self.assertEqual(p.returncode, 69, p.stderr)
-                self.assertIn("daemon unreachable", p.stderr)
-                self.assertIn(path, p.stderr)
-        p = subprocess.run([launcher.ADMIT_BIN, "ping"], capture_output=True, text=True,
-                           timeout=10, env=dict(os.environ, ADMITD_SOCKET=path))
-        self.assertEqual(p.returncode, 69)
-        self.assertIn(path, p.stderr)
+                code, _, err, took = run_admit(["--connect-timeout", "0"] + args, path)
+                self.assertEqual(code, 69, err)
+                self.assertIn("daemon unreachable", err)
+                self.assertIn(path, err)
+                self.assertLess(took, 1.0)
+        code, _, err, _ = run_admit(["ping"], env={"ADMITD_SOCKET": path,
+                                                   "ADMITD_CONNECT_TIMEOUT": "0"})
+        self.assertEqual(code, 69)
+        self.assertIn(path, err)
 
     def test_library_unreachable(self):
         launcher.require_binaries(launcher.LIBADMIT_TEST)
         p = subprocess.run([launcher.LIBADMIT_TEST, "/nonexistent/admitd.sock"],
-                           capture_output=True, text=True, timeout=10)
+                           capture_output=True, text=True, timeout=10,
+                           env=dict(os.environ, ADMITD_CONNECT_TIMEOUT="0"))
         self.assertEqual(p.returncode, 1)
         self.assertIn("cannot connect", p.stderr)
+
+
+class TestWaitForDaemon(unittest.TestCase):
+    """The CLI started before its daemon: it waits for it, within
+    --connect-timeout / $ADMITD_CONNECT_TIMEOUT and the request's budget."""
+
+    def setUp(self):
+        launcher.require_binaries(launcher.ADMITD_BIN, launcher.ADMIT_BIN)
+        self.tmp = tempfile.TemporaryDirectory(prefix="admit-nodaemon-")
+        self.missing = os.path.join(self.tmp.name, "none.sock")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def late_daemon(self):
+        d = launcher.Daemon(conf_path=VECTORS_CONF)
+        self.addCleanup(d.stop)
+        th = d.start_later(LATE)
+        self.addCleanup(th.join, 30)
+        return d
+
+    def test_commands_wait_for_a_daemon_starting_late(self):
+        d = self.late_daemon()
+        code, out, err, took = run_admit(["acquire", "solo", "cli-late-1", "--timeout", "3s"],
+                                         d.socket)
+        self.assertEqual(code, 0, err)
+        self.assertGreaterEqual(took, LATE - 0.01)
+        self.assertLess(took, LATE + 10)
+        self.assertExit(run_admit(["try", "solo", "cli-late-1"], d.socket), 75)  # held there
+        self.assertExit(run_admit(["release", out.strip()], d.socket), 0)
+
+    def test_ping_waits_for_a_daemon_starting_late(self):
+        d = self.late_daemon()
+        code, out, err, took = run_admit(["ping"], d.socket)
+        self.assertEqual((code, out), (0, "ok\n"), err)
+        self.assertGreaterEqual(took, LATE - 0.01)
+
+    def assertExit(self, res, code):
+        self.assertEqual(res[0], code, "exit %d, want %d; stdout %r stderr %r"
+                         % (res[0], code, res[1], res[2]))
+
+    def test_connect_timeout_zero_fails_at_once(self):
+        for args, env in ((["--connect-timeout", "0", "ping"], {}),
+                          (["ping"], {"ADMITD_CONNECT_TIMEOUT": "0"})):
+            with self.subTest(args=args, env=env):
+                code, _, err, took = run_admit(args, self.missing, env)
+                self.assertEqual(code, 69, err)
+                self.assertIn("No such file", err)
+                self.assertLess(took, 0.25)
+
+    def test_connect_timeout_bounds_the_wait(self):
+        for args, env in ((["--connect-timeout", "300ms", "ping"], {}),
+                          (["--connect-timeout", "0.3", "status"], {}),
+                          (["ping"], {"ADMITD_CONNECT_TIMEOUT": "300"}),
+                          (["ping"], {"ADMITD_CONNECT_TIMEOUT": "0.3s"}),
+                          (["--connect-timeout", "300ms", "ping"],
+                           {"ADMITD_CONNECT_TIMEOUT": "20s"})):
+            with self.subTest(args=args, env=env):
+                code, _, err, took = run_admit(args, self.missing, env)
+                self.assertEqual(code, 69, err)
+                self.assertGreaterEqual(took, 0.3)
+                self.assertLess(took, 0.3 + 1.0)
+
+    def test_the_request_budget_bounds_the_connect(self):
+        code, _, err, took = run_admit(["acquire", "solo", "k", "--timeout", "300ms"],
+                                       self.missing)
+        self.assertEqual(code, 69, err)
+        self.assertGreaterEqual(took, 0.3)
+        self.assertLess(took, 0.3 + 1.0)
+        code, _, err, took = run_admit(["try", "solo", "k"], self.missing)  # budget 0
+        self.assertEqual(code, 69, err)
+        self.assertLess(took, 0.25)
+
+    def test_connect_and_wait_share_the_budget(self):
+        with launcher.Daemon(conf_path=VECTORS_CONF) as d:
+            self.assertExit(run_admit(["acquire", "solo", "cli-share-1"], d.socket), 0)
+            link = LinkLater(d.socket)
+            try:
+                code, _, err, took = run_admit(["acquire", "solo", "cli-share-1", "--timeout",
+                                                "1s"], link.path)
+            finally:
+                link.cleanup()
+        self.assertEqual(code, 80, err)
+        self.assertGreaterEqual(took, 1.0)
+        self.assertLess(took, 1.0 + SLACK)  # ~1.5 s if all of it were still sent
+
+    def test_bad_connect_timeouts(self):
+        for args, env in ((["--connect-timeout", "soon", "ping"], {}),
+                          (["--connect-timeout", "-1s", "ping"], {}),
+                          (["ping"], {"ADMITD_CONNECT_TIMEOUT": "5 s"}),
+                          (["ping"], {"ADMITD_CONNECT_TIMEOUT": "forever"})):
+            with self.subTest(args=args, env=env):
+                code, _, err, _ = run_admit(args, self.missing, env)
+                self.assertEqual(code, 64, err)
+                self.assertIn("connect", err.lower())
+
+
+class TestLibadmitScenarios(unittest.TestCase):
+    """libadmit around a daemon that starts late, restarts or dies
+    (test_libadmit MODE SOCKET [KEY], driven through its stdin/stdout)."""
+
+    def setUp(self):
+        launcher.require_binaries(launcher.ADMITD_BIN, launcher.ADMIT_BIN,
+                                  launcher.LIBADMIT_TEST)
+        self.daemon = launcher.Daemon(conf_path=VECTORS_CONF)
+        self.addCleanup(self.daemon.stop)
+
+    def spawn(self, *args):
+        env = dict(os.environ)
+        env.pop("ADMITD_CONNECT_TIMEOUT", None)
+        p = subprocess.Popen([launcher.LIBADMIT_TEST] + list(args), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.addCleanup(self.reap, p)
+        return p
+
+    @staticmethod
+    def reap(p):
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
+
+    def expect_line(self, p, want):
+        ready, _, _ = select.select([p.stdout], [], [], 15)
+        self.assertTrue(ready, "no %r from test_libadmit" % want)
+        self.assertEqual(p.stdout.readline(), want + "\n")
+
+    def finish(self, p, go=True):
+        out, err = p.communicate("go\n" if go else None, timeout=30)
+        self.assertEqual(p.returncode, 0, out + err)
+        return out
+
+    def test_connect_waits_for_a_daemon_starting_late(self):
+        p = self.spawn("late", self.daemon.socket)
+        th = self.daemon.start_later(LATE)
+        out = self.finish(p, go=False)
+        th.join(30)
+        waited = int(out.split("connected after ")[1].split()[0])
+        self.assertGreaterEqual(waited, LATE * 1000 - 10)
+
+    def test_restart_between_calls(self):
+        self.daemon.start()
+        p = self.spawn("restart", self.daemon.socket)
+        self.expect_line(p, "ready")
+        self.daemon.halt()
+        self.daemon.start()
+        self.finish(p)
+
+    def test_connect_retry_covers_the_restart_gap(self):
+        self.daemon.start()
+        p = self.spawn("restart", self.daemon.socket)
+        self.expect_line(p, "ready")
+        self.daemon.halt(kill=True)  # the socket file stays: refused until the restart
+        th = self.daemon.start_later(LATE)
+        self.finish(p)
+        th.join(30)
+        self.assertEqual(th.error, [])
+
+    def test_call_in_flight_fails_then_the_next_reconnects(self):
+        self.daemon.start()
+        code = run_admit(["acquire", "solo", "lib-inflight-1"], self.daemon.socket)[0]
+        self.assertEqual(code, 0)
+        p = self.spawn("inflight", self.daemon.socket, "lib-inflight-1")
+        self.expect_line(p, "ready")
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            out = run_admit(["status", "--json"], self.daemon.socket)[1]
+            if json.loads(out)["scopes"]["solo"]["waiting"] == 1:
+                break
+            time.sleep(0.02)
+        self.daemon.halt(kill=True)
+        self.expect_line(p, "lost")
+        self.daemon.start()
+        self.finish(p)
+
+    def test_connect_and_wait_share_the_budget(self):
+        self.daemon.start()
+        self.assertEqual(run_admit(["acquire", "solo", "lib-share-1"], self.daemon.socket)[0], 0)
+        link = LinkLater(self.daemon.socket)
+        self.addCleanup(link.cleanup)
+        out = self.finish(self.spawn("budget", link.path, "lib-share-1"), go=False)
+        took = int(out.split("took ")[1].split()[0])
+        self.assertGreaterEqual(took, 1000)
+        self.assertLess(took, 1000 + SLACK * 1000)
+
+
+class TestStatusRedis(unittest.TestCase):
+    """`admit status` shows the redis block when the daemon has Redis."""
+
+    def test_redis_counters(self):
+        launcher.require_binaries(launcher.ADMITD_BIN, launcher.ADMIT_BIN)
+        if shutil.which("redis-server") is None:
+            self.skipTest("redis-server is not installed")
+        harness = load_harness()
+        with harness.RedisServer() as r:
+            with harness.Admitd("[scope api]\ncluster_concurrency = 2\n",
+                                redis_url=r.url) as d:
+                self.assertEqual(run_admit(["try", "api", "cli-redis-1"], d.sock_path)[0], 0)
+                code, out, err, _ = run_admit(["status"], d.sock_path)
+                self.assertEqual(code, 0, err)
+                st = json.loads(run_admit(["status", "--json"], d.sock_path)[1])
+        lines = out.splitlines()
+        self.assertRegex(lines[0], r"^admitd \S+, up \d+s, backend redis$")
+        rb = st["redis"]
+        self.assertIn("redis: pods_seen %d, queued %d, reconciled %d, rebooked %d, dropped %d"
+                      % (rb["pods_seen"], rb["queued"], rb["reconciled"], rb["rebooked"],
+                         rb["dropped"]), lines)
+        self.assertIn("redis errors: " + ", ".join("%s %d" % kv for kv in rb["errors"].items()),
+                      lines)
+        self.assertIn("acquire 0", out)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,14 @@
 AsyncClient (admit.aio) has the same API for asyncio.
 """
 
-from ._proto import DEFAULT_SOCKET, SOCKET_ENV
+from ._proto import DEFAULT_SOCKET, SOCKET_ENV, url_host
 from .aio import AsyncClient, AsyncLease
 from .client import Client, Lease
 from .errors import (
     AdmitError,
     BadRequest,
     BudgetExceeded,
+    ExceedsLimit,
     Limited,
     ShuttingDown,
     Timeout,
@@ -46,6 +47,8 @@ __all__ = [
     "BadRequest",
     "ShuttingDown",
     "TooManyWaiters",
+    "ExceedsLimit",
     "DEFAULT_SOCKET",
     "SOCKET_ENV",
+    "url_host",
 ]

@@ -1,16 +1,24 @@
 """admit._proto - the wire codec both clients share; it never touches a socket.
 
 Owns: the default socket path resolution, turning API arguments into
-request dicts (acquire, release, penalize), encoding a request as one JSON
-line, checking a reply (raise the matching AdmitError or hand back the
-dict), and the state a lease carries. The blocking client (client.py) and
-the asyncio client (aio.py) differ only in how lines move.
+request dicts (acquire with its targets and reservation, release,
+penalize, reset, inspect), the key the daemon derives from a URL, encoding
+a request as one JSON line, checking a reply (raise the matching AdmitError
+or hand back the dict), the state a lease carries, and the connect rules
+both clients follow: which connect errors mean "the daemon is not up yet"
+(retried with a jittered backoff within the connect timeout and the
+request's budget), and how a connection the daemon closed is recognised
+before a request is sent on it. The blocking client (client.py) and the
+asyncio client (aio.py) differ only in how lines move.
 """
 
 import collections
+import errno
 import json
 import math
 import os
+import random
+import select
 
 from .errors import BadRequest, error_from_reply
 
@@ -68,6 +76,55 @@ def seconds_to_ms(seconds, what):
     return int(math.ceil(seconds * 1000.0 - 1e-9))
 
 
+def check_connect_timeout(seconds):
+    """connect_timeout as given to a client: seconds >= 0 (0: try once)."""
+    seconds_to_ms(seconds, "connect_timeout")
+    return float(seconds)
+
+
+def url_host(url):
+    """The key the daemon derives from a URL: its host, ASCII-lowercased,
+    without scheme, user info, port or IPv6 brackets ("https://u@[::1]:8/x"
+    is "::1"); None when the URL has no host (the daemon refuses it). The
+    same rules as the daemon's, byte for byte."""
+    if not isinstance(url, str):
+        return None
+    b = url.encode("utf-8", "surrogatepass").split(b"\0", 1)[0]
+    i = b.find(b"://")
+    if i >= 0:
+        p = b[i + 3:]
+    elif b.startswith(b"//"):
+        p = b[2:]
+    else:
+        return None
+    end = len(p)
+    for c in b"/?#":
+        j = p.find(bytes([c]))
+        if 0 <= j < end:
+            end = j
+    auth = p[:end]
+    auth = auth[auth.rfind(b"@") + 1:]  # the host follows the last '@'
+    if auth.startswith(b"["):
+        rb = auth.find(b"]")
+        if rb < 0:
+            return None
+        host = auth[1:rb]
+    else:
+        host = auth.split(b":", 1)[0]
+    if not host or len(host) > MAX_KEY:
+        return None
+    return host.lower().decode("utf-8", "replace")
+
+
+# Limits of the protocol a client checks before sending.
+MAX_TARGETS = 8
+MAX_TOKENS = 16
+MAX_KEY = 512
+
+# The fields of one target of a multi-target acquire.
+TARGET_FIELDS = ("scope", "key", "url", "class", "cost")
+
+
 def _target(req, key, url):
     if key is not None and url is not None:
         raise ValueError("give key or url, not both")
@@ -77,22 +134,153 @@ def _target(req, key, url):
         req["url"] = str(url)
 
 
-def acquire_request(scope, key=None, url=None, timeout=None, cls=None, cost=1, detach=False):
-    """The acquire request dict (without "id"). timeout is seconds, None for
-    the scope's default, 0 for "do not wait"."""
-    req = {"op": "acquire", "scope": str(scope)}
-    _target(req, key, url)
-    if cls is not None:
-        req["class"] = str(cls)
+def _cost(cost):
     if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
         raise ValueError("cost must be a whole number >= 0, not %r" % (cost,))
-    if cost != 1:
-        req["cost"] = cost
+    return cost
+
+
+def token_counts(counts, what):
+    """A {name: count} dict as sent (release's tokens, acquire's reserve):
+    at most MAX_TOKENS names, each a non-empty string, counts whole numbers
+    >= 0."""
+    if not isinstance(counts, dict):
+        raise TypeError("%s must be a dict of meter name to count, not %r" % (what, counts))
+    if len(counts) > MAX_TOKENS:
+        raise ValueError("%s: at most %d names, not %d" % (what, MAX_TOKENS, len(counts)))
+    out = {}
+    for name, n in counts.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError("%s: meter names are non-empty strings, not %r" % (what, name))
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError("%s: %r must be a whole number >= 0, not %r" % (what, name, n))
+        out[name] = n
+    return out
+
+
+def _targets(targets):
+    """The "targets" array of a multi-target acquire, checked."""
+    if isinstance(targets, (str, bytes, dict)) or not hasattr(targets, "__iter__"):
+        raise TypeError("targets must be a list of target dicts, not %r" % (targets,))
+    out = []
+    for t in targets:
+        if not isinstance(t, dict):
+            raise TypeError("each target must be a dict, not %r" % (t,))
+        unknown = sorted(set(t) - set(TARGET_FIELDS))
+        if unknown:
+            raise ValueError("unknown target field(s) %s; a target has %s"
+                             % (", ".join(map(repr, unknown)), ", ".join(TARGET_FIELDS)))
+        if t.get("scope") is None:
+            raise ValueError("each target needs a scope: %r" % (t,))
+        w = {"scope": str(t["scope"])}
+        _target(w, t.get("key"), t.get("url"))
+        if t.get("class") is not None:
+            w["class"] = str(t["class"])
+        if t.get("cost") is not None:
+            w["cost"] = _cost(t["cost"])
+        out.append(w)
+    if not out or len(out) > MAX_TARGETS:
+        raise ValueError("targets: 1 to %d targets, not %d" % (MAX_TARGETS, len(out)))
+    return out
+
+
+def acquire_request(scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
+                    detach=False, targets=None, reserve=None):
+    """The acquire request dict (without "id"). timeout is seconds, None for
+    the scope's default, 0 for "do not wait". targets (instead of scope,
+    key, url, cls and cost): a list of {"scope", "key" or "url", "class",
+    "cost"} dicts, all admitted or none. reserve: {meter: count} charged to
+    the token meters now and settled by the release."""
+    if targets is not None:
+        if scope is not None or key is not None or url is not None or cls is not None \
+                or cost != 1:
+            raise ValueError("give targets, or scope/key/url/cls/cost, not both")
+        req = {"op": "acquire", "targets": _targets(targets)}
+    else:
+        if scope is None:
+            raise ValueError("acquire needs a scope (or targets)")
+        req = {"op": "acquire", "scope": str(scope)}
+        _target(req, key, url)
+        if cls is not None:
+            req["class"] = str(cls)
+        if _cost(cost) != 1:
+            req["cost"] = cost
     if timeout is not None:
         req["timeout_ms"] = seconds_to_ms(timeout, "timeout")
     if detach:
         req["detach"] = True
+    if reserve is not None:
+        req["reserve"] = token_counts(reserve, "reserve")
     return req
+
+
+def key_request(op, scope, key=None, url=None, cls=None):
+    """reset and inspect: {"op", "scope", "key" or "url"[, "class"]}."""
+    if key is None and url is None:
+        raise ValueError("%s needs a key or a url" % (op,))
+    req = {"op": op, "scope": str(scope)}
+    _target(req, key, url)
+    if cls is not None:
+        req["class"] = str(cls)
+    return req
+
+
+def connect_budget(req):
+    """Seconds a request's own budget allows for connecting: an acquire's
+    timeout (0 for try_acquire), None for other requests (only the connect
+    timeout bounds them)."""
+    if isinstance(req, dict) and req.get("op") == "acquire":
+        ms = req.get("timeout_ms")
+        if isinstance(ms, int) and not isinstance(ms, bool):
+            return ms / 1000.0
+    return None
+
+
+def spend(req, seconds):
+    """req with `seconds` (spent connecting) taken from its timeout_ms, so
+    the connect and the wait together stay within the budget; a budget
+    stays a wait (at least 1 ms)."""
+    ms = req.get("timeout_ms") if isinstance(req, dict) else None
+    if not isinstance(ms, int) or isinstance(ms, bool) or ms <= 0 or seconds <= 0:
+        return req
+    return dict(req, timeout_ms=max(1, ms - int(math.ceil(seconds * 1000.0))))
+
+
+# A connect that fails with these finds no daemon yet (the socket is not
+# created, or nobody listens on it: a stale file or a daemon starting), or
+# one not accepting for now (its listen backlog is full): worth retrying.
+RETRY_ERRNOS = frozenset((errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN))
+BACKOFF_MIN = 0.02
+BACKOFF_MAX = 0.2
+
+
+def retryable(exc):
+    return isinstance(exc, OSError) and exc.errno in RETRY_ERRNOS
+
+
+def backoff():
+    """Pauses between connect attempts: 20 ms doubling to 200 ms, each
+    shortened by a random 0 to 50% so clients started together spread."""
+    d = BACKOFF_MIN
+    while True:
+        yield d * (1.0 - random.random() * 0.5)
+        d = min(d * 2, BACKOFF_MAX)
+
+
+_HUP = select.POLLHUP | select.POLLERR | select.POLLNVAL | getattr(select, "POLLRDHUP", 0)
+
+
+def hung_up(fd):
+    """Whether the daemon has closed its end of the connection on fd (it
+    stopped or restarted): no reply to a new request can come on it. True
+    as well when fd cannot be polled."""
+    try:
+        p = select.poll()
+        p.register(fd, select.POLLIN | getattr(select, "POLLRDHUP", 0))
+        events = p.poll(0)
+    except (OSError, ValueError):
+        return True
+    return any(ev & _HUP for _, ev in events)
 
 
 def release_request(lease, tokens=None):
@@ -166,14 +354,28 @@ class LeaseState(object):
     """What an admitted acquire returned. ``lease`` is the opaque lease
     string; ``waited`` the seconds the daemon made it wait; ``reply`` the
     whole reply dict; ``tokens`` the meter counts sent when the lease is
-    released by its context manager (set it inside the with block)."""
+    released by its context manager (set it inside the with block).
 
-    def __init__(self, reply, scope, key=None, url=None):
+    ``scope`` and ``key`` say what was admitted: the key sent, or for
+    ``url=`` the host the daemon keyed on (see url_host); None when neither
+    was given (the scope's default key). A multi-target lease has
+    ``targets``, one dict per target with its "scope" and "key" (and
+    "url", "class", "cost" as sent), and scope/key None; a single-target
+    lease has targets None."""
+
+    def __init__(self, reply, scope, key=None, url=None, targets=None):
         self.reply = reply
         self.lease = reply.get("lease")
         self.scope = scope
-        self.key = key
         self.url = url
+        self.key = key if key is not None else (url_host(url) if url is not None else None)
+        self.targets = None
+        if targets is not None:
+            self.targets = []
+            for t in targets:
+                t = dict(t)
+                t["key"] = t.get("key") if "url" not in t else url_host(t["url"])
+                self.targets.append(t)
         ms = reply.get("waited_ms", 0)
         self.waited = ms / 1000.0 if isinstance(ms, (int, float)) else 0.0
         self.backend = reply.get("backend")
@@ -183,10 +385,13 @@ class LeaseState(object):
         self.held = None  # what the release reply said, once released
 
     def __repr__(self):
-        return "<%s %s scope=%r%s>" % (
+        what = "scope=%r key=%r" % (self.scope, self.key)
+        if self.targets is not None:
+            what = "targets=%r" % ([(t["scope"], t["key"]) for t in self.targets],)
+        return "<%s %s %s%s>" % (
             type(self).__name__,
             self.lease,
-            self.scope,
+            what,
             " released" if self.released else "",
         )
 

@@ -7,7 +7,12 @@ may share an AsyncClient: a long acquire never delays another task's
 request. An AsyncClient belongs to the event loop it first connects on.
 A cancelled request never loses a lease: one its reply already brought, or
 brings later, is released at once. Request lines longer than max_line are
-refused with BadRequest without being sent (see admit.client).
+refused with BadRequest without being sent (see admit.client). Connecting
+and reconnecting follow admit.client's rules exactly: a daemon that is not
+up yet is waited for (connect_timeout, within the request's budget); a
+request in flight when the connection dies fails with Unavailable, and the
+next request connects again, also when the daemon closed the connection
+since the last one.
 
     async with AsyncClient() as client:
         async with client.acquire("api", "k", timeout=2) as lease:
@@ -16,6 +21,7 @@ refused with BadRequest without being sent (see admit.client).
 
 import asyncio
 import itertools
+import time
 
 from . import _proto
 from .errors import Unavailable, unreachable
@@ -30,8 +36,8 @@ class AsyncLease(_proto.LeaseState):
     """An admitted acquire: ``async with`` it (released on exit, with
     ``lease.tokens`` if set) or ``await lease.release(tokens=...)``."""
 
-    def __init__(self, client, reply, scope, key=None, url=None):
-        super().__init__(reply, scope, key, url)
+    def __init__(self, client, reply, scope, key=None, url=None, targets=None):
+        super().__init__(reply, scope, key, url, targets)
         self._client = client
 
     async def release(self, tokens=None):
@@ -94,14 +100,36 @@ class _AsyncConn(object):
         self.task = self.loop.create_task(self._read_loop())
 
     @classmethod
-    async def open(cls, path, connect_timeout):
+    async def open(cls, path, timeout):
+        """One connect attempt: the connection, or OSError (a connect that
+        does not complete within timeout seconds is ETIMEDOUT)."""
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(path, limit=_READ_LIMIT), connect_timeout
+                asyncio.open_unix_connection(path, limit=_READ_LIMIT), timeout
             )
-        except (OSError, asyncio.TimeoutError) as e:
-            raise unreachable(path, str(e) or "connect timed out") from None
+        except asyncio.TimeoutError:
+            raise TimeoutError("connect timed out") from None
         return cls(path, reader, writer)
+
+    def hung_up(self):
+        """Whether the daemon closed its end (see admit.client)."""
+        if self.reader.at_eof():
+            return True
+        sock = self.writer.get_extra_info("socket")
+        if sock is None:
+            return True
+        try:
+            fd = sock.fileno()
+        except OSError:
+            return True
+        return fd < 0 or _proto.hung_up(fd)
+
+    async def retire(self):
+        """Close a connection the daemon closed, after its reader handed out
+        the replies that came before the end."""
+        if not self.task.done():
+            await asyncio.wait({self.task}, timeout=0.05)
+        await self.close()
 
     async def send(self, line, rid, fut):
         """File fut for the reply to line, then write it. Raises
@@ -207,51 +235,77 @@ class AsyncClient(object):
         max_line=_proto.DEFAULT_MAX_LINE,
     ):
         self.socket = _proto.socket_path(socket)
-        self.connect_timeout = connect_timeout
+        self.connect_timeout = _proto.check_connect_timeout(connect_timeout)
         self.request_timeout = request_timeout
         self.max_line = _proto.check_max_line(max_line)
         self._conn = None
-        self._connecting = None
+        self._connecting = set()  # futures of the connects in progress
         self._closed = False
 
-    async def _connection(self):
+    async def _live(self):
+        """The connection a request may use now, or None; one that died or
+        that the daemon closed is dropped (see Client._live)."""
         if self._closed:
             raise Unavailable("unavailable", "client closed")
-        if self._conn is not None and self._conn.dead is None:
-            return self._conn
-        # One connect at a time; tasks arriving meanwhile share its result.
-        if self._connecting is None:
-            self._connecting = asyncio.ensure_future(self._connect())
-        fut = self._connecting
-        try:
-            return await asyncio.shield(fut)
-        finally:
-            if fut.done() and self._connecting is fut:
-                self._connecting = None
+        c = self._conn
+        if c is None:
+            return None
+        if c.dead is None and not c.hung_up():
+            return c
+        self._conn = None
+        await c.retire()
+        return None
 
-    async def _connect(self):
-        if self._conn is not None:
-            await self._conn.close()
-        conn = await _AsyncConn.open(self.socket, self.connect_timeout)
-        if self._closed:  # close() ran while we connected
-            await conn.close()
-            raise Unavailable("unavailable", "client closed")
-        self._conn = conn
-        return conn
+    async def _connection(self, budget=None):
+        """(connection, seconds spent connecting): see Client._connection.
+        Tasks that connect at once each try; the first connection made is
+        kept, the others closed."""
+        t0 = time.monotonic()
+        c = await self._live()
+        if c is not None:
+            return c, 0.0
+        window = self.connect_timeout if budget is None else min(self.connect_timeout, budget)
+        deadline = t0 + max(window, 0.0)
+        done = asyncio.get_running_loop().create_future()
+        self._connecting.add(done)
+        try:
+            c = await self._connect(deadline)
+        finally:
+            self._connecting.discard(done)
+            done.set_result(None)
+        return c, time.monotonic() - t0
+
+    async def _connect(self, deadline):
+        pauses = _proto.backoff()
+        while True:
+            try:
+                conn = await _AsyncConn.open(
+                    self.socket, max(deadline - time.monotonic(), 0.05)
+                )
+            except OSError as e:
+                left = deadline - time.monotonic()
+                if not _proto.retryable(e) or left <= 0 or self._closed:
+                    raise unreachable(self.socket, e) from None
+                await asyncio.sleep(min(next(pauses), left))
+                continue
+            if self._closed:  # close() ran while we connected
+                await conn.close()
+                raise Unavailable("unavailable", "client closed")
+            if self._conn is not None and self._conn.dead is None:
+                await conn.close()  # another task connected first
+                return self._conn
+            self._conn = conn
+            return conn
 
     async def close(self):
         """Close the connection; admitd releases its non-detached leases.
-        A connect in progress is waited for and its connection closed."""
+        Connects in progress are waited for and their connections closed."""
         self._closed = True
         c, self._conn = self._conn, None
         if c is not None:
             await c.close()
-        connecting = self._connecting
-        if connecting is not None and not connecting.done():
-            try:
-                await asyncio.shield(connecting)
-            except Exception:
-                pass  # the connect failed, or saw _closed and gave up
+        for fut in list(self._connecting):
+            await asyncio.shield(fut)  # the connect saw _closed and gave up
 
     async def __aenter__(self):
         return self
@@ -261,7 +315,11 @@ class AsyncClient(object):
         return False
 
     async def _roundtrip(self, req=None, line=None, wait=None, orphan=False):
-        c = await self._connection()
+        c, spent = await self._connection(_proto.connect_budget(req))
+        if spent > 0 and req is not None:
+            req = _proto.spend(req, spent)
+            if wait is not None:
+                wait = max(0.0, wait - spent)
         line, rid = _proto.frame(req, line, next(c.ids))
         _proto.check_line(line, self.max_line)
         fut = c.loop.create_future()
@@ -288,22 +346,25 @@ class AsyncClient(object):
         """Send a request dict; the checked reply dict (see Client.request)."""
         return _proto.check(await self._roundtrip(req, wait=wait))
 
-    async def _acquire(self, scope, key, url, timeout, cls, cost, detach):
-        req = _proto.acquire_request(scope, key, url, timeout, cls, cost, detach)
+    async def _acquire(self, scope, key, url, timeout, cls, cost, detach, targets, reserve):
+        req = _proto.acquire_request(scope, key, url, timeout, cls, cost, detach, targets,
+                                     reserve)
         reply = _proto.check(await self._roundtrip(req, wait=timeout, orphan=True))
-        return AsyncLease(self, reply, scope, key, url)
+        return AsyncLease(self, reply, scope, key, url, req.get("targets"))
 
-    def acquire(self, scope, key=None, url=None, timeout=None, cls=None, cost=1, detach=False):
+    def acquire(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
+                detach=False, targets=None, reserve=None):
         """See Client.acquire. ``await`` it for an AsyncLease, or
         ``async with client.acquire(...) as lease``. A cancelled acquire
         that the daemon admits later has its lease released at once."""
         return _AcquireCall(
-            lambda: self._acquire(scope, key, url, timeout, cls, cost, detach)
+            lambda: self._acquire(scope, key, url, timeout, cls, cost, detach, targets, reserve)
         )
 
-    def try_acquire(self, scope, key=None, url=None, timeout=None, cls=None, cost=1, detach=False):
+    def try_acquire(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
+                    detach=False, targets=None, reserve=None):
         """See Client.try_acquire (never waits; raises Limited)."""
-        return _AcquireCall(lambda: self._acquire(scope, key, url, 0, cls, cost, detach))
+        return self.acquire(scope, key, url, 0, cls, cost, detach, targets, reserve)
 
     async def release(self, lease, tokens=None):
         """See Client.release."""
@@ -317,6 +378,14 @@ class AsyncClient(object):
     async def penalize(self, scope, key=None, url=None, retry_after=None):
         """See Client.penalize."""
         return await self.request(_proto.penalize_request(scope, key, url, retry_after))
+
+    async def reset(self, scope, key=None, url=None):
+        """See Client.reset."""
+        return await self.request(_proto.key_request("reset", scope, key, url))
+
+    async def inspect(self, scope, key=None, url=None, cls=None):
+        """See Client.inspect."""
+        return await self.request(_proto.key_request("inspect", scope, key, url, cls))
 
     async def status(self):
         """See Client.status."""

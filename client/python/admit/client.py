@@ -5,10 +5,19 @@ uses it. Each request carries a fresh integer "id"; a reader thread reads
 reply lines and hands each to the thread waiting on that id, so an acquire
 that waits for seconds never holds up another thread's release, status or
 acquire (the protocol lets a connection pipeline, and replies to acquires
-come back out of order). A lost connection fails every pending request with
-Unavailable; the next request connects again. After a fork the child
-closes its copy of the parent's socket at once (so the parent's leases do
-not outlive the parent) and connects again on first use.
+come back out of order).
+
+Connecting: a socket that is missing or refused (the daemon is not up
+yet: it starts beside the application) is retried with a short jittered
+backoff for up to connect_timeout, and never beyond the request's own
+budget (an acquire with timeout=0.3 spends at most ~0.3 s connecting and
+waiting together). Reconnecting follows one rule: a request in flight when
+the connection dies fails with Unavailable (it is never sent again: an
+acquire might have been admitted); the next request connects again, the
+same way, including when the daemon closed the connection (a restart)
+since the last request. After a fork the child closes its copy of the
+parent's socket at once (so the parent's leases do not outlive the
+parent) and connects again on first use.
 
 Leases not asked with detach=True live as long as the connection: if it
 closes (Client.close(), the process exits, the daemon restarts), admitd
@@ -21,6 +30,7 @@ import itertools
 import os
 import socket as _socket
 import threading
+import time
 import weakref
 
 from . import _proto
@@ -33,8 +43,8 @@ class Lease(_proto.LeaseState):
     """An admitted acquire. Use it as a context manager (released on exit,
     with ``lease.tokens`` if set) or call ``release(tokens=...)``."""
 
-    def __init__(self, client, reply, scope, key=None, url=None):
-        super().__init__(reply, scope, key, url)
+    def __init__(self, client, reply, scope, key=None, url=None, targets=None):
+        super().__init__(reply, scope, key, url, targets)
         self._client = client
 
     def release(self, tokens=None):
@@ -67,21 +77,26 @@ class _Waiter(object):
         self.reply = None
 
 
+def _connect_once(path, timeout):
+    """One connect attempt: a connected socket, or OSError."""
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.settimeout(None)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class _Conn(object):
     """One connected socket, its reader thread and its pending requests.
     Once dead it stays dead; the Client replaces it."""
 
-    def __init__(self, path, connect_timeout):
+    def __init__(self, path, sock):
         self.path = path
         self.pid = os.getpid()
-        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        try:
-            sock.settimeout(connect_timeout)
-            sock.connect(path)
-            sock.settimeout(None)
-        except OSError as e:
-            sock.close()
-            raise unreachable(path, e) from None
         self.sock = sock
         self.lock = threading.Lock()  # pending, dead
         self.wlock = threading.Lock()  # one writer at a time, in queue order
@@ -129,6 +144,24 @@ class _Conn(object):
     def next_id(self):
         with self.lock:
             return next(self.ids)
+
+    def hung_up(self):
+        """Whether the daemon closed its end: the connection can take no
+        new request. Its reader may still be handing out replies that came
+        before the end."""
+        try:
+            fd = self.sock.fileno()
+        except OSError:
+            return True
+        return fd < 0 or _proto.hung_up(fd)
+
+    def retire(self):
+        """Close a connection the daemon closed: let the reader hand out
+        the replies that came before the end (it stops at the end), then
+        fail what is still pending with Unavailable."""
+        if self.reader is not threading.current_thread():
+            self.reader.join(0.05)
+        self.close()
 
     def _dispatch(self, reply):
         with self.lock:
@@ -233,8 +266,10 @@ class Client(object):
     """A connection to admitd, safe to share between threads.
 
     socket: the socket path (default: $ADMITD_SOCKET, else
-    /run/admitd/admitd.sock). connect_timeout: seconds to wait for the
-    connect. request_timeout: seconds to wait for a reply beyond the
+    /run/admitd/admitd.sock). connect_timeout: seconds a connect keeps
+    retrying a socket that is missing, refused or not accepting (the
+    daemon is starting), within the request's own budget; 0 tries once.
+    request_timeout: seconds to wait for a reply beyond the
     request's own wait budget (an acquire with timeout=None waits as long
     as the daemon takes); past it the call raises Unavailable. max_line:
     the longest request line sent, in bytes with its newline (keep it at
@@ -249,7 +284,7 @@ class Client(object):
         max_line=_proto.DEFAULT_MAX_LINE,
     ):
         self.socket = _proto.socket_path(socket)
-        self.connect_timeout = connect_timeout
+        self.connect_timeout = _proto.check_connect_timeout(connect_timeout)
         self.request_timeout = request_timeout
         self.max_line = _proto.check_max_line(max_line)
         self._lock = threading.Lock()
@@ -263,15 +298,56 @@ class Client(object):
 
     # connection --------------------------------------------------------
 
-    def _connection(self):
+    def _live(self):
+        """The connection a request may use now, or None. One that died, was
+        inherited over fork or that the daemon closed is dropped here."""
         with self._lock:
             if self._closed:
                 raise Unavailable("unavailable", "client closed")
             c = self._box[0]
-            if c is None or c.dead is not None or c.pid != os.getpid():
-                _close_box(self._box)
-                c = self._box[0] = _Conn(self.socket, self.connect_timeout)
-            return c
+            if c is None:
+                return None
+            if c.dead is None and c.pid == os.getpid() and not c.hung_up():
+                return c
+            self._box[0] = None
+        if c.pid != os.getpid():
+            c.drop_inherited()
+        else:
+            c.retire()
+        return None
+
+    def _connection(self, budget=None):
+        """(connection, seconds spent connecting). Connects when there is no
+        live connection, retrying a daemon that is not up yet for
+        connect_timeout, or budget seconds when that is shorter. Threads
+        that connect at once each try; the first connection made is kept
+        and the others closed (they carried nothing yet)."""
+        t0 = time.monotonic()
+        c = self._live()
+        if c is not None:
+            return c, 0.0
+        window = self.connect_timeout if budget is None else min(self.connect_timeout, budget)
+        deadline = t0 + max(window, 0.0)
+        pauses = _proto.backoff()
+        while True:
+            try:
+                sock = _connect_once(self.socket, max(deadline - time.monotonic(), 0.05))
+            except OSError as e:
+                left = deadline - time.monotonic()
+                if not _proto.retryable(e) or left <= 0 or self._closed:
+                    raise unreachable(self.socket, e) from None
+                time.sleep(min(next(pauses), left))
+                continue
+            with self._lock:
+                if self._closed:
+                    sock.close()
+                    raise Unavailable("unavailable", "client closed")
+                c = self._box[0]
+                if c is not None and c.dead is None and c.pid == os.getpid():
+                    sock.close()  # another thread connected first
+                else:
+                    c = self._box[0] = _Conn(self.socket, sock)
+            return c, time.monotonic() - t0
 
     def close(self):
         """Close the connection; admitd releases its non-detached leases.
@@ -290,8 +366,13 @@ class Client(object):
     def _roundtrip(self, req=None, line=None, wait=None, orphan=False):
         """Send one request (a dict, given an id here, or a raw line) and
         return its reply dict unchecked. wait: seconds the daemon may take
-        before request_timeout starts counting (None: no limit)."""
-        c = self._connection()
+        before request_timeout starts counting (None: no limit). Time spent
+        connecting is taken from an acquire's budget."""
+        c, spent = self._connection(_proto.connect_budget(req))
+        if spent > 0 and req is not None:
+            req = _proto.spend(req, spent)
+            if wait is not None:
+                wait = max(0.0, wait - spent)
         line, rid = _proto.frame(req, line, c.next_id())
         _proto.check_line(line, self.max_line)
         w = _Waiter()
@@ -327,20 +408,29 @@ class Client(object):
 
     # API ---------------------------------------------------------------
 
-    def acquire(self, scope, key=None, url=None, timeout=None, cls=None, cost=1, detach=False):
+    def acquire(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
+                detach=False, targets=None, reserve=None):
         """Wait (up to timeout seconds; None: the scope's timeout) for a
         lease on key (or the host of url) in scope. Returns a Lease, a
-        context manager that releases on exit. Raises Timeout,
+        context manager that releases on exit. cost may be 0. targets
+        (instead of scope/key/url/cls/cost): [{"scope", "key" or "url",
+        "class", "cost"}, ...], admitted all together or not at all, one
+        lease for all. reserve: {"output": 500} charges the token meters
+        now; the release settles them with the real counts. Raises Timeout,
         BudgetExceeded (with retry_after), Limited (timeout=0),
-        UnknownScope, TooManyWaiters, ShuttingDown, Unavailable."""
-        req = _proto.acquire_request(scope, key, url, timeout, cls, cost, detach)
+        ExceedsLimit (never admissible: do not retry), UnknownScope,
+        TooManyWaiters, ShuttingDown, Unavailable."""
+        req = _proto.acquire_request(scope, key, url, timeout, cls, cost, detach, targets,
+                                     reserve)
         reply = _proto.check(self._roundtrip(req, wait=timeout, orphan=True))
-        return Lease(self, reply, scope, key, url)
+        return Lease(self, reply, scope, key, url, req.get("targets"))
 
-    def try_acquire(self, scope, key=None, url=None, timeout=None, cls=None, cost=1, detach=False):
+    def try_acquire(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
+                    detach=False, targets=None, reserve=None):
         """acquire that never waits: the Lease, or Limited (with retry_after).
-        timeout is accepted for symmetry with acquire and ignored."""
-        return self.acquire(scope, key, url, 0, cls, cost, detach)
+        timeout is accepted for symmetry with acquire and ignored; the
+        connect is tried once (a budget of 0 has no time to wait for it)."""
+        return self.acquire(scope, key, url, 0, cls, cost, detach, targets, reserve)
 
     def release(self, lease, tokens=None):
         """Release a lease (a Lease or its string), charging tokens
@@ -358,6 +448,18 @@ class Client(object):
         number) or an upstream Retry-After header value (a string, delta
         seconds or HTTP-date). Only ever extends a hold. Returns the reply."""
         return self.request(_proto.penalize_request(scope, key, url, retry_after))
+
+    def reset(self, scope, key=None, url=None):
+        """Clear the penalty and pacing of key (or url's host) in scope, on
+        every daemon. Returns the reply ({"ok": True})."""
+        return self.request(_proto.key_request("reset", scope, key, url))
+
+    def inspect(self, scope, key=None, url=None, cls=None):
+        """Where key (or url's host) stands in scope: the reply dict with
+        backend, scope, key, penalty_ms, next_in_ms, leases, quota (when the
+        scope has one: used, limit, frees_in_ms) and rules (rule, remaining,
+        capacity, full_in_ms), for class cls (None: the default class)."""
+        return self.request(_proto.key_request("inspect", scope, key, url, cls))
 
     def status(self):
         """The daemon's status reply: version, uptime_s, backend, scopes."""

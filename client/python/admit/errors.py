@@ -1,10 +1,12 @@
 """admit.errors - the exceptions a refused or failed request raises.
 
-Owns: one exception class per protocol error code (issue 2, "Error codes"),
-and the mapping from a reply's "error" string to that class. Every class
-carries the wire code, the daemon's message, ``retry_after`` in seconds
-(None when the reply had no retry_after_ms), ``rule`` (the conf text of the
-rule that decided a refusal, when given) and the raw ``reply`` dict.
+Owns: one exception class per protocol error code (proto/PROTOCOL.md,
+"Replies"), and the mapping from a reply's "error" string to that class.
+Every class carries the wire code, the daemon's message, ``retry_after`` in
+seconds (None when the reply had no retry_after_ms), ``rule`` (the conf
+text of the rule that decided a refusal, when given) and the raw ``reply``
+dict. Limited, BudgetExceeded and Timeout are worth retrying later;
+ExceedsLimit never is (no wait can admit that request).
 """
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "BadRequest",
     "ShuttingDown",
     "TooManyWaiters",
+    "ExceedsLimit",
     "error_from_reply",
 ]
 
@@ -76,6 +79,25 @@ class TooManyWaiters(AdmitError):
     """The scope's wait queue is full."""
 
 
+class ExceedsLimit(AdmitError):
+    """No wait can admit the request: it asks more than a rule holds (its
+    cost is larger than the rule's capacity). Do not retry it. ``rule`` is
+    the rule, ``limit`` its capacity (None when the reply had none);
+    ``retry_after`` is None. Not a subclass of Limited, BudgetExceeded or
+    Timeout, so code that retries those does not retry this."""
+
+    def __init__(self, code, message="", retry_after=None, rule=None, reply=None):
+        super().__init__(code, message, retry_after, rule, reply)
+        limit = (reply or {}).get("limit")
+        self.limit = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+
+    def __str__(self):
+        s = super().__str__()
+        if self.limit is not None:
+            s += " (limit %d)" % (self.limit,)
+        return s
+
+
 _BY_CODE = {
     "limited": Limited,
     "budget_exceeded": BudgetExceeded,
@@ -87,6 +109,7 @@ _BY_CODE = {
     "line_too_long": BadRequest,
     "shutting_down": ShuttingDown,
     "too_many_waiters": TooManyWaiters,
+    "exceeds_limit": ExceedsLimit,
 }
 
 

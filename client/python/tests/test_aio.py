@@ -41,7 +41,7 @@ class AsyncUnreachableTest(unittest.IsolatedAsyncioTestCase):
 
     async def test_every_call_raises_unavailable(self):
         with tempfile.TemporaryDirectory() as d:
-            client = admit.AsyncClient(os.path.join(d, "none.sock"))
+            client = admit.AsyncClient(os.path.join(d, "none.sock"), connect_timeout=0)
             for call in unreachable_calls(client):
                 t0 = now()
                 with self.assertRaises(admit.Unavailable) as cm:
