@@ -59,6 +59,7 @@ struct waiter {
 	struct event *deadline_ev;
 	const char *last_rule;		     /* the rule of the last refusal, for `timeout` */
 	bool decided;			     /* a limiter has answered for it at least once */
+	bool inflight;			     /* a decision for it is out (alone or batched) */
 	enum via last_via;		     /* ... and which one, for the refusal's "backend" */
 	char lease_id[LIM_LEASE_ID_LEN + 1]; /* booked under this id when admitted */
 	struct lim_tokens *reserve;	     /* tokens reserved up front, owned (names too) */

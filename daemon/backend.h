@@ -31,6 +31,14 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		     void *arg);
 
 /*
+ * backend_acquire_batch - one acquire.lua call for ws[0..n), the first n
+ * waiters of one key (single target, same shape), each under its own lease
+ * id; false when Redis cannot take it now (cb is not called).
+ */
+bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n, eng_batch_cb *cb,
+			   void *arg);
+
+/*
  * backend_release - release l in Redis and charge its tokens there. true
  * when sent now; false when Redis cannot take it now: it is queued (tokens
  * included) and sent once Redis answers again, and the caller charges the

@@ -235,7 +235,7 @@ static void rb_saw_time(struct backend *b, long long redis_ms)
 
 /* KEYS and ARGV of acquire.lua for one target (see the script's header). */
 static void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
-			    const char *lease_id, int64_t not_after,
+			    const char *lease_id, size_t count, int64_t not_after,
 			    const struct lim_tokens *reserve, size_t nreserve, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
@@ -249,7 +249,7 @@ static void rb_acquire_args(struct rargs *a, struct backend *b, const struct tar
 	nr = rb_rules(cs, t->cls, idx);
 	*nkeys = rb_keys(a, b, cs, t->kq->key, idx, nr);
 	rargs_add(a, "%s", lease_id);
-	rargs_add(a, "1");
+	rargs_add(a, "%zu", count);
 	rargs_add(a, "%lld", (long long)t->cost);
 	rargs_add(a, "%lld", (long long)(t->cls ? t->cls->floor : 0));
 	rargs_add(a, "%lld", (long long)cs->min_delay_ms);
@@ -1164,7 +1164,7 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	for (i = 0; i < w->nt; i++) {
 		struct rb_acq_part *part = malloc(sizeof(*part));
 		size_t nkeys = 0;
-		rb_acquire_args(&a[i], b, &w->t[i], lease_id, not_after, w->reserve, w->nreserve,
+		rb_acquire_args(&a[i], b, &w->t[i], lease_id, 1, not_after, w->reserve, w->nreserve,
 				&nkeys);
 		if (part == NULL || a[i].oom) {
 			free(part);
@@ -1192,6 +1192,117 @@ out:
 	for (i = 0; i < PROTO_MAX_TARGETS; i++)
 		rargs_clear(&a[i]);
 	return ok;
+}
+
+/* ---- acquire, batched: the first n waiters of one hot key in one call ---- */
+
+struct rb_batch {
+	struct backend *b;
+	struct waiter *ws[ENG_BATCH_MAX];
+	size_t n;
+	eng_batch_cb *cb;
+	void *arg;
+	int64_t not_after_mono;
+};
+
+static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
+{
+	struct rb_batch *q = arg;
+	struct backend *b = q->b;
+	struct eng_res res[ENG_BATCH_MAX];
+	const struct target_rt *t = &q->ws[0]->t[0];
+	const struct conf_scope *cs = t->kq->sc->cs;
+	bool ok = st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n >= 4 &&
+		  reply->a[0].type == RV_INT && reply->a[1].type == RV_INT &&
+		  reply->a[2].type == RV_INT && reply->a[0].i >= 0 && (size_t)reply->a[0].i <= q->n;
+	size_t i, m;
+
+	memset(res, 0, sizeof(res));
+	if (ok && reply->a[3].type == RV_INT)
+		rb_saw_time(b, reply->a[3].i);
+	if (ok && reply->a[2].i == LIM_WHICH_STALE) {
+		rb_stale(b, RB_OP_ACQUIRE);
+		for (i = 0; i < q->n; i++) /* it booked nothing: decide in process */
+			res[i] = eng_fallback(b->ad, q->ws[i], q->ws[i]->lease_id);
+	} else if (ok) {
+		m = (size_t)reply->a[0].i;
+		for (i = 0; i < q->n; i++) {
+			res[i].via = VIA_REDIS;
+			if (i < m) {
+				res[i].admitted = true;
+				res[i].booked = lim_release_books(cs, t->cls);
+			} else if (i == m) {
+				long code = (long)reply->a[2].i;
+				eng_merge(&res[i], t->kq->sc, false, reply->a[1].i,
+					  lim_which_rule(cs, code), lim_which_slot(cs, code),
+					  reply->a[1].i < 0 ? lim_which_limit(cs, t->cls, code, 1.0)
+							    : 0);
+				eng_merge_end(&res[i]);
+			} else {
+				res[i].undecided = true;
+			}
+		}
+	} else {
+		/* Unknown: each in turn through the fallback, under its own id;
+		 * what Redis may have booked is settled once its bound passed. */
+		if (st != RP_SHUTDOWN)
+			rb_failed(b, RB_OP_ACQUIRE, st, reply);
+		for (i = 0; i < q->n; i++) {
+			bool one = true;
+			if (b->closing) {
+				res[i] = (struct eng_res){ .via = VIA_REDIS, .unavailable = true };
+				continue;
+			}
+			res[i] = eng_fallback(b->ad, q->ws[i], q->ws[i]->lease_id);
+			if (res[i].admitted) {
+				res[i].redis_maybe = true;
+				res[i].redis_after = q->not_after_mono + RB_CLOCK_MARGIN_MS;
+			} else {
+				rb_reconcile(b, q->ws[i], &one, q->ws[i]->lease_id,
+					     q->not_after_mono);
+			}
+		}
+	}
+	q->cb(q->arg, q->ws, q->n, res);
+	free(q);
+}
+
+bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n, eng_batch_cb *cb,
+			   void *arg)
+{
+	char ids[ENG_BATCH_MAX * (LIM_LEASE_ID_LEN + 1)];
+	struct rargs a = { 0 };
+	struct rb_batch *q;
+	size_t i, nkeys = 0, off = 0;
+	int64_t not_after;
+
+	if (b->closing || !b->up || !rpool_up(b->pool) || n == 0 || n > ENG_BATCH_MAX)
+		return false;
+	q = calloc(1, sizeof(*q));
+	if (q == NULL)
+		return false;
+	for (i = 0; i < n; i++) {
+		if (i > 0)
+			ids[off++] = ',';
+		memcpy(ids + off, ws[i]->lease_id, LIM_LEASE_ID_LEN);
+		off += LIM_LEASE_ID_LEN;
+		q->ws[i] = ws[i];
+	}
+	ids[off] = '\0';
+	q->b = b;
+	q->n = n;
+	q->cb = cb;
+	q->arg = arg;
+	not_after = rb_not_after(b, &q->not_after_mono);
+	rb_acquire_args(&a, b, &ws[0]->t[0], ids, n, not_after, NULL, 0, &nkeys);
+	if (a.oom || rpool_eval(b->pool, (size_t)b->s_acquire, nkeys, a.n, (const char *const *)a.v,
+				a.len, rb_batch_cb, q) != 0) {
+		free(q);
+		rargs_clear(&a);
+		return false;
+	}
+	rargs_clear(&a);
+	return true;
 }
 
 /* ---- health, heartbeat, divisor ---- */

@@ -122,6 +122,28 @@ void eng_acquire(struct admitd *ad, struct waiter *w, const char *lease_id, eng_
 	cb(arg, &res);
 }
 
+bool eng_can_batch(struct admitd *ad, const struct waiter *w)
+{
+	const struct conf_scope *cs = w->t[0].kq->sc->cs;
+
+	return ad->redis != NULL && !ad->shutting_down && backend_up(ad->redis) && w->nt == 1 &&
+	       cs->min_delay_ms == 0 && !cs->shadow;
+}
+
+void eng_acquire_batch(struct admitd *ad, struct waiter *const *ws, size_t n, eng_batch_cb *cb,
+		       void *arg)
+{
+	struct eng_res res[ENG_BATCH_MAX];
+	size_t i;
+
+	if (n <= ENG_BATCH_MAX && backend_acquire_batch(ad->redis, ws, n, cb, arg))
+		return;
+	/* Redis cannot take it now: each in turn, in FIFO order, as alone. */
+	for (i = 0; i < n && i < ENG_BATCH_MAX; i++)
+		res[i] = eng_fallback(ad, ws[i], ws[i]->lease_id);
+	cb(arg, ws, n, res);
+}
+
 struct eng_res eng_fallback(struct admitd *ad, struct waiter *w, const char *lease_id)
 {
 	enum conf_fail_mode mode = FAIL_OPEN;

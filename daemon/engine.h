@@ -28,6 +28,7 @@ struct eng_res {
 	bool slot_wait;		 /* refusals: the deciding limit waits for a lease slot */
 	int64_t limit;		 /* never-passing refusals: the capacity asked beyond */
 	bool refused;		 /* eng_merge: a non-shadow target refused */
+	bool undecided;		 /* a batch's waiter after the first refused: no decision */
 	bool redis_maybe;	 /* not via Redis, but a Redis call for it had no known outcome */
 	int64_t redis_after;	 /* ... which can book nothing after this (mono ms) */
 	const char *shadow_rule; /* eng_merge: the first shadow target's refusal */
@@ -51,6 +52,24 @@ typedef void eng_cb(void *arg, const struct eng_res *r);
  * or later from the loop (Redis). The waiter must stay alive until then.
  */
 void eng_acquire(struct admitd *ad, struct waiter *w, const char *lease_id, eng_cb *cb, void *arg);
+
+/*
+ * eng_can_batch - may w, the head of its key, be decided together with the
+ * compatible waiters behind it (Redis up, one target, a scope without
+ * pacing: every limit counts n admissions at one instant exactly)?
+ */
+bool eng_can_batch(struct admitd *ad, const struct waiter *w);
+
+#define ENG_BATCH_MAX 16
+typedef void eng_batch_cb(void *arg, struct waiter *const *ws, size_t n, const struct eng_res *res);
+
+/*
+ * eng_acquire_batch - decide ws[0..n) of one key, in FIFO order, in one call:
+ * cb gets one result each (admitted ones first, then at most one refusal,
+ * then undecided ones), exactly once, later from the loop or at once.
+ */
+void eng_acquire_batch(struct admitd *ad, struct waiter *const *ws, size_t n, eng_batch_cb *cb,
+		       void *arg);
 
 /*
  * eng_release - give the lease's bookings back and charge token meters:

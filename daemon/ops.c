@@ -336,7 +336,10 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 	preply_str(r, "key", p->kq->key);
 	preply_int(r, "penalty_ms", in->penalty_until > in->now ? in->penalty_until - in->now : 0);
 	preply_int(r, "next_in_ms", in->next_at > in->now ? in->next_at - in->now : 0);
-	preply_int(r, "leases", in->leases);
+	/* A lease set exists only where a limit counts leases (cluster-wide in
+	 * Redis); otherwise the count is this daemon's (max_concurrent). */
+	preply_int(r, "leases", lim_tracks_leases(cs) ? in->leases : p->kq->held);
+	preply_int(r, "held_here", p->kq->held);
 	if (cs->quota > 0) {
 		int64_t limit = cs->quota, frees = 0;
 		if (in->via == VIA_FALLBACK)

@@ -34,6 +34,10 @@
 #include <stdlib.h>
 
 static void waitq_decided(void *arg, const struct eng_res *res);
+static bool waitq_send_batch(struct kq *kq, struct waiter *w);
+
+/* Waiters of one hot key decided in one Redis call, at most. */
+#define WAITQ_BATCH 16
 
 static struct waiter *waitq_head(struct kq *kq)
 {
@@ -53,9 +57,7 @@ static bool waitq_first_of_scope(const struct waiter *w, size_t i)
 
 static bool waitq_in_flight(struct waiter *w)
 {
-	struct kq *kq = w->t[0].kq;
-
-	return kq->busy && waitq_head(kq) == w;
+	return w->inflight;
 }
 
 /* w no longer belongs to its connection (answered, or the client left). */
@@ -339,8 +341,12 @@ void waitq_pump(struct kq *kq)
 		}
 		lease_make_id(w->lease_id);
 		kq->busy = true;
+		w->inflight = true;
 		for (i = 0; i < w->nt; i++)
 			w->t[i].kq->pending++;
+		if (eng_can_batch(kq->sc->ad, w) && TAILQ_NEXT(w, kq_link) != NULL &&
+		    waitq_send_batch(kq, w))
+			continue;
 		eng_acquire(kq->sc->ad, w, w->lease_id, waitq_decided, w);
 	}
 	kq->in_pump = false;
@@ -357,26 +363,12 @@ static int64_t waitq_jitter(const struct conf_scope *cs, int64_t wait)
 	return wait + (int64_t)((double)wait * cs->jitter * f);
 }
 
-static void waitq_decided(void *arg, const struct eng_res *res)
+/* One waiter's decision: admitted (and answered) or refused (answered, or
+ * left to sleep out its wait as the queue's head). */
+static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t now)
 {
-	struct waiter *w = arg;
 	struct kq *kq = w->t[0].kq;
-	int64_t now = clock_mono_ms();
-	bool nested = kq->in_pump;
-	struct kq *others[PROTO_MAX_TARGETS];
-	size_t i, nothers = w->nt - 1;
 
-	/*
-	 * Hold the pump off until w has left the queue: an admission nobody can
-	 * receive is released at once, and that release pumps this queue, whose
-	 * head is still w (it would be sent to the backend a second time).
-	 */
-	kq->in_pump = true;
-	kq->busy = false;
-	for (i = 0; i < w->nt; i++)
-		w->t[i].kq->pending--;
-	for (i = 1; i < w->nt; i++)
-		others[i - 1] = w->t[i].kq;
 	w->decided = true;
 	w->last_via = res->via;
 	if (res->admitted) {
@@ -408,6 +400,29 @@ static void waitq_decided(void *arg, const struct eng_res *res)
 		kq->slot_wait = res->slot_wait;
 		waitq_arm_retry(kq, now, wait < 1 ? 1 : wait);
 	}
+}
+
+static void waitq_decided(void *arg, const struct eng_res *res)
+{
+	struct waiter *w = arg;
+	struct kq *kq = w->t[0].kq;
+	bool nested = kq->in_pump;
+	struct kq *others[PROTO_MAX_TARGETS];
+	size_t i, nothers = w->nt - 1;
+
+	/*
+	 * Hold the pump off until w has left the queue: an admission nobody can
+	 * receive is released at once, and that release pumps this queue, whose
+	 * head is still w (it would be sent to the backend a second time).
+	 */
+	kq->in_pump = true;
+	kq->busy = false;
+	w->inflight = false;
+	for (i = 0; i < w->nt; i++)
+		w->t[i].kq->pending--;
+	for (i = 1; i < w->nt; i++)
+		others[i - 1] = w->t[i].kq;
+	waitq_settle(w, res, clock_mono_ms());
 	kq->in_pump = nested;
 	if (!nested)
 		waitq_pump(kq);
@@ -415,6 +430,76 @@ static void waitq_decided(void *arg, const struct eng_res *res)
 	 * (the sweep runs from its own timer, so the kqs are still there). */
 	for (i = 0; i < nothers; i++)
 		waitq_pump(others[i]);
+}
+
+/*
+ * The decision for the first n waiters of kq, sent in one call: the first
+ * ones admitted, the next one refused (it is the head now, and sleeps out
+ * its wait or is answered), the rest not decided (they stay queued, in
+ * order, unless their client left or their deadline passed meanwhile).
+ */
+static void waitq_decided_batch(void *arg, struct waiter *const *ws, size_t n,
+				const struct eng_res *res)
+{
+	struct kq *kq = arg;
+	int64_t now = clock_mono_ms();
+	bool nested = kq->in_pump, refused = false;
+	size_t i;
+
+	kq->in_pump = true;
+	kq->busy = false;
+	for (i = 0; i < n; i++) {
+		ws[i]->inflight = false;
+		kq->pending--;
+	}
+	for (i = 0; i < n; i++) {
+		struct waiter *w = ws[i];
+		if (!refused && !res[i].undecided) {
+			refused = !res[i].admitted;
+			waitq_settle(w, &res[i], now);
+		} else if (w->conn == NULL) {
+			waitq_remove(w); /* left, or timed out, while the call was out */
+		}
+	}
+	kq->in_pump = nested;
+	if (!nested)
+		waitq_pump(kq);
+}
+
+/* May x follow head w in one batched call (same shape, slot free)? */
+static bool waitq_batchable(const struct waiter *w, const struct waiter *x, int64_t extra)
+{
+	const struct kq *kq = w->t[0].kq;
+	int64_t maxc = kq->sc->cs->max_concurrent;
+
+	return x->nt == 1 && !x->inflight && x->t[0].cls == w->t[0].cls &&
+	       x->t[0].cost == w->t[0].cost && x->nreserve == 0 && w->nreserve == 0 &&
+	       (maxc == 0 || kq->held + kq->pending + extra < maxc);
+}
+
+/*
+ * Send head w and the compatible waiters right behind it as one call (a hot
+ * key: the script admits as many as the limits allow, in FIFO order). false
+ * when none can follow (w goes alone).
+ */
+static bool waitq_send_batch(struct kq *kq, struct waiter *w)
+{
+	struct waiter *ws[WAITQ_BATCH], *x;
+	size_t n = 1;
+
+	ws[0] = w;
+	for (x = TAILQ_NEXT(w, kq_link); x != NULL && n < WAITQ_BATCH; x = TAILQ_NEXT(x, kq_link)) {
+		if (!waitq_batchable(w, x, 0))
+			break;
+		lease_make_id(x->lease_id);
+		x->inflight = true;
+		kq->pending++;
+		ws[n++] = x;
+	}
+	if (n == 1)
+		return false;
+	eng_acquire_batch(kq->sc->ad, ws, n, waitq_decided_batch, kq);
+	return true;
 }
 
 void waitq_cancel(struct waiter *w)

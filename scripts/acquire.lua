@@ -7,14 +7,18 @@
 --
 -- KEYS[1] state hash (next_at, penalty_until)   KEYS[2] quota zset (admission instants)
 -- KEYS[3] leases zset (lease id -> deadline)     KEYS[4..] one hash per rule in ARGV
--- ARGV: lease_id count cost floor min_delay_ms serialized cluster_concurrency
+-- ARGV: lease_ids count cost floor min_delay_ms serialized cluster_concurrency
 --       quota quota_window_ms lease_ttl_ms concurrency_retry_ms track_leases nrules
 --       then per rule: meter(r|t|c) kind amount window_ms burst code reserve
 --       (reserve: token units this admission books up front on a t rule)
 --       then not_after: a Redis time (ms) after which the caller has given up on
 --       this call (it timed out and decided otherwise): book nothing then; 0: none
--- Returns {admitted 1|0, retry_after_ms, code, now_ms, next_at_booked,
--- next_at_before}; code names the deciding limit: -1 none, -2 penalty,
+-- lease_ids: `count` lease ids, comma-separated, of the first `count`
+-- waiters of the key (FIFO); each admitted one is booked under its own id.
+-- Returns {admitted (how many of the first count: 0..count), retry_after_ms,
+-- code, now_ms, next_at_booked, next_at_before}: retry_after_ms and code are
+-- the refusal of the first waiter not admitted (0, -1 when all were); code
+-- names the deciding limit: -1 none, -2 penalty,
 -- -3 min_delay, -4 cluster_concurrency, -5 quota, >= 0 the rule's index in
 -- the scope, -6 stale (ran after not_after), -7 min_delay while a lease of
 -- a serialized scope is held (a wait for a slot). next_at_booked is the next_at
@@ -26,7 +30,7 @@ if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local lease_id = ARGV[1]
+local lease_ids = ARGV[1]
 local count = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local floor_units = tonumber(ARGV[4])
@@ -50,16 +54,13 @@ end
 local sk, qk, lk = KEYS[1], KEYS[2], KEYS[3]
 
 -- Drop expired leases and quota instants out of the window (lim_purge).
-redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
+-- A scope that keeps no lease set (no cluster_concurrency, concurrency
+-- rule or serialized min_delay) never has one: it costs no call.
+if track then
+	redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
+end
 if quota > 0 then
 	redis.call('ZREMRANGEBYSCORE', qk, '-inf', now - quota_window)
-end
-
-local admitted, wait, code = true, 0, -1
-local function refuse(w, c)
-	if admitted or (wait ~= -1 and (w == -1 or w > wait)) then
-		admitted, wait, code = false, w, c
-	end
 end
 
 local function lease_wait(n)
@@ -76,25 +77,10 @@ end
 local st = redis.call('HMGET', sk, 'next_at', 'penalty_until')
 local next_at = tonumber(st[1]) or 0
 local penalty_until = tonumber(st[2]) or 0
-local nleases = redis.call('ZCARD', lk)
-
-if now < penalty_until then refuse(penalty_until - now, -2) end
-if serialized and nleases > 0 then refuse(lease_wait(nleases), -7) end
-if now < next_at then refuse(next_at - now, -3) end
-if cluster > 0 and nleases + count > cluster then
-	if count > cluster then refuse(-1, -4) else refuse(lease_wait(nleases), -4) end
-end
+local nleases = 0
+if track then nleases = redis.call('ZCARD', lk) end
 local nquota = 0
-if quota > 0 then
-	nquota = redis.call('ZCARD', qk)
-	if count > quota then
-		refuse(-1, -5)
-	elseif nquota + count > quota then
-		local k = nquota + count - quota - 1
-		local at = redis.call('ZRANGE', qk, k, k, 'WITHSCORES')
-		refuse(tonumber(at[2]) + quota_window - now, -5)
-	end
-end
+if quota > 0 then nquota = redis.call('ZCARD', qk) end
 
 local rules = {}
 for i = 1, nrules do
@@ -107,37 +93,86 @@ for i = 1, nrules do
 		reserve = tonumber(ARGV[b + 7]) or 0,
 		key = KEYS[3 + i],
 	}
-	rules[i] = r
-	if r.meter == 'c' then
-		if nleases + count > r.p.amount then
-			if count > r.p.amount then refuse(-1, r.code) else refuse(lease_wait(nleases), r.code) end
-		end
-	else
+	if r.meter ~= 'c' then
 		local h = redis.call('HMGET', r.key, 'a', 'b', 't')
 		r.st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
-		local c = r.reserve * count
-		if r.meter == 'r' then c = cost * count end
-		local ok, w = strat_check(r.st, r.p, now, c, floor_units)
-		if not ok then refuse(w, r.code) end
 	end
+	rules[i] = r
 end
 
-if not admitted then
+-- Would n admissions at once pass every limit? Returns admitted, wait, code.
+local function check(n)
+	local admitted, wait, code = true, 0, -1
+	local function refuse(w, c)
+		if admitted or (wait ~= -1 and (w == -1 or w > wait)) then
+			admitted, wait, code = false, w, c
+		end
+	end
+	if now < penalty_until then refuse(penalty_until - now, -2) end
+	if serialized and nleases > 0 then refuse(lease_wait(nleases), -7) end
+	if now < next_at then refuse(next_at - now, -3) end
+	if min_delay > 0 and n > 1 then refuse(min_delay, -3) end -- paced: one at a time
+	if cluster > 0 and nleases + n > cluster then
+		if n > cluster then refuse(-1, -4) else refuse(lease_wait(nleases), -4) end
+	end
+	if quota > 0 then
+		if n > quota then
+			refuse(-1, -5)
+		elseif nquota + n > quota then
+			local k = nquota + n - quota - 1
+			local at = redis.call('ZRANGE', qk, k, k, 'WITHSCORES')
+			refuse(tonumber(at[2]) + quota_window - now, -5)
+		end
+	end
+	for i = 1, nrules do
+		local r = rules[i]
+		if r.meter == 'c' then
+			if nleases + n > r.p.amount then
+				if n > r.p.amount then refuse(-1, r.code) else refuse(lease_wait(nleases), r.code) end
+			end
+		else
+			local c = r.reserve * n
+			if r.meter == 'r' then c = cost * n end
+			local ok, w = strat_check(r.st, r.p, now, c, floor_units)
+			if not ok then refuse(w, r.code) end
+		end
+	end
+	return admitted, wait, code
+end
+
+-- The first `count` waiters of the key, in FIFO order: admit as many as every
+-- limit allows (more admissions never pass where fewer fail); the refusal of
+-- the next one is checked once they are booked, as if it came alone.
+local ids = {}
+for id in string.gmatch(lease_ids, '[^,]+') do ids[#ids + 1] = id end
+if #ids < count then count = #ids end
+local asked = count
+local admitted, wait, code = check(count)
+if not admitted and count > 1 then
+	local lo, hi = 0, count - 1
+	while lo < hi do
+		local mid = math.floor((lo + hi + 1) / 2)
+		if check(mid) then lo = mid else hi = mid - 1 end
+	end
+	count = lo
+	if count == 0 then admitted, wait, code = check(1) end
+elseif not admitted then
+	count = 0
+end
+if count == 0 then
 	return { 0, wait, code, now }
 end
 
 -- Book everything (lim_book). Every key gets a TTL bounded by what it holds.
 if quota > 0 then
 	for k = 1, count do
-		redis.call('ZADD', qk, now, lease_id .. ':' .. k)
+		redis.call('ZADD', qk, now, ids[k] .. ':1')
 	end
 	redis.call('PEXPIRE', qk, quota_window)
 end
 if track then
 	for k = 1, count do
-		local id = lease_id
-		if count > 1 then id = lease_id .. ':' .. k end
-		redis.call('ZADD', lk, now + lease_ttl, id)
+		redis.call('ZADD', lk, now + lease_ttl, ids[k])
 	end
 	redis.call('PEXPIRE', lk, lease_ttl)
 end
@@ -160,4 +195,12 @@ for i = 1, nrules do
 		redis.call('PEXPIRE', r.key, strat_ttl_ms(r.p))
 	end
 end
-return { 1, 0, -1, now, next_booked, next_before }
+if count < asked then
+	if track then nleases = nleases + count end
+	if quota > 0 then nquota = nquota + count end
+	admitted, wait, code = check(1)
+	if admitted then wait, code = 0, -1 end -- cannot be: count was the most
+else
+	wait, code = 0, -1
+end
+return { count, wait, code, now, next_booked, next_before }
