@@ -409,10 +409,15 @@ static void conn_drop(struct rp_conn *c, const char *why)
 	c->reap = false;
 	if (ac == NULL)
 		return;
-	if (!p->freeing) /* one line a second: a frozen Redis drops every handshake */
+	/* A frozen Redis drops every handshake at its deadline, over and over:
+	 * those lines come at most once a second; other drops are each logged. */
+	if (!p->freeing && c->state != CS_READY)
 		log_ratelimited(LOG_SLOT_REDIS_CONN, 1000, "redis connection dropped",
 				"conn=%d state=%s reason=\"%s\"", c->idx,
 				conn_state_names[c->state], why);
+	else if (!p->freeing)
+		log_warn("redis connection dropped", "conn=%d state=%s reason=\"%s\"", c->idx,
+			 conn_state_names[c->state], why);
 	c->ac = NULL;
 	c->state = CS_DISCONNECTED;
 	evtimer_del(c->timer);
