@@ -90,12 +90,12 @@ TAILQ_HEAD(lease_list, lease);
 /* kq: scope.c (table, life) and waitq.c (queue, pump). One key of one scope. */
 struct kq {
 	struct scope_rt *sc;
-	char *key;
+	const char *key; /* the key table's copy: lives as long as kq */
 	struct waiter_list waiters;
-	size_t nwait;
-	int64_t held;		/* leases of this key held through this daemon */
-	int64_t pending;	/* attempts in flight naming this key (any queue's head) */
-	int64_t refs;		/* waiters naming this key as any target: not swept */
+	uint32_t nwait;
+	int32_t held;		/* leases of this key held through this daemon */
+	int32_t pending;	/* attempts in flight naming this key (any queue's head) */
+	int32_t refs;		/* waiters naming this key as any target: not swept */
 	struct lim_state *lim;	/* in-process limiter (local mode, or Redis fallback) */
 	struct event *retry_ev; /* the head's next attempt */
 	int64_t wake_at;	/* when retry_ev fires; 0 when not armed */
@@ -180,6 +180,8 @@ void waitq_add(struct waiter *w);
 void waitq_pump(struct kq *kq);
 void waitq_cancel(struct waiter *w);
 void waitq_shutdown(struct kq *kq);
+/* waitq_free_kq - free what kq owns (its waiters, timer, limiter state); kq
+ * itself is its key table's entry, freed by htab_del or htab_free. */
 void waitq_free_kq(struct kq *kq);
 
 /* lease.c */

@@ -1012,6 +1012,8 @@ struct rb_acq {
 	char lease_id[LIM_LEASE_ID_LEN + 1];
 	size_t pending;
 	int64_t not_after_mono; /* no run of these scripts books after this */
+	struct eng_res res;	/* the answer, once decided */
+	size_t rollbacks;	/* answered when the last rollback is in */
 	struct {
 		enum rb_outcome out;
 		int64_t retry;
@@ -1021,12 +1023,34 @@ struct rb_acq {
 };
 
 /* Undo the targets of q that Redis admitted (another refused or failed). */
-static void rb_rollback(struct rb_acq *q)
+static void rb_acq_finish(struct rb_acq *q)
+{
+	q->cb(q->arg, &q->res);
+	free(q);
+}
+
+/* A rollback answered (or was queued after an unknown outcome). */
+static void rb_rollback_done(void *arg, int held UNUSED)
+{
+	struct rb_acq *q = arg;
+
+	if (--q->rollbacks == 0)
+		rb_acq_finish(q);
+}
+
+/*
+ * Undo the targets Redis admitted, and answer the waiter only once Redis
+ * has: a client told "refused" that asks again at once must not find the
+ * rolled-back booking still there (it may go through another connection).
+ * q->res is the answer; q is finished here or when the last rollback is in.
+ */
+static void rb_rollback(struct rb_acq *q, bool wait)
 {
 	struct waiter *w = q->w;
 	struct rb_rel *r;
 	size_t i;
 
+	q->rollbacks = 1; /* held while they are sent: one may complete at once */
 	for (i = 0; i < w->nt; i++) {
 		if (q->r[i].out != RB_R_ADMITTED)
 			continue;
@@ -1042,9 +1066,18 @@ static void rb_rollback(struct rb_acq *q)
 		r->nreserve = rb_copy_tokens(r->reserve, w->reserve, w->nreserve);
 		r->x1[0] = q->r[i].next_booked;
 		r->x2[0] = q->r[i].next_before;
-		if (!rb_rel_send(r))
+		if (wait) {
+			r->cb = rb_rollback_done;
+			r->cb_arg = q;
+			q->rollbacks++;
+		}
+		if (!rb_rel_send(r)) {
+			if (wait)
+				q->rollbacks--;
 			rb_queue(q->b, r, 0); /* undone once Redis takes calls again */
+		}
 	}
+	rb_rollback_done(q, 0);
 }
 
 /* All targets answered (or failed): combine, roll back partial admissions. */
@@ -1082,9 +1115,10 @@ static void rb_acq_done(struct rb_acq *q)
 					    : 0);
 	}
 	eng_merge_end(&res);
-	if (failed || !res.admitted)
-		rb_rollback(q);
 	if (failed) {
+		bool admitted_any = false;
+		for (i = 0; i < w->nt; i++)
+			admitted_any |= q->r[i].out == RB_R_ADMITTED;
 		res = eng_fallback(b->ad, w, q->lease_id);
 		if (any_unknown && res.admitted) {
 			/* The lease the fallback grants is released in Redis too. */
@@ -1093,9 +1127,19 @@ static void rb_acq_done(struct rb_acq *q)
 		} else if (any_unknown) {
 			rb_reconcile(b, w, unknown, q->lease_id, q->not_after_mono);
 		}
+		q->res = res;
+		if (admitted_any) /* Redis is failing: the fallback answers now */
+			rb_rollback(q, false);
+		else
+			rb_acq_finish(q);
+		return;
 	}
-	q->cb(q->arg, &res);
-	free(q);
+	q->res = res;
+	if (!res.admitted) {
+		rb_rollback(q, true);
+		return;
+	}
+	rb_acq_finish(q);
 }
 
 struct rb_acq_part {

@@ -25,8 +25,15 @@ struct hent {
 	struct hent *next;
 	void *val;
 	uint64_t hash;
+	uint32_t voff; /* an inline value: the block starts this far before the entry */
 	char key[];
 };
+
+/* The block an entry lives in (its inline value first, when it has one). */
+static void hent_free(struct hent *e)
+{
+	free((char *)e - e->voff);
+}
 
 struct htab {
 	struct hent **b;
@@ -232,7 +239,7 @@ void htab_free(struct htab *h)
 		struct hent *e = h->b[i];
 		while (e) {
 			struct hent *nx = e->next;
-			free(e);
+			hent_free(e);
 			e = nx;
 		}
 	}
@@ -295,11 +302,38 @@ bool htab_put(struct htab *h, const char *key, void *val)
 	memcpy(e->key, key, klen + 1);
 	e->hash = hash;
 	e->val = val;
+	e->voff = 0;
 	e->next = NULL;
 	*pp = e;
 	if (++h->n > h->nb)
 		htab_resize(h, h->nb * 2);
 	return true;
+}
+
+void *htab_put_inline(struct htab *h, const char *key, size_t valsize, const char **stored)
+{
+	size_t klen = strlen(key), voff = (valsize + 15) & ~(size_t)15;
+	uint64_t hash = sip24(h->k0, h->k1, key, klen);
+	struct hent **pp = htab_slot(h, key, hash);
+	struct hent *e;
+	char *block;
+
+	if (*pp != NULL || voff > UINT32_MAX)
+		return NULL;
+	block = calloc(1, voff + sizeof(*e) + klen + 1);
+	if (block == NULL)
+		return NULL;
+	e = (struct hent *)(void *)(block + voff);
+	memcpy(e->key, key, klen + 1);
+	e->hash = hash;
+	e->val = block;
+	e->voff = (uint32_t)voff;
+	e->next = NULL;
+	*pp = e;
+	*stored = e->key;
+	if (++h->n > h->nb)
+		htab_resize(h, h->nb * 2);
+	return block;
 }
 
 void *htab_del(struct htab *h, const char *key)
@@ -311,8 +345,8 @@ void *htab_del(struct htab *h, const char *key)
 	if (e == NULL)
 		return NULL;
 	*pp = e->next;
-	val = e->val;
-	free(e);
+	val = e->voff != 0 ? NULL : e->val; /* an inline value goes with its entry */
+	hent_free(e);
 	h->n--;
 	if (h->walking == 0 && h->nb > 16 && h->n < h->nb / 8)
 		htab_resize(h, h->nb / 2);

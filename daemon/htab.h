@@ -32,7 +32,16 @@ void htab_free(struct htab *h);
 void *htab_get(const struct htab *h, const char *key);
 /* htab_put - insert or replace; false on allocation failure. */
 bool htab_put(struct htab *h, const char *key, void *val);
-/* htab_del - remove; returns the value that was there, or NULL. */
+/*
+ * htab_put_inline - a new entry whose value lives in the entry's own block:
+ * valsize zeroed bytes, returned (NULL when the key is there already or
+ * memory runs out). *stored is the table's copy of the key, which lives as
+ * long as the entry. One allocation for key, entry and value: the per-key
+ * tables' form. htab_del and htab_free free the value with the entry.
+ */
+void *htab_put_inline(struct htab *h, const char *key, size_t valsize, const char **stored);
+
+/* htab_del - remove; returns the value that was there (NULL for an inline one). */
 void *htab_del(struct htab *h, const char *key);
 size_t htab_count(const struct htab *h);
 

@@ -93,21 +93,41 @@ bool lim_rule_applies(const struct conf_scope *cs, size_t i, const struct conf_c
 	return false;
 }
 
+size_t lim_state_size(const struct conf_scope *cs)
+{
+	return sizeof(struct lim_state) + cs->nrules * sizeof(struct strat_state);
+}
+
+void lim_state_init(struct lim_state *st, const struct conf_scope *cs)
+{
+	memset(st, 0, lim_state_size(cs));
+	st->nrules = (uint32_t)cs->nrules;
+}
+
 struct lim_state *lim_state_new(const struct conf_scope *cs)
 {
-	struct lim_state *st = calloc(1, sizeof(*st) + cs->nrules * sizeof(st->rules[0]));
+	struct lim_state *st = malloc(lim_state_size(cs));
 
 	if (st != NULL)
-		st->nrules = cs->nrules;
+		lim_state_init(st, cs);
 	return st;
+}
+
+void lim_state_clear(struct lim_state *st)
+{
+	free(st->quota);
+	free(st->leases);
+	st->quota = NULL;
+	st->leases = NULL;
+	st->quota_n = st->quota_cap = st->quota_head = 0;
+	st->nleases = st->leases_cap = 0;
 }
 
 void lim_state_free(struct lim_state *st)
 {
 	if (st == NULL)
 		return;
-	free(st->quota);
-	free(st->leases);
+	lim_state_clear(st);
 	free(st);
 }
 

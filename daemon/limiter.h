@@ -34,14 +34,14 @@ struct lim_lease {
 };
 
 struct lim_state {
-	int64_t next_at;       /* min_delay: no admission before this */
-	int64_t penalty_until; /* penalize: no admission before this */
-	int64_t last_ms;       /* last time anything was booked */
-	int64_t *quota;	       /* admission instants, ring, oldest at head */
-	size_t quota_head, quota_n, quota_cap;
+	int64_t next_at;	  /* min_delay: no admission before this */
+	int64_t penalty_until;	  /* penalize: no admission before this */
+	int64_t last_ms;	  /* last time anything was booked */
+	int64_t *quota;		  /* admission instants, ring, oldest at head */
 	struct lim_lease *leases; /* in flight, when the scope tracks them */
-	size_t nleases, leases_cap;
-	size_t nrules;
+	uint32_t quota_head, quota_n, quota_cap;
+	uint32_t nleases, leases_cap;
+	uint32_t nrules;
 	struct strat_state rules[]; /* one per conf rule, same index */
 };
 
@@ -114,6 +114,11 @@ static inline bool lim_wait_longer(int64_t a, int64_t b)
 
 struct lim_state *lim_state_new(const struct conf_scope *cs);
 void lim_state_free(struct lim_state *st);
+/* In place (a key's state lives in its table entry): size, init, and
+ * lim_state_clear, which frees what the state holds but not the state. */
+size_t lim_state_size(const struct conf_scope *cs);
+void lim_state_init(struct lim_state *st, const struct conf_scope *cs);
+void lim_state_clear(struct lim_state *st);
 
 /* lim_tracks_leases - true when the scope keeps the set of leases in flight. */
 bool lim_tracks_leases(const struct conf_scope *cs);

@@ -18,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Where a kq's limiter state starts in its block (8-byte aligned). */
+#define KQ_LIM_OFF ((sizeof(struct kq) + 7) & ~(size_t)7)
+
 bool scopes_init(struct admitd *ad)
 {
 	size_t i;
@@ -69,19 +72,19 @@ struct scope_rt *scope_find(struct admitd *ad, const char *name)
 struct kq *kq_get(struct scope_rt *sc, const char *key)
 {
 	struct kq *kq = htab_get(sc->keys, key);
+	const char *kq_key;
 
 	if (kq != NULL)
 		return kq;
-	kq = calloc(1, sizeof(*kq));
+	/* One allocation: the table's entry, its key, the kq and its limiter
+	 * state (about 250 bytes for a one-rule scope and a host name). */
+	kq = htab_put_inline(sc->keys, key, KQ_LIM_OFF + lim_state_size(sc->cs), &kq_key);
 	if (kq == NULL)
 		return NULL;
-	kq->key = strdup(key);
-	if (kq->key == NULL || !htab_put(sc->keys, key, kq)) {
-		free(kq->key);
-		free(kq);
-		return NULL;
-	}
+	kq->key = kq_key;
 	kq->sc = sc;
+	kq->lim = (struct lim_state *)(void *)((char *)kq + KQ_LIM_OFF);
+	lim_state_init(kq->lim, sc->cs);
 	TAILQ_INIT(&kq->waiters);
 	return kq;
 }
@@ -100,8 +103,8 @@ static void kq_sweep_one(void *arg, const char *key, void *val)
 		return;
 	if (kq->lim != NULL && !lim_idle(kq->lim, sw->sc->cs, sw->now))
 		return;
-	htab_del(sw->sc->keys, key);
 	waitq_free_kq(kq);
+	htab_del(sw->sc->keys, key); /* frees kq, which lives in the entry */
 }
 
 void kq_sweep(struct admitd *ad)

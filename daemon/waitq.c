@@ -539,7 +539,9 @@ void waitq_free_kq(struct kq *kq)
 	}
 	if (kq->retry_ev != NULL)
 		event_free(kq->retry_ev);
-	lim_state_free(kq->lim);
-	free(kq->key);
-	free(kq);
+	kq->retry_ev = NULL;
+	if (kq->lim != NULL)
+		lim_state_clear(kq->lim);
+	/* kq itself, its key and its limiter state live in its key table's entry
+	 * (htab_put_inline) */
 }
