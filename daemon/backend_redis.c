@@ -187,6 +187,40 @@ static size_t rb_keys(struct rargs *a, const struct backend *b, const struct con
 	return 3 + nr;
 }
 
+/*
+ * The pool connection a (scope, key)'s calls go on, so that they run in
+ * the order this daemon sent them (an acquire, its release, an inspect).
+ * Not a secret: a crafted key can only choose a connection.
+ */
+static unsigned rb_affinity(const struct conf_scope *cs, const char *key)
+{
+	uint32_t h = 2166136261u;
+	const char *p;
+
+	for (p = cs->name; *p; p++)
+		h = (h ^ (unsigned char)*p) * 16777619u;
+	h = (h ^ ':') * 16777619u;
+	for (p = key; *p; p++)
+		h = (h ^ (unsigned char)*p) * 16777619u;
+	return h | 1u; /* never 0: 0 means any connection */
+}
+
+/* One EVALSHA on the connection of (cs, key). */
+static int rb_eval(struct backend *b, const struct conf_scope *cs, const char *key, int script,
+		   const struct rargs *a, size_t nkeys, rpool_cb *cb, void *arg)
+{
+	struct rpool_call one = { .affinity = rb_affinity(cs, key),
+				  .script = (size_t)script,
+				  .nkeys = nkeys,
+				  .argc = a->n,
+				  .argv = (const char *const *)a->v,
+				  .argvlen = a->len,
+				  .cb = cb,
+				  .arg = arg };
+
+	return rpool_eval_multi(b->pool, 1, &one);
+}
+
 /* Which rules of cs apply to cls: their indexes, in conf order. */
 static size_t rb_rules(const struct conf_scope *cs, const struct conf_class *cls, size_t *out)
 {
@@ -552,7 +586,7 @@ static bool rb_rel_send(struct rb_rel *r)
 	struct rpool_call calls[PROTO_MAX_TARGETS];
 	struct lim_tokens tk[PROTO_MAX_TOKENS], rs[PROTO_MAX_TOKENS];
 	struct rb_settle se = { .tokens = tk, .reserve = rs };
-	size_t i, n = 0;
+	size_t i, n = 0, sent;
 	int script = b->s_release;
 	bool ok = true;
 
@@ -569,7 +603,8 @@ static bool rb_rel_send(struct rb_rel *r)
 				r->x2[i], &nkeys);
 		if (a[n].oom)
 			ok = false;
-		calls[n] = (struct rpool_call){ .script = (size_t)script,
+		calls[n] = (struct rpool_call){ .affinity = rb_affinity(r->t[i].cs, r->t[i].key),
+						.script = (size_t)script,
 						.nkeys = nkeys,
 						.argc = a[n].n,
 						.argv = (const char *const *)a[n].v,
@@ -578,17 +613,30 @@ static bool rb_rel_send(struct rb_rel *r)
 						.arg = r };
 		n++;
 	}
-	r->pending = n;
 	r->held = 0;
 	r->unknown = false;
-	/* All targets of one lease go in one pipelined round trip. */
-	if (ok && n > 0 && rpool_eval_multi(b->pool, n, calls) != 0)
-		ok = false;
+	/*
+	 * Each target on its key's connection, after what this daemon sent for
+	 * that key before (all in this loop pass: one round trip of wall time).
+	 * Once one is accepted the record is the pool's: a target that could not
+	 * be sent then is settled as an unknown outcome (reconciled).
+	 */
+	sent = 0;
+	for (i = 0; ok && i < n; i++) {
+		r->pending = sent + 1; /* a callback never runs inside the call */
+		if (rpool_eval_multi(b->pool, 1, &calls[i]) == 0)
+			sent++;
+		else if (sent > 0)
+			r->unknown = true;
+		else
+			ok = false;
+	}
+	r->pending = sent;
 	for (i = 0; i < n; i++)
 		rargs_clear(&a[i]);
 	if (!ok)
 		return false;
-	if (n == 0)
+	if (sent == 0)
 		rb_rel_done(r);
 	return true;
 }
@@ -883,8 +931,7 @@ void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms)
 	}
 	ff->b = b;
 	ff->op = RB_OP_PENALIZE;
-	if (rpool_eval(b->pool, (size_t)b->s_penalize, 1, a.n, (const char *const *)a.v, a.len,
-		       rb_ff_cb, ff) != 0) {
+	if (rb_eval(b, kq->sc->cs, kq->key, b->s_penalize, &a, 1, rb_ff_cb, ff) != 0) {
 		free(ff);
 		rb_failed(b, RB_OP_PENALIZE, RP_CONN, NULL);
 	}
@@ -960,8 +1007,7 @@ bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *
 	nkeys = rb_keys(&a, b, cs, kq->key, idx, rb_rules(cs, cls, idx));
 	rargs_add(&a, "%lld", (long long)(cs->quota > 0 ? cs->quota_window_ms : 0));
 	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .cls = cls, .insp_cb = cb, .arg = arg };
-	ok = !a.oom && rpool_eval(b->pool, (size_t)b->s_inspect, nkeys, a.n,
-				  (const char *const *)a.v, a.len, rb_inspect_cb, x) == 0;
+	ok = !a.oom && rb_eval(b, cs, kq->key, b->s_inspect, &a, nkeys, rb_inspect_cb, x) == 0;
 out:
 	if (!ok)
 		free(x);
@@ -991,8 +1037,7 @@ bool backend_reset(struct backend *b, struct kq *kq, eng_reset_cb *cb, void *arg
 		goto out;
 	rb_key(&a, b, kq->sc->cs, kq->key, "s", -1);
 	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .reset_cb = cb, .arg = arg };
-	ok = !a.oom && rpool_eval(b->pool, (size_t)b->s_reset, 1, a.n, (const char *const *)a.v,
-				  a.len, rb_reset_cb, x) == 0;
+	ok = !a.oom && rb_eval(b, kq->sc->cs, kq->key, b->s_reset, &a, 1, rb_reset_cb, x) == 0;
 out:
 	if (!ok)
 		free(x);
@@ -1216,7 +1261,9 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		}
 		part->q = q;
 		part->i = i;
-		calls[i] = (struct rpool_call){ .script = (size_t)b->s_acquire,
+		calls[i] = (struct rpool_call){ .affinity = rb_affinity(w->t[0].kq->sc->cs,
+									w->t[0].kq->key),
+						.script = (size_t)b->s_acquire,
 						.nkeys = nkeys,
 						.argc = a[i].n,
 						.argv = (const char *const *)a[i].v,
@@ -1339,8 +1386,8 @@ bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n
 	q->arg = arg;
 	not_after = rb_not_after(b, &q->not_after_mono);
 	rb_acquire_args(&a, b, &ws[0]->t[0], ids, n, not_after, NULL, 0, &nkeys);
-	if (a.oom || rpool_eval(b->pool, (size_t)b->s_acquire, nkeys, a.n, (const char *const *)a.v,
-				a.len, rb_batch_cb, q) != 0) {
+	if (a.oom || rb_eval(b, ws[0]->t[0].kq->sc->cs, ws[0]->t[0].kq->key, b->s_acquire, &a,
+			     nkeys, rb_batch_cb, q) != 0) {
 		free(q);
 		rargs_clear(&a);
 		return false;

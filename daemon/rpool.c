@@ -835,14 +835,22 @@ bool rpool_up(const struct rpool *p)
 	return false;
 }
 
-static struct rp_conn *pick_conn(struct rpool *p)
+/*
+ * A ready connection: for affinity A > 0, the A-th one (or the next ready
+ * after it), so that calls with the same affinity run in the order sent
+ * while that connection lives; for 0, round robin.
+ */
+static struct rp_conn *pick_conn(struct rpool *p, unsigned affinity)
 {
+	int start = affinity != 0 ? (int)(affinity % (unsigned)p->nconns) : p->rr;
+
 	if (p->freeing)
 		return NULL;
 	for (int i = 0; i < p->nconns; i++) {
-		struct rp_conn *c = &p->conns[(p->rr + i) % p->nconns];
+		struct rp_conn *c = &p->conns[(start + i) % p->nconns];
 		if (c->state == CS_READY && !c->reap) {
-			p->rr = (c->idx + 1) % p->nconns;
+			if (affinity == 0)
+				p->rr = (c->idx + 1) % p->nconns;
 			return c;
 		}
 	}
@@ -876,7 +884,7 @@ int rpool_command(struct rpool *p, size_t argc, const char *const *argv, const s
 
 	if (argc == 0 || !args_ok(argc, argv) || cb == NULL)
 		return -1;
-	c = pick_conn(p);
+	c = pick_conn(p, 0);
 	if (c == NULL)
 		return -1;
 	call = call_new(p, 0, NULL, argc, argv, argvlen, cb, arg);
@@ -901,7 +909,7 @@ int rpool_eval_multi(struct rpool *p, size_t ncalls, const struct rpool_call *ca
 		if (calls[i].script >= p->nscripts || calls[i].nkeys > calls[i].argc ||
 		    !args_ok(calls[i].argc, calls[i].argv) || calls[i].cb == NULL)
 			return -1;
-	c = pick_conn(p);
+	c = pick_conn(p, ncalls > 0 ? calls[0].affinity : 0);
 	if (c == NULL || ncalls == 0)
 		return c == NULL ? -1 : 0;
 	built = calloc(ncalls, sizeof(*built));

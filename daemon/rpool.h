@@ -105,6 +105,7 @@ int rpool_command(struct rpool *p, size_t argc, const char *const *argv, const s
  * one round trip. cb is called once per call, in order (same status rules).
  */
 struct rpool_call {
+	unsigned affinity; /* > 0: calls with the same one keep their order (one connection) */
 	size_t script;
 	size_t nkeys;
 	size_t argc;
