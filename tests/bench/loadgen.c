@@ -6,27 +6,35 @@
  * loadgen.c - closed-loop load generator for the admitd benchmarks.
  *
  *   loadgen -s SOCKET -S SCOPE [-c CONNS] [-k KEYS] [-d SECONDS] [-w WARMUP_S]
- *           [-n PAIRS] [-t TIMEOUT_MS]
+ *           [-n PAIRS] [-t TIMEOUT_MS] [-H CDF_FILE]
  *
  * Owns: CONNS connections to admitd's socket, each running acquire then
  * release in a loop (one request in flight per connection, no pipelining),
- * on key "k<i % KEYS>", and its own clock (CLOCK_MONOTONIC) for latencies.
- * One thread and poll(2): the generator must cost less than what it measures,
- * which a Python client would not.
+ * on key "k<i % KEYS>" (KEYS defaults to CONNS: distinct keys; -k 1 is one
+ * hot key), and its own clock (CLOCK_MONOTONIC) for latencies. One thread
+ * and epoll(7): the generator must cost less than what it measures, which a
+ * Python client would not, and must not cost more per wakeup at 256
+ * connections than at 16 (poll(2) would).
+ *
+ * The same loop drives tests/bench/echo (a fixed reply per line), which is
+ * how the benchmark measures the bare cost of a Unix-socket round trip.
  *
  * Time mode (default): load for WARMUP_S + SECONDS; only pairs completed in
  * the SECONDS after the warmup are counted. Count mode (-n): exactly PAIRS
  * acquires are sent (then released), no warmup; used to count Redis calls.
  *
- * Output: one JSON line on stdout (see lg_report). Exit 0 when every request
- * was answered, 1 when a connection failed or the drain timed out, 2 on usage.
+ * Output: one JSON line on stdout (see lg_report); with -H, the acquire
+ * latency distribution of the measured window as "quantile microseconds"
+ * lines in CDF_FILE (for the plot). A release answered "held":false (a lease
+ * that was not the one admitd issued) is counted as unheld. Exit 0 when
+ * every request was answered, 1 when a connection failed or the drain timed
+ * out, 2 on usage.
  */
 
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -34,14 +42,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #define LG_RBUF	    8192
-#define LG_WBUF	    512
-#define LG_LEASE    64
+#define LG_WBUF	    1024
+#define LG_LEASE    512
 #define LG_MAX_ERR  8
 #define LG_DRAIN_NS (5 * 1000000000LL)
 
@@ -55,6 +64,7 @@ struct lg_conn {
 	size_t rlen;
 	char wbuf[LG_WBUF];
 	size_t wlen, woff;
+	bool want_out; /* EPOLLOUT registered */
 	int64_t t_acq; /* acquire sent */
 	int64_t t_rel; /* release sent */
 	uint64_t next_id;
@@ -69,7 +79,7 @@ struct lg_samples {
 
 struct lg {
 	/* options */
-	const char *sock, *scope;
+	const char *sock, *scope, *cdf_path;
 	int conns, keys, timeout_ms;
 	double seconds, warmup;
 	long long pairs_target; /* count mode when > 0 */
@@ -77,7 +87,8 @@ struct lg {
 	struct lg_conn *c;
 	int64_t t0, win_start, win_end;
 	bool stopping;
-	long long sent, admitted, pairs, pairs_all, release_errors;
+	int ep;
+	long long sent, admitted, pairs, pairs_all, release_errors, unheld;
 	long long via_redis, via_local, via_fallback, via_other;
 	struct {
 		char name[32];
@@ -154,14 +165,38 @@ static void lg_count_error(struct lg *g, const char *line)
 	g->err[i].n++;
 }
 
-/* Queue one request line on c and try to write it now. */
-static bool lg_send(struct lg_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Ask epoll for EPOLLOUT on c exactly while it has bytes it could not write. */
+static bool lg_want_out(struct lg *g, struct lg_conn *c, bool want)
+{
+	struct epoll_event ev = { .events = EPOLLIN | (want ? EPOLLOUT : 0), .data.ptr = c };
 
-static bool lg_send(struct lg_conn *c, const char *fmt, ...)
+	if (c->want_out == want)
+		return true;
+	c->want_out = want;
+	return epoll_ctl(g->ep, EPOLL_CTL_MOD, c->fd, &ev) == 0;
+}
+
+static bool lg_flush(struct lg *g, struct lg_conn *c)
+{
+	ssize_t w = write(c->fd, c->wbuf + c->woff, c->wlen - c->woff);
+
+	if (w < 0) {
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return false;
+		w = 0;
+	}
+	c->woff += (size_t)w;
+	return lg_want_out(g, c, c->woff < c->wlen);
+}
+
+/* Queue one request line on c and try to write it now. */
+static bool lg_send(struct lg *g, struct lg_conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static bool lg_send(struct lg *g, struct lg_conn *c, const char *fmt, ...)
 {
 	va_list ap;
 	int n;
-	ssize_t w;
 
 	va_start(ap, fmt);
 	n = vsnprintf(c->wbuf, sizeof(c->wbuf), fmt, ap);
@@ -170,21 +205,7 @@ static bool lg_send(struct lg_conn *c, const char *fmt, ...)
 		return false;
 	c->wlen = (size_t)n;
 	c->woff = 0;
-	w = write(c->fd, c->wbuf, c->wlen);
-	if (w < 0)
-		return errno == EAGAIN || errno == EWOULDBLOCK;
-	c->woff = (size_t)w;
-	return true;
-}
-
-static bool lg_flush(struct lg_conn *c)
-{
-	ssize_t w = write(c->fd, c->wbuf + c->woff, c->wlen - c->woff);
-
-	if (w < 0)
-		return errno == EAGAIN || errno == EWOULDBLOCK;
-	c->woff += (size_t)w;
-	return true;
+	return lg_flush(g, c);
 }
 
 /* Start the next acquire on c, or leave it idle when the run is over. */
@@ -197,7 +218,7 @@ static bool lg_next(struct lg *g, struct lg_conn *c)
 	c->st = LG_ACQ;
 	c->t_acq = lg_now();
 	g->sent++;
-	return lg_send(c,
+	return lg_send(g, c,
 		       "{\"op\":\"acquire\",\"scope\":\"%s\",\"key\":\"k%d\",\"id\":%" PRIu64
 		       ",\"timeout_ms\":%d}\n",
 		       g->scope, c->key, c->next_id++, g->timeout_ms);
@@ -248,16 +269,23 @@ static bool lg_reply(struct lg *g, struct lg_conn *c, const char *line)
 			n++;
 		}
 		c->lease[n] = '\0';
+		if (p[n] != '"') {
+			/* Releasing a truncated lease would release nothing. */
+			fprintf(stderr, "loadgen: a lease longer than %d bytes\n", LG_LEASE);
+			return false;
+		}
 		if (lg_in_window(g, c->t_acq) && lg_in_window(g, t) &&
 		    !lg_sample(&g->acq, t - c->t_acq))
 			return false;
 		c->st = LG_REL;
 		c->t_rel = t;
-		return lg_send(c, "{\"op\":\"release\",\"lease\":\"%s\"}\n", c->lease);
+		return lg_send(g, c, "{\"op\":\"release\",\"lease\":\"%s\"}\n", c->lease);
 	}
 	if (c->st == LG_REL) {
 		if (!ok)
 			g->release_errors++;
+		else if (strstr(line, "\"held\":false") != NULL)
+			g->unheld++;
 		g->pairs_all++;
 		if (lg_in_window(g, t)) {
 			g->pairs++;
@@ -278,7 +306,7 @@ static bool lg_read(struct lg *g, struct lg_conn *c)
 	if (r < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
 	if (r == 0) {
-		fprintf(stderr, "loadgen: admitd closed a connection\n");
+		fprintf(stderr, "loadgen: the server closed a connection\n");
 		return false;
 	}
 	c->rlen += (size_t)r;
@@ -307,7 +335,7 @@ static int lg_connect(const char *path)
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -1;
 	memcpy(sa.sun_path, path, strlen(path) + 1);
-	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
@@ -328,19 +356,18 @@ static bool lg_all_idle(const struct lg *g)
 	return true;
 }
 
-/* The poll loop: run until the end of the window (or PAIRS sent), then drain. */
+#define LG_EVENTS 256
+
+/* The event loop: run until the end of the window (or PAIRS sent), then drain. */
 static bool lg_run(struct lg *g)
 {
-	struct pollfd *pf = calloc((size_t)g->conns, sizeof(*pf));
+	struct epoll_event ev[LG_EVENTS];
 	int64_t drain_until = 0;
-	bool ok = false;
 	int i;
 
-	if (pf == NULL)
-		return false;
 	for (i = 0; i < g->conns; i++)
 		if (!lg_next(g, &g->c[i]))
-			goto done;
+			return false;
 	for (;;) {
 		int64_t now = lg_now();
 		int tmo = 100, n;
@@ -350,37 +377,50 @@ static bool lg_run(struct lg *g)
 		}
 		if (g->pairs_target > 0 && drain_until == 0 && g->sent >= g->pairs_target)
 			drain_until = now + LG_DRAIN_NS;
-		if (lg_all_idle(g))
+		/* Every connection has one request in flight until the run stops:
+		 * only then can they all be idle, so the O(conns) check waits. */
+		if (drain_until != 0 && lg_all_idle(g))
 			break;
 		if (drain_until != 0 && now >= drain_until) {
 			fprintf(stderr, "loadgen: replies still missing after the drain\n");
-			goto done;
+			return false;
 		}
 		if (!g->stopping && g->pairs_target <= 0 && (g->win_end - now) / 1000000 < tmo)
 			tmo = (int)((g->win_end - now) / 1000000) + 1;
-		for (i = 0; i < g->conns; i++) {
-			pf[i].fd = g->c[i].fd;
-			pf[i].events = POLLIN | (g->c[i].woff < g->c[i].wlen ? POLLOUT : 0);
-			pf[i].revents = 0;
-		}
-		n = poll(pf, (nfds_t)g->conns, tmo);
+		n = epoll_wait(g->ep, ev, LG_EVENTS, tmo);
 		if (n < 0 && errno != EINTR) {
-			perror("loadgen: poll");
-			goto done;
+			perror("loadgen: epoll_wait");
+			return false;
 		}
-		for (i = 0; i < g->conns && n > 0; i++) {
-			if (pf[i].revents == 0)
-				continue;
-			if ((pf[i].revents & POLLOUT) && !lg_flush(&g->c[i]))
-				goto done;
-			if ((pf[i].revents & (POLLIN | POLLHUP | POLLERR)) && !lg_read(g, &g->c[i]))
-				goto done;
+		for (i = 0; i < n; i++) {
+			struct lg_conn *c = ev[i].data.ptr;
+			if ((ev[i].events & EPOLLOUT) && !lg_flush(g, c))
+				return false;
+			if ((ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !lg_read(g, c))
+				return false;
 		}
 	}
-	ok = true;
-done:
-	free(pf);
-	return ok;
+	return true;
+}
+
+/* The acquire latency distribution, for the plot: "quantile microseconds". */
+static bool lg_write_cdf(const struct lg *g)
+{
+	FILE *f = fopen(g->cdf_path, "w");
+	int i;
+
+	if (f == NULL) {
+		perror("loadgen: -H");
+		return false;
+	}
+	fprintf(f, "# acquire latency of %zu samples: quantile microseconds\n", g->acq.n);
+	if (g->acq.n > 0) {
+		for (i = 0; i < 1000; i++)
+			fprintf(f, "%.3f %u\n", i / 1000.0, lg_quantile(&g->acq, i / 1000.0));
+		fprintf(f, "0.9995 %u\n0.9999 %u\n1.000 %u\n", lg_quantile(&g->acq, 0.9995),
+			lg_quantile(&g->acq, 0.9999), lg_quantile(&g->acq, 1.0));
+	}
+	return fclose(f) == 0;
 }
 
 static void lg_report(struct lg *g, double elapsed_s)
@@ -388,38 +428,41 @@ static void lg_report(struct lg *g, double elapsed_s)
 	double secs = g->pairs_target > 0 ? elapsed_s : g->seconds;
 	size_t i;
 
-	if (g->acq.n > 0)
-		qsort(g->acq.v, g->acq.n, sizeof(uint32_t), lg_cmp_u32);
-	if (g->pair.n > 0)
-		qsort(g->pair.v, g->pair.n, sizeof(uint32_t), lg_cmp_u32);
-	printf("{\"conns\":%d,\"keys\":%d,\"seconds\":%.3f,\"pairs\":%lld,\"pairs_per_s\":%.1f,"
-	       "\"sent\":%lld,\"admitted\":%lld,\"pairs_all\":%lld,\"release_errors\":%lld,"
+	printf("{\"conns\":%d,\"keys\":%d,\"seconds\":%.3f,\"elapsed_s\":%.3f,\"pairs\":%lld,"
+	       "\"pairs_per_s\":%.1f,\"sent\":%lld,\"admitted\":%lld,\"pairs_all\":%lld,"
+	       "\"release_errors\":%lld,\"unheld\":%lld,"
 	       "\"backend\":{\"redis\":%lld,\"local\":%lld,\"fallback\":%lld,\"other\":%lld},"
 	       "\"errors\":{",
-	       g->conns, g->keys, secs, g->pairs, secs > 0 ? (double)g->pairs / secs : 0.0, g->sent,
-	       g->admitted, g->pairs_all, g->release_errors, g->via_redis, g->via_local,
-	       g->via_fallback, g->via_other);
+	       g->conns, g->keys, secs, elapsed_s, g->pairs,
+	       secs > 0 ? (double)g->pairs / secs : 0.0, g->sent, g->admitted, g->pairs_all,
+	       g->release_errors, g->unheld, g->via_redis, g->via_local, g->via_fallback,
+	       g->via_other);
 	for (i = 0; i < g->nerr; i++)
 		printf("%s\"%s\":%lld", i ? "," : "", g->err[i].name, g->err[i].n);
-	printf("},\"acquire_us\":{\"p50\":%u,\"p99\":%u,\"max\":%u},"
-	       "\"pair_us\":{\"p50\":%u,\"p99\":%u,\"max\":%u}}\n",
-	       lg_quantile(&g->acq, 0.5), lg_quantile(&g->acq, 0.99), lg_quantile(&g->acq, 1.0),
-	       lg_quantile(&g->pair, 0.5), lg_quantile(&g->pair, 0.99), lg_quantile(&g->pair, 1.0));
+	printf("},\"acquire_us\":{\"n\":%zu,\"p50\":%u,\"p90\":%u,\"p99\":%u,\"p999\":%u,"
+	       "\"max\":%u},"
+	       "\"pair_us\":{\"n\":%zu,\"p50\":%u,\"p99\":%u,\"max\":%u}}\n",
+	       g->acq.n, lg_quantile(&g->acq, 0.5), lg_quantile(&g->acq, 0.9),
+	       lg_quantile(&g->acq, 0.99), lg_quantile(&g->acq, 0.999), lg_quantile(&g->acq, 1.0),
+	       g->pair.n, lg_quantile(&g->pair, 0.5), lg_quantile(&g->pair, 0.99),
+	       lg_quantile(&g->pair, 1.0));
 }
 
 static void lg_usage(void)
 {
 	fprintf(stderr, "usage: loadgen -s SOCKET -S SCOPE [-c CONNS] [-k KEYS] [-d SECONDS]\n"
-			"               [-w WARMUP_S] [-n PAIRS] [-t TIMEOUT_MS]\n");
+			"               [-w WARMUP_S] [-n PAIRS] [-t TIMEOUT_MS] [-H CDF_FILE]\n");
 }
 
 int main(int argc, char **argv)
 {
-	struct lg g = { .conns = 16, .keys = 0, .timeout_ms = 1000, .seconds = 3.0, .warmup = 0.5 };
+	struct lg g = {
+		.conns = 16, .keys = 0, .timeout_ms = 1000, .seconds = 3.0, .warmup = 0.5, .ep = -1
+	};
 	int opt, i, rc = 1;
 	int64_t t_end;
 
-	while ((opt = getopt(argc, argv, "s:S:c:k:d:w:n:t:")) != -1) {
+	while ((opt = getopt(argc, argv, "s:S:c:k:d:w:n:t:H:")) != -1) {
 		switch (opt) {
 		case 's': g.sock = optarg; break;
 		case 'S': g.scope = optarg; break;
@@ -429,27 +472,34 @@ int main(int argc, char **argv)
 		case 'w': g.warmup = atof(optarg); break;
 		case 'n': g.pairs_target = atoll(optarg); break;
 		case 't': g.timeout_ms = atoi(optarg); break;
+		case 'H': g.cdf_path = optarg; break;
 		default: lg_usage(); return 2;
 		}
 	}
-	if (g.sock == NULL || g.scope == NULL || g.conns < 1 || g.seconds <= 0 || g.warmup < 0 ||
-	    strlen(g.scope) > 64) {
+	if (g.sock == NULL || g.scope == NULL || g.conns < 1 || g.conns > 100000 ||
+	    g.seconds <= 0 || g.warmup < 0 || strlen(g.scope) > 64) {
 		lg_usage();
 		return 2;
 	}
 	if (g.keys <= 0)
 		g.keys = g.conns;
 	signal(SIGPIPE, SIG_IGN);
+	g.ep = epoll_create1(EPOLL_CLOEXEC);
 	g.c = calloc((size_t)g.conns, sizeof(*g.c));
-	if (g.c == NULL)
+	if (g.ep < 0 || g.c == NULL)
 		goto cleanup;
 	for (i = 0; i < g.conns; i++)
 		g.c[i].fd = -1;
 	for (i = 0; i < g.conns; i++) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &g.c[i] };
 		g.c[i].key = i % g.keys;
 		g.c[i].fd = lg_connect(g.sock);
 		if (g.c[i].fd < 0) {
 			fprintf(stderr, "loadgen: connect %s: %s\n", g.sock, strerror(errno));
+			goto cleanup;
+		}
+		if (epoll_ctl(g.ep, EPOLL_CTL_ADD, g.c[i].fd, &ev) != 0) {
+			perror("loadgen: epoll_ctl");
 			goto cleanup;
 		}
 	}
@@ -463,13 +513,21 @@ int main(int argc, char **argv)
 	}
 	g.failed = !lg_run(&g);
 	t_end = lg_now();
+	if (g.acq.n > 0)
+		qsort(g.acq.v, g.acq.n, sizeof(uint32_t), lg_cmp_u32);
+	if (g.pair.n > 0)
+		qsort(g.pair.v, g.pair.n, sizeof(uint32_t), lg_cmp_u32);
 	lg_report(&g, (double)(t_end - g.t0) / 1e9);
+	if (g.cdf_path != NULL && !lg_write_cdf(&g))
+		g.failed = true;
 	rc = g.failed ? 1 : 0;
 cleanup:
 	if (g.c != NULL)
 		for (i = 0; i < g.conns; i++)
 			if (g.c[i].fd >= 0)
 				close(g.c[i].fd);
+	if (g.ep >= 0)
+		close(g.ep);
 	free(g.c);
 	free(g.acq.v);
 	free(g.pair.v);

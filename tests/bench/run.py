@@ -1,27 +1,55 @@
 #!/usr/bin/env python3
-"""run.py - admitd benchmarks: throughput as ratios against a Redis ceiling,
-and two Redis call counts that must hold. Stdlib only. `make bench` runs it.
+"""run.py - admitd's benchmark: one run, one table, one picture, measuring
+admitd against what a user would use instead, plus two Redis call counts
+that must hold. Stdlib only (the peers bring their own). `make bench` runs it.
 
-Owns: one process tree per run (a redis-server on a Unix socket in a temp
-dir, admitd in redis mode, a second admitd in redis mode for the FIFO count,
-admitd in local mode, redis-benchmark and tests/bench/loadgen), the
-measurements, the table on stdout and tests/bench/results/latest.json.
+Owns: one process tree per run (one redis-server on a Unix socket in a temp
+dir, admitd in redis mode (pod A), a second one for the FIFO count (pod B),
+admitd in local mode, tests/bench/echo, and the load: redis-benchmark,
+tests/bench/loadgen, tests/bench/peers/rlf.js, tests/bench/peers/
+limits_bench.py), the measurements, the table on stdout, and
+tests/bench/results/ (latest.json, table.md, bench.png and its data).
 
-Throughput (timings: reported, never asserted):
-  ceiling.acquire  redis-benchmark running EVALSHA of the daemon's own
-                   acquire script (strategy.lua + acquire.lua, concatenated
-                   as daemon/gen_scripts.sh does) with the exact KEYS/ARGV
-                   admitd sent for the bench scope (captured with MONITOR),
-                   a fresh random lease id per call: script calls/s.
-  ceiling.ping     redis-benchmark PING, for context.
-  redis.spread     loadgen -> admitd (redis mode), CONNS connections on
-                   CONNS keys: acquire+release pairs/s. On the bench scope a
-                   release books nothing, so one pair is one script call, and
-                   ratio = pairs/s / ceiling calls/s (of the same repetition).
-  redis.hot        the same on one key: admitd's per-key FIFO lets only the
-                   head ask Redis, so this is bounded by one round trip at a time.
-  local.spread     loadgen -> admitd (local mode): pairs/s, absolute.
-Each is repeated --reps times, interleaved; medians, min and max are quoted.
+Throughput (timings: reported, never asserted), every row repeated --reps
+times, interleaved (each repetition runs every row once), quoted as the
+median with min and max. The unit is admissions/s: one acquire+release pair
+for admitd, one script call for a ceiling, one consume()/hit() for a peer.
+  ceiling   redis-benchmark, 64 connections, EVALSHA of tests/bench/bucket.lua
+            (a plain token bucket: TIME, HMGET, HSET, PEXPIRE on one hash per
+            key): random keys -P 1 and -P 16, one hot key -P 16; and for
+            context the daemon's own acquire script (scripts/lib + acquire.lua
+            with the KEYS/ARGV admitd sent, captured with MONITOR), random keys
+            -P 16.
+  echo      tests/bench/echo (a fixed reply per request line) driven by the
+            loadgen at 16 connections: the cost of the Unix-socket round trips
+            alone, in round trips/s (a pair is two).
+  admitd    loadgen -> admitd local / admitd on Redis, at each of --conns
+            connections, distinct keys (one per connection) and one hot key,
+            on scope `tb` (one rule, requests token-bucket 1000000/1s: every
+            call admits, a refusal would be cheaper work).
+  peers     rate-limiter-flexible (npm, on ioredis; `npm ci` from the
+            committed package-lock.json into tests/bench/peers/node_modules)
+            and Debian's python3-limits (RedisStorage, --limits-strategy),
+            --peer-conc loops/threads, distinct keys and one hot key, against
+            the same Redis. Skipped with a row saying why when node/npm or the
+            package is missing.
+  columns   ratio to the matching ceiling (distinct -> bucket.lua random
+            -P 16, hot -> bucket.lua hot -P 16, admitd local -> echo pairs/s),
+            ratio to rate-limiter-flexible (same keys), p50/p99 latency
+            (admitd: acquire, from the loadgen's clock; ceilings: per call,
+            from redis-benchmark; peers: per consume/hit), admitd's CPU per
+            request (/proc/PID/stat utime+stime over the run / requests),
+            Redis EVALSHA calls and Redis CPU per admission (INFO
+            commandstats and /proc deltas).
+  callgrind admitd local under valgrind --tool=callgrind serving a fixed
+            number of pairs (16 connections): instructions per acquire+release
+            pair, the difference of two runs (BASE and BASE+--callgrind-pairs
+            pairs) so that start-up and shutdown cancel out. Repeatable where
+            timings are not.
+  picture   results/bench.png (gnuplot): admissions/s against connections for
+            every row, and the CDF of admitd's acquire latency at 16
+            connections (the median repetition). --publish copies it to
+            docs/bench.png.
 
 Counts (asserted; run.py exits 1 when one is violated):
   release_no_rtt   N acquire+release pairs on a scope with only a requests
@@ -40,14 +68,17 @@ import csv
 import hashlib
 import io
 import json
-import math
 import os
 import platform
 import re
+import resource
+import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -57,17 +88,26 @@ sys.path.insert(0, REPO)
 
 from tests.integ.harness import Admitd, RedisServer  # noqa: E402
 
+ADMITD = os.environ.get("ADMITD_BIN") or os.path.join(REPO, "daemon", "admitd")
 LOADGEN = os.environ.get("ADMITD_LOADGEN") or os.path.join(HERE, "loadgen")
-RESULTS = os.path.join(HERE, "results", "latest.json")
+ECHO = os.path.join(HERE, "echo")
+BUCKET_LUA = os.path.join(HERE, "bucket.lua")
+PEERS = os.path.join(HERE, "peers")
+# Debian's python3-limits lives in /usr/bin/python3's dist-packages, which a
+# pyenv `python3` on PATH does not see.
+LIMITS_PYTHON = os.environ.get("LIMITS_PYTHON") or (
+    "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable)
+RESULTS_DIR = os.path.join(HERE, "results")
+RESULTS = os.path.join(RESULTS_DIR, "latest.json")
+DOCS_PNG = os.path.join(REPO, "docs", "bench.png")
 
-# Huge budgets: every call admits, so the ceiling and the daemon do the same
-# work (a refusal is cheaper and would flatter whoever got refused).
-BENCH_SCOPE = """
-[scope bench]
-rule = requests token-bucket 1000000000/1s
-quota = 100000/100ms
-timeout = 1s
+# The throughput scope: one token bucket so large that every call admits.
+TB_SCOPE = """
+[scope tb]
+rule = requests token-bucket 1000000/1s
+timeout = 5s
 """
+TB_RATE = 1000000
 NOREL_SCOPE = """
 [scope norel]
 rule = requests token-bucket 1000000000/1s
@@ -89,6 +129,10 @@ timeout = 30s
 """ % FIFO_RETRY_MS
 FIFO_WAITERS = 100
 FIFO_WINDOW_S = 2.0
+CEIL_CONNS = 64      # redis-benchmark clients
+ECHO_CONNS = 16
+CDF_CONNS = 16       # the latency distribution in the picture
+LG_TIMEOUT_MS = 5000
 
 
 def log(msg):
@@ -235,12 +279,16 @@ def wait_for(cond, deadline, what):
         time.sleep(0.02)
 
 
-def loadgen(sock, scope, conns, keys=0, seconds=3.0, warmup=0.5, pairs=0, timeout_ms=1000):
+def loadgen(sock, scope, conns, keys=0, seconds=3.0, warmup=0.5, pairs=0, timeout_ms=1000,
+            cdf=None):
     cmd = [LOADGEN, "-s", sock, "-S", scope, "-c", str(conns), "-k", str(keys),
            "-d", str(seconds), "-w", str(warmup), "-t", str(timeout_ms)]
     if pairs:
         cmd += ["-n", str(pairs)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + warmup + 60)
+    if cdf:
+        cmd += ["-H", cdf]
+    r = subprocess.run(cmd, capture_output=True, text=True,
+                       timeout=seconds + warmup + 60 + (pairs / 100 if pairs else 0))
     if not r.stdout.strip():
         raise AssertionError("loadgen printed nothing (exit %d): %s" % (r.returncode, r.stderr))
     out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -258,14 +306,16 @@ def loadgen_problems(out, stderr):
         p.append("refused/failed acquires: %s" % out["errors"])
     if out["release_errors"]:
         p.append("%d failed releases" % out["release_errors"])
+    if out.get("unheld"):
+        p.append("%d releases answered held:false" % out["unheld"])
     if out["backend"]["fallback"] or out["backend"]["other"]:
         p.append("replies not from the expected backend: %s" % out["backend"])
     return p
 
 
-def redis_benchmark(redis, conns, n, command, keyspace=None):
+def redis_benchmark(redis, conns, n, command, keyspace=None, pipeline=1):
     cmd = ["redis-benchmark", "-s", redis.sock_path, "-c", str(conns), "-n", str(n),
-           "-P", "1", "--csv"]
+           "-P", str(pipeline), "--csv"]
     if keyspace:
         cmd += ["-r", str(keyspace)]
     r = subprocess.run(cmd + list(command), capture_output=True, text=True, timeout=300)
@@ -282,11 +332,12 @@ def redis_benchmark(redis, conns, n, command, keyspace=None):
 # ------------------------------------------------------------ capture ----
 
 
-def capture_acquire_argv(mon, daemon, sha_acq):
-    """The EVALSHA argv admitd sends for one acquire on scope bench, key k0."""
+def capture_acquire_argv(mon, daemon, sha_acq, scope="tb", key="k0"):
+    """The EVALSHA argv admitd sends for one acquire on SCOPE/KEY, made into a
+    redis-benchmark command: every key random, a fresh lease id per call."""
     a = mon.mark()
     c = daemon.connect()
-    r = c.request({"op": "acquire", "scope": "bench", "key": "k0", "timeout_ms": 1000})
+    r = c.request({"op": "acquire", "scope": scope, "key": key, "timeout_ms": 1000})
     if not r.get("ok") or r.get("backend") != "redis":
         raise AssertionError("capture acquire failed: %r" % r)
     c.request({"op": "release", "lease": r["lease"]})
@@ -296,13 +347,20 @@ def capture_acquire_argv(mon, daemon, sha_acq):
              if cmd == "EVALSHA" and first == sha_acq]
     if len(calls) != 1:
         raise AssertionError("expected 1 acquire EVALSHA, saw %d" % len(calls))
-    argv = calls[0]
+    argv = list(calls[0])
     nkeys = int(argv[2])
+    tag = "{%s:%s}" % (scope, key)
+    for i in range(3, 3 + nkeys):
+        if tag not in argv[i]:
+            raise AssertionError("acquire key %r lacks the hash tag %s" % (argv[i], tag))
+        # Random keys, like the plain script's ceiling (redis-benchmark draws
+        # each __rand_int__ on its own: the keys of one call differ, which a
+        # single Redis does not mind).
+        argv[i] = argv[i].replace(tag, "{%s:__rand_int__}" % scope)
     lease_at = 3 + nkeys
     lease = argv[lease_at]
     # A fresh lease id per call, same length: redis-benchmark fills
-    # __rand_int__ with 12 digits (ZADD of distinct members, as in real use).
-    argv = list(argv)
+    # __rand_int__ with 12 digits.
     argv[lease_at] = lease[:len(lease) - 12] + "__rand_int__"
     # The last ARGV is not_after, a Redis time just past the daemon's own
     # timeout for that one call: replayed later it would make every ceiling
@@ -396,7 +454,7 @@ def run_counts(redis, mon, pod_a, pod_b, shas, problems):
     return out
 
 
-# -------------------------------------------------------- throughput ----
+# -------------------------------------------------------- measurements ----
 
 
 def summarize(vals):
@@ -404,126 +462,621 @@ def summarize(vals):
             "runs": vals}
 
 
-def calibrate(redis, conns, command, seconds, keyspace=None):
-    """-n for about `seconds` of redis-benchmark."""
-    r = redis_benchmark(redis, conns, 20000, command, keyspace)
-    return max(20000, int(r["rps"] * seconds))
+def proc_cpu_s(pid):
+    """utime + stime of a live process, seconds (/proc/PID/stat fields 14, 15)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def ceiling_run(redis, conns, n, argv, problems):
-    """One redis-benchmark run of the acquire script; every call must have run
-    the script to the end and admitted (or it measured something cheaper)."""
-    before = evalsha_stats(redis)
+def children_cpu_s():
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+_CMDSTAT = re.compile(r"^cmdstat_([^:]+):(\S+?)\r?$", re.M)
+
+
+def commandstats(redis):
+    """{command: {"calls", "failed_calls", ...}} from INFO commandstats."""
+    out = {}
+    for name, kvs in _CMDSTAT.findall(redis.command("INFO", "commandstats")):
+        out[name] = {k: float(v) for k, _, v in (kv.partition("=") for kv in kvs.split(","))}
+    return out
+
+
+class Sample:
+    """Redis commandstats, Redis CPU, a server's CPU and the children's CPU
+    around one measured run."""
+
+    def __init__(self, redis, server_pid=None):
+        self.redis = redis
+        self.server_pid = server_pid
+        self.cs = commandstats(redis)
+        self.rcpu = proc_cpu_s(redis.proc.pid)
+        self.scpu = proc_cpu_s(server_pid) if server_pid else None
+        self.ccpu = children_cpu_s()
+
+    def done(self, admissions, requests=None):
+        cs = commandstats(self.redis)
+        rcpu = proc_cpu_s(self.redis.proc.pid)
+        ccpu = children_cpu_s()
+
+        def delta(cmd, field="calls"):
+            return cs.get(cmd, {}).get(field, 0) - self.cs.get(cmd, {}).get(field, 0)
+
+        cmds = sum(delta(c) for c in cs if c != "info")
+        adm = max(admissions, 1)
+        d = {
+            "admissions": admissions,
+            "evalsha": delta("evalsha"), "evalsha_failed": delta("evalsha", "failed_calls"),
+            "redis_commands": cmds,
+            "redis_calls_per_adm": delta("evalsha") / adm,
+            "redis_cmds_per_adm": cmds / adm,
+            "redis_cpu_us_per_adm": (rcpu - self.rcpu) * 1e6 / adm,
+            "client_cpu_us_per_adm": (ccpu - self.ccpu) * 1e6 / adm,
+        }
+        if self.server_pid:
+            scpu = proc_cpu_s(self.server_pid) - self.scpu
+            d["server_cpu_s"] = scpu
+            d["server_cpu_us_per_req"] = scpu * 1e6 / max(requests or admissions, 1)
+        return d
+
+
+class Row:
+    """One line of the table: what runs, and its measurements per repetition."""
+
+    def __init__(self, rid, label, kind, conns, keys, unit="adm/s", **kw):
+        self.id, self.label, self.kind, self.conns, self.keys = rid, label, kind, conns, keys
+        self.unit = unit
+        self.kw = kw
+        self.runs = []
+        self.skipped = None
+        self.ceiling = None   # id of the matching ceiling row
+        self.peer = None      # id of the rate-limiter-flexible row
+        self.cdfs = []        # per repetition (CDF_CONNS rows)
+
+
+def build_rows(args):
+    rows = [
+        Row("ceil.bucket.rand.p1", "ceiling bucket.lua rand -P1", "ceiling", CEIL_CONNS,
+            "distinct", script="bucket", pipeline=1),
+        Row("ceil.bucket.rand.p16", "ceiling bucket.lua rand -P16", "ceiling", CEIL_CONNS,
+            "distinct", script="bucket", pipeline=16),
+        Row("ceil.bucket.hot.p16", "ceiling bucket.lua hot -P16", "ceiling", CEIL_CONNS, "hot",
+            script="bucket", pipeline=16),
+        Row("ceil.acquire.rand.p16", "ceiling acquire.lua rand -P16", "ceiling", CEIL_CONNS,
+            "distinct", script="admitd", pipeline=16),
+        Row("echo", "unix echo", "echo", ECHO_CONNS, "distinct", unit="rt/s"),
+    ]
+    for mode in ("local", "redis"):
+        for keys in ("distinct", "hot"):
+            for c in args.conns:
+                rows.append(Row("admitd.%s.%s.c%d" % (mode, keys, c), "admitd %s %s" % (mode, keys),
+                                "admitd", c, keys, mode=mode))
+    for keys in ("distinct", "hot"):
+        rows.append(Row("rlf.%s" % keys, "rate-limiter-flexible %s" % keys, "rlf",
+                        args.peer_conc, keys))
+    for keys in ("distinct", "hot"):
+        rows.append(Row("limits.%s" % keys, "limits %s %s" % (args.limits_strategy, keys),
+                        "limits", args.peer_conc, keys))
+    for r in rows:
+        if r.kind == "echo":
+            continue
+        if r.kind == "admitd" and r.kw["mode"] == "local":
+            r.ceiling = "echo"
+        elif r.id not in ("ceil.bucket.rand.p16", "ceil.bucket.hot.p16"):
+            r.ceiling = "ceil.bucket.hot.p16" if r.keys == "hot" else "ceil.bucket.rand.p16"
+        if r.kind != "rlf":
+            r.peer = "rlf.%s" % r.keys
+    return rows
+
+
+def admissions_per_s(row, run):
+    """The rate compared across rows: the echo's round trips count as pairs."""
+    return run["rate"] / 2 if row.kind == "echo" else run["rate"]
+
+
+def npm_setup():
+    """node_modules for the peers from the committed lockfile: None when ready,
+    else why the Node peer is skipped."""
+    if not shutil.which("node") or not shutil.which("npm"):
+        return "skipped: no node/npm (apt-get install nodejs npm)"
+    lock = os.path.join(PEERS, "package-lock.json")
+    with open(lock, "rb") as f:
+        want = sha1(f.read())
+    stamp = os.path.join(PEERS, "node_modules", ".admitd-bench-lock")
+    try:
+        with open(stamp) as f:
+            if f.read().strip() == want:
+                return None
+    except OSError:
+        pass
+    log("npm ci in %s" % os.path.relpath(PEERS))
+    r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--prefer-offline"], cwd=PEERS,
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        return "skipped: npm ci failed: %s" % (r.stderr.strip().splitlines() or ["?"])[-1][:160]
+    with open(stamp, "w") as f:
+        f.write(want + "\n")
+    return None
+
+
+def limits_setup():
+    r = subprocess.run([LIMITS_PYTHON, "-c", "import limits, redis"], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        return "skipped: %s has no limits/redis (apt-get install python3-limits python3-redis)" \
+            % LIMITS_PYTHON
+    return None
+
+
+class Echo:
+    """tests/bench/echo on a socket in a temp dir."""
+
+    def __init__(self, parent):
+        self.dir = tempfile.mkdtemp(prefix="echo-", dir=parent)
+        self.sock_path = os.path.join(self.dir, "echo.sock")
+        self.proc = subprocess.Popen([ECHO, self.sock_path], stdin=subprocess.DEVNULL)
+        wait_for(lambda: os.path.exists(self.sock_path), 5, "the echo socket")
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Bench:
+    def __init__(self, args, redis, pod_a, local, echo, acquire_argv, problems):
+        self.args, self.redis, self.pod_a, self.local, self.echo = args, redis, pod_a, local, echo
+        self.problems = problems
+        with open(BUCKET_LUA, "rb") as f:
+            self.bucket_sha = redis.command("SCRIPT", "LOAD", f.read().decode())
+        self.commands = {
+            "bucket.distinct": ["EVALSHA", self.bucket_sha, "1", "bench:{__rand_int__}",
+                                str(TB_RATE), str(TB_RATE), "1"],
+            "bucket.hot": ["EVALSHA", self.bucket_sha, "1", "bench:hot", str(TB_RATE),
+                           str(TB_RATE), "1"],
+            "admitd.distinct": acquire_argv,
+        }
+        self.n = {}
+        self.cdf_dir = tempfile.mkdtemp(prefix="cdf-", dir=os.environ["ADMITD_TEST_TMPDIR"])
+
+    def note(self, row, rep, what):
+        self.problems.append("%s @%d rep %d: %s" % (row.label, row.conns, rep + 1, what))
+
+    def ceiling_command(self, row):
+        return self.commands["%s.%s" % (row.kw["script"], row.keys)]
+
+    def calibrate(self, row):
+        """redis-benchmark -n for about --seconds of this ceiling."""
+        cmd = self.ceiling_command(row)
+        r = redis_benchmark(self.redis, row.conns, 20000, cmd,
+                            RAND_KEYSPACE if row.keys == "distinct" else None,
+                            row.kw["pipeline"])
+        self.n[row.id] = max(20000, int(r["rps"] * self.args.seconds))
+
+    def run_ceiling(self, row, rep):
+        cmd = self.ceiling_command(row)
+        n = self.n[row.id]
+        s = Sample(self.redis)
+        r = redis_benchmark(self.redis, row.conns, n, cmd,
+                            RAND_KEYSPACE if row.keys == "distinct" else None,
+                            row.kw["pipeline"])
+        d = s.done(n)
+        # The redis-mode pods each send one heartbeat EVALSHA a second.
+        if not n <= d["evalsha"] <= n * 1.001 + 20 or d["evalsha_failed"]:
+            self.note(row, rep, "%d EVALSHA sent, commandstats says %d (%d failed)"
+                      % (n, d["evalsha"], d["evalsha_failed"]))
+        one = [a.replace("__rand_int__", "999999999999") for a in cmd[1:]]
+        reply = self.redis.command("EVALSHA", *one)
+        if (reply[0] if isinstance(reply, list) else reply) != 1:
+            self.note(row, rep, "the script refused right after the run: %r" % (reply,))
+        d.update(rate=r["rps"], p50_us=r["p50_us"], p99_us=r["p99_us"], n=n)
+        return d
+
+    def run_loadgen(self, row, rep, server, sock, backend):
+        cdf = None
+        if row.conns == CDF_CONNS and row.kind in ("admitd", "echo"):
+            cdf = os.path.join(self.cdf_dir, "%s.rep%d.dat" % (row.id, rep))
+        s = Sample(self.redis, server.pid)
+        lg = loadgen(sock, "tb", row.conns, keys=1 if row.keys == "hot" else row.conns,
+                     seconds=self.args.seconds, warmup=self.args.warmup,
+                     timeout_ms=LG_TIMEOUT_MS, cdf=cdf)
+        requests = lg["sent"] + lg["pairs_all"]
+        d = s.done(lg["admitted"], requests)
+        for p in lg["problems"]:
+            self.note(row, rep, p)
+        if lg["backend"][backend] != lg["admitted"]:
+            self.note(row, rep, "not every reply said backend %s: %s" % (backend, lg["backend"]))
+        if backend == "redis" and d["evalsha_failed"]:
+            self.note(row, rep, "%d EVALSHA failed in Redis" % d["evalsha_failed"])
+        rate = lg["pairs_per_s"] * (2 if row.kind == "echo" else 1)
+        d.update(rate=rate, p50_us=lg["acquire_us"]["p50"], p99_us=lg["acquire_us"]["p99"],
+                 loadgen=lg, requests=requests, cdf=cdf)
+        d["cpu_us_per_req"] = d.pop("server_cpu_us_per_req")
+        return d
+
+    def run_peer(self, row, rep):
+        a = self.args
+        if row.kind == "rlf":
+            cmd = ["node", os.path.join(PEERS, "rlf.js"), "--socket", self.redis.sock_path,
+                   "--conc", str(row.conns), "--keys", row.keys, "--seconds", str(a.seconds),
+                   "--warmup", str(a.warmup), "--points", str(TB_RATE)]
+        else:
+            cmd = [LIMITS_PYTHON, os.path.join(PEERS, "limits_bench.py"), "--socket",
+                   self.redis.sock_path, "--threads", str(row.conns), "--keys", row.keys,
+                   "--strategy", a.limits_strategy, "--seconds", str(a.seconds),
+                   "--warmup", str(a.warmup), "--limit", "%d/second" % TB_RATE]
+        s = Sample(self.redis)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.seconds + 120)
+        lines = r.stdout.strip().splitlines()
+        out = json.loads(lines[-1]) if lines else {}
+        if "skipped" in out:
+            row.skipped = "skipped: " + out["skipped"]
+            return None
+        if r.returncode != 0 or not out:
+            self.note(row, rep, "exit %d: %s" % (r.returncode, r.stderr.strip()[-300:]))
+            return None
+        d = s.done(out["ops_all"])
+        if out["errors"] or out["rejected"]:
+            self.note(row, rep, "%d errors (%s), %d rejected"
+                      % (out["errors"], out["last_error"], out["rejected"]))
+        d.update(rate=out["ops_per_s"], p50_us=out["latency_us"]["p50"],
+                 p99_us=out["latency_us"]["p99"], peer=out)
+        return d
+
+    def run(self, row, rep):
+        if row.skipped:
+            return
+        if row.kind == "ceiling":
+            d = self.run_ceiling(row, rep)
+        elif row.kind == "echo":
+            d = self.run_loadgen(row, rep, self.echo, self.echo.sock_path, "local")
+        elif row.kind == "admitd":
+            local = row.kw["mode"] == "local"
+            d = self.run_loadgen(row, rep, self.local if local else self.pod_a,
+                                 (self.local if local else self.pod_a).sock_path,
+                                 "local" if local else "redis")
+        else:
+            d = self.run_peer(row, rep)
+        if d is not None:
+            d["rep"] = rep
+            d["loadavg_1m"] = os.getloadavg()[0]
+            row.runs.append(d)
+
+
+def run_throughput(args, bench, rows):
+    for r in rows:
+        if r.kind == "ceiling":
+            bench.calibrate(r)
     t0 = time.monotonic()
-    r = redis_benchmark(redis, conns, n, argv, keyspace=RAND_KEYSPACE)
-    # The two idle redis-mode pods each send one heartbeat EVALSHA a second.
-    beats = 2 * (math.ceil(time.monotonic() - t0) + 1)
-    after = evalsha_stats(redis)
-    d = {k: after[k] - before[k] for k in after}
-    if not n <= d["calls"] <= n + beats or d["failed_calls"] or d["rejected_calls"]:
-        problems.append("ceiling: %d EVALSHA sent, commandstats says %s" % (n, d))
-    one = [a.replace("__rand_int__", "999999999999") for a in argv[1:]]
-    reply = redis.command("EVALSHA", *one)
-    if not reply or reply[0] != 1:
-        problems.append("ceiling: the script refused right after the run: %r" % (reply,))
-    return r
-
-
-def run_throughput(args, redis, pod_a, local, ceil_argv, problems):
-    conns = args.conns
-    n_acq = calibrate(redis, conns, ceil_argv, args.seconds, keyspace=RAND_KEYSPACE)
-    n_ping = calibrate(redis, conns, ["PING"], args.seconds / 2)
-    runs = {k: [] for k in ("ceiling.acquire", "ceiling.ping", "redis.spread",
-                            "redis.hot", "local.spread")}
-    def daemon_run(name, d, keys, rep):
-        before = evalsha_stats(redis)
-        lg = loadgen(d.sock_path, "bench", conns, keys=keys, seconds=args.seconds,
-                     warmup=args.warmup)
-        after = evalsha_stats(redis)
-        if after["failed_calls"] != before["failed_calls"]:
-            lg["problems"].append("%d EVALSHA failed in Redis"
-                                  % (after["failed_calls"] - before["failed_calls"]))
-        want = "local" if d is local else "redis"
-        if lg["backend"][want] != lg["admitted"]:
-            lg["problems"].append("not every reply said backend %s: %s" % (want, lg["backend"]))
-        problems.extend("%s rep %d: %s" % (name, rep + 1, p) for p in lg["problems"])
-        runs[name].append(lg)
-
-    loadavg = []
     for rep in range(args.reps):
-        log("repetition %d/%d" % (rep + 1, args.reps))
-        # The ceiling brackets the redis-mode runs (before and after; their
-        # mean is this repetition's denominator), so a neighbour's load that
-        # comes and goes hits both sides of the ratio alike.
-        before = ceiling_run(redis, conns, n_acq, ceil_argv, problems)
-        daemon_run("redis.spread", pod_a, conns, rep)
-        daemon_run("redis.hot", pod_a, 1, rep)
-        after = ceiling_run(redis, conns, n_acq, ceil_argv, problems)
-        runs["ceiling.acquire"].append({
-            "rps": (before["rps"] + after["rps"]) / 2, "bracket": [before["rps"], after["rps"]],
-            "p50_us": (before["p50_us"] + after["p50_us"]) / 2,
-            "p99_us": (before["p99_us"] + after["p99_us"]) / 2})
-        runs["ceiling.ping"].append(redis_benchmark(redis, conns, n_ping, ["PING"]))
-        daemon_run("local.spread", local, conns, rep)
-        loadavg.append(os.getloadavg()[0])
-    res = {"conns": conns, "seconds": args.seconds, "reps": args.reps,
-           "redis_benchmark_n": {"acquire": n_acq, "ping": n_ping}, "loadavg_1m": loadavg}
-    for k in ("ceiling.acquire", "ceiling.ping"):
-        res[k] = {"calls_per_s": summarize([r["rps"] for r in runs[k]]),
-                  "p50_us": statistics.median(r["p50_us"] for r in runs[k]),
-                  "p99_us": statistics.median(r["p99_us"] for r in runs[k])}
-    for k in ("redis.spread", "redis.hot", "local.spread"):
-        res[k] = {"pairs_per_s": summarize([r["pairs_per_s"] for r in runs[k]]),
-                  "acquire_p50_us": statistics.median(r["acquire_us"]["p50"] for r in runs[k]),
-                  "acquire_p99_us": statistics.median(r["acquire_us"]["p99"] for r in runs[k]),
-                  "pair_p50_us": statistics.median(r["pair_us"]["p50"] for r in runs[k]),
-                  "pair_p99_us": statistics.median(r["pair_us"]["p99"] for r in runs[k]),
-                  "keys": runs[k][0]["keys"]}
-    ceil = [r["rps"] for r in runs["ceiling.acquire"]]
-    for k in ("redis.spread", "redis.hot"):
-        ratios = [lg["pairs_per_s"] / c for lg, c in zip(runs[k], ceil)]
-        res[k]["ratio_to_ceiling"] = summarize([round(x, 3) for x in ratios])
-        res[k]["ratio_of_medians"] = round(res[k]["pairs_per_s"]["median"]
-                                           / res["ceiling.acquire"]["calls_per_s"]["median"], 3)
-    res["ceiling.acquire"]["brackets"] = [r["bracket"] for r in runs["ceiling.acquire"]]
-    return res
+        # Interleaved: every row once per repetition; every other repetition
+        # in reverse order, so that a drift of the box's load over the run
+        # falls on both ends of the table alike.
+        order = rows if rep % 2 == 0 else rows[::-1]
+        log("repetition %d/%d (%d rows)" % (rep + 1, args.reps, len(rows)))
+        for r in order:
+            bench.run(r, rep)
+        log("repetition %d done, %.0fs so far" % (rep + 1, time.monotonic() - t0))
+
+
+def median_of(row, key):
+    vals = [r[key] for r in row.runs if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def summarize_rows(rows):
+    by_id = {r.id: r for r in rows}
+    out = []
+    for r in rows:
+        d = {"id": r.id, "label": r.label, "kind": r.kind, "conns": r.conns, "keys": r.keys,
+             "unit": r.unit, "ceiling": r.ceiling, "peer": r.peer, "params": r.kw}
+        if r.skipped or not r.runs:
+            d["skipped"] = r.skipped or "no clean run"
+            out.append(d)
+            continue
+        d["rate"] = summarize([x["rate"] for x in r.runs])
+        for k in ("p50_us", "p99_us", "cpu_us_per_req", "redis_calls_per_adm",
+                  "redis_cmds_per_adm", "redis_cpu_us_per_adm", "client_cpu_us_per_adm"):
+            d[k] = median_of(r, k)
+        for name, ref_id in (("ratio_ceiling", r.ceiling), ("ratio_rlf", r.peer)):
+            ref = by_id.get(ref_id)
+            if ref is None or not ref.runs:
+                continue
+            refs = {x["rep"]: admissions_per_s(ref, x) for x in ref.runs}
+            ratios = [admissions_per_s(r, x) / refs[x["rep"]] for x in r.runs
+                      if refs.get(x["rep"])]
+            if ratios:
+                d[name] = summarize([round(x, 3) for x in ratios])
+        d["runs"] = [{k: v for k, v in x.items() if k not in ("loadgen", "peer")}
+                     for x in r.runs]
+        d["raw"] = [x.get("loadgen") or x.get("peer") for x in r.runs
+                    if x.get("loadgen") or x.get("peer")]
+        if r.kind == "rlf" or r.kind == "limits":
+            d["versions"] = r.runs[0]["peer"].get("versions")
+        cdfs = [x for x in r.runs if x.get("cdf")]
+        if cdfs:
+            # The repetition whose rate is the median: its distribution is plotted.
+            mid = sorted(cdfs, key=lambda x: x["rate"])[(len(cdfs) - 1) // 2]
+            d["cdf_rep"] = mid["rep"]
+            d["_cdf_file"] = mid["cdf"]
+        out.append(d)
+    return out
+
+
+# ------------------------------------------------------------ callgrind ----
+
+
+def _callgrind_total(path):
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^(?:summary|totals):\s+(\d+)", line)
+            if m:
+                return int(m.group(1))
+    raise AssertionError("no totals in %s" % path)
+
+
+def _callgrind_top(path, n=12):
+    r = subprocess.run(["callgrind_annotate", "--inclusive=no", path], capture_output=True,
+                       text=True, timeout=120)
+    top = []
+    for line in r.stdout.splitlines():
+        m = re.match(r"^\s*([\d,]+)\s+\(\s*([\d.]+)%\)\s+(.+?)\s*$", line)
+        if m and "PROGRAM TOTALS" not in m.group(3):
+            top.append({"ir": int(m.group(1).replace(",", "")), "pct": float(m.group(2)),
+                        "function": m.group(3)})
+        if len(top) >= n:
+            break
+    return top
+
+
+def run_callgrind(args, conf, parent):
+    """Instructions per acquire+release pair, admitd local mode, 16 connections."""
+    if args.callgrind_pairs <= 0:
+        return {"skipped": "skipped: --callgrind-pairs 0"}
+    if not shutil.which("valgrind"):
+        return {"skipped": "skipped: no valgrind (apt-get install valgrind)"}
+    base = args.callgrind_base
+    totals = {}
+    top = []
+    t0 = time.monotonic()
+    for pairs in (base, base + args.callgrind_pairs):
+        d = tempfile.mkdtemp(prefix="callgrind-", dir=parent)
+        sock = os.path.join(d, "admitd.sock")
+        conf_path = os.path.join(d, "admitd.conf")
+        out = os.path.join(d, "callgrind.out")
+        with open(conf_path, "w") as f:
+            f.write("[admitd]\nsocket = %s\n\n%s" % (sock, conf))
+        err = open(os.path.join(d, "stderr"), "wb")
+        proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
+                                 ADMITD, "-c", conf_path, "--socket", sock],
+                                stdin=subprocess.DEVNULL, stdout=err, stderr=subprocess.STDOUT)
+        err.close()
+        ok = False
+        try:
+            def ready():
+                if proc.poll() is not None:
+                    raise AssertionError("admitd under callgrind exited %s" % proc.returncode)
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    s.connect(sock)
+                    return True
+                except OSError:
+                    return False
+                finally:
+                    s.close()
+            wait_for(ready, 120, "admitd under callgrind")
+            lg = loadgen(sock, "tb", CDF_CONNS, pairs=pairs, timeout_ms=60000)
+            if lg["problems"] or lg["pairs_all"] != pairs:
+                raise AssertionError("callgrind load: %s, %d pairs" % (lg["problems"],
+                                                                     lg["pairs_all"]))
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(120)
+            totals[pairs] = _callgrind_total(out)
+            if pairs != base:
+                top = _callgrind_top(out)
+            ok = True
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if ok:
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                log("callgrind: keeping %s" % d)
+    hi = base + args.callgrind_pairs
+    return {"mode": "local", "conns": CDF_CONNS, "scope": "tb", "pairs": [base, hi],
+            "instructions": [totals[base], totals[hi]],
+            "instructions_per_pair": (totals[hi] - totals[base]) / args.callgrind_pairs,
+            "top_self_of_the_larger_run": top, "seconds": round(time.monotonic() - t0, 1)}
+
+
+# ----------------------------------------------------------------- plot ----
+
+
+SERIES = (  # (row label, gnuplot style)
+    ("admitd local distinct", "lc rgb '#1f77b4' lw 2 pt 7 dt 1"),
+    ("admitd local hot", "lc rgb '#1f77b4' lw 2 pt 6 dt 2"),
+    ("admitd redis distinct", "lc rgb '#d62728' lw 2 pt 7 dt 1"),
+    ("admitd redis hot", "lc rgb '#d62728' lw 2 pt 6 dt 2"),
+)
+
+
+def plot(summary, m, out_dir):
+    """results/bench.png; None when done, else why not. m: the machine."""
+    if not shutil.which("gnuplot"):
+        return "skipped: no gnuplot (apt-get install gnuplot-nox)"
+    rows = [r for r in summary if "rate" in r]
+
+    def dat(name, lines):
+        p = "plot-%s.dat" % name
+        with open(os.path.join(out_dir, p), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return p
+
+    def gq(s):
+        return "'%s'" % s.replace("'", "''")
+
+    left = []
+    for label, style in SERIES:
+        pts = sorted((r["conns"], r["rate"]) for r in rows if r["label"] == label)
+        if not pts:
+            continue
+        p = dat(label.replace(" ", "-"), ["%d %g %g %g" % (c, x["median"], x["min"], x["max"])
+                                          for c, x in pts])
+        left.append("%s u 1:2:3:4 w yerrorlines %s t %s" % (gq(p), style, gq(label)))
+    marks = (("rlf.distinct", "lc rgb '#2ca02c' pt 9 ps 2"),
+             ("rlf.hot", "lc rgb '#2ca02c' pt 8 ps 2"),
+             ("limits.distinct", "lc rgb '#9467bd' pt 5 ps 1.6"),
+             ("limits.hot", "lc rgb '#9467bd' pt 4 ps 1.6"),
+             ("echo", "lc rgb '#555555' pt 3 ps 2"))
+    for rid, style in marks:
+        r = next((x for x in rows if x["id"] == rid), None)
+        if r is None:
+            continue
+        k = 0.5 if rid == "echo" else 1.0
+        p = dat(rid, ["%d %g %g %g" % (r["conns"], r["rate"]["median"] * k, r["rate"]["min"] * k,
+                                       r["rate"]["max"] * k)])
+        t = "unix echo (pairs/s = round trips/2)" if rid == "echo" else r["label"]
+        left.append("%s u 1:2:3:4 w yerrorbars %s t %s" % (gq(p), style, gq(t)))
+    for rid, dt in (("ceil.bucket.rand.p16", 2), ("ceil.bucket.hot.p16", 3),
+                    ("ceil.bucket.rand.p1", 4), ("ceil.acquire.rand.p16", 5)):
+        r = next((x for x in rows if x["id"] == rid), None)
+        if r is not None:
+            left.append("%g w l lc rgb '#ff7f0e' dt %d lw 1.5 t %s"
+                        % (r["rate"]["median"], dt, gq(r["label"] + " (64 conns)")))
+    right = []
+    colors = {"unix echo": "#555555", "admitd local distinct": "#1f77b4",
+              "admitd local hot": "#17becf", "admitd redis distinct": "#d62728",
+              "admitd redis hot": "#ff9896"}
+    for r in rows:
+        p = r.get("cdf_file")
+        if p and os.path.exists(os.path.join(out_dir, p)):
+            right.append("%s u ($1 <= 0.999 ? $2 : NaN):1 w l lw 2 lc rgb '%s' t %s"
+                         % (gq(p), colors.get(r["label"], "#000000"),
+                            gq("%s (p50 %.0f us)" % (r["label"], r["p50_us"]))))
+    png = "bench.png"
+    gp = os.path.join(out_dir, "bench.gp")
+    script = [
+        "set terminal pngcairo size 1500,760 font 'sans,10'",
+        "set output %s" % gq(png),
+        "set multiplot layout 1,2 title %s" % gq("admitd benchmark, %s: %s CPUs (%s), "
+                                                 "Linux %s" % (m.get("date", "?"), m.get("cpus"),
+                                                               m.get("cpu_model"),
+                                                               m.get("kernel"))),
+        "set logscale xy 2", "set logscale y 10", "set grid",
+        "set xtics (1, 4, 16, 64, 256)", "set xrange [0.8:320]",
+        "set xlabel 'client connections (loops for the peers)'",
+        "set ylabel 'admissions/s (acquire+release pairs, script calls, consume calls)'",
+        "set key below horizontal maxrows 5 font 'sans,8'", "set bmargin 11",
+        "set title 'throughput, median of repetitions (bars: min..max)'",
+        "plot " + ", \\\n     ".join(left) if left else "plot NaN notitle",
+        "unset logscale", "set logscale x 10", "set xtics auto", "set xrange [*:*]",
+        "set yrange [0:1]", "set ytics 0.1",
+        "set xlabel 'acquire latency, microseconds (loadgen clock)'",
+        "set ylabel 'fraction of acquires at most this long'",
+        "set key below horizontal maxrows 3 font 'sans,8'",
+        "set title 'acquire latency CDF to p99.9, %d connections (median repetition)'"
+        % CDF_CONNS,
+        "plot " + ", \\\n     ".join(right) if right else "plot NaN notitle",
+        "unset multiplot",
+    ]
+    with open(gp, "w") as f:
+        f.write("\n".join(script) + "\n")
+    r = subprocess.run(["gnuplot", "bench.gp"], cwd=out_dir, capture_output=True, text=True,
+                       timeout=60)
+    if r.returncode != 0:
+        return "gnuplot failed: %s" % r.stderr.strip()[-300:]
+    return None
 
 
 # --------------------------------------------------------------- output ----
 
 
-def throughput_table(t):
-    rows = [("what", "unit", "median", "min", "max", "ratio", "p50 us", "p99 us")]
-
-    def fmt(x):
+def _f(x, nd=0):
+    if x is None:
+        return "-"
+    if nd == 0:
         return "%.0f" % x
+    return "%.*f" % (nd, x)
 
-    for k, unit in (("ceiling.acquire", "calls/s"), ("ceiling.ping", "calls/s")):
-        s = t[k]["calls_per_s"]
-        rows.append((k, unit, fmt(s["median"]), fmt(s["min"]), fmt(s["max"]), "",
-                     fmt(t[k]["p50_us"]), fmt(t[k]["p99_us"])))
-    for k in ("redis.spread", "redis.hot", "local.spread"):
-        s = t[k]["pairs_per_s"]
-        r = t[k].get("ratio_to_ceiling")
-        rows.append(("%s (%d key%s)" % (k, t[k]["keys"], "s" if t[k]["keys"] > 1 else ""),
-                     "pairs/s", fmt(s["median"]), fmt(s["min"]), fmt(s["max"]),
-                     "%.2f [%.2f-%.2f]" % (r["median"], r["min"], r["max"]) if r else "-",
-                     fmt(t[k]["acquire_p50_us"]), fmt(t[k]["acquire_p99_us"])))
-    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r))
-             for r in rows]
+
+TABLE_HEAD = ("row", "conns", "unit", "median", "min", "max", "/ceiling", "/rlf", "p50 us",
+              "p99 us", "admitd cpu us/req", "redis calls/adm", "redis cpu us/adm")
+
+
+def table_rows(summary):
+    out = []
+    for r in summary:
+        if "rate" not in r:
+            out.append((r["label"], str(r["conns"]), r["skipped"]))
+            continue
+        rc = r.get("ratio_ceiling")
+        rl = r.get("ratio_rlf")
+        local = r["kind"] == "admitd" and r["params"].get("mode") == "local"
+        out.append((
+            r["label"], str(r["conns"]), r["unit"], _f(r["rate"]["median"]), _f(r["rate"]["min"]),
+            _f(r["rate"]["max"]), _f(rc["median"], 2) if rc else "-",
+            _f(rl["median"], 2) if rl else "-", _f(r["p50_us"]), _f(r["p99_us"]),
+            _f(r.get("cpu_us_per_req"), 1) if r["kind"] == "admitd" else "-",
+            "-" if local or r["kind"] == "echo" else _f(r["redis_calls_per_adm"], 2),
+            "-" if local or r["kind"] == "echo" else _f(r["redis_cpu_us_per_adm"], 1)))
+    return out
+
+
+def text_table(summary):
+    rows = [TABLE_HEAD] + table_rows(summary)
+    full = [r for r in rows if len(r) == len(TABLE_HEAD)]
+    w = [max(len(r[i]) for r in full) for i in range(len(TABLE_HEAD))]
+    lines = []
+    for r in rows:
+        if len(r) != len(TABLE_HEAD):
+            lines.append("  ".join((r[0].ljust(w[0]), r[1].rjust(w[1]), r[2])))
+            continue
+        lines.append("  ".join(c.ljust(w[i]) if i in (0, 2) else c.rjust(w[i])
+                               for i, c in enumerate(r)))
     lines.insert(1, "-" * len(lines[0]))
     return lines
 
 
-def table(res):
-    lines = throughput_table(res["throughput"]) if "throughput" in res else []
-    c = res["counts"]
+def markdown_table(summary):
+    head = TABLE_HEAD
+    lines = ["| " + " | ".join(head) + " |",
+             "| " + " | ".join("---" if i in (0, 2) else "---:" for i in range(len(head))) + " |"]
+    for r in table_rows(summary):
+        if len(r) != len(head):
+            r = (r[0], r[1], r[2]) + ("",) * (len(head) - 3)
+        lines.append("| " + " | ".join(r) + " |")
+    return lines
+
+
+def callgrind_line(cg):
+    if cg is None:
+        return None
+    if "skipped" in cg:
+        return "callgrind: %s" % cg["skipped"]
+    return ("callgrind: admitd local, %d conns: %.0f instructions per acquire+release pair "
+            "(%d vs %d pairs: %d and %d instructions)"
+            % (cg["conns"], cg["instructions_per_pair"], cg["pairs"][1], cg["pairs"][0],
+               cg["instructions"][1], cg["instructions"][0]))
+
+
+def counts_lines(c):
     nr = c["release_no_rtt"]["requests_only"]
     ctl = c["release_no_rtt"]["control_concurrency_rule"]
     f = c["fifo_head_only"]
-    lines += [
-        "",
+    return [
         "counts (asserted):",
         "  release_no_rtt  %s: %d pairs -> %d acquire calls, %d release calls "
         "(commandstats evalsha +%d, incl. %d heartbeats); control (concurrency rule): "
@@ -536,43 +1089,137 @@ def table(res):
         % ("ok" if f["ok"] else "VIOLATED", f["waiters"], f["window_s"], f["acquire_calls"],
            f["expected_head_retries"], f["allowed"], f["if_every_waiter_polled"]),
     ]
+
+
+def report(res):
+    lines = []
+    t = res.get("throughput")
+    if t:
+        lines += ["%d repetitions of %gs (+%gs warmup), interleaved; median, min, max"
+                  % (t["reps"], t["seconds"], t["warmup"])]
+        lines += text_table(t["rows"])
+        cl = callgrind_line(res.get("callgrind"))
+        if cl:
+            lines += ["", cl]
+        if t.get("plot"):
+            lines += ["picture: %s" % t["plot"]]
+        lines += [""]
+    lines += counts_lines(res["counts"])
     return "\n".join(lines)
 
 
-def machine():
+def cpu_model():
     try:
-        rv = subprocess.run(["redis-server", "--version"], capture_output=True,
-                            text=True).stdout.strip()
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
     except OSError:
-        rv = "?"
-    return {"cpus": os.cpu_count(), "platform": platform.platform(),
-            "loadavg": os.getloadavg(), "redis": rv, "python": platform.python_version()}
+        pass
+    return platform.processor() or "?"
+
+
+def machine():
+    def version(cmd):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+            return (r.stdout or r.stderr).strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.SubprocessError):
+            return None
+    return {"cpus": os.cpu_count(), "cpu_model": cpu_model(), "kernel": platform.release(),
+            "date": time.strftime("%Y-%m-%d %H:%M"),
+            "platform": platform.platform(), "loadavg": os.getloadavg(),
+            "redis": version(["redis-server", "--version"]),
+            "node": version(["node", "--version"]) if shutil.which("node") else None,
+            "valgrind": version(["valgrind", "--version"]) if shutil.which("valgrind") else None,
+            "python": platform.python_version()}
+
+
+def int_list(s):
+    return [int(x) for x in str(s).replace(",", " ").split()]
+
+
+def finish(res, args, out_dir):
+    """The picture, table.md, latest.json and the table on stdout."""
+    t = res.get("throughput")
+    if t:
+        why = plot(t["rows"], res["machine"], out_dir)
+        t["plot"] = os.path.relpath(os.path.join(out_dir, "bench.png")) if why is None else why
+        if why is None and args.publish:
+            shutil.copyfile(os.path.join(out_dir, "bench.png"), DOCS_PNG)
+            log("copied to %s" % os.path.relpath(DOCS_PNG))
+        with open(os.path.join(out_dir, "table.md"), "w") as f:
+            f.write("\n".join(markdown_table(t["rows"])) + "\n")
+            cl = callgrind_line(res.get("callgrind"))
+            if cl:
+                f.write("\n%s\n" % cl)
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(report(res))
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=int(os.environ.get("BENCH_REPS", "5")))
-    ap.add_argument("--seconds", type=float, default=float(os.environ.get("BENCH_SECONDS", "3")))
+    ap = argparse.ArgumentParser(description="admitd against a plain Redis script, a Unix "
+                                 "echo and two peer libraries (docs/bench.md)")
+    env = os.environ.get
+    ap.add_argument("--reps", type=int, default=int(env("BENCH_REPS", "3")))
+    ap.add_argument("--seconds", type=float, default=float(env("BENCH_SECONDS", "3")))
     ap.add_argument("--warmup", type=float, default=0.5)
-    ap.add_argument("--conns", type=int, default=int(os.environ.get("BENCH_CONNS", "16")))
+    ap.add_argument("--conns", type=int_list, default=int_list(env("BENCH_CONNS", "1,16,64,256")),
+                    help="admitd connection counts, e.g. 1,16,64,256")
+    ap.add_argument("--peer-conc", type=int, default=64,
+                    help="concurrent loops (rlf) and threads (limits)")
+    ap.add_argument("--limits-strategy", choices=("fixed-window", "moving-window"),
+                    default="fixed-window")
+    ap.add_argument("--no-peers", action="store_true", help="skip rate-limiter-flexible, limits")
+    ap.add_argument("--callgrind-pairs", type=int,
+                    default=int(env("BENCH_CALLGRIND_PAIRS", "20000")),
+                    help="pairs measured under callgrind (0: skip)")
+    ap.add_argument("--callgrind-base", type=int, default=2000,
+                    help="pairs of the baseline callgrind run, subtracted")
     ap.add_argument("--counts-only", action="store_true", help="skip the throughput part")
+    ap.add_argument("--publish", action="store_true", default=env("BENCH_PUBLISH") == "1",
+                    help="copy results/bench.png to docs/bench.png (BENCH_PUBLISH=1)")
+    ap.add_argument("--replot", action="store_true",
+                    help="measure nothing: redraw the picture and tables from --out")
     ap.add_argument("--out", default=RESULTS)
     args = ap.parse_args()
-    for exe in (os.path.join(REPO, "daemon", "admitd"), LOADGEN):
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if args.replot:
+        with open(args.out) as f:
+            res = json.load(f)
+        finish(res, args, out_dir)
+        return 0
+    if args.reps < 1 or args.seconds <= 0 or not args.conns:
+        sys.exit("bench: --reps, --seconds and --conns must be positive")
+    for exe in (ADMITD, LOADGEN, ECHO):
         if not os.access(exe, os.X_OK):
             sys.exit("bench: %s is missing: run `make bench`" % exe)
+    os.makedirs(out_dir, exist_ok=True)
 
     # The harness's temp dirs, under tests/bench/results/tmp unless told
     # otherwise: on a shared box, /tmp/integ.*, /tmp/admitd-* and /tmp/redis-*
     # were swept by something else while a run was using them.
-    os.environ.setdefault("ADMITD_TEST_TMPDIR", os.path.join(os.path.dirname(args.out), "tmp"))
+    os.environ.setdefault("ADMITD_TEST_TMPDIR", os.path.join(out_dir, "tmp"))
+    os.makedirs(os.environ["ADMITD_TEST_TMPDIR"], exist_ok=True)
     problems = []
+    rows = build_rows(args)
+    if not args.counts_only:
+        skip_rlf = "skipped: --no-peers" if args.no_peers else npm_setup()
+        skip_limits = "skipped: --no-peers" if args.no_peers else limits_setup()
+        for r in rows:
+            if r.kind == "rlf" and skip_rlf:
+                r.skipped = skip_rlf
+            if r.kind == "limits" and skip_limits:
+                r.skipped = skip_limits
     shas = (sha1(embedded_script("acquire")), sha1(embedded_script("release")))
-    conf = BENCH_SCOPE + NOREL_SCOPE + BOOKS_SCOPE + FIFO_SCOPE
+    conf = TB_SCOPE + NOREL_SCOPE + BOOKS_SCOPE + FIFO_SCOPE
     t_start = time.monotonic()
     redis = RedisServer().start()
     started = []
     mon = None
+    echo = None
     clean = False
     try:
         redis.command("SCRIPT", "FLUSH")
@@ -590,32 +1237,48 @@ def main():
             raise AssertionError("the daemon's scripts are not scripts/lib + scripts/*.lua "
                                  "as gen_scripts.sh builds them (SCRIPT EXISTS %s)" % exists)
         mon = Monitor(redis)
-        ceil_argv = capture_acquire_argv(mon, pod_a, shas[0])
-        log("ceiling command: %s" % " ".join(ceil_argv))
+        acquire_argv = capture_acquire_argv(mon, pod_a, shas[0])
         counts = run_counts(redis, mon, pod_a, pod_b, shas, problems)
         mon.close()
         mon = None
-        res = {"machine": machine(), "counts": counts,
-               "ceiling_command": ceil_argv, "scopes": conf.strip()}
+        res = {"machine": machine(), "counts": counts, "scopes": conf.strip()}
         if not args.counts_only:
             redis.command("FLUSHALL")
-            res["throughput"] = run_throughput(args, redis, pod_a, local, ceil_argv, problems)
+            echo = Echo(os.environ["ADMITD_TEST_TMPDIR"])
+            bench = Bench(args, redis, pod_a, local, echo, acquire_argv, problems)
+            run_throughput(args, bench, rows)
+            summary = summarize_rows(rows)
+            res["throughput"] = {
+                "reps": args.reps, "seconds": args.seconds, "warmup": args.warmup,
+                "conns": args.conns, "peer_conc": args.peer_conc,
+                "ceiling_commands": {k: " ".join(v) for k, v in bench.commands.items()},
+                "redis_benchmark_n": bench.n, "bucket_lua_sha": bench.bucket_sha,
+                "rows": summary}
+            log("callgrind (%d + %d pairs)" % (args.callgrind_base, args.callgrind_pairs))
+            res["callgrind"] = run_callgrind(args, conf, os.environ["ADMITD_TEST_TMPDIR"])
         res["problems"] = problems
         res["elapsed_s"] = round(time.monotonic() - t_start, 1)
         clean = True
     finally:
         if mon is not None:
             mon.close()
+        if echo is not None:
+            echo.stop()
         # After a failure: kill, keep the logs (the harness prints where).
         for d in started:
             d.cleanup(failed=not clean)
         redis.cleanup(failed=not clean)
 
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1, sort_keys=True)
-        f.write("\n")
-    print(table(res))
+    t = res.get("throughput")
+    if t:
+        # The median repetition's latency distribution, kept beside the JSON.
+        for r in t["rows"]:
+            src = r.pop("_cdf_file", None)
+            if src and os.path.exists(src):
+                r["cdf_file"] = "cdf-%s.dat" % r["id"]
+                shutil.copyfile(src, os.path.join(out_dir, r["cdf_file"]))
+        shutil.rmtree(bench.cdf_dir, ignore_errors=True)
+    finish(res, args, out_dir)
     print("\nresults: %s (%.0fs)" % (os.path.relpath(args.out), res["elapsed_s"]))
     if problems:
         print("\nPROBLEMS:\n  " + "\n  ".join(problems))
