@@ -21,6 +21,7 @@ import threading
 import time
 import unittest
 
+from . import harness
 from .harness import Admitd, _asan_build, _wait_until, acquire_req, run_clients
 
 WRITE_TIMEOUT = 1.0
@@ -123,6 +124,9 @@ def closed_by_daemon(s, timeout=5.0):
             raise
 
 
+# valgrind's own memory is in the daemon's RSS, and a 20-50x slowdown turns
+# the 1 s write timeout into a race: ASan runs these.
+@unittest.skipIf(harness.VALGRIND, "RSS and write-timeout bounds; run under ASan instead")
 class SlowClientTest(unittest.TestCase):
 
     def setUp(self):
