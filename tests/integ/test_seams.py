@@ -101,6 +101,38 @@ timeout = 2s
 
 
 @unittest.skipIf(harness.VALGRIND, "timing seams; run under ASan instead of valgrind")
+class FirstCallTest(unittest.TestCase):
+    CONF = "[scope cc]\ncluster_concurrency = 1\n"
+
+    def test_the_first_acquire_after_start_carries_its_deadline(self):
+        # Before, not_after was 0 (no bound) until the first heartbeat had
+        # taught the daemon Redis's clock, a second after start.
+        cl = Cluster(self.CONF, n=1, admitd_extra="redis_timeout = 200ms\n",
+                     start_daemons=False)
+        with cl:
+            mon = cl.redis.connect()
+            mon.sock.sendall(b"MONITOR\r\n")
+            self.assertEqual(mon._reply(), "OK")
+            d = cl.daemons[0]
+            d.start()
+            with d.connect() as c:
+                r = c.request(acquire_req("cc", "first"))
+                self.assertIs(r.get("ok"), True, r)
+            t_redis = None
+            while True:
+                line = mon._reply()
+                if '"EVALSHA"' in line and '"first' in line.replace("{cc:", '"'):
+                    args = [a.strip('"') for a in line.split(" ")]
+                    not_after = int(args[-1])
+                    t_redis = float(line.split(" ")[0])
+                    break
+            mon.close()
+            # a Redis time (ms) a little after the call was sent: bounded
+            self.assertGreater(not_after, 0, line)
+            self.assertLess(abs(not_after - t_redis * 1000), 1000, line)
+
+
+@unittest.skipIf(harness.VALGRIND, "timing seams; run under ASan instead of valgrind")
 class SwitchTest(unittest.TestCase):
     CONF = """
 [scope cap]
