@@ -785,7 +785,9 @@ class TestWaitForDaemon(unittest.TestCase):
             finally:
                 link.cleanup()
         self.assertEqual(code, 80, err)
-        self.assertGreaterEqual(took, 1.0)
+        # The budget left after the connect is sent in whole milliseconds and
+        # the daemon counts from when it read the line: up to ~2 ms early.
+        self.assertGreaterEqual(took, 1.0 - 0.005)
         self.assertLess(took, 1.0 + SLACK)  # ~1.5 s if all of it were still sent
 
     def test_bad_connect_timeouts(self):
@@ -883,7 +885,7 @@ class TestLibadmitScenarios(unittest.TestCase):
         self.addCleanup(link.cleanup)
         out = self.finish(self.spawn("budget", link.path, "lib-share-1"), go=False)
         took = int(out.split("took ")[1].split()[0])
-        self.assertGreaterEqual(took, 1000)
+        self.assertGreaterEqual(took, 1000 - 5)  # whole ms, counted from the daemon's read
         self.assertLess(took, 1000 + SLACK * 1000)
 
 
