@@ -1,4 +1,4 @@
-"""test_redis_targets.py - several targets in one acquire, over Redis (issue 3).
+"""test_redis_targets.py - several targets in one acquire, over Redis.
 
 A request naming several targets is admitted only when every target admits;
 a target that admitted while another refused is rolled back (its lease and
