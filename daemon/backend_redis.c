@@ -431,11 +431,11 @@ struct rb_rel {
 	int64_t cost[PROTO_MAX_TARGETS];       /* rollback: the request units to refund */
 	int64_t x1[PROTO_MAX_TARGETS], x2[PROTO_MAX_TARGETS];
 	size_t ntokens;
-	struct proto_token tokens[PROTO_MAX_TOKENS];
-	int64_t not_before; /* mono ms: not sent before (a late booking call's bound) */
+	struct lim_tokens *tokens; /* owned copy (names too), or NULL */
+	int64_t not_before;	   /* mono ms: not sent before (a late booking call's bound) */
 	int attempts;
 	size_t nreserve;
-	struct proto_token reserve[PROTO_MAX_TOKENS];
+	struct lim_tokens *reserve; /* owned copy, or NULL */
 	/* in flight */
 	size_t pending;
 	bool unknown; /* a target's outcome is unknown */
@@ -450,6 +450,8 @@ static void rb_rel_free(struct rb_rel *r)
 
 	for (i = 0; i < r->nt; i++)
 		free((char *)r->t[i].key);
+	free(r->tokens);
+	free(r->reserve);
 	free(r);
 }
 
@@ -482,28 +484,36 @@ static bool rb_rel_target(struct rb_rel *r, const struct conf_scope *cs,
 	return true;
 }
 
-/* Copy token counts into a record's own array; returns how many. */
-static size_t rb_copy_tokens(struct proto_token *dst, const struct lim_tokens *src, size_t n)
+/*
+ * An owned copy of n token counts, names included, in one allocation (a
+ * queued record must not keep 16 fixed slots: the queue holds up to 100,000).
+ * *nout is how many were kept: 0 when memory runs out (the counts are lost
+ * to Redis; the caller has charged them in process).
+ */
+static struct lim_tokens *rb_dup_tokens(const struct lim_tokens *src, size_t n, size_t *nout)
 {
-	size_t i;
+	struct lim_tokens *out;
+	size_t i, bytes = 0;
+	char *names;
 
-	for (i = 0; i < n && i < PROTO_MAX_TOKENS; i++) {
-		snprintf(dst[i].name, sizeof(dst[i].name), "%s", src[i].name);
-		dst[i].n = src[i].n;
-	}
-	return i;
-}
-
-/* ... and back, as the limiter takes them (names borrowed from src). */
-static size_t rb_view_tokens(struct lim_tokens *dst, const struct proto_token *src, size_t n)
-{
-	size_t i;
-
+	*nout = 0;
+	if (n == 0 || src == NULL)
+		return NULL;
+	for (i = 0; i < n; i++)
+		bytes += strlen(src[i].name) + 1;
+	out = malloc(n * sizeof(*out) + bytes);
+	if (out == NULL)
+		return NULL;
+	names = (char *)(out + n);
 	for (i = 0; i < n; i++) {
-		dst[i].name = src[i].name;
-		dst[i].n = src[i].n;
+		size_t len = strlen(src[i].name) + 1;
+		memcpy(names, src[i].name, len);
+		out[i].name = names;
+		out[i].n = src[i].n;
+		names += len;
 	}
-	return n;
+	*nout = n;
+	return out;
 }
 
 /* Does this target need the call at all (a release with nothing to book costs none)? */
@@ -539,12 +549,11 @@ static void rb_rel_done(struct rb_rel *r)
 		/* It may or may not have run: what it may have left in flight is
 		 * released again (idempotent). Tokens are never sent twice: they
 		 * are charged in process instead (they may be lost to Redis). */
-		if (r->mode == RB_M_RELEASE && r->ntokens > 0) {
-			struct lim_tokens tk[PROTO_MAX_TOKENS], rs[PROTO_MAX_TOKENS];
-			eng_release_local(b->ad, r->t, r->nt, r->nonce, tk,
-					  rb_view_tokens(tk, r->tokens, r->ntokens), rs,
-					  rb_view_tokens(rs, r->reserve, r->nreserve));
-		}
+		if (r->mode == RB_M_RELEASE && r->ntokens > 0)
+			eng_release_local(b->ad, r->t, r->nt, r->nonce, r->tokens, r->ntokens,
+					  r->reserve, r->nreserve);
+		free(r->tokens);
+		r->tokens = NULL;
 		r->mode = RB_M_RECONCILE;
 		r->ntokens = 0;
 		r->unknown = false;
@@ -584,16 +593,16 @@ static bool rb_rel_send(struct rb_rel *r)
 	struct backend *b = r->b;
 	struct rargs a[PROTO_MAX_TARGETS];
 	struct rpool_call calls[PROTO_MAX_TARGETS];
-	struct lim_tokens tk[PROTO_MAX_TOKENS], rs[PROTO_MAX_TOKENS];
-	struct rb_settle se = { .tokens = tk, .reserve = rs };
+	struct rb_settle se = { .tokens = r->tokens,
+				.reserve = r->reserve,
+				.ntokens = r->ntokens,
+				.nreserve = r->nreserve };
 	size_t i, n = 0, sent;
 	int script = b->s_release;
 	bool ok = true;
 
 	if (b->closing || !b->up || !rpool_up(b->pool))
 		return false;
-	se.ntokens = rb_view_tokens(tk, r->tokens, r->ntokens);
-	se.nreserve = rb_view_tokens(rs, r->reserve, r->nreserve);
 	memset(a, 0, sizeof(a));
 	for (i = 0; i < r->nt; i++) {
 		size_t nkeys = 0;
@@ -762,7 +771,7 @@ static struct rb_rel *rb_rel_of(struct backend *b, const struct lease *l, enum r
 			rb_rel_free(r);
 			return NULL;
 		}
-	r->nreserve = rb_copy_tokens(r->reserve, l->reserve, l->nreserve);
+	r->reserve = rb_dup_tokens(l->reserve, l->nreserve, &r->nreserve);
 	return r;
 }
 
@@ -779,7 +788,7 @@ bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens
 		rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
 		return false;
 	}
-	r->ntokens = rb_copy_tokens(r->tokens, tokens, ntokens);
+	r->tokens = rb_dup_tokens(tokens, ntokens, &r->ntokens);
 	/* A lease a late script may still book must not be released before
 	 * that script's bound: the release could land first. */
 	if (l->redis_maybe && l->redis_after > now) {
@@ -808,8 +817,8 @@ bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt
 			rb_rel_free(r);
 			return false;
 		}
-	r->ntokens = rb_copy_tokens(r->tokens, tokens, ntokens);
-	r->nreserve = rb_copy_tokens(r->reserve, reserve, nreserve);
+	r->tokens = rb_dup_tokens(tokens, ntokens, &r->ntokens);
+	r->reserve = rb_dup_tokens(reserve, nreserve, &r->nreserve);
 	r->cb = cb;
 	r->cb_arg = arg;
 	if (rb_rel_send(r))
@@ -1108,7 +1117,7 @@ static void rb_rollback(struct rb_acq *q, bool wait)
 			continue;
 		}
 		r->cost[0] = w->t[i].cost;
-		r->nreserve = rb_copy_tokens(r->reserve, w->reserve, w->nreserve);
+		r->reserve = rb_dup_tokens(w->reserve, w->nreserve, &r->nreserve);
 		r->x1[0] = q->r[i].next_booked;
 		r->x2[0] = q->r[i].next_before;
 		if (wait) {
