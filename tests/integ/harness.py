@@ -9,9 +9,16 @@ one of those fails anyway). Stdlib only.
 Nothing here sleeps and hopes: every wait polls a condition against a
 deadline and fails with the process's log when the deadline passes. Logs and
 temp dirs are removed when a test passes and kept (path printed) when it fails.
+
+Timing: lower bounds (the limits) are exact up to EPS. Upper bounds (how late
+an event may be) get SLACK, scaled by the load measured when the suite
+starts, plus the stalls of this process measured while the bounded interval
+ran (late_allowance): they exist to catch "never" and "a whole period
+late", not the scheduler. Reply deadlines (IO_TIMEOUT) are far above both.
 """
 
 import atexit
+import bisect
 import json
 import os
 import shutil
@@ -45,15 +52,68 @@ def _asan_build():
         return False
 
 
+# How much busier than its cores the box may make SLACK (below): past this
+# a box is too busy for timing tests to tell a late daemon from a late box.
+MAX_LOAD_FACTOR = 4.0
+
+
+def _cores():
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _runnable():
+    """Tasks running or waiting for a CPU right now, this one excluded
+    (/proc/loadavg's fourth field), or None where there is no such file."""
+    try:
+        with open("/proc/loadavg") as f:
+            return max(0, int(f.read().split()[3].split("/")[0]) - 1)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def load_factor(samples=20):
+    """How much longer than on an idle box a process waits for a CPU: 1 +
+    the other tasks that want one (the median of `samples` readings of the
+    tasks running or runnable, 10ms apart) per usable core, at most
+    MAX_LOAD_FACTOR. 1 on an idle box; 2 with two CPU hogs on two cores.
+    Meant to be read before the suite starts its own processes (their
+    share of the box is already in SLACK_BASE)."""
+    runs = []
+    for i in range(samples):
+        if i:
+            time.sleep(0.01)
+        r = _runnable()
+        if r is not None:
+            runs.append(r)
+    if not runs:  # no /proc: the 1-minute load average, less this process
+        try:
+            runs = [max(0.0, os.getloadavg()[0] - 1.0)]
+        except OSError:
+            return 1.0
+    others = sorted(runs)[len(runs) // 2]
+    return min(MAX_LOAD_FACTOR, 1.0 + others / _cores())
+
+
 # Timer slack, seconds: how LATE an event may be against its ideal instant.
 # Used only in upper bounds ("admitted no later than ..."); lower bounds,
 # the limits themselves, use EPS below and no slack. libevent timers fire
-# within ~1ms on an idle box and a loaded one adds scheduling noise: 30ms.
-# ASan makes every request several times slower and two sanitized suites on
-# a 2-core box were measured up to ~50ms late: 50ms. Valgrind slows
-# everything ~20x: 150ms. ADMITD_SLACK_MS overrides (e.g. on a busy CI box).
-SLACK = float(os.environ.get("ADMITD_SLACK_MS") or
-              (150 if VALGRIND else 50 if _asan_build() else 30)) / 1000.0
+# within ~1ms on an idle box and the suite's own processes add scheduling
+# noise: 30ms (SLACK_BASE). ASan makes every request several times slower
+# and two sanitized suites on a 2-core box were measured up to ~50ms late:
+# 50ms. Valgrind slows everything ~20x: 150ms. On a box that other work
+# keeps busier than its cores (CI's neighbours, CPU hogs beside the suite)
+# every wait for a CPU is longer: SLACK is SLACK_BASE times the load
+# measured when the harness is imported, before the suite starts anything
+# (load_factor), and each upper bound also forgives the stalls of this
+# process measured while it ran (late_allowance). ADMITD_SLACK_MS sets
+# SLACK as is (no scaling).
+_SLACK_MS = os.environ.get("ADMITD_SLACK_MS")
+SLACK_BASE = float(_SLACK_MS or (150 if VALGRIND else 50 if _asan_build() else 30)) / 1000.0
+LOAD_AT_START = 1.0 if _SLACK_MS else load_factor()
+SLACK = SLACK_BASE * LOAD_AT_START
 # Precision, seconds, of a lower bound ("at least D after X"): the daemon
 # keeps integer milliseconds (up to 1ms lost to truncation at each of two
 # instants) and may read libevent's cached loop time (stale by the length of
@@ -63,12 +123,159 @@ EPS = 0.005
 # How long a daemon may take to start / stop.
 START_DEADLINE = 30.0 if VALGRIND else 10.0
 STOP_DEADLINE = 20.0 if VALGRIND else 5.0
+# How long a client waits for a reply it is owed before the test fails. A
+# reply that never comes costs this once, in a failing test; a reply that
+# is merely late (a loaded 2-core box, a descheduled daemon) must never
+# trip it, so it is far above any lateness and any bound a test checks.
+IO_TIMEOUT = 60.0 if VALGRIND else 20.0
 
 # Lines in the daemon's stderr that fail the test on sight.
 BAD_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer",
                "VGBEGIN", "Assertion", "AddressSanitizer:")
 
 now = time.monotonic
+
+
+def _run_delay(pid):
+    """Seconds process pid (its main thread) has spent runnable but waiting
+    for a CPU since it started (/proc/PID/schedstat), or None."""
+    try:
+        with open("/proc/%d/schedstat" % pid) as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _StallMeter:
+    """Measures, as it happens, how long the box kept the test's processes
+    from running.
+
+    This process: a daemon thread sleeps PERIOD again and again and records
+    each sleep that overran by more than NOISE as (start, end, overrun). A
+    descheduled client (CPU hogs beside the suite, a VM losing its CPU, a
+    GIL convoy) shows up as one long overrun at the instant it happened.
+    The processes the harness started (admitd, redis-server: watch()): the
+    same thread samples each one's run-queue wait (schedstat), the time it
+    was ready to run and had no CPU. A daemon that sleeps too long is not
+    waiting for a CPU, so this never excuses a daemon's own lateness.
+
+    An upper bound can so forgive exactly the stalls that hit the interval
+    it measures and nothing more. It only ever loosens upper bounds
+    (lateness); lower bounds, the limits themselves, never use it."""
+
+    PERIOD = 0.005
+    NOISE = 0.002
+    KEEP = 900.0  # seconds of history (a test measures far less)
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.samples = []
+        self.procs = {}  # pid -> [(instant, run-queue wait so far)], while alive
+        self.gone = {}   # the same, for processes that have exited
+        self.done_to = now()  # every stall before this instant is recorded
+        self.thread = threading.Thread(target=self._run, name="stall-meter", daemon=True)
+        self.thread.start()
+
+    def watch(self, pid):
+        """Sample pid's run-queue wait from now until it exits."""
+        d = _run_delay(pid)
+        if d is not None:
+            with self.lock:
+                self.procs[pid] = [(now(), d)]
+
+    def _sample_procs(self, t):
+        with self.lock:
+            pids = list(self.procs)
+        for pid in pids:
+            d = _run_delay(pid)
+            with self.lock:
+                hist = self.procs.get(pid)
+                if hist is None:
+                    continue
+                if d is None:  # exited (or reaped and reused: no longer ours)
+                    self.gone[(pid, t)] = self.procs.pop(pid)
+                elif d != hist[-1][1]:
+                    hist.append((t, d))
+
+    def _run(self):
+        t1 = now()
+        while True:
+            # From the end of one pass to the end of the next: a stall that
+            # hits this loop anywhere (in its sleep or in its sampling) shows.
+            t0 = t1
+            time.sleep(self.PERIOD)
+            self._sample_procs(now())
+            t1 = now()
+            over = t1 - t0 - self.PERIOD
+            with self.lock:
+                self.done_to = t1
+                if over > self.NOISE:
+                    self.samples.append((t0, t1, over))
+                    if self.samples[0][1] < t1 - self.KEEP:
+                        self.samples = [x for x in self.samples if x[1] >= t1 - self.KEEP]
+                for k in [k for k, h in self.gone.items() if h[-1][0] < t1 - self.KEEP]:
+                    del self.gone[k]
+
+    def sync(self, t1, limit=2.0):
+        """Wait (at most limit seconds) until the stalls up to t1 are
+        recorded: a check made right after a stall ends (the client got
+        its CPU back before this thread did) must see that stall."""
+        end = now() + limit
+        while True:
+            with self.lock:
+                if self.done_to >= t1:
+                    return
+            if now() >= end:
+                return
+            time.sleep(self.PERIOD / 5)
+
+    def worst(self, t0, t1):
+        """The longest stall of this process overlapping [t0, t1], seconds
+        (0 if none)."""
+        self.sync(t1)
+        with self.lock:
+            return max((over for s, e, over in self.samples if s < t1 and e > t0),
+                       default=0.0)
+
+    @staticmethod
+    def _at(hist, t):
+        """A process's run-queue wait so far at instant t (step function)."""
+        i = bisect.bisect_right(hist, (t, float("inf"))) - 1
+        return hist[max(i, 0)][1]
+
+    def proc_wait(self, t0, t1):
+        """The longest run-queue wait of one watched process within
+        [t0, t1], seconds (0 if none), widened by one sampling period on
+        each side."""
+        a, b = t0 - self.PERIOD, t1 + self.PERIOD
+        self.sync(b)
+        with self.lock:
+            hists = list(self.procs.values()) + list(self.gone.values())
+            return max((self._at(h, b) - self._at(h, a) for h in hists
+                        if h[-1][0] >= a and h[0][0] <= b), default=0.0)
+
+
+STALLS = _StallMeter()
+
+
+def late_allowance(t0, t1=None):
+    """Extra lateness, seconds, an upper bound over the interval [t0, t1]
+    (t1: now) forgives beyond the SLACK it already has: the stalls measured
+    in that interval (STALLS: the longest of this process, plus the longest
+    run-queue wait of a daemon or Redis the harness started; ~0 on an idle
+    box). Only for upper bounds: they catch "never" and "a whole period
+    late", not scheduler latency."""
+    if t1 is None:
+        t1 = now()
+    return STALLS.worst(t0, t1) + STALLS.proc_wait(t0, t1)
+
+
+def unstalled(t0, t1):
+    """The length of [t0, t1] less the stalls measured in it
+    (late_allowance): what to hold to an upper bound when several samples
+    are checked at once (each forgiven its own stalls only; never for a
+    lower bound)."""
+    return (t1 - t0) - late_allowance(t0, t1)
 
 
 def _wait_until(cond, deadline_s, what, log=None, interval=0.01):
@@ -285,6 +492,7 @@ class RedisServer:
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         log.close()
+        STALLS.watch(self.proc.pid)
         self.paused = False
 
         def ready():
@@ -400,9 +608,10 @@ def run_admitd(args, timeout=10.0):
 class Conn:
     """A client connection to admitd's socket speaking newline-delimited JSON."""
 
-    def __init__(self, path, timeout=5.0):
+    def __init__(self, path, timeout=None):
+        self.timeout = IO_TIMEOUT if timeout is None else timeout
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
+        self.sock.settimeout(self.timeout)
         self.sock.connect(path)
         self.buf = b""
         self.last_t = None  # monotonic instant the last reply line was complete
@@ -418,27 +627,40 @@ class Conn:
             data = json.dumps(obj).encode() + b"\n"
         self.sock.sendall(data)
 
-    def recv_line(self, timeout=5.0):
-        """One raw reply line (bytes, without newline); ConnectionError on EOF."""
+    def _restore_timeout(self):
+        """Sends use the connection's own timeout, not what a wait left."""
+        try:
+            self.sock.settimeout(self.timeout)
+        except OSError:  # closed meanwhile (by another thread, or stop())
+            pass
+
+    def recv_line(self, timeout=None):
+        """One raw reply line (bytes, without newline); ConnectionError on EOF.
+        timeout: how long the reply may take (default IO_TIMEOUT)."""
+        if timeout is None:
+            timeout = IO_TIMEOUT
         end = now() + timeout
-        while b"\n" not in self.buf:
-            left = end - now()
-            if left <= 0:
-                raise TimeoutError("no reply within %.1fs" % timeout)
-            self.sock.settimeout(left)
-            try:
-                d = self.sock.recv(65536)
-            except socket.timeout:
-                raise TimeoutError("no reply within %.1fs" % timeout) from None
-            if not d:
-                self.eof = True
-                raise ConnectionError("admitd closed the connection")
-            self.buf += d
+        try:
+            while b"\n" not in self.buf:
+                left = end - now()
+                if left <= 0:
+                    raise TimeoutError("no reply within %.1fs" % timeout)
+                self.sock.settimeout(left)
+                try:
+                    d = self.sock.recv(65536)
+                except socket.timeout:
+                    raise TimeoutError("no reply within %.1fs" % timeout) from None
+                if not d:
+                    self.eof = True
+                    raise ConnectionError("admitd closed the connection")
+                self.buf += d
+        finally:
+            self._restore_timeout()
         self.last_t = now()
         line, self.buf = self.buf.split(b"\n", 1)
         return line
 
-    def recv(self, timeout=5.0):
+    def recv(self, timeout=None):
         """One reply, parsed: a dict. Sets .last_t to the instant it arrived."""
         line = self.recv_line(timeout)
         try:
@@ -449,33 +671,37 @@ class Conn:
             raise AssertionError("reply is not a JSON object: %r" % line[:200])
         return obj
 
-    def recv_at(self, timeout=5.0):
+    def recv_at(self, timeout=None):
         """(reply, monotonic arrival instant)."""
         r = self.recv(timeout)
         return r, self.last_t
 
-    def request(self, obj, timeout=5.0):
+    def request(self, obj, timeout=None):
         self.send(obj)
         return self.recv(timeout)
 
-    def closed_by_peer(self, timeout=5.0):
-        """True when the daemon closes the connection within timeout (any
-        pending reply lines are discarded), False if it stays open."""
-        end = now() + timeout
-        while True:
-            left = end - now()
-            if left <= 0:
-                return False
-            self.sock.settimeout(left)
-            try:
-                d = self.sock.recv(65536)
-            except socket.timeout:
-                return False
-            except ConnectionResetError:
-                return True
-            if not d:
-                self.eof = True
-                return True
+    def closed_by_peer(self, timeout=None):
+        """True when the daemon closes the connection within timeout (default
+        IO_TIMEOUT; any pending reply lines are discarded), False if it
+        stays open."""
+        end = now() + (IO_TIMEOUT if timeout is None else timeout)
+        try:
+            while True:
+                left = end - now()
+                if left <= 0:
+                    return False
+                self.sock.settimeout(left)
+                try:
+                    d = self.sock.recv(65536)
+                except socket.timeout:
+                    return False
+                except ConnectionResetError:
+                    return True
+                if not d:
+                    self.eof = True
+                    return True
+        finally:
+            self._restore_timeout()
 
     def close(self):
         try:
@@ -540,6 +766,7 @@ class Admitd:
         self.proc = subprocess.Popen(self.command_line(), stdout=err, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env)
         err.close()
+        STALLS.watch(self.proc.pid)
 
         def ready():
             if self.proc.poll() is not None:
@@ -563,7 +790,7 @@ class Admitd:
             raise
         return self
 
-    def connect(self, timeout=5.0):
+    def connect(self, timeout=None):
         c = Conn(self.sock_path, timeout)
         self._conns.append(c)
         return c
@@ -755,7 +982,7 @@ class DaemonCase(unittest.TestCase):
             self.daemon.tmp.keep()
             self.fail("admitd died during the test\n" + self.daemon.stderr_text())
 
-    def conn(self, timeout=5.0):
+    def conn(self, timeout=None):
         c = self.daemon.connect(timeout)
         self.addCleanup(c.close)
         return c
@@ -771,9 +998,9 @@ class DaemonCase(unittest.TestCase):
         self.assertTrue(r.get("ok"), r)
         return r
 
-    def wait_waiting(self, scope, n, deadline=3.0):
+    def wait_waiting(self, scope, n, deadline=IO_TIMEOUT):
         """Poll status until scope has exactly n waiters (a measured arrival,
-        not a sleep)."""
+        not a sleep). The deadline only ends a test that is failing anyway."""
         c = self.conn()
 
         def cond():
@@ -781,13 +1008,26 @@ class DaemonCase(unittest.TestCase):
         _wait_until(cond, deadline, "%d waiters in scope %s" % (n, scope),
                     self.daemon.stderr_text)
 
-    def assertNotLate(self, elapsed, bound, msg=None):
-        """An upper bound on lateness (bound includes SLACK). The failure
-        says how loaded the box was: lateness on a saturated box is the
-        box's, not the daemon's (ADMITD_SLACK_MS raises SLACK)."""
-        if elapsed >= bound:
-            self.fail("%.3fs late bound exceeded: %.3fs (SLACK %.0fms, load average %s)%s"
-                      % (bound, elapsed, SLACK * 1000, os.getloadavg(),
+    def assertNotLate(self, elapsed, bound, msg=None, since=None, stalls=True):
+        """An upper bound on lateness: elapsed < bound (which includes SLACK)
+        + late_allowance over the interval measured. That interval is
+        [since, now], or [now - elapsed, now] when since is None (the usual
+        case: checked right after measuring). stalls=False forgives no
+        stall: for a statistic (a median, the second-largest of many
+        samples) that one stall cannot move. The failure says how loaded
+        the box was."""
+        if elapsed < bound:
+            return
+        t1 = now()
+        t0 = t1 - elapsed if since is None else since
+        extra = late_allowance(t0, t1) if stalls else 0.0
+        if elapsed >= bound + extra:
+            self.fail("%.3fs late bound (+%.3fs for stalls) exceeded: %.3fs "
+                      "(SLACK %.0fms = %.0fms x load %.2f at start, load average %s, "
+                      "stalls: client %.3fs, daemon/redis %.3fs)%s"
+                      % (bound, extra, elapsed, SLACK * 1000, SLACK_BASE * 1000,
+                         LOAD_AT_START, os.getloadavg(), STALLS.worst(t0, t1),
+                         STALLS.proc_wait(t0, t1),
                          (": %s" % (msg,)) if msg is not None else ""))
 
     def assertRefused(self, reply, error, rule=None, rule_prefix=None):

@@ -31,19 +31,31 @@ import threading
 import time
 
 from . import harness
-from .harness import EPS, SLACK, Admitd, RedisServer, acquire_req, now
+from .harness import EPS, SLACK, SLACK_BASE, Admitd, RedisServer, acquire_req, now
 
 # The daemon's lag from Redis's decision (TIME inside the script) to its own
 # clock reading for waited_ms: one Unix-socket delivery plus one event-loop
 # turn. Both are sub-millisecond on an idle box; a 2-core box running 48
 # client threads, 3 daemons and Redis (possibly under ASan) can deschedule
-# the daemon for a scheduler slice or two, so the timer SLACK (30ms, more
-# under valgrind) bounds it.
-LAG = SLACK
+# the daemon for a scheduler slice or two, so the timer slack (30ms, more
+# under valgrind) bounds it. SLACK_BASE, not SLACK: LAG widens the brackets
+# the limits are checked on, and a busy box must not weaken those checks
+# (SLACK grows with the load measured at the start; LAG does not).
+LAG = SLACK_BASE
 # How late a reply may come after its budget (timeout_ms) ends: the daemon's
 # deadline timer (SLACK) plus the delay before a busy client thread (GIL,
-# 2 cores) gets to read it, another SLACK.
+# 2 cores) gets to read it, another SLACK (SLACK grows with the box's load).
+# Checks add the stalls of this process measured over the request's
+# interval (budget_late_ok); the bound is there to catch a reply a whole retry
+# period past its budget, or none, not a descheduled client.
 BUDGET_SLACK = 2 * SLACK + 0.05
+
+
+def budget_late_ok(t_send, t_recv, budget_s):
+    """Whether a reply read at t_recv to a request sent at t_send with a
+    budget of budget_s seconds came in time (see BUDGET_SLACK)."""
+    late = t_recv - t_send - budget_s
+    return late < BUDGET_SLACK or late < BUDGET_SLACK + harness.late_allowance(t_send, t_recv)
 
 PER_DAEMON = 16
 
@@ -154,8 +166,8 @@ class Adm:
 
 class Outcome:
     """What a hammer saw: admissions (sorted by hi), refusals as
-    (daemon, t_send, t_recv, reply), and the latest reply lateness against
-    its budget (seconds; negative when every reply came within it)."""
+    (daemon, t_send, t_recv, reply), and every request's (t_send, t_recv,
+    budget in seconds) in late."""
 
     def __init__(self):
         self.adms = []
@@ -179,7 +191,8 @@ def hammer(test, cluster, scope, key, duration, per_daemon=PER_DAEMON, hold=(0.0
     A refusal (limited, budget_exceeded, timeout) is recorded and the client
     sleeps the retry_after_ms it was given (bounded by the time left): the
     caller's behaviour, not a wait on the daemon. Every reply must match its
-    request's id and come within its budget + BUDGET_SLACK (test fails).
+    request's id and come within its budget + BUDGET_SLACK (+ the stalls
+    measured meanwhile: budget_late_ok), or the test fails.
     Returns an Outcome."""
     daemons = cluster.daemons
     n = per_daemon * len(daemons)
@@ -205,10 +218,10 @@ def hammer(test, cluster, scope, key, duration, per_daemon=PER_DAEMON, hold=(0.0
                 if my_cls is not None:
                     req["class"] = my_cls
                 t_send = now()
-                r = c.request(req, timeout=b / 1000.0 + 10)
+                r = c.request(req, timeout=b / 1000.0 + harness.IO_TIMEOUT)
                 t_recv = c.last_t
                 test.assertEqual(r.get("id"), seq, r)
-                late.append(t_recv - t_send - b / 1000.0)
+                late.append((t_send, t_recv, b / 1000.0))
                 if r.get("ok"):
                     test.assertIsInstance(r.get("lease"), str, r)
                     test.assertIsInstance(r.get("waited_ms"), int, r)
@@ -238,9 +251,11 @@ def hammer(test, cluster, scope, key, duration, per_daemon=PER_DAEMON, hold=(0.0
 
     harness.run_clients(n, client, timeout=duration + 60)
     out.adms.sort(key=lambda a: a.hi)
-    if out.late:
-        test.assertLess(max(out.late), BUDGET_SLACK,
-                        "a reply came later than its budget allows")
+    late = [(t_recv - t_send - b, t_send, t_recv) for t_send, t_recv, b in out.late
+            if not budget_late_ok(t_send, t_recv, b)]
+    test.assertEqual(late, [], "replies later than their budget allows (lateness, sent, "
+                     "received; BUDGET_SLACK %.3fs, load average %s)"
+                     % (BUDGET_SLACK, os.getloadavg()))
     return out
 
 
@@ -323,7 +338,9 @@ def status(daemon):
 
 
 def wait_backend(daemon, state, deadline):
-    """Poll status until "backend" is state; returns the instant seen."""
+    """Poll status until "backend" is state; returns the instant seen (the
+    deadline only ends a test that is failing: a bound on when the state
+    came is the caller's, with harness.late_allowance)."""
     harness._wait_until(lambda: status(daemon)["backend"] == state, deadline,
                         "admitd backend %s" % state, daemon.stderr_text)
     return now()
@@ -342,7 +359,7 @@ def bisect_count(sorted_ts, lo, hi):
     return bisect.bisect_right(sorted_ts, hi) - bisect.bisect_left(sorted_ts, lo)
 
 
-__all__ = ["Adm", "BUDGET_SLACK", "Cluster", "LAG", "Outcome", "PER_DAEMON",
+__all__ = ["Adm", "BUDGET_SLACK", "Cluster", "budget_late_ok", "LAG", "Outcome", "PER_DAEMON",
            "aligned_excess", "bisect_count", "hammer", "key_name", "pace_violations",
            "per_window", "policer", "redis_offset", "span_excess", "status",
            "wait_backend", "wait_redis_field", "write_secret"]

@@ -16,7 +16,8 @@ import time
 import unittest
 
 from . import harness
-from .harness import EPS, SLACK, acquire_req, max_overlap, now, run_clients
+from .harness import (EPS, IO_TIMEOUT, SLACK, acquire_req, late_allowance, max_overlap, now,
+                      run_clients)
 from .redis_util import (Cluster, aligned_excess, hammer, key_name, pace_violations,
                          per_window, policer, redis_offset, span_excess, wait_redis_field)
 
@@ -114,7 +115,8 @@ class PacingTest(ClusterCase):
         self.assertGreaterEqual(min(gaps), d - EPS, sorted(gaps)[:5])
         # Liveness: waiters are always queued, so the next one goes about D
         # after the release: the head either is already sleeping next_at out
-        # or learns it at its next poll (concurrency_retry, 25ms).
+        # or learns it at its next poll (concurrency_retry, 25ms). (A median:
+        # one stall cannot move it; SLACK grows with the box's load.)
         self.assertLess(statistics.median(gaps), d + 0.025 + SLACK, sorted(gaps))
 
 
@@ -329,7 +331,8 @@ class TokenMeterTest(ClusterCase):
             def client(i):
                 c = cl.daemons[i // 16].connect()
                 try:
-                    r = c.request(acquire_req("tokens", "k", timeout_ms=3000), timeout=6)
+                    r = c.request(acquire_req("tokens", "k", timeout_ms=3000),
+                                  timeout=3 + IO_TIMEOUT)
                     self.assertIs(r.get("ok"), True, r)
                     self.assertEqual(r.get("backend"), "redis", r)
                     return c.last_t
@@ -340,8 +343,10 @@ class TokenMeterTest(ClusterCase):
             self.assertGreaterEqual(min(got) - t_rel, 1.0 - EPS)
             # Each daemon's head sleeps exactly the retry_after it was given
             # (timer SLACK), then its queue of 16 drains one Redis round
-            # trip each (a token meter charges nothing at acquire).
-            self.assertLess(max(got) - t_seen, 1.0 + SLACK + 0.15, sorted(got))
+            # trip each (a token meter charges nothing at acquire); plus the
+            # stalls of this process measured over that time.
+            self.assertLess(max(got) - t_seen,
+                            1.0 + SLACK + 0.15 + late_allowance(t_seen, max(got)), sorted(got))
             self.assertTrue(cl.alive(), cl.logs())
 
 

@@ -16,9 +16,10 @@ import time
 import unittest
 
 from . import harness
-from .harness import EPS, SLACK, RedisServer, acquire_req, now, run_clients
-from .redis_util import (BUDGET_SLACK, Cluster, key_name, per_window, span_excess, status,
-                         wait_backend, wait_redis_field, write_secret)
+from .harness import (EPS, IO_TIMEOUT, SLACK, RedisServer, acquire_req, late_allowance, now,
+                      run_clients)
+from .redis_util import (BUDGET_SLACK, LAG, Cluster, budget_late_ok, key_name, per_window,
+                         span_excess, status, wait_backend, wait_redis_field, write_secret)
 
 TIMEOUT_CONF = "redis_timeout = 100ms\n"
 
@@ -34,7 +35,8 @@ class FaultCase(unittest.TestCase):
         """per_daemon clients per daemon loop acquire (budget_ms) -> release
         on one key while control() runs in its own thread; they stop when it
         returns. Every request must get exactly one reply, with its id,
-        within its budget. Returns (replies as (daemon, t_send, t_recv,
+        within its budget (+ BUDGET_SLACK and the stalls measured meanwhile:
+        redis_util.budget_late_ok). Returns (replies as (daemon, t_send, t_recv,
         reply) sorted by t_recv, control's result)."""
         n = per_daemon * len(cl.daemons)
         done = threading.Event()
@@ -58,10 +60,11 @@ class FaultCase(unittest.TestCase):
                     seq += 1
                     t_send = now()
                     r = c.request(acquire_req(scope, "k", id=seq, timeout_ms=budget_ms),
-                                  timeout=budget_ms / 1000.0 + 5)
+                                  timeout=budget_ms / 1000.0 + IO_TIMEOUT)
                     t_recv = c.last_t
                     self.assertEqual(r.get("id"), seq, r)
-                    self.assertLess(t_recv - t_send, budget_ms / 1000.0 + BUDGET_SLACK, r)
+                    self.assertTrue(budget_late_ok(t_send, t_recv, budget_ms / 1000.0),
+                                    (t_recv - t_send, budget_ms, BUDGET_SLACK, r))
                     mine.append((d, t_send, t_recv, r))
                     if r.get("ok"):
                         self.assertTrue(r.get("lease"), r)
@@ -92,18 +95,21 @@ class FaultCase(unittest.TestCase):
     def check_outage(self, cl, replies, t_down, t_back, per_daemon_budget, window):
         """The outage invariants: fallback admissions within each daemon's
         budget, "fallback" while Redis was gone, "redis" again within 2 s of
-        it answering (t_back)."""
+        it answering (t_back; the reconnect backoff is capped at 1 s), plus
+        the stalls of this process measured meanwhile."""
         adm = [x for x in replies if x[3].get("ok")]
+        t_end = max(x[2] for x in replies)
+        back_by = 2.0 + late_allowance(t_back, t_end)
         for d, t_send, t_recv, r in adm:
             self.assertIn(r.get("backend"), ("redis", "fallback"), r)
             # Sent after Redis was gone and answered before it was back.
             if t_send > t_down and t_recv < t_back:
                 self.assertEqual(r.get("backend"), "fallback", r)
             # Sent 2 s after Redis was back: shared state again.
-            if t_send > t_back + 2.0:
+            if t_send > t_back + back_by:
                 self.assertEqual(r.get("backend"), "redis", r)
         for i in range(len(cl.daemons)):
-            fb = [(ts + r["waited_ms"] / 1000.0 - SLACK, tr)
+            fb = [(ts + r["waited_ms"] / 1000.0 - LAG, tr)
                   for d, ts, tr, r in adm if d == i and r["backend"] == "fallback"]
             # The in-process limiter with the scope's limits / divisor.
             self.assertIsNone(span_excess(fb, per_window(per_daemon_budget, window)), i)
@@ -114,7 +120,7 @@ class FaultCase(unittest.TestCase):
             back = [tr for d, ts, tr, r in replies
                     if d == i and ts > t_back and r.get("backend") == "redis"]
             self.assertTrue(back, "daemon %d never went back to redis" % i)
-            self.assertLess(min(back) - t_back, 2.0)
+            self.assertLess(min(back) - t_back, back_by)
 
 
 class LeaseTest(FaultCase):
@@ -143,19 +149,24 @@ class LeaseTest(FaultCase):
             def waiter(i):
                 c = cl.daemons[1 + i].connect()
                 try:
-                    r = c.request(acquire_req("cc", "k", timeout_ms=5000), timeout=8)
+                    t = now()
+                    r = c.request(acquire_req("cc", "k", timeout_ms=5000), timeout=5 + IO_TIMEOUT)
                     self.assertIs(r.get("ok"), True, r)
-                    return c.last_t
+                    # admitted within [t + waited_ms, reply read]
+                    return t + r["waited_ms"] / 1000.0, c.last_t
                 finally:
                     c.close()
 
-            got = sorted(run_clients(2, waiter))
-            for (t_send, t_recv), t_got in zip(held, got):
+            got = run_clients(2, waiter)
+            his = sorted(hi for _, hi in got)
+            los = sorted(lo for lo, _ in got)
+            for (t_send, t_recv), hi, lo in zip(held, his, los):
                 # Not before the lease's deadline (admission + lease_ttl) ...
-                self.assertGreaterEqual(t_got - t_send, ttl - EPS)
+                self.assertGreaterEqual(hi - t_send, ttl - EPS)
                 # ... and within lease_ttl + 10% of it (the waiters' polls are
-                # bounded by the earliest deadline, so they land on it).
-                self.assertLess(t_got - t_recv, ttl * 1.1)
+                # bounded by the earliest deadline, so they land on it), by
+                # the daemon's own wait, plus the stalls measured meanwhile.
+                self.assertLess(lo - t_recv, ttl * 1.1 + late_allowance(t_recv, hi))
             for d in cl.daemons[1:]:
                 self.assertIsNone(d.proc.poll(), d.stderr_text())
 
@@ -170,8 +181,8 @@ class OutageTest(FaultCase):
                 cl.redis.stop()
                 t_down = now()
                 for d in cl.daemons:
-                    wait_backend(d, "fallback", 2.0)
-                time.sleep(2.0 - (now() - t_down))  # a 2 s outage
+                    wait_backend(d, "fallback", IO_TIMEOUT)
+                time.sleep(max(0.0, 2.0 - (now() - t_down)))  # a 2 s outage (at least)
                 cl.redis.restart()
                 t_back = now()
                 time.sleep(3.0)
@@ -193,8 +204,8 @@ class OutageTest(FaultCase):
                 cl.redis.pause()
                 for d in cl.daemons:
                     # redis_timeout (100ms) notices; status follows.
-                    wait_backend(d, "fallback", 2.0)
-                time.sleep(2.0 - (now() - t_down))
+                    wait_backend(d, "fallback", IO_TIMEOUT)
+                time.sleep(max(0.0, 2.0 - (now() - t_down)))
                 cl.redis.resume()
                 t_back = now()
                 time.sleep(3.0)
@@ -232,6 +243,11 @@ class OutageTest(FaultCase):
             # or timeout; never unavailable or an error of the backend.
             if not r.get("ok"):
                 self.assertIn(r.get("error"), ("limited", "budget_exceeded", "timeout"), r)
+                # A waiter that timed out before it ever reached the head of
+                # its daemon's queue (and whose head had not been refused
+                # yet) names the queue it waited in: that is what kept it.
+                if r.get("error") == "timeout" and r.get("rule") == "queue":
+                    continue
                 self.assertEqual(r.get("rule"), "requests token-bucket 50/1s burst=10", r)
         # NOSCRIPT was met and answered by a reload, never by an error.
         self.assertIn("NOSCRIPT", logs)
@@ -307,7 +323,7 @@ class ErrorReplyTest(FaultCase):
                 r = c.request({"op": "penalize", "scope": "q", "key": "p",
                                "retry_after_ms": 50})
                 self.assertIs(r.get("ok"), True, r)
-            end = now() + 3.0
+            end = now() + IO_TIMEOUT  # the heartbeat (every 1 s) meets OOM
             while "OOM" not in d.stderr_text():
                 self.assertLess(now(), end, d.stderr_text())
                 time.sleep(0.02)
@@ -352,8 +368,10 @@ class StartupTest(FaultCase):
                     time.sleep(0.05)
             cl.redis.start()
             t_up = now()
-            t_sw = wait_backend(d, "redis", 5.0)
-            self.assertLess(t_sw - t_up, 2.0)
+            t_sw = wait_backend(d, "redis", IO_TIMEOUT)
+            # The reconnect backoff is capped at 1 s: back within 2 s (plus
+            # the stalls measured meanwhile).
+            self.assertLess(t_sw - t_up, 2.0 + late_allowance(t_up, t_sw))
             with d.connect() as c:
                 r = c.request(acquire_req("q", "k", timeout_ms=0))
                 self.assertEqual(r.get("backend"), "redis", r)
@@ -383,18 +401,21 @@ class PenalizeTest(FaultCase):
             def waiter(i):
                 c = cl.daemons[1 + i].connect()
                 try:
-                    r = c.request(acquire_req("p", "k", timeout_ms=3000), timeout=5)
+                    t = now()
+                    r = c.request(acquire_req("p", "k", timeout_ms=3000), timeout=3 + IO_TIMEOUT)
                     self.assertIs(r.get("ok"), True, r)
                     self.assertEqual(r.get("backend"), "redis", r)
-                    return c.last_t
+                    # admitted within [t + waited_ms, reply read]
+                    return t + r["waited_ms"] / 1000.0, c.last_t
                 finally:
                     c.close()
 
-            for t in run_clients(2, waiter):
-                self.assertGreaterEqual(t - t0, 0.8 - EPS)
+            for lo, hi in run_clients(2, waiter):
+                self.assertGreaterEqual(hi - t0, 0.8 - EPS)
                 # timer lateness (SLACK) plus the two client threads'
-                # scheduling on a 2-core box (another SLACK)
-                self.assertLess(t - t_seen, 0.8 + 2 * SLACK)
+                # scheduling on a 2-core box (another SLACK), by the
+                # daemon's own wait, plus the stalls measured meanwhile
+                self.assertLess(lo - t_seen, 0.8 + 2 * SLACK + late_allowance(t_seen, hi))
 
 
 MEM_CONF = """
@@ -476,9 +497,9 @@ class MemoryTest(FaultCase):
             t_end = now()
             # Every TTL has run out 1.5 s after the last call; Redis's
             # active expiry cycle (10 Hz) reclaims the keys shortly after.
-            end = t_end + 1.5 + 2.0
             while cl.redis.command("DBSIZE") != 1:
-                self.assertLess(now(), end, cl.redis.command("KEYS", "*"))
+                self.assertLess(now(), t_end + 1.5 + 2.0 + late_allowance(t_end),
+                                cl.redis.command("KEYS", "*"))
                 time.sleep(0.05)
             self.assertEqual(cl.redis.command("KEYS", "*"), [pods])
 
@@ -492,12 +513,14 @@ class DivisorAutoTest(FaultCase):
             while cl.redis.command("ZCARD", "admitd:pods") != 3:
                 self.assertLess(now(), end, "three pods never registered")
                 time.sleep(0.02)
-            # Each daemon learns the count at its next heartbeat (every 1 s);
-            # two periods, so one beat delayed by a loaded box is covered.
-            time.sleep(2.0 + SLACK)
+            # Each daemon learns the count at its next heartbeat (every 1 s):
+            # wait until each says it has (status, not a sleep).
+            for d in cl.daemons:
+                harness._wait_until(lambda: status(d)["redis"]["pods_seen"] == 3, IO_TIMEOUT,
+                                    "daemon to count 3 pods", d.stderr_text)
             cl.redis.stop()
             for d in cl.daemons:
-                wait_backend(d, "fallback", 2.0)
+                wait_backend(d, "fallback", IO_TIMEOUT)
 
             def prober(i):
                 c = cl.daemons[i].connect()

@@ -178,11 +178,12 @@ timeout = 5s
             time.sleep(0.3)  # > min_delay
             # The script that ran late booked nothing ...
             self.assertEqual(redis.command("ZCARD", "admitd:{s:x}:l"), 0)
-            # ... so the key admits at once, not after lease_ttl.
-            t0 = time.monotonic()
-            b = c.request(acquire_req("s", "x", timeout_ms=5000), timeout=10)
+            # ... so the key admits at once, not after lease_ttl (8 s): the
+            # daemon's own wait, bounded by a fraction of that period (a
+            # loaded box delays a reply; it does not delay it by seconds).
+            b = c.request(acquire_req("s", "x", timeout_ms=5000))
             self.assertIs(b.get("ok"), True, b)
-            self.assertLess(time.monotonic() - t0, 1.0)
+            self.assertLess(b["waited_ms"], 2000, b)
             # The timed-out call was counted as a failed acquire.
             self.assertGreaterEqual(c.request({"op": "status"})["redis"]["errors"]["acquire"], 1)
             c.close()

@@ -27,7 +27,9 @@ from tests.integ import harness
 DRIVER = os.environ.get("RPOOL_DRIVE") or os.path.join(harness.REPO, "tests", "tools",
                                                        "rpool_drive")
 SCALE = 20.0 if harness.VALGRIND else 1.0
-# How late a call's timeout may be reported, seconds: timer + pipe + ASan.
+# How late a call's timeout may be reported, seconds: timer + pipe + ASan,
+# plus (at the check) the stalls of this process measured meanwhile
+# (harness.late_allowance; SLACK itself grows with the box's load).
 LATE = max(0.15, 3 * harness.SLACK) * SCALE
 
 SCRIPTS = [
@@ -96,8 +98,9 @@ class Drive:
         self.proc.stdin.flush()
         return harness.now()
 
-    def expect(self, regex, timeout=5.0):
-        """Skip lines until one matches regex; (match, arrival instant)."""
+    def expect(self, regex, timeout=10.0):
+        """Skip lines until one matches regex; (match, arrival instant). The
+        timeout is a deadline for a line that never comes, not a bound."""
         end = harness.now() + timeout * SCALE
         seen = []
         while True:
@@ -115,7 +118,7 @@ class Drive:
             if m:
                 return m, t
 
-    def call(self, line, timeout=5.0):
+    def call(self, line, timeout=10.0):
         """Send one submitting line and return the completion text after the id."""
         self.send(line)
         m, _ = self.expect(r"^call (\d+) (.*)$", timeout)
@@ -250,7 +253,7 @@ class RpoolTest(unittest.TestCase):
         m, t1 = d.expect(r"^call 2 (\S+)")
         self.assertEqual(m.group(1), "timeout")
         self.assertGreaterEqual(t1 - t0, timeout - 0.01)
-        self.assertLess(t1 - t0, timeout + LATE)
+        self.assertLess(t1 - t0, timeout + LATE + harness.late_allowance(t0, t1))
         # the other connection (if still up) times out too, or nothing is up
         r = d.call("eval 0 1 k 1", timeout=3)
         self.assertIn(r, ("timeout", "conn rejected"))
@@ -283,7 +286,10 @@ class RpoolTest(unittest.TestCase):
         t0 = harness.now()
         for _ in range(3):
             self.assertEqual(d.call("eval 0 1 k 1"), "conn rejected")
-        self.assertLess(harness.now() - t0, 0.5 * SCALE)
+        # Fast: not each call waiting out the 300ms timeout (0.9 s for
+        # three), whatever the load adds to 0.5 s.
+        took = harness.now() - t0
+        self.assertLess(took, min(0.5 * SCALE + harness.late_allowance(t0), 0.9 * SCALE - 0.05))
         self.redis.restart()
         d.expect(r"^state up$", 5)  # backoff is capped at 200ms here
         # a new server: scripts were loaded again on connect, k starts over

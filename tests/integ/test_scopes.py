@@ -15,6 +15,14 @@ harness.py for the values and their reasons.
 
 Rate tests probe with timeout_ms 0 (admitted or limited, decided at once), so
 an admission instant is known to within one round trip (< 1 ms idle).
+
+An upper bound compares the earliest the later event can have happened
+with the latest the earlier one can have: a waited admission happened no
+earlier than t_send + waited_ms (the daemon's own measure of the wait, from
+when it read the request), a reference event no later than the instant its
+reply was read. The client's own delay in reading a reply (a loaded box)
+is then not counted against the daemon; what is left of the box's
+lateness, assertNotLate forgives (harness.late_allowance).
 """
 
 import email.utils
@@ -22,8 +30,9 @@ import random
 import select
 import time
 
-from .harness import (EPS, SLACK, DaemonCase, acquire_req, closer_than, crowded_window,
-                      max_overlap, now, run_clients)
+from .harness import (EPS, IO_TIMEOUT, SLACK, DaemonCase, acquire_req, closer_than,
+                      crowded_window, late_allowance, max_overlap, now, run_clients,
+                      unstalled)
 
 CONF = """
 [scope conc]
@@ -255,10 +264,10 @@ class ConcurrencyTest(ScopeCase):
         for i, w in enumerate(waiters):
             # Whichever waiter is answered next must be the i-th to arrive
             # (and nobody behind it is answered while it holds the key).
-            ready, _, _ = select.select([x.sock for x in waiters[i:]], [], [], 5)
+            ready, _, _ = select.select([x.sock for x in waiters[i:]], [], [], IO_TIMEOUT)
             self.assertEqual([waiters.index(next(x for x in waiters if x.sock is r))
                               for r in ready], [i], "FIFO order broken")
-            r = w.recv(timeout=5)
+            r = w.recv()
             self.assertEqual(r.get("id"), i, r)
             self.assertAdmitted(r)
             w.request({"op": "release", "lease": r["lease"]})
@@ -280,7 +289,11 @@ class ConcurrencyTest(ScopeCase):
         holder = self.conn()
         lease = self.assertAdmitted(holder.request(acquire_req("waiters", k)))
         w1, w2 = self.conn(), self.conn()
+        # Two connections' requests are read in whatever order the daemon's
+        # loop sees them: w1 is the head only once it is queued before w2
+        # is sent (the daemon's own count, as in test_fifo).
         w1.send(acquire_req("waiters", k, id=1))
+        self.wait_waiting("waiters", 1)
         w2.send(acquire_req("waiters", k, id=2))
         self.wait_waiting("waiters", 2)
         c = self.conn()
@@ -288,9 +301,18 @@ class ConcurrencyTest(ScopeCase):
         r = c.request(acquire_req("waiters", k, id=3))
         self.assertRefused(r, "too_many_waiters")
         self.assertEqual(r.get("id"), 3)
-        self.assertNotLate(c.last_t - t0, SLACK + 0.1, "too_many_waiters must not wait")
+        # Queued, it would wait for the holder (never released here) until
+        # the scope's timeout, 20 s: a reply within a second is "at once".
+        self.assertNotLate(c.last_t - t0, 1.0, "too_many_waiters must not wait")
         holder.request({"op": "release", "lease": lease})
-        self.assertAdmitted(w1.recv())
+        r = w1.recv()
+        self.assertEqual(r.get("id"), 1, r)
+        self.assertAdmitted(r)
+        # w2 is next; w1's lease goes with its connection.
+        w1.close()
+        r = w2.recv()
+        self.assertEqual(r.get("id"), 2, r)
+        self.assertAdmitted(r)
 
     def test_default_key(self):
         c = self.conn()
@@ -331,7 +353,7 @@ class PacingTest(ScopeCase):
         self.assertGreaterEqual(min(gaps), d - EPS, sorted(gaps)[:5])
         # Liveness: with waiters always queued, the next one goes at about D.
         gaps.sort()
-        self.assertNotLate(gaps[len(gaps) // 2], d + SLACK, gaps)
+        self.assertNotLate(gaps[len(gaps) // 2], d + SLACK, gaps, stalls=False)
 
     def test_min_delay_refusal(self):
         k = self.key()
@@ -355,11 +377,19 @@ class PacingTest(ScopeCase):
         t_a_recv = a.last_t
         lease = self.assertAdmitted(r)
         b = self.conn()
-        r = b.request(acquire_req("pace", k, timeout_ms=3000), timeout=5)
+        t_b_send = now()
+        r = b.request(acquire_req("pace", k, timeout_ms=3000))
         t_b = b.last_t
         self.assertAdmitted(r)
+        # a's admission lies in [t_a_send, t_a_recv], b's in [lo_b, t_b].
+        lo_b = t_b_send + r["waited_ms"] / 1000.0
+        # Not before a's lease expired ...
         self.assertGreaterEqual(t_b - t_a_send, ttl - EPS)
-        self.assertNotLate(t_b - t_a_recv, ttl + SLACK)
+        # ... and at its expiry: b polls at most every concurrency_retry,
+        # bounded by the lease's deadline, so its last poll lands on it.
+        # (Measured to b's admission, not to when this client got around
+        # to reading the reply.)
+        self.assertNotLate(lo_b - t_a_recv, ttl + SLACK, since=t_a_recv)
         # The expired lease's late release is a no-op and pushes nothing.
         self.assertEqual(a.request({"op": "release", "lease": lease}), {"ok": True, "held": False})
         self.assertRefused(b.request(acquire_req("pace", k, timeout_ms=0)), "limited")
@@ -375,14 +405,15 @@ class PacingTest(ScopeCase):
         self.assertRefused(r, "budget_exceeded", rule_prefix="min_delay")
         # The wait needed (~1s) is longer than the budget (500ms): the reply
         # comes at once. Sleeping the budget out would take >= 500ms.
-        self.assertLess(took, 0.1)
+        self.assertNotLate(took, 0.25)
         self.assertGreater(r["retry_after_ms"], 500)
         self.assertLessEqual(r["retry_after_ms"], 1000)
         # With a budget that covers the wait, the same request waits it out.
         t0 = now()
-        r = c.request(acquire_req("budget", k, timeout_ms=1500), timeout=5)
+        r = c.request(acquire_req("budget", k, timeout_ms=1500))
         self.assertAdmitted(r)
-        self.assertNotLate(c.last_t - t0, 1.0 + SLACK)
+        # Admitted 1 s after the release (before t0): by the daemon's wait.
+        self.assertNotLate(r["waited_ms"] / 1000.0, 1.0 + SLACK, since=t0)
 
     def test_jitter_stretches_waits(self):
         d, f = 0.100, 0.5
@@ -391,11 +422,15 @@ class PacingTest(ScopeCase):
         self.assertGreater(len(gaps), 12)
         # A wait of D is stretched by a random 0..F of itself: [D, D(1+F)].
         self.assertGreaterEqual(min(gaps), d - EPS, gaps)
-        # Upper bound: a wait of D stretched by at most F. One sample may be
-        # late by more than SLACK when the box is busy (a 2-core box running
-        # several suites); a daemon that over-stretches does so every time.
-        self.assertNotLate(sorted(gaps)[-2], d * (1 + f) + SLACK, gaps)
-        self.assertNotLate(max(gaps), d * (1 + f) + 3 * SLACK, gaps)
+        # Upper bound: a wait of D stretched by at most F. Each gap less the
+        # stalls measured inside it (harness.unstalled): a descheduled
+        # client, or a daemon waiting for a CPU, is not over-stretching. One sample
+        # may still be late by more than SLACK when the box is busy (a
+        # 2-core box running several suites); a daemon that over-stretches
+        # does so every time.
+        late = sorted(unstalled(a.t_rel, b.t_recv) for a, b in zip(recs, recs[1:]))
+        self.assertNotLate(late[-2], d * (1 + f) + SLACK, (late, gaps), stalls=False)
+        self.assertNotLate(late[-1], d * (1 + f) + 3 * SLACK, (late, gaps), stalls=False)
         # Not all equal: with U(0, 50ms) stretches, 12+ samples spread over
         # more than 10ms except with probability < 1e-8.
         self.assertGreater(max(gaps) - min(gaps), 0.010, gaps)
@@ -422,7 +457,7 @@ class ClusterTest(ScopeCase):
         # most of the time.
         his = [r.hi for r in recs]
         gaps = sorted(b - a for a, b in zip(his, his[1:]))
-        self.assertNotLate(gaps[len(gaps) // 4], d + SLACK, gaps)
+        self.assertNotLate(gaps[len(gaps) // 4], d + SLACK, gaps, stalls=False)
 
     def test_release_does_not_push_next_admission(self):
         k = self.key()
@@ -439,8 +474,9 @@ class ClusterTest(ScopeCase):
             time.sleep(0.005)  # the lease is held for 400ms on purpose
         t_rel = now()
         a.request({"op": "release", "lease": lease})
-        r = b.recv(timeout=3)
+        r = b.recv()
         self.assertAdmitted(r)
+        # At the release (which wakes the head), not min_delay (300ms) after.
         self.assertNotLate(b.last_t - t_rel, 0.025 + SLACK)  # concurrency_retry 25ms
 
         # Released sooner than min_delay: the next admission is min_delay
@@ -450,16 +486,24 @@ class ClusterTest(ScopeCase):
         t_b = b.last_t
         a.send(acquire_req("cluster1", k, id="a2"))
         self.wait_waiting("cluster1", 1)
+        t_queued = now()  # a2 was read by the daemon before this instant
         while now() < t_b + 0.100:
             time.sleep(0.005)  # b's lease is held for 100ms on purpose
         t_rel = now()
         b.request({"op": "release", "lease": lease})
-        r = a.recv(timeout=3)
+        r = a.recv()
         self.assertAdmitted(r)
         self.assertGreaterEqual(a.last_t - lo_b, 0.300 - EPS)
-        self.assertNotLate(a.last_t - t_b, 0.300 + SLACK)
-        # Completion-anchored pacing would put it >= 300ms after the release.
-        self.assertLess(a.last_t - t_rel, 0.300 - 0.050)
+        self.assertNotLate(a.last_t - t_b, 0.300 + SLACK, since=t_b)
+        # Completion-anchored pacing would put it >= 300ms after the
+        # release (processed after t_rel). a2's admission was at most
+        # t_queued + waited_ms (the daemon read it before t_queued): the
+        # daemon's own instant, not this client's reading of the reply. It
+        # is ~200ms after t_rel; the bound keeps 50ms of margin (more on a
+        # loaded box) but never reaches the 300ms that would be ambiguous.
+        hi_a = t_queued + r["waited_ms"] / 1000.0
+        self.assertLess(hi_a - t_rel,
+                        min(0.300 - EPS, 0.300 - 0.050 + late_allowance(t_b)))
 
     def test_unreleased_lease_frees_slot_at_lease_ttl(self):
         ttl = 0.600
@@ -468,10 +512,13 @@ class ClusterTest(ScopeCase):
         t_send = now()
         self.assertAdmitted(a.request(acquire_req("cluster1", k)))
         t_recv = a.last_t
-        r = b.request(acquire_req("cluster1", k, timeout_ms=3000), timeout=5)
+        t_b_send = now()
+        r = b.request(acquire_req("cluster1", k, timeout_ms=3000))
         self.assertAdmitted(r)
         self.assertGreaterEqual(b.last_t - t_send, ttl - EPS)
-        self.assertNotLate(b.last_t - t_recv, ttl + 0.025 + SLACK)
+        # b's admission is no earlier than lo_b (see the module doc).
+        lo_b = t_b_send + r["waited_ms"] / 1000.0
+        self.assertNotLate(lo_b - t_recv, ttl + 0.025 + SLACK, since=t_recv)
 
     def test_max_concurrent_raised_to_cluster_concurrency(self):
         k = self.key()
@@ -604,7 +651,16 @@ class StrategyTest(ScopeCase):
         # boundary): about amount/W, never more than 4 in W/5 (admissions
         # come ~W/amount apart; two can meet at a bucket boundary).
         rest = [(lo, hi) for lo, hi in ivs if lo >= ivs[0][1] + window]
-        self.assertIsNone(crowded_window(rest, window / 5, 4), rest)
+        # That spreading needs the probes to keep coming: while they pause
+        # (this client or the daemon descheduled on a loaded box) the
+        # estimate decays and the daemon rightly admits a burst when they
+        # resume. So admissions near a pause of more than W/20 are left out
+        # of it (never out of the limit checks above and below).
+        probes = sorted(lo for lo, _, _ in admits + refusals)
+        pauses = [(a, b) for a, b in zip(probes, probes[1:]) if b - a > window / 20]
+        steady = [(lo, hi) for lo, hi in rest
+                  if not any(a - window / 5 <= lo <= b + window / 5 for a, b in pauses)]
+        self.assertIsNone(crowded_window(steady, window / 5, 4), (steady, pauses))
         span = duration - window
         self.assertGreaterEqual(len(rest), 0.7 * amount * span / window)
         self.assertLessEqual(len(rest), amount * span / window + 2)
@@ -639,6 +695,7 @@ class TokenMeterTest(ScopeCase):
         self.assertAdmitted(c.request(acquire_req("tokens", k, timeout_ms=0)))
         t_rel = now()
         r = c.request({"op": "release", "lease": lease, "tokens": {"input": 800, "output": 300}})
+        t_booked = c.last_t  # the release was booked before its reply
         self.assertEqual(r, {"ok": True, "held": True})
         # 1100 charged to a 1000 bucket: overdrawn by 100 at 200 tokens/s.
         r = c.request(acquire_req("tokens", k, timeout_ms=0))
@@ -647,10 +704,14 @@ class TokenMeterTest(ScopeCase):
         self.assertGreaterEqual(r["retry_after_ms"], 500 - elapsed_ms - 2)
         self.assertLessEqual(r["retry_after_ms"], 520)
         # While overdrawn, acquires wait until it is paid back.
-        r = c.request(acquire_req("tokens", k, timeout_ms=3000), timeout=5)
+        t_send = now()
+        r = c.request(acquire_req("tokens", k, timeout_ms=3000))
         self.assertAdmitted(r)
         self.assertGreaterEqual(c.last_t - t_rel, 0.500 - EPS)
-        self.assertNotLate(c.last_t - t_rel, 0.520 + SLACK)
+        # Paid back 500ms after the release was booked (before t_booked);
+        # the admission is no earlier than t_send + waited_ms.
+        lo = t_send + r["waited_ms"] / 1000.0
+        self.assertNotLate(lo - t_booked, 0.520 + SLACK, since=t_booked)
 
     def test_named_token_meter(self):
         k = self.key()
@@ -667,7 +728,8 @@ class TokenMeterTest(ScopeCase):
         t0 = now()
         r = c.request(acquire_req("tokname", k, timeout_ms=1000))
         self.assertRefused(r, "budget_exceeded", rule="tokens.output token-bucket 500/1h")
-        self.assertLess(c.last_t - t0, 0.1)
+        # At once: sleeping the 1 s budget out would take >= 1 s.
+        self.assertNotLate(c.last_t - t0, 0.5)
 
 
 class ClassTest(ScopeCase):
@@ -720,10 +782,14 @@ class PenaltyTest(ScopeCase):
         left = self.held_for(c, k)
         self.assertLessEqual(left, 400)
         self.assertGreaterEqual(left, 400 - (c.last_t - t0) * 1000 - 2)
-        r = c.request(acquire_req("penal", k, timeout_ms=2000), timeout=5)
+        t_send = now()
+        r = c.request(acquire_req("penal", k, timeout_ms=2000))
         self.assertAdmitted(r)
         self.assertGreaterEqual(c.last_t - t0, 0.400 - EPS)
-        self.assertNotLate(c.last_t - t1, 0.400 + SLACK)
+        # The hold ends 400ms after the penalize (booked before t1); the
+        # admission is no earlier than t_send + waited_ms.
+        lo = t_send + r["waited_ms"] / 1000.0
+        self.assertNotLate(lo - t1, 0.400 + SLACK, since=t1)
 
     def test_penalize_never_shortens(self):
         k = self.key()
@@ -778,7 +844,8 @@ class PenaltyTest(ScopeCase):
         t0 = now()
         r = c.request(acquire_req("penal", k, timeout_ms=500))
         self.assertRefused(r, "budget_exceeded", rule="penalty")
-        self.assertLess(c.last_t - t0, 0.1)
+        # At once: sleeping the 500ms budget out would take >= 500ms.
+        self.assertNotLate(c.last_t - t0, 0.25)
 
 
 class ShadowTest(ScopeCase):
@@ -798,4 +865,4 @@ class ShadowTest(ScopeCase):
         r = c.request(acquire_req("shadow", k, timeout_ms=5000))
         self.assertAdmitted(r)
         self.assertIs(r.get("shadow_limited"), True, r)
-        self.assertLess(c.last_t - t0, 0.1)
+        self.assertNotLate(c.last_t - t0, 0.1)

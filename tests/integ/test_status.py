@@ -9,7 +9,7 @@ Every counter is driven to a known value and read back exactly.
 import time
 import unittest
 
-from .harness import Admitd, RedisServer, acquire_req
+from .harness import IO_TIMEOUT, Admitd, RedisServer, acquire_req
 
 CONF = """
 [scope q]
@@ -41,7 +41,9 @@ class StatusCountersTest(unittest.TestCase):
             # A waiter whose client leaves is canceled, not refused.
             gone = d.connect()
             gone.send(acquire_req("m", "k"))
-            deadline = time.monotonic() + 5
+            # (A deadline for the polls below, not a bound: it only ends a
+            # test that is failing anyway.)
+            deadline = time.monotonic() + IO_TIMEOUT
             while scope(c.request({"op": "status"}), "m")["waiting"] != 1:
                 self.assertLess(time.monotonic(), deadline)
                 time.sleep(0.01)
