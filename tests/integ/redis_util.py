@@ -1,4 +1,4 @@
-"""redis_util.py - shared pieces of the Redis integration tests (issue 3).
+"""redis_util.py - shared pieces of the Redis integration tests.
 
 Owns: the Cluster fixture (one redis-server plus N admitd processes on one
 conf), the multi-daemon hammer that records every admission's instants, the

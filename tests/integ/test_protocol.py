@@ -1,6 +1,6 @@
 """test_protocol.py - the wire protocol of the real admitd binary.
 
-Covers issue 2's protocol section: ping, status, malformed lines, unknown
+Covers the protocol's basics: ping, status, malformed lines, unknown
 ops, over-long lines, id echo, pipelining and out-of-order replies, unknown
 fields, CRLF, the command line (-t, --version, -h) and SIGTERM with waiters.
 """

@@ -1,4 +1,4 @@
-"""test_redis_faults.py - admitd's Redis backend when things go wrong (issue 3).
+"""test_redis_faults.py - admitd's Redis backend when things go wrong.
 
 A pod killed while holding leases, Redis stopped, frozen (SIGSTOP) or
 flushed under load, error replies (ACL denial, out of memory), admitd

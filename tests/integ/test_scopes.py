@@ -1,4 +1,4 @@
-"""test_scopes.py - every scope behaviour of issue 2, as invariants over timestamps.
+"""test_scopes.py - every scope behaviour, as invariants over timestamps.
 
 Method. Clients record, with time.monotonic(), the instant each acquire was
 sent (t_send), the instant its reply arrived (t_recv) and the instant its
