@@ -40,7 +40,6 @@
 
 #include <event2/event.h>
 #include <sys/queue.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,70 +102,186 @@ struct backend {
 
 /* ---- argument vectors ---- */
 
-/* A growable argv whose strings it owns. */
+/* Rule indexes kept on the stack up to this many rules a scope. */
+#define RB_RULES_INLINE 32
+
+/*
+ * A growable argv whose strings it owns. The first 48 arguments and 1 KB of
+ * their bytes live in the struct itself (a call's arguments cost no malloc
+ * and no printf on the hot path); more spill into allocated blocks, which
+ * never move, so every v[i] stays valid while the argv grows.
+ */
+#define RARGS_INLINE_N 48
+#define RARGS_INLINE_B 1024
+
+struct rblk {
+	struct rblk *next;
+	size_t used, cap;
+	char data[];
+};
+
 struct rargs {
 	char **v;
 	size_t *len;
 	size_t n, cap;
 	bool oom;
+	struct rblk *blk; /* overflow bytes, newest first */
+	size_t iused;
+	char *iv[RARGS_INLINE_N];
+	size_t ilen[RARGS_INLINE_N];
+	char ibuf[RARGS_INLINE_B];
 };
 
-static void rargs_add(struct rargs *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void rargs_add(struct rargs *a, const char *fmt, ...)
+/* Room for n bytes and a NUL, where they will not move. */
+static char *rargs_room(struct rargs *a, size_t n)
 {
-	va_list ap;
-	char *s = NULL;
-	int n;
+	struct rblk *k;
+	char *p;
 
 	if (a->oom)
+		return NULL;
+	if (a->iused + n + 1 <= sizeof(a->ibuf)) {
+		p = a->ibuf + a->iused;
+		a->iused += n + 1;
+		return p;
+	}
+	k = a->blk;
+	if (k == NULL || k->used + n + 1 > k->cap) {
+		size_t cap = n + 1 > 4096 ? n + 1 : 4096;
+		k = malloc(sizeof(*k) + cap);
+		if (k == NULL) {
+			a->oom = true;
+			return NULL;
+		}
+		k->used = 0;
+		k->cap = cap;
+		k->next = a->blk;
+		a->blk = k;
+	}
+	p = k->data + k->used;
+	k->used += n + 1;
+	return p;
+}
+
+/* Register the argument at p (n bytes, NUL-terminated by the caller). */
+static void rargs_push(struct rargs *a, char *p, size_t n)
+{
+	if (a->oom || p == NULL)
 		return;
+	if (a->v == NULL) {
+		a->v = a->iv;
+		a->len = a->ilen;
+		a->cap = RARGS_INLINE_N;
+	}
 	if (a->n == a->cap) {
-		size_t ncap = a->cap ? a->cap * 2 : 32;
-		char **nv = realloc(a->v, ncap * sizeof(*nv));
-		size_t *nl;
-		if (nv == NULL) {
+		size_t ncap = a->cap * 2;
+		char **nv = malloc(ncap * sizeof(*nv));
+		size_t *nl = malloc(ncap * sizeof(*nl));
+		if (nv == NULL || nl == NULL) {
+			free(nv);
+			free(nl);
 			a->oom = true;
 			return;
+		}
+		memcpy(nv, a->v, a->n * sizeof(*nv));
+		memcpy(nl, a->len, a->n * sizeof(*nl));
+		if (a->v != a->iv) {
+			free(a->v);
+			free(a->len);
 		}
 		a->v = nv;
-		nl = realloc(a->len, ncap * sizeof(*nl));
-		if (nl == NULL) {
-			a->oom = true;
-			return;
-		}
 		a->len = nl;
 		a->cap = ncap;
 	}
-	va_start(ap, fmt);
-	n = vasprintf(&s, fmt, ap);
-	va_end(ap);
-	if (n < 0) {
-		a->oom = true;
+	a->v[a->n] = p;
+	a->len[a->n++] = n;
+}
+
+/* An argument made of the pieces s[0..ns), each NUL-terminated. */
+static void rargs_cat(struct rargs *a, const char *const *s, size_t ns)
+{
+	size_t i, n = 0, off = 0;
+	char *p;
+
+	for (i = 0; i < ns; i++)
+		n += strlen(s[i]);
+	p = rargs_room(a, n);
+	if (p == NULL)
 		return;
+	for (i = 0; i < ns; i++) {
+		size_t k = strlen(s[i]);
+		memcpy(p + off, s[i], k);
+		off += k;
 	}
-	a->v[a->n] = s;
-	a->len[a->n++] = (size_t)n;
+	p[n] = '\0';
+	rargs_push(a, p, n);
+}
+
+static void rargs_str(struct rargs *a, const char *s)
+{
+	rargs_cat(a, &s, 1);
+}
+
+/* v in decimal, NUL-terminated, at the end of buf[24]; returns its start. */
+static char *rb_itoa(char *buf, int64_t v)
+{
+	char *q = buf + 23;
+	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+
+	*q = '\0';
+	do
+		*--q = (char)('0' + u % 10);
+	while ((u /= 10) != 0);
+	if (v < 0)
+		*--q = '-';
+	return q;
+}
+
+/* A decimal integer, without printf. */
+static void rargs_int(struct rargs *a, int64_t v)
+{
+	char num[24], *q = rb_itoa(num, v);
+	size_t n = (size_t)(num + 23 - q);
+	char *p;
+
+	p = rargs_room(a, n);
+	if (p != NULL) {
+		memcpy(p, q, n + 1);
+		rargs_push(a, p, n);
+	}
 }
 
 static void rargs_clear(struct rargs *a)
 {
-	size_t i;
-
-	for (i = 0; i < a->n; i++)
-		free(a->v[i]);
-	free(a->v);
-	free(a->len);
-	memset(a, 0, sizeof(*a));
+	while (a->blk != NULL) {
+		struct rblk *k = a->blk;
+		a->blk = k->next;
+		free(k);
+	}
+	if (a->v != a->iv) {
+		free(a->v);
+		free(a->len);
+	}
+	a->v = NULL;
+	a->len = NULL;
+	a->n = a->cap = a->iused = 0;
+	a->oom = false;
 }
 
 static void rb_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
 		   const char *key, const char *suffix, long idx)
 {
-	if (idx < 0)
-		rargs_add(a, "%s:{%s:%s}:%s", b->ad->conf->prefix, cs->name, key, suffix);
-	else
-		rargs_add(a, "%s:{%s:%s}:%s%ld", b->ad->conf->prefix, cs->name, key, suffix, idx);
+	char num[24];
+	const char *parts[8] = { b->ad->conf->prefix,
+				 ":{",
+				 cs->name,
+				 ":",
+				 key,
+				 "}:",
+				 suffix,
+				 idx >= 0 ? rb_itoa(num, idx) : "" };
+
+	rargs_cat(a, parts, 8);
 }
 
 /*
@@ -273,7 +388,8 @@ static void rb_acquire_args(struct rargs *a, struct backend *b, const struct tar
 			    const struct lim_tokens *reserve, size_t nreserve, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
-	size_t *idx = calloc(cs->nrules ? cs->nrules : 1, sizeof(*idx));
+	size_t sidx[RB_RULES_INLINE];
+	size_t *idx = cs->nrules <= RB_RULES_INLINE ? sidx : calloc(cs->nrules, sizeof(*idx));
 	size_t nr, i;
 
 	if (idx == NULL) {
@@ -282,32 +398,33 @@ static void rb_acquire_args(struct rargs *a, struct backend *b, const struct tar
 	}
 	nr = rb_rules(cs, t->cls, idx);
 	*nkeys = rb_keys(a, b, cs, t->kq->key, idx, nr);
-	rargs_add(a, "%s", lease_id);
-	rargs_add(a, "%zu", count);
-	rargs_add(a, "%lld", (long long)t->cost);
-	rargs_add(a, "%lld", (long long)(t->cls ? t->cls->floor : 0));
-	rargs_add(a, "%lld", (long long)cs->min_delay_ms);
-	rargs_add(a, "%d", lim_serialized(cs) ? 1 : 0);
-	rargs_add(a, "%lld", (long long)cs->cluster_concurrency);
-	rargs_add(a, "%lld", (long long)cs->quota);
-	rargs_add(a, "%lld", (long long)cs->quota_window_ms);
-	rargs_add(a, "%lld", (long long)cs->lease_ttl_ms);
-	rargs_add(a, "%lld", (long long)cs->concurrency_retry_ms);
-	rargs_add(a, "%d", lim_tracks_leases(cs) ? 1 : 0);
-	rargs_add(a, "%zu", nr);
+	rargs_str(a, lease_id);
+	rargs_int(a, (int64_t)count);
+	rargs_int(a, t->cost);
+	rargs_int(a, t->cls ? t->cls->floor : 0);
+	rargs_int(a, cs->min_delay_ms);
+	rargs_int(a, lim_serialized(cs) ? 1 : 0);
+	rargs_int(a, cs->cluster_concurrency);
+	rargs_int(a, cs->quota);
+	rargs_int(a, cs->quota_window_ms);
+	rargs_int(a, cs->lease_ttl_ms);
+	rargs_int(a, cs->concurrency_retry_ms);
+	rargs_int(a, lim_tracks_leases(cs) ? 1 : 0);
+	rargs_int(a, (int64_t)nr);
 	for (i = 0; i < nr; i++) {
 		const struct conf_rule *r = &cs->rules[idx[i]];
 		struct strat_params p = lim_rule_params(r, 1.0);
-		rargs_add(a, "%s", rb_meter(r->meter));
-		rargs_add(a, "%s", strat_kind_name(p.kind));
-		rargs_add(a, "%lld", (long long)p.amount);
-		rargs_add(a, "%lld", (long long)p.window_ms);
-		rargs_add(a, "%lld", (long long)p.burst);
-		rargs_add(a, "%zu", idx[i]);
-		rargs_add(a, "%lld", (long long)lim_token_charge(r, reserve, nreserve));
+		rargs_str(a, rb_meter(r->meter));
+		rargs_str(a, strat_kind_name(p.kind));
+		rargs_int(a, p.amount);
+		rargs_int(a, p.window_ms);
+		rargs_int(a, p.burst);
+		rargs_int(a, (int64_t)idx[i]);
+		rargs_int(a, lim_token_charge(r, reserve, nreserve));
 	}
-	rargs_add(a, "%lld", (long long)not_after);
-	free(idx);
+	rargs_int(a, not_after);
+	if (idx != sidx)
+		free(idx);
 }
 
 /* The modes of release.lua (see its header). */
@@ -332,7 +449,8 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 			    const struct rb_settle *se, int64_t x1, int64_t x2, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->cs;
-	size_t *idx = calloc(cs->nrules ? cs->nrules : 1, sizeof(*idx));
+	size_t sidx[RB_RULES_INLINE];
+	size_t *idx = cs->nrules <= RB_RULES_INLINE ? sidx : calloc(cs->nrules, sizeof(*idx));
 	size_t nr, i;
 
 	if (idx == NULL) {
@@ -341,11 +459,11 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 	}
 	nr = rb_rules(cs, t->cls, idx);
 	*nkeys = rb_keys(a, b, cs, t->key, idx, nr);
-	rargs_add(a, "%s", lease_id);
-	rargs_add(a, "%s", rb_mode_names[mode]);
-	rargs_add(a, "%d", lim_serialized(cs) ? 1 : 0);
-	rargs_add(a, "%lld", (long long)cs->min_delay_ms);
-	rargs_add(a, "%zu", nr);
+	rargs_str(a, lease_id);
+	rargs_str(a, rb_mode_names[mode]);
+	rargs_int(a, lim_serialized(cs) ? 1 : 0);
+	rargs_int(a, cs->min_delay_ms);
+	rargs_int(a, (int64_t)nr);
 	for (i = 0; i < nr; i++) {
 		const struct conf_rule *r = &cs->rules[idx[i]];
 		struct strat_params p = lim_rule_params(r, 1.0);
@@ -357,15 +475,16 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 		else if (mode == RB_M_RELEASE)
 			charge = lim_settle_charge(r, se->tokens, se->ntokens, se->reserve,
 						   se->nreserve);
-		rargs_add(a, "%s", strat_kind_name(p.kind));
-		rargs_add(a, "%lld", (long long)p.amount);
-		rargs_add(a, "%lld", (long long)p.window_ms);
-		rargs_add(a, "%lld", (long long)p.burst);
-		rargs_add(a, "%lld", (long long)charge);
+		rargs_str(a, strat_kind_name(p.kind));
+		rargs_int(a, p.amount);
+		rargs_int(a, p.window_ms);
+		rargs_int(a, p.burst);
+		rargs_int(a, charge);
 	}
-	rargs_add(a, "%lld", (long long)x1);
-	rargs_add(a, "%lld", (long long)x2);
-	free(idx);
+	rargs_int(a, x1);
+	rargs_int(a, x2);
+	if (idx != sidx)
+		free(idx);
 }
 
 /* ---- failures ---- */
@@ -932,7 +1051,7 @@ void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms)
 	if (b->closing)
 		return;
 	rb_key(&a, b, kq->sc->cs, kq->key, "s", -1);
-	rargs_add(&a, "%lld", (long long)delay_ms);
+	rargs_int(&a, delay_ms);
 	if (a.oom || (ff = malloc(sizeof(*ff))) == NULL) {
 		rb_failed(b, RB_OP_PENALIZE, RP_CONN, NULL);
 		rargs_clear(&a);
@@ -1014,7 +1133,7 @@ bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *
 	if (b->closing || !b->up || !rpool_up(b->pool) || idx == NULL || x == NULL)
 		goto out;
 	nkeys = rb_keys(&a, b, cs, kq->key, idx, rb_rules(cs, cls, idx));
-	rargs_add(&a, "%lld", (long long)(cs->quota > 0 ? cs->quota_window_ms : 0));
+	rargs_int(&a, cs->quota > 0 ? cs->quota_window_ms : 0);
 	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .cls = cls, .insp_cb = cb, .arg = arg };
 	ok = !a.oom && rb_eval(b, cs, kq->key, b->s_inspect, &a, nkeys, rb_inspect_cb, x) == 0;
 out:
