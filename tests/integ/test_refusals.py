@@ -338,3 +338,27 @@ fallback_divisor = auto
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipIf(harness.VALGRIND, "Redis timings; run under ASan instead of valgrind")
+class ManyRulesTest(unittest.TestCase):
+    """A scope with many rules and a long key: the script's argument vector
+    outgrows what a call keeps inline (48 arguments, 1 KB), and every rule
+    still counts."""
+
+    CONF = "[scope many]\n" + "".join(
+        "rule = requests %s %d/1h\n" % (kind, 100 + i)
+        for i, kind in enumerate(["fixed-window", "sliding-window", "token-bucket",
+                                  "leaky-bucket", "session-window"] * 2)) + \
+        "rule = requests fixed-window 3/1h\n"
+
+    def test_the_tightest_of_eleven_rules_decides(self):
+        key = "k" * 400  # 14 keys of ~420 bytes: 6 KB of arguments
+        with Cluster(self.CONF, n=1, admitd_extra="redis_timeout = 500ms\n") as cl:
+            c = cl.daemons[0].connect()
+            got = [c.request(acquire_req("many", key, timeout_ms=0)) for _ in range(4)]
+            self.assertEqual([r.get("ok") for r in got], [True, True, True, False], got)
+            self.assertEqual({r.get("backend") for r in got}, {"redis"}, got)
+            self.assertEqual(got[3].get("rule"), "requests fixed-window 3/1h", got[3])
+            n = sum(1 for k in cl.redis.command("KEYS", "admitd:{many:*") if ":r" in k)
+            self.assertEqual(n, 11)  # one counter per rule, each booked
