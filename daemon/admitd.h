@@ -110,6 +110,7 @@ struct scope_rt {
 	const struct conf_scope *cs;
 	size_t idx;
 	struct htab *keys; /* key -> struct kq */
+	size_t sweep_at;   /* where the idle-key sweep goes on (a bucket) */
 	int64_t leases;	   /* held through this daemon, all keys */
 	int64_t waiting;
 	/* Outcomes of acquires (a wait hook's events, as counters in `status`). */
@@ -170,7 +171,8 @@ bool scopes_init(struct admitd *ad) MUST_CHECK;
 void scopes_free(struct admitd *ad);
 struct scope_rt *scope_find(struct admitd *ad, const char *name);
 struct kq *kq_get(struct scope_rt *sc, const char *key);
-/* kq_sweep - free the kqs with nothing queued, held or remembered. */
+/* kq_sweep - free the kqs with nothing queued, held or remembered: one
+ * slice of each scope's table per call (the whole table in ten calls). */
 void kq_sweep(struct admitd *ad);
 /* kq_shutdown_all - answer every waiter `shutting_down`. */
 void kq_shutdown_all(struct admitd *ad);

@@ -376,6 +376,32 @@ void htab_each(struct htab *h, void (*fn)(void *arg, const char *key, void *val)
 	h->walking--;
 }
 
+size_t htab_walk(struct htab *h, size_t cursor, size_t nbuckets,
+		 void (*fn)(void *arg, const char *key, void *val), void *arg)
+{
+	size_t i, end;
+
+	if (cursor >= h->nb)
+		cursor = 0;
+	end = nbuckets < h->nb - cursor ? cursor + nbuckets : h->nb;
+	h->walking++;
+	for (i = cursor; i < end; i++) {
+		struct hent *e = h->b[i];
+		while (e) {
+			struct hent *nx = e->next;
+			fn(arg, e->key, e->val);
+			e = nx;
+		}
+	}
+	h->walking--;
+	return end >= h->nb ? 0 : end;
+}
+
+size_t htab_buckets(const struct htab *h)
+{
+	return h->nb;
+}
+
 size_t htab_max_chain(const struct htab *h)
 {
 	size_t i, max = 0;

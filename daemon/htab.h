@@ -46,6 +46,20 @@ void *htab_del(struct htab *h, const char *key);
 size_t htab_count(const struct htab *h);
 
 /*
+ * htab_walk - htab_each over the buckets [cursor, cursor + nbuckets) only;
+ * returns where the next slice starts (0 once the last bucket was walked).
+ * A walk in slices covers every entry that stays in the table, in about
+ * nb / nbuckets slices (a resize between slices only moves the cursor's
+ * meaning: entries may be visited twice or one slice late, never lost for
+ * good). fn may delete the entry it is given, as with htab_each.
+ */
+size_t htab_walk(struct htab *h, size_t cursor, size_t nbuckets,
+		 void (*fn)(void *arg, const char *key, void *val), void *arg);
+
+/* htab_buckets - how many buckets the table has now. */
+size_t htab_buckets(const struct htab *h);
+
+/*
  * htab_each - call fn on every entry. fn may delete the entry it is given
  * (and only that one); iteration continues with the next.
  */

@@ -44,9 +44,13 @@ static void usage(FILE *out)
 		     "      --help-conf    every conf key with its default\n");
 }
 
+/* Every 100 ms: a slice of the idle-key sweep; every second, the conns. */
 static void admitd_gc_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 {
-	conn_sweep(arg);
+	static unsigned tick;
+
+	if (tick++ % 10 == 0)
+		conn_sweep(arg);
 	kq_sweep(arg);
 }
 
@@ -144,7 +148,7 @@ int main(int argc, char **argv)
 	const char *conf_path = ADMITD_DEFAULT_CONF, *socket_arg = NULL, *redis_arg = NULL;
 	struct admitd ad;
 	struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
-	struct timeval gc_every = { 1, 0 };
+	struct timeval gc_every = { 0, 100 * 1000 };
 	bool test_only = false;
 	int opt, rc = 1;
 

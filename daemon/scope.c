@@ -18,6 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The idle-key sweep: a table is walked in this many slices (one a tick),
+ * each of at least KQ_SWEEP_MIN buckets. */
+#define KQ_SWEEP_SLICES 10
+#define KQ_SWEEP_MIN	64
+
 /* Where a kq's limiter state starts in its block (8-byte aligned). */
 #define KQ_LIM_OFF ((sizeof(struct kq) + 7) & ~(size_t)7)
 
@@ -112,9 +117,14 @@ void kq_sweep(struct admitd *ad)
 	struct sweep_ctx sw = { .now = clock_mono_ms() };
 	size_t i;
 
+	/* A slice of each table per tick: every key is looked at about once in
+	 * KQ_SWEEP_SLICES ticks, and no tick walks a million keys at once. */
 	for (i = 0; i < ad->nscopes; i++) {
+		size_t nb = htab_buckets(ad->scopes[i].keys), slice = nb / KQ_SWEEP_SLICES;
 		sw.sc = &ad->scopes[i];
-		htab_each(sw.sc->keys, kq_sweep_one, &sw);
+		sw.sc->sweep_at =
+		    htab_walk(sw.sc->keys, sw.sc->sweep_at,
+			      slice < KQ_SWEEP_MIN ? KQ_SWEEP_MIN : slice, kq_sweep_one, &sw);
 	}
 }
 

@@ -528,6 +528,85 @@ START_TEST(test_flood_fixed_seeds)
 }
 END_TEST
 
+/* ---- walks in slices, and inline values ---- */
+
+struct walk_ctx {
+	struct htab *h;
+	int seen[4000];
+	bool delete_odd;
+};
+
+static void walk_cb(void *arg, const char *key, void *val)
+{
+	struct walk_ctx *x = arg;
+	int k = atoi(key + 1);
+
+	(void)val;
+	ck_assert_int_ge(k, 0);
+	ck_assert_int_lt(k, 4000);
+	x->seen[k]++;
+	if (x->delete_odd && k % 2 == 1)
+		htab_del(x->h, key); /* the entry it was given: allowed */
+}
+
+START_TEST(test_walk_in_slices_covers_every_key)
+{
+	struct walk_ctx *x = calloc(1, sizeof(*x));
+	char key[16];
+	size_t cursor = 0, slices = 0;
+	int i;
+
+	ck_assert_ptr_nonnull(x);
+	x->h = htab_new();
+	ck_assert_ptr_nonnull(x->h);
+	for (i = 0; i < 4000; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		ck_assert(htab_put(x->h, key, x));
+	}
+	/* one cycle of slices, deleting odd keys as they are met */
+	x->delete_odd = true;
+	do {
+		cursor = htab_walk(x->h, cursor, htab_buckets(x->h) / 10, walk_cb, x);
+		slices++;
+	} while (cursor != 0 && slices < 100);
+	ck_assert_uint_ge(slices, 10);
+	ck_assert_uint_le(slices, 11);
+	for (i = 0; i < 4000; i++)
+		ck_assert_msg(x->seen[i] == 1, "key %d seen %d times", i, x->seen[i]);
+	ck_assert_uint_eq(htab_count(x->h), 2000);
+	for (i = 0; i < 4000; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		ck_assert((htab_get(x->h, key) != NULL) == (i % 2 == 0));
+	}
+	/* a cursor past the end (the table shrank) starts again at 0 */
+	ck_assert_uint_eq(htab_walk(x->h, 1u << 30, 1, walk_cb, x), 1);
+	htab_free(x->h);
+	free(x);
+}
+END_TEST
+
+START_TEST(test_inline_values)
+{
+	struct htab *t = htab_new();
+	const char *stored = NULL;
+	char *v;
+
+	ck_assert_ptr_nonnull(t);
+	v = htab_put_inline(t, "host.example", 40, &stored);
+	ck_assert_ptr_nonnull(v);
+	ck_assert_str_eq(stored, "host.example");
+	for (int i = 0; i < 40; i++)
+		ck_assert_int_eq(v[i], 0); /* zeroed */
+	memset(v, 'x', 40);
+	ck_assert_ptr_eq(htab_get(t, "host.example"), v);
+	ck_assert_ptr_null(htab_put_inline(t, "host.example", 40, &stored)); /* there already */
+	ck_assert_ptr_null(htab_del(t, "host.example")); /* freed with its entry */
+	ck_assert_ptr_null(htab_get(t, "host.example"));
+	ck_assert_ptr_nonnull(htab_put_inline(t, "other", 8, &stored));
+	htab_free(t); /* frees the inline value too: valgrind and ASan check it */
+}
+END_TEST
+
 static Suite *htab_suite(void)
 {
 	Suite *s = suite_create("htab");
@@ -549,6 +628,8 @@ static Suite *htab_suite(void)
 	tcase_add_test(tc, test_seed_set_spares_old_tables);
 	tcase_add_test(tc, test_flood_process_seed);
 	tcase_add_test(tc, test_flood_fixed_seeds);
+	tcase_add_test(tc, test_walk_in_slices_covers_every_key);
+	tcase_add_test(tc, test_inline_values);
 	suite_add_tcase(s, tc);
 	return s;
 }
