@@ -459,6 +459,12 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 	}
 	nr = rb_rules(cs, t->cls, idx);
 	*nkeys = rb_keys(a, b, cs, t->key, idx, nr);
+	if (lim_tracks_leases(cs)) { /* the released leases, for rebooks to see */
+		rb_key(a, b, cs, t->key, "x", -1);
+		(*nkeys)++;
+		if (mode == RB_M_RELEASE)
+			x1 = cs->lease_ttl_ms;
+	}
 	rargs_str(a, lease_id);
 	rargs_str(a, rb_mode_names[mode]);
 	rargs_int(a, lim_serialized(cs) ? 1 : 0);
@@ -558,6 +564,7 @@ struct rb_rel {
 	/* in flight */
 	size_t pending;
 	bool unknown; /* a target's outcome is unknown */
+	bool gone;    /* rebook: released meanwhile through another daemon */
 	int held;     /* some target answered 1 */
 	eng_held_cb *cb;
 	void *cb_arg;
@@ -693,6 +700,8 @@ static void rb_rel_cb(void *arg, enum rp_status st, const struct rval *reply)
 	if (st == RP_OK && reply != NULL && reply->type == RV_INT) {
 		if (reply->i == 1)
 			r->held = 1;
+		else if (reply->i == -1)
+			r->gone = true;
 	} else {
 		if (st != RP_SHUTDOWN)
 			rb_failed(r->b, r->op, st, reply);
@@ -742,6 +751,7 @@ static bool rb_rel_send(struct rb_rel *r)
 		n++;
 	}
 	r->held = 0;
+	r->gone = false;
 	r->unknown = false;
 	/*
 	 * Each target on its key's connection, after what this daemon sent for
@@ -1027,6 +1037,17 @@ static void rb_rebooked(struct rb_rel *r)
 	struct backend *b = r->b;
 	struct lease *l = htab_get(b->ad->leases, r->nonce);
 
+	if (l != NULL && r->gone && !r->unknown) {
+		/* Released through another daemon while this one held it (a
+		 * detached lease): it is over here too. */
+		log_info("lease released elsewhere", "lease=%.8s", l->id);
+		l->redis_maybe = true; /* what a rebook of another target put back goes too */
+		if (r->not_before > l->redis_after)
+			l->redis_after = r->not_before;
+		lease_release(l, NULL, 0);
+		rb_rel_free(r);
+		return;
+	}
 	if (l != NULL) {
 		/* Held: its release goes to Redis, after the rebook's bound. */
 		l->redis_maybe = true;

@@ -20,14 +20,16 @@
 --              for the time it has left, unless Redis already has it.
 --
 -- KEYS[1] state hash  KEYS[2] quota zset  KEYS[3] leases zset  KEYS[4..] rule hashes
--- (the same KEYS as acquire.lua)
+-- (the same KEYS as acquire.lua), then the released-leases zset
+-- KEYS[4 + nrules] for scopes that keep a lease set
 -- ARGV: lease_id mode serialized min_delay_ms nrules
 --       then per rule: kind amount window_ms burst charge
 --       then x1 x2: rollback: the next_at the admission booked and the one it
 --       replaced; rebook: the ms the lease has left and not_after (a Redis
---       time after which the caller has given up on this call; 0: none)
+--       time after which the caller has given up on this call; 0: none);
+--       release: lease_ttl, how long the release is remembered
 -- Returns 1 when the lease was (release, rollback, reconcile) or now is
--- (rebook) in flight, else 0.
+-- (rebook) in flight, else 0; -1 for a rebook of a lease released since.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -42,11 +44,15 @@ local nrules = tonumber(ARGV[5])
 local x1 = tonumber(ARGV[6 + nrules * 5]) or 0
 local x2 = tonumber(ARGV[7 + nrules * 5]) or 0
 local sk, qk, lk = KEYS[1], KEYS[2], KEYS[3]
+local xk = KEYS[4 + nrules] -- released leases (lease id -> until when it matters)
 
 redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
+if xk then redis.call('ZREMRANGEBYSCORE', xk, '-inf', now) end
 
 if mode == 'rebook' then
 	if x1 <= 0 or (x2 > 0 and now > x2) then return 0 end
+	-- Released meanwhile (through another daemon): never put back.
+	if xk and redis.call('ZSCORE', xk, lease_id) then return -1 end
 	redis.call('ZADD', lk, 'NX', now + x1, lease_id)
 	if redis.call('PTTL', lk) < x1 then redis.call('PEXPIRE', lk, x1) end
 	return 1
@@ -54,6 +60,12 @@ end
 
 local held = redis.call('ZREM', lk, lease_id)
 if mode == 'reconcile' then return held end
+-- A release is remembered for lease_ttl (x1), so that the daemon that
+-- issued the lease, not knowing, cannot book it again after an outage.
+if mode == 'release' and xk and x1 > 0 then
+	redis.call('ZADD', xk, now + x1, lease_id)
+	if redis.call('PTTL', xk) < x1 then redis.call('PEXPIRE', xk, x1) end
+end
 
 if mode == 'rollback' then
 	redis.call('ZREM', qk, lease_id .. ':1')
