@@ -53,6 +53,7 @@ timeout = 2s
     def test_pipelined_load_through_a_stall_leaves_nothing_booked(self):
         keys = ["k%d" % i for i in range(100)]
         redis = RedisServer(args=["--enable-debug-command", "yes"])
+        self.addCleanup(redis.cleanup)  # the cluster stops only a Redis it made
         with Cluster(self.CONF, n=2, redis=redis,
                      admitd_extra="redis_timeout = 250ms\nredis_pool = 2\n") as cl:
             a, b = cl.daemons
