@@ -217,8 +217,9 @@ void ops_conn_closed(struct conn *c);
 /* util */
 uint64_t rand_u64(void);
 
-/* lim_tokens_dup - an owned copy of n token counts (one allocation, names
- * included; free() it); NULL when n is 0 or memory runs out (*ok false). */
-struct lim_tokens *lim_tokens_dup(const struct proto_token *t, size_t n, bool *ok);
+/* lim_tokens_dup - an owned copy of n token counts (one allocation sized to
+ * them, names included; free() it); NULL when n is 0 or memory runs out,
+ * with *nout the count kept (0 then). */
+struct lim_tokens *lim_tokens_dup(const struct lim_tokens *src, size_t n, size_t *nout);
 
 #endif

@@ -610,38 +610,6 @@ static bool rb_rel_target(struct rb_rel *r, const struct conf_scope *cs,
 	return true;
 }
 
-/*
- * An owned copy of n token counts, names included, in one allocation (a
- * queued record must not keep 16 fixed slots: the queue holds up to 100,000).
- * *nout is how many were kept: 0 when memory runs out (the counts are lost
- * to Redis; the caller has charged them in process).
- */
-static struct lim_tokens *rb_dup_tokens(const struct lim_tokens *src, size_t n, size_t *nout)
-{
-	struct lim_tokens *out;
-	size_t i, bytes = 0;
-	char *names;
-
-	*nout = 0;
-	if (n == 0 || src == NULL)
-		return NULL;
-	for (i = 0; i < n; i++)
-		bytes += strlen(src[i].name) + 1;
-	out = malloc(n * sizeof(*out) + bytes);
-	if (out == NULL)
-		return NULL;
-	names = (char *)(out + n);
-	for (i = 0; i < n; i++) {
-		size_t len = strlen(src[i].name) + 1;
-		memcpy(names, src[i].name, len);
-		out[i].name = names;
-		out[i].n = src[i].n;
-		names += len;
-	}
-	*nout = n;
-	return out;
-}
-
 /* Does this target need the call at all (a release with nothing to book costs none)? */
 static bool rb_rel_needed(const struct rb_rel *r, size_t i)
 {
@@ -900,7 +868,7 @@ static struct rb_rel *rb_rel_of(struct backend *b, const struct lease *l, enum r
 			rb_rel_free(r);
 			return NULL;
 		}
-	r->reserve = rb_dup_tokens(l->reserve, l->nreserve, &r->nreserve);
+	r->reserve = lim_tokens_dup(l->reserve, l->nreserve, &r->nreserve);
 	return r;
 }
 
@@ -917,7 +885,7 @@ bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens
 		rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
 		return false;
 	}
-	r->tokens = rb_dup_tokens(tokens, ntokens, &r->ntokens);
+	r->tokens = lim_tokens_dup(tokens, ntokens, &r->ntokens);
 	/* A lease a late script may still book must not be released before
 	 * that script's bound: the release could land first. */
 	if (l->redis_maybe && l->redis_after > now) {
@@ -946,8 +914,8 @@ bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt
 			rb_rel_free(r);
 			return false;
 		}
-	r->tokens = rb_dup_tokens(tokens, ntokens, &r->ntokens);
-	r->reserve = rb_dup_tokens(reserve, nreserve, &r->nreserve);
+	r->tokens = lim_tokens_dup(tokens, ntokens, &r->ntokens);
+	r->reserve = lim_tokens_dup(reserve, nreserve, &r->nreserve);
 	r->cb = cb;
 	r->cb_arg = arg;
 	if (rb_rel_send(r))
@@ -1257,7 +1225,7 @@ static void rb_rollback(struct rb_acq *q, bool wait)
 			continue;
 		}
 		r->cost[0] = w->t[i].cost;
-		r->reserve = rb_dup_tokens(w->reserve, w->nreserve, &r->nreserve);
+		r->reserve = lim_tokens_dup(w->reserve, w->nreserve, &r->nreserve);
 		r->x1[0] = q->r[i].next_booked;
 		r->x2[0] = q->r[i].next_before;
 		if (wait) {

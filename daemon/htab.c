@@ -360,20 +360,7 @@ size_t htab_count(const struct htab *h)
 
 void htab_each(struct htab *h, void (*fn)(void *arg, const char *key, void *val), void *arg)
 {
-	size_t i;
-
-	/* fn may delete its own entry: resizing is held off meanwhile, so the
-	 * saved next pointer stays in the bucket being walked. */
-	h->walking++;
-	for (i = 0; i < h->nb; i++) {
-		struct hent *e = h->b[i];
-		while (e) {
-			struct hent *nx = e->next;
-			fn(arg, e->key, e->val);
-			e = nx;
-		}
-	}
-	h->walking--;
+	htab_walk(h, 0, h->nb, fn, arg); /* one slice: every bucket */
 }
 
 size_t htab_walk(struct htab *h, size_t cursor, size_t nbuckets,
@@ -384,6 +371,8 @@ size_t htab_walk(struct htab *h, size_t cursor, size_t nbuckets,
 	if (cursor >= h->nb)
 		cursor = 0;
 	end = nbuckets < h->nb - cursor ? cursor + nbuckets : h->nb;
+	/* fn may delete its own entry: resizing is held off meanwhile, so the
+	 * saved next pointer stays in the bucket being walked. */
 	h->walking++;
 	for (i = cursor; i < end; i++) {
 		struct hent *e = h->b[i];

@@ -37,27 +37,34 @@ uint64_t rand_u64(void)
 	return s * 2685821657736338717ULL;
 }
 
-struct lim_tokens *lim_tokens_dup(const struct proto_token *t, size_t n, bool *ok)
+/*
+ * An owned copy of n token counts, names included, in one allocation sized
+ * to them (a waiter's reservation, a queued Redis release: the queue holds
+ * up to 100,000). *nout is how many were kept: 0 when memory runs out.
+ */
+struct lim_tokens *lim_tokens_dup(const struct lim_tokens *src, size_t n, size_t *nout)
 {
 	struct lim_tokens *out;
+	size_t i, bytes = 0;
 	char *names;
-	size_t i;
 
-	*ok = true;
-	if (n == 0)
+	*nout = 0;
+	if (n == 0 || src == NULL)
 		return NULL;
-	out = malloc(n * sizeof(*out) + n * (PROTO_NAME_MAX + 1));
-	if (out == NULL) {
-		*ok = false;
+	for (i = 0; i < n; i++)
+		bytes += strlen(src[i].name) + 1;
+	out = malloc(n * sizeof(*out) + bytes);
+	if (out == NULL)
 		return NULL;
-	}
 	names = (char *)(out + n);
 	for (i = 0; i < n; i++) {
-		char *nm = names + i * (PROTO_NAME_MAX + 1);
-		snprintf(nm, PROTO_NAME_MAX + 1, "%s", t[i].name);
-		out[i].name = nm;
-		out[i].n = t[i].n;
+		size_t len = strlen(src[i].name) + 1;
+		memcpy(names, src[i].name, len);
+		out[i].name = names;
+		out[i].n = src[i].n;
+		names += len;
 	}
+	*nout = n;
 	return out;
 }
 

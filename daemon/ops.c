@@ -102,9 +102,10 @@ static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *ou
 static void op_acquire(struct conn *c, struct request *rq)
 {
 	const struct conf_scope *cs;
+	struct lim_tokens rs[PROTO_MAX_TOKENS];
 	struct waiter *w;
 	int64_t timeout;
-	bool ok;
+	size_t i;
 
 	if (c->ad->shutting_down) {
 		ops_error(c, rq, ADMIT_E_SHUTTING_DOWN, NULL);
@@ -126,9 +127,12 @@ static void op_acquire(struct conn *c, struct request *rq)
 	w->id = rq->id; /* the waiter owns the id from here */
 	rq->id = NULL;
 	w->detach = rq->detach;
-	w->reserve = lim_tokens_dup(rq->reserve, rq->nreserve, &ok);
-	w->nreserve = w->reserve != NULL ? rq->nreserve : 0;
-	if (!ok) {
+	for (i = 0; i < rq->nreserve; i++) {
+		rs[i].name = rq->reserve[i].name;
+		rs[i].n = rq->reserve[i].n;
+	}
+	w->reserve = lim_tokens_dup(rs, rq->nreserve, &w->nreserve);
+	if (w->nreserve != rq->nreserve) {
 		rq->id = w->id; /* the error reply carries it */
 		free(w);
 		ops_error(c, rq, ADMIT_E_UNAVAILABLE, "out of memory");
