@@ -1,9 +1,9 @@
 """redis_util.py - shared pieces of the Redis integration tests.
 
-Owns: the Cluster fixture (one redis-server plus N admitd processes on one
+Owns: the Pods fixture (one redis-server plus N admitd processes on one
 conf), the multi-daemon hammer that records every admission's instants, the
 Redis-clock offset, and the invariant checks over recorded instants used by
-test_redis_cluster.py and test_redis_faults.py. Process lifecycle itself is
+test_redis_multipod.py and test_redis_faults.py. Process lifecycle itself is
 harness.py's (not edited here).
 
 Instants. Every client runs in this process, so time.monotonic() is one
@@ -80,7 +80,7 @@ def redis_offset(redis, samples=5):
     return best
 
 
-class Cluster:
+class Pods:
     """One redis-server and n admitd processes on the same conf text.
 
     conf: [scope ...] sections; admitd_extra: lines for the [admitd] section
@@ -359,7 +359,7 @@ def bisect_count(sorted_ts, lo, hi):
     return bisect.bisect_right(sorted_ts, hi) - bisect.bisect_left(sorted_ts, lo)
 
 
-__all__ = ["Adm", "BUDGET_SLACK", "Cluster", "budget_late_ok", "LAG", "Outcome", "PER_DAEMON",
+__all__ = ["Adm", "BUDGET_SLACK", "Pods", "budget_late_ok", "LAG", "Outcome", "PER_DAEMON",
            "aligned_excess", "bisect_count", "hammer", "key_name", "pace_violations",
            "per_window", "policer", "redis_offset", "span_excess", "status",
            "wait_backend", "wait_redis_field", "write_secret"]

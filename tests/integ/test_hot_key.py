@@ -15,7 +15,7 @@ import unittest
 
 from . import harness
 from .harness import EPS, acquire_req, max_overlap, now
-from .redis_util import Cluster, hammer, policer, span_excess
+from .redis_util import Pods, hammer, policer, span_excess
 
 
 def evalsha_calls(redis):
@@ -47,7 +47,7 @@ timeout = 3s
 """
 
     def test_coalesced_admissions_keep_the_limit(self):
-        with Cluster(self.CONF, n=3, admitd_extra="redis_timeout = 500ms\n") as cl:
+        with Pods(self.CONF, n=3, admitd_extra="redis_timeout = 500ms\n") as cl:
             out = hammer(self, cl, "hot", "k", 2.0)
             self.assertTrue(cl.alive(), cl.logs())
         ivs = [(a.lo, a.hi) for a in out.adms]
@@ -59,7 +59,7 @@ timeout = 3s
 
     def test_a_hot_key_takes_fewer_calls_than_admissions(self):
         n = 200
-        with Cluster(self.CONF, n=3, admitd_extra="redis_timeout = 500ms\n") as cl:
+        with Pods(self.CONF, n=3, admitd_extra="redis_timeout = 500ms\n") as cl:
             conns = [d.connect(timeout=20) for d in cl.daemons]
             calls0 = evalsha_calls(cl.redis)
             for c in conns:  # n waiters queued on the key in each daemon at once
@@ -77,7 +77,7 @@ timeout = 3s
         self.assertLess(calls, 3 * n / 4, (calls, 3 * n))
 
     def test_fifo_within_a_daemon(self):
-        with Cluster(self.CONF, n=1, admitd_extra="redis_timeout = 500ms\n") as cl:
+        with Pods(self.CONF, n=1, admitd_extra="redis_timeout = 500ms\n") as cl:
             d = cl.daemons[0]
             conns = [d.connect(timeout=15) for _ in range(12)]
             first = conns[0].request(acquire_req("fifo", "k"))
@@ -107,7 +107,7 @@ timeout = 3s
             self.assertEqual([r["id"] for r in admitted], list(range(1, 12)), admitted)
 
     def test_max_concurrent_holds_with_batches(self):
-        with Cluster(self.CONF, n=1, admitd_extra="redis_timeout = 500ms\n") as cl:
+        with Pods(self.CONF, n=1, admitd_extra="redis_timeout = 500ms\n") as cl:
             d = cl.daemons[0]
             ivs, lock = [], threading.Lock()
 

@@ -18,7 +18,7 @@ import unittest
 from . import harness
 from .harness import (EPS, IO_TIMEOUT, SLACK, RedisServer, acquire_req, late_allowance, now,
                       run_clients)
-from .redis_util import (BUDGET_SLACK, LAG, Cluster, budget_late_ok, key_name, per_window,
+from .redis_util import (BUDGET_SLACK, LAG, Pods, budget_late_ok, key_name, per_window,
                          span_excess, status, wait_backend, wait_redis_field, write_secret)
 
 TIMEOUT_CONF = "redis_timeout = 100ms\n"
@@ -128,7 +128,7 @@ class LeaseTest(FaultCase):
     def test_kill9_holder_slots_return_at_lease_ttl(self):
         ttl = 1.0
         conf = "[scope cc]\ncluster_concurrency = 2\nlease_ttl = 1s\ntimeout = 10s\n"
-        with Cluster(conf) as cl:
+        with Pods(conf) as cl:
             a = cl.daemons[0]
             held = []
             for _ in range(2):
@@ -175,7 +175,7 @@ class OutageTest(FaultCase):
     CONF = "[scope q]\nquota = 20/1s\nfallback_divisor = 2\ntimeout = 30s\n"
 
     def test_redis_stopped_under_load(self):
-        with Cluster(self.CONF, admitd_extra=TIMEOUT_CONF) as cl:
+        with Pods(self.CONF, admitd_extra=TIMEOUT_CONF) as cl:
             def control():
                 time.sleep(1.0)  # load runs on Redis first
                 cl.redis.stop()
@@ -197,7 +197,7 @@ class OutageTest(FaultCase):
     # given straight back; this once sent the same waiter twice (a
     # use-after-free, fixed in waitq_decided). The test keeps that path hot.
     def test_redis_frozen_under_load(self):
-        with Cluster(self.CONF, admitd_extra=TIMEOUT_CONF) as cl:
+        with Pods(self.CONF, admitd_extra=TIMEOUT_CONF) as cl:
             def control():
                 time.sleep(1.0)
                 t_down = now()
@@ -220,7 +220,7 @@ class OutageTest(FaultCase):
 
     def test_script_flush_under_load(self):
         conf = "[scope tb]\nrule = requests token-bucket 50/1s burst=10\n"
-        with Cluster(conf) as cl:
+        with Pods(conf) as cl:
             def control():
                 for _ in range(5):
                     time.sleep(0.4)
@@ -282,7 +282,7 @@ class ErrorReplyTest(FaultCase):
                           "-evalsha", "-eval")
             pw = write_secret(redis.tmp.path, "pw", secret)
             extra = "redis_user = lim\nredis_password_file = %s\n" % pw
-            with Cluster(self.QUOTA, n=1, admitd_extra=extra, redis=redis,
+            with Pods(self.QUOTA, n=1, admitd_extra=extra, redis=redis,
                          start_redis=False) as cl:  # started above, with the ACL user
                 d = cl.daemons[0]
                 # Connected and authenticated (SCRIPT LOAD is allowed) ...
@@ -295,7 +295,7 @@ class ErrorReplyTest(FaultCase):
                 self.assertNotIn(secret, log)
 
     def test_script_error_takes_fallback(self):
-        with Cluster(self.QUOTA, n=1) as cl:
+        with Pods(self.QUOTA, n=1) as cl:
             d = cl.daemons[0]
             wait_backend(d, "redis", 5.0)
             # The quota zset is a string: the script's ZREMRANGEBYSCORE on it
@@ -314,7 +314,7 @@ class ErrorReplyTest(FaultCase):
         # write (ZREMRANGEBYSCORE): so acquires may still run in Redis.
         # Penalize (HGET, then HSET) and the heartbeat (ZADD first) do get
         # the OOM error reply. Either way: nothing goes unlimited.
-        with Cluster(self.QUOTA, n=1) as cl:
+        with Pods(self.QUOTA, n=1) as cl:
             d = cl.daemons[0]
             wait_backend(d, "redis", 5.0)
             cl.redis.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
@@ -338,7 +338,7 @@ class ErrorReplyTest(FaultCase):
                 "[scope open]\nquota = 1/1h\nfail_mode = open\n\n"
                 "[scope fb]\nquota = 2/1h\n")
         # Redis never started: nothing listens on its socket.
-        with Cluster(conf, n=1, start_redis=False) as cl:
+        with Pods(conf, n=1, start_redis=False) as cl:
             d = cl.daemons[0]
             self.assertEqual(status(d)["backend"], "fallback")
             for r in self.probe(d, "closed", 3):
@@ -354,7 +354,7 @@ class StartupTest(FaultCase):
 
     def test_admitd_before_redis(self):
         conf = "[scope q]\nquota = 1000/1s\n"
-        with Cluster(conf, n=1, start_redis=False) as cl:
+        with Pods(conf, n=1, start_redis=False) as cl:
             d = cl.daemons[0]
             t0 = now()
             # For a second (the reconnect backoff grows to its 1 s cap) it
@@ -381,7 +381,7 @@ class PenalizeTest(FaultCase):
 
     def test_penalize_holds_key_for_other_daemons(self):
         conf = "[scope p]\nmax_concurrent = 100\n"
-        with Cluster(conf) as cl:
+        with Pods(conf) as cl:
             t0 = now()
             with cl.daemons[0].connect() as c:
                 r = c.request({"op": "penalize", "scope": "p", "key": "k",
@@ -447,7 +447,7 @@ max_concurrent = 10
 class MemoryTest(FaultCase):
 
     def test_memory_returns_to_baseline(self):
-        with Cluster(MEM_CONF) as cl:
+        with Pods(MEM_CONF) as cl:
             pods = "admitd:pods"
             end = now() + 5.0
             while cl.redis.command("EXISTS", pods) != 1:
@@ -508,7 +508,7 @@ class DivisorAutoTest(FaultCase):
 
     def test_divisor_auto_is_pods_seen(self):
         conf = "[scope q]\nquota = 30/1s\nfallback_divisor = auto\n"
-        with Cluster(conf) as cl:
+        with Pods(conf) as cl:
             end = now() + 5.0
             while cl.redis.command("ZCARD", "admitd:pods") != 3:
                 self.assertLess(now(), end, "three pods never registered")

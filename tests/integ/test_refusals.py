@@ -23,7 +23,7 @@ import unittest
 
 from . import harness
 from .harness import SLACK, Admitd, acquire_req, now
-from .redis_util import Cluster, status, wait_backend
+from .redis_util import Pods, status, wait_backend
 
 CONF = """
 [scope pace]
@@ -247,7 +247,7 @@ class RedisRefusalsTest(Refusals, unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.cl = Cluster(CONF, n=2, admitd_extra="redis_timeout = 500ms\n")
+        cls.cl = Pods(CONF, n=2, admitd_extra="redis_timeout = 500ms\n")
         cls.cl.__enter__()
 
     @classmethod
@@ -287,7 +287,7 @@ fallback_divisor = auto
 """
 
     def test_started_during_an_outage(self):
-        cl = Cluster(self.CONF, n=1, admitd_extra="redis_timeout = 100ms\n", start_redis=False)
+        cl = Pods(self.CONF, n=1, admitd_extra="redis_timeout = 100ms\n", start_redis=False)
         with cl:
             d = cl.daemons[0]
             err = d.stderr_text()
@@ -303,7 +303,7 @@ fallback_divisor = auto
             self.assertGreaterEqual(st["redis"]["errors"]["acquire"], 15, st)
 
     def test_every_call_that_missed_redis_counts(self):
-        with Cluster(self.CONF, n=1, admitd_extra="redis_timeout = 100ms\n") as cl:
+        with Pods(self.CONF, n=1, admitd_extra="redis_timeout = 100ms\n") as cl:
             d = cl.daemons[0]
             c = d.connect()
             before = status(d)["redis"]["errors"]
@@ -322,7 +322,7 @@ fallback_divisor = auto
             self.assertIn("redis is up", d.stderr_text())
 
     def test_a_frozen_redis_logs_its_drops_rate_limited(self):
-        with Cluster(self.CONF, n=1, admitd_extra="redis_timeout = 50ms\n") as cl:
+        with Pods(self.CONF, n=1, admitd_extra="redis_timeout = 50ms\n") as cl:
             d = cl.daemons[0]
             cl.redis.pause()
             try:
@@ -354,7 +354,7 @@ class ManyRulesTest(unittest.TestCase):
 
     def test_the_tightest_of_eleven_rules_decides(self):
         key = "k" * 400  # 14 keys of ~420 bytes: 6 KB of arguments
-        with Cluster(self.CONF, n=1, admitd_extra="redis_timeout = 500ms\n") as cl:
+        with Pods(self.CONF, n=1, admitd_extra="redis_timeout = 500ms\n") as cl:
             c = cl.daemons[0].connect()
             got = [c.request(acquire_req("many", key, timeout_ms=0)) for _ in range(4)]
             self.assertEqual([r.get("ok") for r in got], [True, True, True, False], got)

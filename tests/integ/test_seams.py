@@ -22,7 +22,7 @@ import unittest
 
 from . import harness
 from .harness import Admitd, RedisServer, acquire_req, now
-from .redis_util import Cluster, key_name, status, wait_backend
+from .redis_util import Pods, key_name, status, wait_backend
 
 
 def wait_for(cond, deadline, what, log=None):
@@ -54,7 +54,7 @@ timeout = 2s
         keys = ["k%d" % i for i in range(100)]
         redis = RedisServer(args=["--enable-debug-command", "yes"])
         self.addCleanup(redis.cleanup)  # the cluster stops only a Redis it made
-        with Cluster(self.CONF, n=2, redis=redis,
+        with Pods(self.CONF, n=2, redis=redis,
                      admitd_extra="redis_timeout = 250ms\nredis_pool = 2\n") as cl:
             a, b = cl.daemons
             c = a.connect(timeout=10)
@@ -108,7 +108,7 @@ class FirstCallTest(unittest.TestCase):
     def test_the_first_acquire_after_start_carries_its_deadline(self):
         # Before, not_after was 0 (no bound) until the first heartbeat had
         # taught the daemon Redis's clock, a second after start.
-        cl = Cluster(self.CONF, n=1, admitd_extra="redis_timeout = 200ms\n",
+        cl = Pods(self.CONF, n=1, admitd_extra="redis_timeout = 200ms\n",
                      start_daemons=False)
         with cl:
             mon = cl.redis.connect()
@@ -151,7 +151,7 @@ fallback_divisor = 1
         self.assertEqual(r.get("backend"), backend, r)
 
     def test_cap_holds_through_an_outage_and_an_empty_redis(self):
-        with Cluster(self.CONF, n=2, admitd_extra=self.EXTRA) as cl:
+        with Pods(self.CONF, n=2, admitd_extra=self.EXTRA) as cl:
             a, b = cl.daemons
             holder = a.connect()
             for _ in range(2):
@@ -177,7 +177,7 @@ fallback_divisor = 1
             self.assertGreaterEqual(st["redis"]["rebooked"], 2, st)
 
     def test_leases_granted_in_fallback_are_counted_when_redis_returns(self):
-        with Cluster(self.CONF, n=2, admitd_extra=self.EXTRA) as cl:
+        with Pods(self.CONF, n=2, admitd_extra=self.EXTRA) as cl:
             a, b = cl.daemons
             cl.redis.stop()
             wait_backend(a, "fallback", 5)
@@ -216,7 +216,7 @@ lease_ttl = 30s
 """
 
     def test_sigterm_releases_connected_leases_in_redis(self):
-        with Cluster(self.CONF, n=2, admitd_extra="redis_timeout = 500ms\n") as cl:
+        with Pods(self.CONF, n=2, admitd_extra="redis_timeout = 500ms\n") as cl:
             a, b = cl.daemons
             holder = a.connect()
             for k in ("x", "y", "z"):
@@ -233,7 +233,7 @@ lease_ttl = 30s
                     self.assertEqual((r.get("ok"), r.get("backend")), (True, "redis"), r)
 
     def test_sigterm_keeps_detached_leases(self):
-        with Cluster(self.CONF, n=2, admitd_extra="redis_timeout = 500ms\n") as cl:
+        with Pods(self.CONF, n=2, admitd_extra="redis_timeout = 500ms\n") as cl:
             a, b = cl.daemons
             with a.connect() as c:
                 r = c.request(acquire_req("one", "d", detach=True))
@@ -292,7 +292,7 @@ class LateTokensRedisTest(unittest.TestCase):
     EXTRA = "redis_timeout = 100ms\n"
 
     def test_tokens_after_lease_ttl_are_charged_in_redis(self):
-        with Cluster(TOKENS_CONF, n=2, admitd_extra=self.EXTRA) as cl:
+        with Pods(TOKENS_CONF, n=2, admitd_extra=self.EXTRA) as cl:
             a, b = cl.daemons
             c = a.connect()
             r = c.request(acquire_req("llm", "m", timeout_ms=0))
@@ -307,7 +307,7 @@ class LateTokensRedisTest(unittest.TestCase):
                                  (False, "redis", "tokens fixed-window 1000/1h"), r)
 
     def test_tokens_released_during_an_outage(self):
-        with Cluster(TOKENS_CONF.replace("lease_ttl = 1s", "lease_ttl = 30s"), n=1,
+        with Pods(TOKENS_CONF.replace("lease_ttl = 1s", "lease_ttl = 30s"), n=1,
                      admitd_extra=self.EXTRA) as cl:
             a = cl.daemons[0]
             c = a.connect()
@@ -367,7 +367,7 @@ class RefusedTargetsLocalTest(RefusedTargetsBookNothing, unittest.TestCase):
 class RefusedTargetsRedisTest(RefusedTargetsBookNothing, unittest.TestCase):
 
     def test_refused_targets_book_nothing(self):
-        with Cluster(TARGETS_CONF, n=1, admitd_extra="redis_timeout = 500ms\n") as cl:
+        with Pods(TARGETS_CONF, n=1, admitd_extra="redis_timeout = 500ms\n") as cl:
             self.check(cl.daemons[0].connect(), "redis")
 
 
@@ -381,7 +381,7 @@ rule = tokens fixed-window 1000/1h
 """
 
     def test_detached_lease_released_through_a_restarted_daemon(self):
-        with Cluster(self.CONF, n=1, admitd_extra="redis_timeout = 500ms\n") as cl:
+        with Pods(self.CONF, n=1, admitd_extra="redis_timeout = 500ms\n") as cl:
             a = cl.daemons[0]
             with a.connect() as c:
                 r = c.request(acquire_req("one", "k", detach=True))
@@ -406,7 +406,7 @@ rule = tokens fixed-window 1000/1h
                                  {"ok": True, "held": False})
 
     def test_released_through_another_daemon_while_redis_is_down_is_deferred(self):
-        with Cluster(self.CONF, n=2, admitd_extra="redis_timeout = 100ms\n") as cl:
+        with Pods(self.CONF, n=2, admitd_extra="redis_timeout = 100ms\n") as cl:
             a, b = cl.daemons
             with a.connect() as c:
                 r = c.request(acquire_req("one", "k", detach=True))
@@ -436,7 +436,7 @@ class ReleasedElsewhereTest(unittest.TestCase):
     CONF = ForeignReleaseTest.CONF
 
     def test_a_lease_released_elsewhere_is_not_booked_again_by_its_issuer(self):
-        with Cluster(self.CONF, n=2, admitd_extra="redis_timeout = 100ms\n") as cl:
+        with Pods(self.CONF, n=2, admitd_extra="redis_timeout = 100ms\n") as cl:
             a, b = cl.daemons
             with a.connect() as c:
                 r = c.request(acquire_req("one", "k", detach=True))

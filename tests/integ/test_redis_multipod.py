@@ -1,4 +1,4 @@
-"""test_redis_cluster.py - three admitd processes against one Redis behave as one.
+"""test_redis_multipod.py - three admitd processes against one Redis behave as one.
 
 Issue 3, "Done means", first item: 3 daemons, 16 client threads each (48,
 each with its own connection), one key per scenario, and zero violations of
@@ -8,7 +8,7 @@ tolerances of the safety checks) is in redis_util.py's header. Liveness
 checks ("the limit is actually reached") get generous margins: they guard
 against a daemon that admits nothing, not against a slow box.
 
-Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_redis_cluster -v
+Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_redis_multipod -v
 """
 
 import statistics
@@ -18,7 +18,7 @@ import unittest
 from . import harness
 from .harness import (EPS, IO_TIMEOUT, SLACK, acquire_req, late_allowance, max_overlap, now,
                       run_clients)
-from .redis_util import (Cluster, aligned_excess, hammer, key_name, pace_violations,
+from .redis_util import (Pods, aligned_excess, hammer, key_name, pace_violations,
                          per_window, policer, redis_offset, span_excess, wait_redis_field)
 
 CONF = """
@@ -71,10 +71,10 @@ SHORT = 3.0     # seconds of each rule strategy's run
 # measure valgrind, not admitd. `make valgrind` skips them; the same code
 # paths run under ASan+UBSan in `make test SANITIZE=1`.
 @unittest.skipIf(harness.VALGRIND, "timing invariants; run under ASan instead of valgrind")
-class ClusterCase(unittest.TestCase):
+class PodsCase(unittest.TestCase):
 
     def cluster(self):
-        return Cluster(CONF)
+        return Pods(CONF)
 
     def assertClean(self, out, rule=None):
         """Every admission said backend redis; refusals name the rule (or
@@ -92,7 +92,7 @@ class ClusterCase(unittest.TestCase):
                          "admissions per daemon")
 
 
-class PacingTest(ClusterCase):
+class PacingTest(PodsCase):
 
     def test_serialized_min_delay(self):
         d = 0.060
@@ -120,7 +120,7 @@ class PacingTest(ClusterCase):
         self.assertLess(statistics.median(gaps), d + 0.025 + SLACK, sorted(gaps))
 
 
-class ClusterConcurrencyTest(ClusterCase):
+class ClusterConcurrencyTest(PodsCase):
 
     def test_cluster_concurrency_is_the_clusters(self):
         n, d = 4, 0.020
@@ -153,7 +153,7 @@ class ClusterConcurrencyTest(ClusterCase):
         self.assertEqual(pace_violations(adms, d - EPS), [])
 
 
-class QuotaTest(ClusterCase):
+class QuotaTest(PodsCase):
 
     def test_quota_rolling_window(self):
         q, w = 10, 1.0
@@ -171,7 +171,7 @@ class QuotaTest(ClusterCase):
         self.assertAllDaemons(out)
 
 
-class StrategyTest(ClusterCase):
+class StrategyTest(PodsCase):
     """Each rule strategy under 48 waiting clients on three daemons."""
 
     def run_strategy(self, scope, rule):
@@ -234,7 +234,7 @@ class StrategyTest(ClusterCase):
         self.assertGreaterEqual(len(ivs), 4 * amount)
 
 
-class ClassFloorTest(ClusterCase):
+class ClassFloorTest(PodsCase):
 
     def test_background_never_takes_the_last_tokens(self):
         rule = "requests token-bucket 20/10s"
@@ -299,7 +299,7 @@ class ClassFloorTest(ClusterCase):
             self.assertTrue(cl.alive(), cl.logs())
 
 
-class TokenMeterTest(ClusterCase):
+class TokenMeterTest(PodsCase):
 
     def test_overdraw_through_one_daemon_holds_all(self):
         rule = "tokens token-bucket 1000/2s"
