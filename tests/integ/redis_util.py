@@ -27,6 +27,7 @@ was read, released after the release was sent.
 import bisect
 import os
 import random
+import socket
 import threading
 import time
 
@@ -259,6 +260,70 @@ def hammer(test, cluster, scope, key, duration, per_daemon=PER_DAEMON, hold=(0.0
     return out
 
 
+def load(test, cluster, scope, control, per_daemon=4, budget_ms=300, key="k"):
+    """per_daemon clients per daemon loop acquire (budget_ms) -> release on
+    key (a name, or a function of the client index giving one) while
+    control() runs in its own thread; they stop when it returns. Every
+    request must get exactly one reply, with its id, within its budget
+    (+ BUDGET_SLACK and the stalls measured meanwhile: budget_late_ok), and
+    a refusal must be one of the limit's (limited, budget_exceeded,
+    timeout), never an error. Returns (replies as (daemon, t_send, t_recv,
+    reply, key) sorted by t_recv, control's result)."""
+    n = per_daemon * len(cluster.daemons)
+    done = threading.Event()
+    res = {}
+    lock = threading.Lock()
+    replies = []
+
+    def body(i):
+        if i == n:
+            try:
+                res["control"] = control()
+            finally:
+                done.set()
+            return
+        d = i // per_daemon
+        k = key(i) if callable(key) else key
+        c = cluster.daemons[d].connect(timeout=10)
+        seq = 0
+        mine = []
+        try:
+            while not done.is_set():
+                seq += 1
+                t_send = now()
+                r = c.request(acquire_req(scope, k, id=seq, timeout_ms=budget_ms),
+                              timeout=budget_ms / 1000.0 + harness.IO_TIMEOUT)
+                t_recv = c.last_t
+                test.assertEqual(r.get("id"), seq, r)
+                test.assertTrue(budget_late_ok(t_send, t_recv, budget_ms / 1000.0),
+                                (t_recv - t_send, budget_ms, BUDGET_SLACK, r))
+                mine.append((d, t_send, t_recv, r, k))
+                if r.get("ok"):
+                    test.assertTrue(r.get("lease"), r)
+                    rr = c.request({"op": "release", "lease": r["lease"]})
+                    test.assertIs(rr.get("ok"), True, rr)
+                else:
+                    test.assertIn(r.get("error"), ("limited", "budget_exceeded", "timeout"), r)
+                    # the client backs off as told (bounded: keep load on)
+                    time.sleep(min(0.05, (r.get("retry_after_ms") or 0) / 1000.0))
+            # Exactly once: nothing more arrives for this connection.
+            test.assertEqual(c.buf, b"")
+            c.sock.settimeout(0.05)
+            try:
+                extra = c.sock.recv(4096)
+            except socket.timeout:
+                extra = b""
+            test.assertEqual(extra, b"", "a reply arrived twice")
+        finally:
+            c.close()
+        with lock:
+            replies.extend(mine)
+
+    harness.run_clients(n + 1, body, timeout=120)
+    replies.sort(key=lambda x: x[2])
+    return replies, res.get("control")
+
+
 # ----------------------------------------------------------------- checks ----
 
 
@@ -360,6 +425,6 @@ def bisect_count(sorted_ts, lo, hi):
 
 
 __all__ = ["Adm", "BUDGET_SLACK", "Pods", "budget_late_ok", "LAG", "Outcome", "PER_DAEMON",
-           "aligned_excess", "bisect_count", "hammer", "key_name", "pace_violations",
+           "aligned_excess", "bisect_count", "hammer", "key_name", "load", "pace_violations",
            "per_window", "policer", "redis_offset", "span_excess", "status",
            "wait_backend", "wait_redis_field", "write_secret"]

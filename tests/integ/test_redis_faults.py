@@ -10,15 +10,13 @@ redis_util.py (its header says what each bracket means); stages of a fault
 Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_redis_faults -v
 """
 
-import socket
-import threading
 import time
 import unittest
 
 from . import harness
 from .harness import (EPS, IO_TIMEOUT, SLACK, RedisServer, acquire_req, late_allowance, now,
                       run_clients)
-from .redis_util import (BUDGET_SLACK, LAG, Pods, budget_late_ok, key_name, per_window,
+from .redis_util import (BUDGET_SLACK, LAG, Pods, budget_late_ok, key_name, load, per_window,
                          span_excess, status, wait_backend, wait_redis_field, write_secret)
 
 TIMEOUT_CONF = "redis_timeout = 100ms\n"
@@ -32,65 +30,10 @@ TIMEOUT_CONF = "redis_timeout = 100ms\n"
 class FaultCase(unittest.TestCase):
 
     def load(self, cl, scope, control, per_daemon=4, budget_ms=300):
-        """per_daemon clients per daemon loop acquire (budget_ms) -> release
-        on one key while control() runs in its own thread; they stop when it
-        returns. Every request must get exactly one reply, with its id,
-        within its budget (+ BUDGET_SLACK and the stalls measured meanwhile:
-        redis_util.budget_late_ok). Returns (replies as (daemon, t_send, t_recv,
-        reply) sorted by t_recv, control's result)."""
-        n = per_daemon * len(cl.daemons)
-        done = threading.Event()
-        res = {}
-        lock = threading.Lock()
-        replies = []
-
-        def body(i):
-            if i == n:
-                try:
-                    res["control"] = control()
-                finally:
-                    done.set()
-                return
-            d = i // per_daemon
-            c = cl.daemons[d].connect(timeout=10)
-            seq = 0
-            mine = []
-            try:
-                while not done.is_set():
-                    seq += 1
-                    t_send = now()
-                    r = c.request(acquire_req(scope, "k", id=seq, timeout_ms=budget_ms),
-                                  timeout=budget_ms / 1000.0 + IO_TIMEOUT)
-                    t_recv = c.last_t
-                    self.assertEqual(r.get("id"), seq, r)
-                    self.assertTrue(budget_late_ok(t_send, t_recv, budget_ms / 1000.0),
-                                    (t_recv - t_send, budget_ms, BUDGET_SLACK, r))
-                    mine.append((d, t_send, t_recv, r))
-                    if r.get("ok"):
-                        self.assertTrue(r.get("lease"), r)
-                        rr = c.request({"op": "release", "lease": r["lease"]})
-                        self.assertIs(rr.get("ok"), True, rr)
-                    else:
-                        self.assertIn(r.get("error"), ("limited", "budget_exceeded", "timeout"),
-                                      r)
-                        # the client backs off as told (bounded: keep load on)
-                        time.sleep(min(0.05, (r.get("retry_after_ms") or 0) / 1000.0))
-                # Exactly once: nothing more arrives for this connection.
-                self.assertEqual(c.buf, b"")
-                c.sock.settimeout(0.05)
-                try:
-                    extra = c.sock.recv(4096)
-                except socket.timeout:
-                    extra = b""
-                self.assertEqual(extra, b"", "a reply arrived twice")
-            finally:
-                c.close()
-            with lock:
-                replies.extend(mine)
-
-        run_clients(n + 1, body, timeout=120)
-        replies.sort(key=lambda x: x[2])
-        return replies, res.get("control")
+        """redis_util.load on key "k": replies as (daemon, t_send, t_recv,
+        reply) sorted by t_recv, and control's result."""
+        replies, res = load(self, cl, scope, control, per_daemon, budget_ms)
+        return [x[:4] for x in replies], res
 
     def check_outage(self, cl, replies, t_down, t_back, per_daemon_budget, window):
         """The outage invariants: fallback admissions within each daemon's
