@@ -346,6 +346,19 @@ def span_excess(ivs, allowed):
     return None
 
 
+def window_excess(ivs, window, amount):
+    """How many more than amount bracketed admissions certainly lie in one
+    interval shorter than window: max over i of the admissions with
+    lo >= lo_i and hi < lo_i + window, less amount (<= 0: none over).
+    For measuring (how much a failover lets through), not for a bound."""
+    los = sorted(ivs)
+    best = 0
+    for i, (lo_i, _) in enumerate(los):
+        m = sum(1 for lo, hi in los[i:] if hi < lo_i + window)
+        best = max(best, m)
+    return best - amount
+
+
 def policer(burst, rate):
     """allowed(L) of a token or leaky bucket as a policer: burst + rate * L."""
     return lambda span: burst + rate * span
@@ -427,4 +440,4 @@ def bisect_count(sorted_ts, lo, hi):
 __all__ = ["Adm", "BUDGET_SLACK", "Pods", "budget_late_ok", "LAG", "Outcome", "PER_DAEMON",
            "aligned_excess", "bisect_count", "hammer", "key_name", "load", "pace_violations",
            "per_window", "policer", "redis_offset", "span_excess", "status",
-           "wait_backend", "wait_redis_field", "write_secret"]
+           "wait_backend", "wait_redis_field", "window_excess", "write_secret"]

@@ -1,0 +1,365 @@
+"""test_redis_cluster.py - admitd on a 3-master Redis Cluster.
+
+Three daemons on redis+cluster:// seeds of a real cluster made by
+redis_deploy.RedisClusterDeploy (three redis-server --cluster-enabled yes,
+joined by redis-cli --cluster create, no replicas, full coverage not
+required: a master down costs only its own slots). The keys each test uses
+are chosen by their slot so that every master owns some. Shown:
+- the core invariants (a rolling quota, cluster_concurrency) hold on keys
+  of all three masters at once, and each key's state is on its owner;
+- a multi-target acquire whose targets live on three masters is
+  all-or-nothing (the refused target's siblings are rolled back);
+- a slot migrated by hand under load (SETSLOT IMPORTING/MIGRATING,
+  MIGRATE key by key, SETSLOT NODE) loses no request, serves none from
+  fallback and keeps the limit;
+- a master killed under load sends only its keys to fail_mode, every
+  request answered within its budget, and its keys are on Redis again
+  within 5 s of its return;
+- `admitd -t` refuses a malformed cluster URL and one without seeds.
+Instants and brackets as in redis_util.py's header.
+
+Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_redis_cluster -v
+"""
+
+import threading
+import time
+import unittest
+
+from . import harness
+from .harness import SLACK, late_allowance, max_overlap, now
+from .redis_deploy import (ConfCheckMixin, RedisClusterDeploy, _bindable, admitd_slot,
+                           what_is_missing)
+from .redis_util import (LAG, Pods, hammer, key_name, load, per_window, span_excess, status,
+                         wait_backend)
+
+MISSING = what_is_missing("cluster")
+
+CONF = """
+[scope quota]
+quota = 10/1s
+timeout = 30s
+
+[scope ccap]
+cluster_concurrency = 3
+lease_ttl = 5s
+timeout = 30s
+
+[scope mq]
+quota = 20/1s
+fallback_divisor = 2
+timeout = 30s
+
+[scope ta]
+quota = 1/1h
+cluster_concurrency = 4
+lease_ttl = 30s
+
+[scope tb]
+quota = 10/1h
+cluster_concurrency = 4
+lease_ttl = 30s
+
+[scope tc]
+quota = 10/1h
+cluster_concurrency = 4
+lease_ttl = 30s
+"""
+
+EXTRA = "redis_timeout = 100ms\n"
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+@unittest.skipIf(harness.VALGRIND, "timing invariants; run under ASan instead of valgrind")
+class ClusterCase(unittest.TestCase):
+    """One Redis Cluster per class (it takes ~2 s to form); each test starts
+    its own three daemons on it and uses its own keys."""
+
+    N_DAEMONS = 3
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rc = RedisClusterDeploy(3)
+        cls.rc.__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.rc.cleanup(failed=False)
+
+    def pods(self, n=None):
+        """n daemons on redis+cluster://, each on Redis before it returns."""
+        p = Pods(CONF, n=n or self.N_DAEMONS, admitd_extra=EXTRA, redis=self.rc,
+                 start_redis=False)
+        p.__enter__()
+        self.addCleanup(self._stop, p)
+        for d in p.daemons:
+            wait_backend(d, "redis", 10.0)
+        return p
+
+    def _stop(self, p):
+        outcome = getattr(self, "_outcome", None)
+        failed = outcome is not None and not getattr(outcome, "success", True)
+        if failed:
+            for n in self.rc.nodes:
+                n.tmp.keep()
+        p.cleanup(failed)
+
+    def owner(self, scope, key):
+        return self.rc.slot_owner(admitd_slot(scope, key))
+
+    def keys_on_owner(self, scope, key, node=None):
+        """The Redis keys admitd keeps for (scope, key), as node (default:
+        the slot's owner) has them."""
+        node = node or self.owner(scope, key)
+        slot = admitd_slot(scope, key)
+        names = node.command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+        pre = "admitd:{%s:%s}:" % (scope, key)
+        return [k for k in names if k.startswith(pre)]
+
+    def assertAllRedis(self, replies):
+        for x in replies:
+            r = x[3] if isinstance(x, tuple) else x
+            if r.get("ok") or "backend" in r:
+                self.assertEqual(r.get("backend"), "redis", r)
+
+
+class InvariantsTest(ClusterCase):
+
+    def hammer_keys(self, pods, scope, keys, duration, **kw):
+        """hammer() on each key at once (per_daemon clients per daemon and
+        key); returns {key: Outcome}."""
+        outs, errs = {}, []
+
+        def run(k):
+            try:
+                outs[k] = hammer(self, pods, scope, k, duration, **kw)
+            except BaseException as e:  # noqa: B902 - re-raised below
+                errs.append(e)
+        ts = [threading.Thread(target=run, args=(k,)) for k in keys]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errs:
+            raise errs[0]
+        return outs
+
+    def test_quota_on_every_master(self):
+        q, w, dur = 10, 1.0, 4.0
+        by = self.rc.keys_by_master("quota", 1)
+        keys = [by[i][0] for i in range(3)]
+        p = self.pods()
+        outs = self.hammer_keys(p, "quota", keys, dur, per_daemon=4)
+        self.assertTrue(p.alive(), p.logs())
+        for i, k in enumerate(keys):
+            out = outs[k]
+            self.assertAllRedis([a.reply for a in out.adms])
+            ivs = [(a.lo, a.hi) for a in out.adms]
+            # Every interval of length W holds <= Q (a span of L: Q * (L // W + 1)).
+            self.assertIsNone(span_excess(ivs, per_window(q, w, extra=1)), k)
+            # Liveness: the limit is reached (>= 3 windows' worth in 4 s) ...
+            self.assertGreaterEqual(len(ivs), 3 * q, (k, out.errors()))
+            # ... through every daemon.
+            self.assertEqual(sorted({a.daemon for a in out.adms}), [0, 1, 2], k)
+            # The key's state is on the master that owns its slot.
+            self.assertIn(key_name("admitd", "quota", k, "q"),
+                          self.keys_on_owner("quota", k, self.rc.nodes[i]))
+        for d in p.daemons:
+            for sc in status(d)["scopes"].values():
+                self.assertEqual(sc["fallback_admitted"], 0)
+
+    def test_cluster_concurrency_on_every_master(self):
+        n, dur = 3, 3.0
+        by = self.rc.keys_by_master("ccap", 1)
+        keys = [by[i][0] for i in range(3)]
+        p = self.pods()
+        outs = self.hammer_keys(p, "ccap", keys, dur, per_daemon=3, hold=(0.05, 0.1))
+        self.assertTrue(p.alive(), p.logs())
+        for k in keys:
+            out = outs[k]
+            self.assertAllRedis([a.reply for a in out.adms])
+            held = [(a.t_recv, a.t_rel) for a in out.adms]
+            self.assertGreater(len(held), 20, (k, out.errors()))
+            # <= n certainly held at once across the daemons, and n reached.
+            self.assertEqual(max_overlap(held), n, k)
+
+    def test_multi_target_across_masters_all_or_nothing(self):
+        # ta's key on one master, tb's on another, tc's on the third.
+        ka = self.rc.keys_by_master("ta", 1)[0][0]
+        kb = self.rc.keys_by_master("tb", 1)[1][0]
+        kc = self.rc.keys_by_master("tc", 1)[2][0]
+        owners = {self.owner("ta", ka).port, self.owner("tb", kb).port,
+                  self.owner("tc", kc).port}
+        self.assertEqual(len(owners), 3, "targets on three masters")
+        targets = [{"scope": "tb", "key": kb}, {"scope": "tc", "key": kc},
+                   {"scope": "ta", "key": ka}]
+
+        def booked(scope, key):
+            o = self.owner(scope, key)
+            return (o.command("ZCARD", key_name("admitd", scope, key, "q")),
+                    o.command("ZCARD", key_name("admitd", scope, key, "l")))
+
+        p = self.pods(1)
+        with p.daemons[0].connect() as c:
+            first = c.request({"op": "acquire", "targets": targets, "timeout_ms": 0})
+            self.assertIs(first.get("ok"), True, first)
+            self.assertEqual(first.get("backend"), "redis", first)
+            for s, k in (("ta", ka), ("tb", kb), ("tc", kc)):
+                self.assertEqual(booked(s, k), (1, 1), s)
+            # ta (quota 1/1h) refuses: tb and tc admitted on their masters and
+            # are rolled back there.
+            second = c.request({"op": "acquire", "targets": targets, "timeout_ms": 0})
+            self.assertEqual(second.get("error"), "limited", second)
+            self.assertEqual(second.get("rule"), "quota 1/1h", second)
+            self.assertEqual(second.get("backend"), "redis", second)
+            for s, k in (("ta", ka), ("tb", kb), ("tc", kc)):
+                self.assertEqual(booked(s, k), (1, 1), s)
+            # Without ta, tb + tc are admitted: nothing leaked to them.
+            third = c.request({"op": "acquire", "targets": targets[:2], "timeout_ms": 0})
+            self.assertIs(third.get("ok"), True, third)
+            self.assertEqual(booked("tb", kb), (2, 2))
+            self.assertEqual(booked("tc", kc), (2, 2))
+            # One release frees every target of the lease on every master.
+            rel = c.request({"op": "release", "lease": first["lease"]})
+            self.assertEqual(rel, {"ok": True, "held": True})
+            end = now() + 5.0
+            while booked("ta", ka)[1] != 0 and now() < end:
+                c.request({"op": "ping"})
+                time.sleep(0.01)
+            self.assertEqual(booked("ta", ka), (1, 0))
+            self.assertEqual(booked("tb", kb), (2, 1))
+            self.assertEqual(booked("tc", kc), (2, 1))
+
+
+class MigrationTest(ClusterCase):
+
+    def test_slot_migrated_by_hand_under_load(self):
+        q, w = 20, 1.0
+        by = self.rc.keys_by_master("mq", 1)
+        k, other = by[0][0], by[1][0]  # k moves from master 0 to master 2
+        slot = admitd_slot("mq", k)
+        src, dst = self.rc.nodes[0], self.rc.nodes[2]
+        self.assertIs(self.rc.slot_owner(slot), src)
+        # Other tenants' keys in the same slot: the migration takes a while
+        # (one key per MIGRATE, 20ms apart), admitd's keys move among them.
+        for j in range(40):
+            src.command("SET", "other:{mq:%s}:%d" % (k, j), "x")
+        p = self.pods()
+        span = {}
+
+        def control():
+            time.sleep(1.0)
+            span["t0"] = now()
+            span["moved"] = self.rc.migrate_slot(slot, dst, pace=0.02, batch=1)
+            span["t1"] = now()
+            time.sleep(1.5)
+
+        # Half of the clients on k, half on a key of another master.
+        replies, _ = load(self, p, "mq", control, per_daemon=6, budget_ms=300,
+                          key=lambda i: k if i % 2 == 0 else other)
+        self.assertTrue(p.alive(), p.logs())
+        self.assertGreaterEqual(span["moved"], 41)
+        self.rc.wait_slot_owner(slot, dst)
+        # Served, all of it by Redis: no request lost (load checked each was
+        # answered once, in its budget, with no error) and none from fallback.
+        self.assertAllRedis(replies)
+        for d in p.daemons:
+            for sc in status(d)["scopes"].values():
+                self.assertEqual(sc["fallback_admitted"], 0, p.logs())
+        for key in (k, other):
+            adm = [x for x in replies if x[4] == key and x[3].get("ok")]
+            ivs = [(ts + r["waited_ms"] / 1000.0 - LAG, tr) for _, ts, tr, r, _ in adm]
+            # The limit held across the move (the state moved with the slot).
+            self.assertIsNone(span_excess(ivs, per_window(q, w, extra=1)), key)
+            self.assertGreaterEqual(len(ivs), 2 * q, key)
+        # Admissions of k were decided while the slot was half moved.
+        during = [x for x in replies if x[4] == k and x[3].get("ok")
+                  and x[1] > span["t0"] and x[2] < span["t1"]]
+        self.assertTrue(during, "no admission of %s during the migration (%.2fs)"
+                        % (k, span["t1"] - span["t0"]))
+        # k's state now lives on its new owner, and new writes land there.
+        self.assertIn(key_name("admitd", "mq", k, "q"), self.keys_on_owner("mq", k, dst))
+        self.assertEqual(self.keys_on_owner("mq", k, src), [])
+
+
+class NodeDownTest(ClusterCase):
+
+    def test_master_killed_under_load(self):
+        q, div, w, budget = 20, 2, 1.0, 0.3
+        by = self.rc.keys_by_master("mq", 1, prefix="down")
+        keys = [by[i][0] for i in range(3)]
+        dead = 2
+        p = self.pods()
+        ts = {}
+
+        def control():
+            time.sleep(1.0)
+            self.rc.kill9(dead)
+            ts["down"] = now()
+            time.sleep(2.0)
+            n = self.rc.nodes[dead]
+            harness._wait_until(lambda: _free(n.port), 5.0, "port to free")
+            n.start()  # its nodes.conf: same id, same slots
+            ts["back"] = now()
+            time.sleep(6.0)
+
+        replies, _ = load(self, p, "mq", control, per_daemon=6, budget_ms=int(budget * 1000),
+                          key=lambda i: keys[i % 3])
+        self.assertTrue(p.alive(), p.logs())
+        t_down, t_back = ts["down"], ts["back"]
+        t_end = max(x[2] for x in replies)
+        back_by = 5.0 + late_allowance(t_back, t_end)
+        # The two masters alive decided everything of theirs on Redis.
+        self.assertAllRedis([x for x in replies if x[4] != keys[dead]])
+        mine = [x for x in replies if x[4] == keys[dead]]
+        adm = [x for x in mine if x[3].get("ok")]
+        for d, t_send, t_recv, r, _ in adm:
+            self.assertIn(r.get("backend"), ("redis", "fallback"), r)
+            # Sent after the node died (and a redis_timeout), answered before
+            # it returned: fail_mode (fallback).
+            if t_send > t_down + 0.1 + SLACK and t_recv < t_back:
+                self.assertEqual(r.get("backend"), "fallback", r)
+            if t_send > t_back + back_by:
+                self.assertEqual(r.get("backend"), "redis", r)
+        for i in range(len(p.daemons)):
+            fb = [(ts_ + r["waited_ms"] / 1000.0 - LAG, tr)
+                  for d, ts_, tr, r, _ in adm if d == i and r["backend"] == "fallback"]
+            # The in-process limiter with the scope's limits / divisor ...
+            self.assertIsNone(span_excess(fb, per_window(q // div, w)), i)
+            # ... and it did serve while the node was gone.
+            self.assertGreater(len(fb), 0, i)
+            back = [tr for d, t_send, tr, r, _ in mine
+                    if d == i and t_send > t_back and r.get("backend") == "redis"]
+            self.assertTrue(back, "daemon %d never went back to redis" % i)
+            self.assertLess(min(back) - t_back, back_by, i)
+        self.rc.wait_ok()
+
+
+def _free(port):
+    return _bindable(port) and _bindable(port + 10000)
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+class ClusterConfTest(ConfCheckMixin, unittest.TestCase):
+
+    def conf(self, url):
+        return "[admitd]\nredis = %s\n\n[scope s]\nquota = 1/1s\n" % url
+
+    def test_good_seed_list(self):
+        self.assertConfOk(self.conf("redis+cluster://127.0.0.1:7000,127.0.0.1:7001"))
+        self.assertConfOk(self.conf("redis+cluster://127.0.0.1:7000"))
+
+    def test_no_seed_nodes(self):
+        self.assertConfError(self.conf("redis+cluster://"), 2, "redis")
+        self.assertConfError(self.conf("redis+cluster://,"), 2, "redis")
+
+    def test_malformed_seed(self):
+        for url in ("redis+cluster://127.0.0.1:notaport",
+                    "redis+cluster://127.0.0.1:7000,127.0.0.1:99999",
+                    "redis+cluster://127.0.0.1:7000,,127.0.0.1:7001",
+                    "redis+cluster://127.0.0.1:7000/mymaster"):
+            with self.subTest(url=url):
+                self.assertConfError(self.conf(url), 2, "redis")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,231 @@
+"""test_redis_sentinel.py - admitd on a Sentinel-managed master.
+
+Three daemons on redis+sentinel://S1,S2,S3/mymaster over a real master, a
+replica and three sentinels (redis_deploy.SentinelDeploy: quorum 2,
+down-after-milliseconds 1000). Under load (4 clients per daemon, 300ms
+budgets, a rolling quota) the master changes twice:
+- SENTINEL FAILOVER (graceful: the old master still calls itself master
+  for a moment, and admitd must move to the new one, not keep writing to
+  the old);
+- kill -9 of the master (no master is known until the sentinels agree).
+Each time: every request is answered within its budget and none with an
+error; replies say "redis" again within 5 s of the promotion; new writes
+land on the new master (status names it); admissions stay within the limit
+plus one fallback budget (fallback_divisor = the three pods, so the three
+fallbacks together admit one limit's worth per window). Redis replicates
+asynchronously: what the old master booked in its last moments may be lost
+and granted again, which is what that allowance covers.
+Also: sentinels that require AUTH (sentinel_password_file), and
+`admitd -t` on malformed sentinel URLs and an empty master name.
+
+Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_redis_sentinel -v
+"""
+
+import json
+import time
+import unittest
+
+from . import harness
+from .harness import late_allowance, now
+from .redis_deploy import ConfCheckMixin, SentinelDeploy, role, what_is_missing
+from .redis_util import (LAG, Pods, key_name, load, per_window, span_excess, status,
+                         wait_backend, window_excess, write_secret)
+
+MISSING = what_is_missing("sentinel")
+
+Q, W, PODS = 30, 1.0, 3
+
+CONF = """
+[scope q]
+quota = 30/1s
+fallback_divisor = 3
+timeout = 30s
+
+[scope big]
+quota = 100000/1h
+timeout = 30s
+"""
+
+EXTRA = "redis_timeout = 100ms\n"
+
+
+def failover_under_load(test, sd, kind, pods, settle=6.0):
+    """Load on scope q through pods while the master changes (kind
+    "failover": SENTINEL FAILOVER; "kill": kill -9 of the master). Returns
+    (replies of redis_util.load, old master, new master, instant the fault
+    began, instant the promotion was seen)."""
+    ts = {}
+
+    def control():
+        time.sleep(1.0)
+        old, t0 = sd.failover() if kind == "failover" else sd.kill_master()
+        new, t1 = sd.wait_promoted(old)
+        ts.update(old=old, new=new, t0=t0, t1=t1)
+        time.sleep(settle)
+
+    replies, _ = load(test, pods, "q", control, per_daemon=4, budget_ms=300)
+    return replies, ts["old"], ts["new"], ts["t0"], ts["t1"]
+
+
+def brackets(replies, daemon=None, backend=None):
+    return [(ts + r["waited_ms"] / 1000.0 - LAG, tr) for d, ts, tr, r, _ in replies
+            if r.get("ok") and (daemon is None or d == daemon)
+            and (backend is None or r.get("backend") == backend)]
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+@unittest.skipIf(harness.VALGRIND, "timing invariants; run under ASan instead of valgrind")
+class FailoverTest(unittest.TestCase):
+    """One deployment for the class (sentinels take ~7 s to know each
+    other); each test heals it first (a killed master comes back as a
+    replica)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sd = SentinelDeploy()
+        cls.sd.__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sd.cleanup(failed=False)
+
+    def pods(self):
+        p = Pods(CONF, n=PODS, admitd_extra=EXTRA, redis=self.sd, start_redis=False)
+        p.__enter__()
+        self.addCleanup(self._stop, p)
+        for d in p.daemons:
+            wait_backend(d, "redis", 10.0)
+        return p
+
+    def _stop(self, p):
+        outcome = getattr(self, "_outcome", None)
+        failed = outcome is not None and not getattr(outcome, "success", True)
+        if failed:
+            for x in self.sd.servers + self.sd.sentinels:
+                x.tmp.keep()
+        p.cleanup(failed)
+
+    def check_switch(self, p, replies, old, new, t_prom):
+        t_end = max(x[2] for x in replies)
+        back_by = 5.0 + late_allowance(t_prom, t_end)
+        for d, t_send, t_recv, r, _ in replies:
+            if r.get("ok") or "backend" in r:
+                self.assertIn(r.get("backend"), ("redis", "fallback"), r)
+            # 5 s after the promotion: shared state again, everywhere.
+            if t_send > t_prom + back_by and (r.get("ok") or "backend" in r):
+                self.assertEqual(r.get("backend"), "redis", r)
+        for i in range(len(p.daemons)):
+            back = [tr for d, ts, tr, r, _ in replies
+                    if d == i and ts > t_prom and r.get("backend") == "redis"]
+            self.assertTrue(back, "daemon %d never went back to redis" % i)
+            self.assertLess(min(back) - t_prom, back_by, i)
+        # The limit plus one fallback budget: Redis admits Q per window, the
+        # three fallbacks Q / 3 each.
+        self.assertIsNone(span_excess(brackets(replies), per_window(2 * Q, W, extra=1)))
+        # Liveness: the limit was reached before and after the switch.
+        self.assertGreaterEqual(len(brackets(replies, backend="redis")), 3 * Q)
+        # New writes land on the new master: 5 through each daemon, booked
+        # where the sentinels say the master is, and status names it.
+        key = "after-%d" % new.port
+        for d in p.daemons:
+            with d.connect() as c:
+                for _ in range(5):
+                    r = c.request(harness.acquire_req("big", key, timeout_ms=0))
+                    self.assertIs(r.get("ok"), True, r)
+                    self.assertEqual(r.get("backend"), "redis", r)
+                    c.request({"op": "release", "lease": r["lease"]})
+            self.assertIn(str(new.port), json.dumps(status(d)),
+                          "status does not name the master in use")
+        self.assertEqual(role(new), "master")
+        self.assertEqual(new.command("ZCARD", key_name("admitd", "big", key, "q")), 5 * PODS)
+        return window_excess(brackets(replies), W, Q)
+
+    def test_sentinel_failover_under_load(self):
+        self.sd.heal()
+        p = self.pods()
+        replies, old, new, t0, t_prom = failover_under_load(self, self.sd, "failover", p)
+        self.assertTrue(p.alive(), p.logs())
+        self.assertNotEqual(old.port, new.port)
+        # The old master was demoted: writes there would have been refused.
+        self.assertEqual(role(old), "slave")
+        self.check_switch(p, replies, old, new, t_prom)
+
+    def test_master_kill9_under_load(self):
+        self.sd.heal()
+        p = self.pods()
+        replies, old, new, t_kill, t_prom = failover_under_load(self, self.sd, "kill", p)
+        self.assertTrue(p.alive(), p.logs())
+        self.assertIsNone(old.proc)
+        self.check_switch(p, replies, old, new, t_prom)
+        # While no master answered (after one redis_timeout, before the
+        # promotion was seen), what was admitted was the fallback's.
+        for d, t_send, t_recv, r, _ in replies:
+            if r.get("ok") and t_send > t_kill + 0.1 + harness.SLACK and t_recv < t_prom:
+                self.assertEqual(r.get("backend"), "fallback", r)
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+class SentinelAuthTest(unittest.TestCase):
+    """Sentinels that require AUTH: sentinel_password_file opens them; without
+    it no master is known and fail_mode serves."""
+
+    def test_sentinel_password_file(self):
+        secret = "sentinel-pw-plugh"
+        with SentinelDeploy(sentinel_password=secret) as sd:
+            pw = write_secret(sd.sentinels[0].tmp.path, "spw", secret)
+            good = "sentinel_password_file = %s\n" % pw
+            with Pods(CONF, n=1, admitd_extra=good, redis=sd, start_redis=False) as p:
+                d = p.daemons[0]
+                wait_backend(d, "redis", 10.0)
+                with d.connect() as c:
+                    r = c.request(harness.acquire_req("big", "auth", timeout_ms=0))
+                    self.assertEqual(r.get("backend"), "redis", r)
+                self.assertEqual(sd.master().command(
+                    "ZCARD", key_name("admitd", "big", "auth", "q")), 1)
+                self.assertNotIn(secret, d.stderr_text())
+            with Pods(CONF, n=1, redis=sd, start_redis=False) as p:
+                d = p.daemons[0]
+                t0 = now()
+                with d.connect() as c:
+                    # Never on Redis: every answer the fallback's, for 1.5 s.
+                    while now() < t0 + 1.5:
+                        r = c.request(harness.acquire_req("big", "noauth", timeout_ms=0))
+                        self.assertEqual(r.get("backend"), "fallback", r)
+                        time.sleep(0.1)
+                self.assertEqual(status(d)["backend"], "fallback")
+                self.assertEqual(sd.master().command(
+                    "EXISTS", key_name("admitd", "big", "noauth", "q")), 0)
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+class SentinelConfTest(ConfCheckMixin, unittest.TestCase):
+
+    def conf(self, url, extra=""):
+        return "[admitd]\nredis = %s\n%s\n[scope s]\nquota = 1/1s\n" % (url, extra)
+
+    def test_good_urls(self):
+        for url in ("redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/mymaster",
+                    "redis+sentinel://127.0.0.1:26379/mymaster",
+                    "redis+sentinel://alice:pw@127.0.0.1:26379,127.0.0.1:26380/mymaster?db=2"):
+            with self.subTest(url=url):
+                self.assertConfOk(self.conf(url))
+
+    def test_empty_master_name(self):
+        for url in ("redis+sentinel://127.0.0.1:26379/",
+                    "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/?db=1",
+                    "redis+sentinel://127.0.0.1:26379"):
+            with self.subTest(url=url):
+                self.assertConfError(self.conf(url), 2, "master")
+
+    def test_malformed(self):
+        for url in ("redis+sentinel:///mymaster",
+                    "redis+sentinel://127.0.0.1:notaport/mymaster",
+                    "redis+sentinel://127.0.0.1:26379,,127.0.0.1:26380/mymaster",
+                    "redis+sentinel://127.0.0.1:70000/mymaster",
+                    "redis+sentinel://127.0.0.1:26379/mymaster?db=x"):
+            with self.subTest(url=url):
+                self.assertConfError(self.conf(url), 2, "redis")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,243 @@
+"""test_redis_tls.py - admitd over rediss:// to a redis-server that speaks TLS.
+
+The server is Debian's redis-server with --tls-port and --port 0
+(redis_deploy.TlsRedis); its CA, its certificate (SAN 127.0.0.1 and
+localhost), a wrong CA, an expired certificate, one for another name and a
+client certificate are made by the test with the openssl CLI
+(redis_deploy.TlsFiles). Shown:
+- the core invariants (a rolling quota, cluster_concurrency) hold for
+  three daemons over rediss://;
+- a wrong CA, an expired certificate and a certificate for another name
+  are refused: served by fail_mode (the fallback, or "unavailable" with
+  fail_mode = closed), logged, and no command of admitd's ever runs on the
+  server (INFO commandstats, read over the server's plain Unix socket);
+- the escapes are explicit: redis_tls_server_name names the certificate
+  expected, redis_tls_verify = no accepts what verification refuses;
+- a server that requires client certificates takes admitd's
+  (redis_tls_cert_file / redis_tls_key_file) and refuses it without;
+- `admitd -t` refuses a bad redis_tls_verify value.
+
+Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_redis_tls -v
+"""
+
+import time
+import unittest
+
+from . import harness
+from .harness import _TempDir, acquire_req, max_overlap, now
+from .redis_deploy import ConfCheckMixin, TlsFiles, TlsRedis, what_is_missing
+from .redis_util import (Pods, hammer, key_name, per_window, span_excess, status,
+                         wait_backend)
+
+MISSING = what_is_missing("tls")
+
+CONF = """
+[scope quota]
+quota = 10/1s
+timeout = 30s
+
+[scope ccap]
+cluster_concurrency = 3
+lease_ttl = 5s
+timeout = 30s
+
+[scope q]
+quota = 3/1h
+
+[scope closed]
+quota = 3/1h
+fail_mode = closed
+"""
+
+
+def admitd_commands(server):
+    """Calls of the commands admitd sends (scripts, AUTH aside) the server
+    has run: {command: calls}."""
+    out = {}
+    for line in server.command("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_"):
+            name, rest = line[len("cmdstat_"):].split(":", 1)
+            calls = int(rest.split("calls=")[1].split(",")[0])
+            if name.split("|")[0] in ("evalsha", "eval", "script", "fcall", "function", "time",
+                                      "hset", "zadd", "role", "select", "hello"):
+                out[name] = calls
+    return out
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+class TlsCase(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = _TempDir("tls-")
+        cls.files = TlsFiles(cls.tmp.path)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def server(self, cert="server", auth_clients="optional"):
+        s = TlsRedis(self.files, cert=cert, auth_clients=auth_clients)
+        s.start()
+        self.addCleanup(s.cleanup)
+        # The harness's own check: a correct client is accepted (or, with a
+        # bad certificate, refused: the test proves what it means to).
+        r = s.cli_tls("PING")
+        if cert == "server" and auth_clients == "optional":
+            self.assertEqual(r.stdout.strip(), "PONG", r.stderr)
+        return s
+
+    def tls_conf(self, ca="ca.crt", cert=None, server_name=None, verify=None, timeout="250ms"):
+        lines = ["redis_timeout = %s" % timeout,
+                 "redis_tls_ca_file = %s" % self.files.path(ca)]
+        if cert:
+            lines += ["redis_tls_cert_file = %s" % self.files.path(cert + ".crt"),
+                      "redis_tls_key_file = %s" % self.files.path(cert + ".key")]
+        if server_name:
+            lines.append("redis_tls_server_name = %s" % server_name)
+        if verify:
+            lines.append("redis_tls_verify = %s" % verify)
+        return "\n".join(lines) + "\n"
+
+    def pods(self, srv, n=1, **kw):
+        p = Pods(CONF, n=n, admitd_extra=self.tls_conf(**kw), redis=srv, start_redis=False)
+        p.__enter__()
+        self.addCleanup(self._stop, p)
+        return p
+
+    def _stop(self, p):
+        outcome = getattr(self, "_outcome", None)
+        p.cleanup(outcome is not None and not getattr(outcome, "success", True))
+
+
+@unittest.skipIf(harness.VALGRIND, "timing invariants; run under ASan instead of valgrind")
+class TlsInvariantsTest(TlsCase):
+
+    def test_quota_and_concurrency_over_tls(self):
+        q, w = 10, 1.0
+        srv = self.server()
+        p = self.pods(srv, n=3)
+        for d in p.daemons:
+            wait_backend(d, "redis", 10.0)
+        out = hammer(self, p, "quota", "k", 3.0, per_daemon=8)
+        for a in out.adms:
+            self.assertEqual(a.reply.get("backend"), "redis", a.reply)
+        ivs = [(a.lo, a.hi) for a in out.adms]
+        self.assertIsNone(span_excess(ivs, per_window(q, w, extra=1)))
+        self.assertGreaterEqual(len(ivs), 2 * q, out.errors())
+        self.assertEqual(sorted({a.daemon for a in out.adms}), [0, 1, 2])
+
+        out = hammer(self, p, "ccap", "k", 2.0, per_daemon=3, hold=(0.05, 0.1))
+        held = [(a.t_recv, a.t_rel) for a in out.adms]
+        for a in out.adms:
+            self.assertEqual(a.reply.get("backend"), "redis", a.reply)
+        self.assertGreater(len(held), 10, out.errors())
+        self.assertEqual(max_overlap(held), 3)
+        self.assertTrue(p.alive(), p.logs())
+        # It was TLS: the scripts ran, and the server has no plain TCP port.
+        self.assertGreater(admitd_commands(srv).get("evalsha", 0), 0)
+        self.assertEqual(srv.command("CONFIG", "GET", "port")[1], "0")
+
+
+class TlsRefusedTest(TlsCase):
+    """A certificate admitd must not accept: never on Redis, fail_mode serves."""
+
+    def assertRefusedTls(self, srv, **kw):
+        p = self.pods(srv, **kw)
+        d = p.daemons[0]
+        t0 = now()
+        with d.connect() as c:
+            # fallback: quota 3/1h in process, then limited by it.
+            got = [c.request(acquire_req("q", "k", timeout_ms=0)) for _ in range(5)]
+            for r in got[:3]:
+                self.assertIs(r.get("ok"), True, r)
+                self.assertEqual(r.get("backend"), "fallback", r)
+            for r in got[3:]:
+                self.assertEqual(r.get("error"), "limited", r)
+                self.assertEqual(r.get("backend"), "fallback", r)
+            r = c.request(acquire_req("closed", "k", timeout_ms=0))
+            self.assertEqual(r.get("error"), "unavailable", r)
+            # ... and stays so: retried connections are refused too.
+            while now() < t0 + 1.5:
+                self.assertEqual(status(d)["backend"], "fallback")
+                time.sleep(0.1)
+        self.assertEqual(admitd_commands(srv), {}, "a command ran over a refused connection")
+        self.assertEqual(srv.command("EXISTS", key_name("admitd", "q", "k", "q")), 0)
+        log = d.stderr_text().lower()
+        self.assertTrue("certificate" in log or "verify" in log or "tls" in log,
+                        d.stderr_text())
+        return log
+
+    def test_wrong_ca(self):
+        srv = self.server()
+        self.assertRefusedTls(srv, ca="wrong_ca.crt")
+
+    def test_expired_certificate(self):
+        srv = self.server(cert="expired")
+        r = srv.cli_tls("PING")
+        self.assertNotEqual(r.stdout.strip(), "PONG", "redis-cli accepted the expired cert")
+        self.assertRefusedTls(srv)
+
+    def test_certificate_for_another_name(self):
+        srv = self.server(cert="othername")
+        self.assertRefusedTls(srv)
+
+    def test_server_name_names_the_certificate(self):
+        # The same certificate is accepted once admitd is told to expect it.
+        srv = self.server(cert="othername")
+        p = self.pods(srv, server_name="wrong.example.invalid")
+        d = p.daemons[0]
+        wait_backend(d, "redis", 10.0)
+        with d.connect() as c:
+            r = c.request(acquire_req("q", "sn", timeout_ms=0))
+            self.assertEqual(r.get("backend"), "redis", r)
+        self.assertEqual(srv.command("ZCARD", key_name("admitd", "q", "sn", "q")), 1)
+
+    def test_verify_no_is_explicit(self):
+        srv = self.server(cert="expired")
+        p = self.pods(srv, ca="wrong_ca.crt", verify="no")
+        d = p.daemons[0]
+        wait_backend(d, "redis", 10.0)
+        with d.connect() as c:
+            r = c.request(acquire_req("q", "nv", timeout_ms=0))
+            self.assertEqual(r.get("backend"), "redis", r)
+
+
+class TlsClientCertTest(TlsCase):
+
+    def test_client_certificate(self):
+        srv = self.server(auth_clients="yes")
+        p = self.pods(srv, cert="client")
+        d = p.daemons[0]
+        wait_backend(d, "redis", 10.0)
+        with d.connect() as c:
+            r = c.request(acquire_req("q", "cc", timeout_ms=0))
+            self.assertEqual(r.get("backend"), "redis", r)
+        # Without one, the server refuses the handshake: fail_mode serves.
+        p2 = self.pods(srv)
+        d2 = p2.daemons[0]
+        t0 = now()
+        with d2.connect() as c:
+            while now() < t0 + 1.0:
+                r = c.request(acquire_req("q", "nocert", timeout_ms=0))
+                self.assertEqual(r.get("backend"), "fallback", r)
+                time.sleep(0.1)
+        self.assertEqual(srv.command("EXISTS", key_name("admitd", "q", "nocert", "q")), 0)
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+class TlsConfTest(ConfCheckMixin, unittest.TestCase):
+
+    def conf(self, extra, url="rediss://127.0.0.1:6380"):
+        return "[admitd]\nredis = %s\n%s\n[scope s]\nquota = 1/1s\n" % (url, extra)
+
+    def test_rediss_url_and_keys(self):
+        self.assertConfOk(self.conf("redis_tls_verify = no\n"))
+        self.assertConfOk(self.conf("redis_tls_server_name = redis.example.com\n"))
+
+    def test_bad_verify_value(self):
+        self.assertConfError(self.conf("redis_tls_verify = maybe\n"), 3, "redis_tls_verify")
+
+
+if __name__ == "__main__":
+    unittest.main()
