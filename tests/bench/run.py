@@ -27,6 +27,15 @@ for admitd, one script call for a ceiling, one consume()/hit() for a peer.
             connections, distinct keys (one per connection) and one hot key,
             on scope `tb` (one rule, requests token-bucket 1000000/1s: every
             call admits, a refusal would be cheaper work).
+  topology  the same admitd rows (distinct keys and one hot key, at each of
+            --topo-conns connections) with admitd on a 3-master Redis Cluster
+            (redis+cluster://, tests/integ/redis_deploy.py) and on a TLS
+            redis-server (rediss://, a CA and certificate made with openssl),
+            each with its own pod; a line after the table gives each row's
+            ratio to the matching plain-Redis row (the goal: within 20%).
+            Redis calls and CPU are summed over the cluster's nodes. Skipped
+            with a row saying why when the daemon or the box cannot (--topologies
+            "" skips them).
   peers     rate-limiter-flexible (npm, on ioredis; `npm ci` from the
             committed package-lock.json into tests/bench/peers/node_modules)
             and Debian's python3-limits (RedisStorage, --limits-strategy),
@@ -87,6 +96,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, REPO)
 
 from tests.integ.harness import Admitd, RedisServer  # noqa: E402
+from tests.integ import redis_deploy  # noqa: E402
 
 ADMITD = os.environ.get("ADMITD_BIN") or os.path.join(REPO, "daemon", "admitd")
 LOADGEN = os.environ.get("ADMITD_LOADGEN") or os.path.join(HERE, "loadgen")
@@ -490,16 +500,29 @@ class Sample:
     around one measured run."""
 
     def __init__(self, redis, server_pid=None):
-        self.redis = redis
+        # redis: one RedisServer, or a list (a cluster's nodes: summed)
+        self.servers = list(redis) if isinstance(redis, (list, tuple)) else [redis]
         self.server_pid = server_pid
-        self.cs = commandstats(redis)
-        self.rcpu = proc_cpu_s(redis.proc.pid)
+        self.cs = self._cs()
+        self.rcpu = self._cpu()
         self.scpu = proc_cpu_s(server_pid) if server_pid else None
         self.ccpu = children_cpu_s()
 
+    def _cs(self):
+        out = {}
+        for srv in self.servers:
+            for cmd, kv in commandstats(srv).items():
+                acc = out.setdefault(cmd, {})
+                for k, v in kv.items():
+                    acc[k] = acc.get(k, 0) + v
+        return out
+
+    def _cpu(self):
+        return sum(proc_cpu_s(srv.proc.pid) for srv in self.servers)
+
     def done(self, admissions, requests=None):
-        cs = commandstats(self.redis)
-        rcpu = proc_cpu_s(self.redis.proc.pid)
+        cs = self._cs()
+        rcpu = self._cpu()
         ccpu = children_cpu_s()
 
         def delta(cmd, field="calls"):
@@ -554,6 +577,12 @@ def build_rows(args):
             for c in args.conns:
                 rows.append(Row("admitd.%s.%s.c%d" % (mode, keys, c), "admitd %s %s" % (mode, keys),
                                 "admitd", c, keys, mode=mode))
+    for mode in args.topologies:
+        for keys in ("distinct", "hot"):
+            for c in args.topo_conns:
+                rows.append(Row("admitd.%s.%s.c%d" % (mode, keys, c), "admitd %s %s" % (mode, keys),
+                                "admitd", c, keys, mode=mode,
+                                base="admitd.redis.%s.c%d" % (keys, c)))
     for keys in ("distinct", "hot"):
         rows.append(Row("rlf.%s" % keys, "rate-limiter-flexible %s" % keys, "rlf",
                         args.peer_conc, keys))
@@ -636,9 +665,11 @@ class Echo:
 
 
 class Bench:
-    def __init__(self, args, redis, pod_a, local, echo, acquire_argv, problems):
+    def __init__(self, args, redis, pod_a, local, echo, acquire_argv, problems, topo=None):
         self.args, self.redis, self.pod_a, self.local, self.echo = args, redis, pod_a, local, echo
         self.problems = problems
+        # mode -> (pod, the Redis servers it uses) for the topology rows
+        self.topo = topo or {}
         with open(BUCKET_LUA, "rb") as f:
             self.bucket_sha = redis.command("SCRIPT", "LOAD", f.read().decode())
         self.commands = {
@@ -684,11 +715,11 @@ class Bench:
         d.update(rate=r["rps"], p50_us=r["p50_us"], p99_us=r["p99_us"], n=n)
         return d
 
-    def run_loadgen(self, row, rep, server, sock, backend):
+    def run_loadgen(self, row, rep, server, sock, backend, redis=None):
         cdf = None
         if row.conns == CDF_CONNS and row.kind in ("admitd", "echo"):
             cdf = os.path.join(self.cdf_dir, "%s.rep%d.dat" % (row.id, rep))
-        s = Sample(self.redis, server.pid)
+        s = Sample(redis or self.redis, server.pid)
         lg = loadgen(sock, "tb", row.conns, keys=1 if row.keys == "hot" else row.conns,
                      seconds=self.args.seconds, warmup=self.args.warmup,
                      timeout_ms=LG_TIMEOUT_MS, cdf=cdf)
@@ -742,6 +773,9 @@ class Bench:
             d = self.run_ceiling(row, rep)
         elif row.kind == "echo":
             d = self.run_loadgen(row, rep, self.echo, self.echo.sock_path, "local")
+        elif row.kind == "admitd" and row.kw["mode"] in self.topo:
+            pod, servers = self.topo[row.kw["mode"]]
+            d = self.run_loadgen(row, rep, pod, pod.sock_path, "redis", redis=servers)
         elif row.kind == "admitd":
             local = row.kw["mode"] == "local"
             d = self.run_loadgen(row, rep, self.local if local else self.pod_a,
@@ -753,6 +787,52 @@ class Bench:
             d["rep"] = rep
             d["loadavg_1m"] = os.getloadavg()[0]
             row.runs.append(d)
+
+
+def start_topologies(args, conf, rows, objs):
+    """For each of --topologies: the deployment and one pod on it, waited
+    until it is on Redis. Returns {mode: (pod, [redis servers])}; a
+    topology the box or the daemon cannot run marks its rows skipped (with
+    why) instead of failing the run. objs collects what to clean up."""
+    topo = {}
+    for mode in args.topologies:
+        why = None
+        try:
+            if mode == "cluster":
+                why = redis_deploy.what_is_missing("cluster")
+                if why is None:
+                    rc = redis_deploy.RedisClusterDeploy(3)
+                    objs.append(rc)
+                    rc.start()
+                    pod = Admitd(conf, redis_url=rc.url)
+                    servers = rc.nodes
+            elif mode == "tls":
+                why = redis_deploy.what_is_missing("tls")
+                if why is None:
+                    d = tempfile.mkdtemp(prefix="tls-", dir=os.environ["ADMITD_TEST_TMPDIR"])
+                    files = redis_deploy.TlsFiles(d)
+                    srv = redis_deploy.TlsRedis(files)
+                    objs.append(srv)
+                    srv.start()
+                    pod = Admitd("[admitd]\nredis_tls_ca_file = %s\n\n%s"
+                                 % (files.path("ca.crt"), conf), redis_url=srv.url)
+                    servers = [srv]
+            else:
+                why = "unknown topology %r (cluster, tls)" % mode
+            if why is None:
+                objs.append(pod)
+                pod.start()
+                wait_for(lambda: status(pod)["backend"] == "redis", 10,
+                         "admitd to use the %s" % mode)
+                topo[mode] = (pod, servers)
+        except AssertionError as e:
+            why = "admitd on %s: %s" % (mode, str(e).strip().splitlines()[-1][:160])
+        if why is not None:
+            log("topology %s skipped: %s" % (mode, why))
+            for r in rows:
+                if r.kind == "admitd" and r.kw.get("mode") == mode:
+                    r.skipped = "skipped: " + why
+    return topo
 
 
 def run_throughput(args, bench, rows):
@@ -790,7 +870,8 @@ def summarize_rows(rows):
         for k in ("p50_us", "p99_us", "cpu_us_per_req", "redis_calls_per_adm",
                   "redis_cmds_per_adm", "redis_cpu_us_per_adm", "client_cpu_us_per_adm"):
             d[k] = median_of(r, k)
-        for name, ref_id in (("ratio_ceiling", r.ceiling), ("ratio_rlf", r.peer)):
+        for name, ref_id in (("ratio_ceiling", r.ceiling), ("ratio_rlf", r.peer),
+                             ("ratio_redis", r.kw.get("base"))):
             ref = by_id.get(ref_id)
             if ref is None or not ref.runs:
                 continue
@@ -1061,6 +1142,19 @@ def markdown_table(summary):
     return lines
 
 
+def topology_lines(summary):
+    """Each topology row against the plain-Redis row of the same keys and
+    connections (median of the per-repetition ratios)."""
+    out = []
+    for r in summary:
+        rr = r.get("ratio_redis")
+        if rr:
+            out.append("  %s @%d: %.2fx of admitd redis %s @%d (min %.2f, max %.2f)"
+                       % (r["label"], r["conns"], rr["median"], r["keys"], r["conns"],
+                          rr["min"], rr["max"]))
+    return ["topologies against one plain Redis (goal: within 20%):"] + out if out else []
+
+
 def callgrind_line(cg):
     if cg is None:
         return None
@@ -1098,6 +1192,9 @@ def report(res):
         lines += ["%d repetitions of %gs (+%gs warmup), interleaved; median, min, max"
                   % (t["reps"], t["seconds"], t["warmup"])]
         lines += text_table(t["rows"])
+        tl = topology_lines(t["rows"])
+        if tl:
+            lines += [""] + tl
         cl = callgrind_line(res.get("callgrind"))
         if cl:
             lines += ["", cl]
@@ -1150,6 +1247,9 @@ def finish(res, args, out_dir):
             log("copied to %s" % os.path.relpath(DOCS_PNG))
         with open(os.path.join(out_dir, "table.md"), "w") as f:
             f.write("\n".join(markdown_table(t["rows"])) + "\n")
+            tl = topology_lines(t["rows"])
+            if tl:
+                f.write("\n" + "\n".join(tl) + "\n")
             cl = callgrind_line(res.get("callgrind"))
             if cl:
                 f.write("\n%s\n" % cl)
@@ -1168,6 +1268,12 @@ def main():
     ap.add_argument("--warmup", type=float, default=0.5)
     ap.add_argument("--conns", type=int_list, default=int_list(env("BENCH_CONNS", "1,16,64,256")),
                     help="admitd connection counts, e.g. 1,16,64,256")
+    ap.add_argument("--topologies", type=lambda x: [t for t in x.replace(",", " ").split()],
+                    default=env("BENCH_TOPOLOGIES", "cluster tls").replace(",", " ").split(),
+                    help="admitd rows on other Redis deployments: cluster, tls ('' for none)")
+    ap.add_argument("--topo-conns", type=int_list,
+                    default=int_list(env("BENCH_TOPO_CONNS", "16,64")),
+                    help="connection counts of the topology rows")
     ap.add_argument("--peer-conc", type=int, default=64,
                     help="concurrent loops (rlf) and threads (limits)")
     ap.add_argument("--limits-strategy", choices=("fixed-window", "moving-window"),
@@ -1218,6 +1324,7 @@ def main():
     t_start = time.monotonic()
     redis = RedisServer().start()
     started = []
+    topo_objs = []
     mon = None
     echo = None
     clean = False
@@ -1245,7 +1352,8 @@ def main():
         if not args.counts_only:
             redis.command("FLUSHALL")
             echo = Echo(os.environ["ADMITD_TEST_TMPDIR"])
-            bench = Bench(args, redis, pod_a, local, echo, acquire_argv, problems)
+            topo = start_topologies(args, conf, rows, topo_objs)
+            bench = Bench(args, redis, pod_a, local, echo, acquire_argv, problems, topo)
             run_throughput(args, bench, rows)
             summary = summarize_rows(rows)
             res["throughput"] = {
@@ -1265,7 +1373,7 @@ def main():
         if echo is not None:
             echo.stop()
         # After a failure: kill, keep the logs (the harness prints where).
-        for d in started:
+        for d in started + topo_objs[::-1]:
             d.cleanup(failed=not clean)
         redis.cleanup(failed=not clean)
 
