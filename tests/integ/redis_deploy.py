@@ -768,6 +768,24 @@ class TlsRedis(RedisServer):
                               capture_output=True, text=True, timeout=10)
 
 
+def has_failed(test):
+    """Whether unittest test has failed so far (usable in its cleanups,
+    where Python 3.11's _outcome.success does not yet say so)."""
+    outcome = getattr(test, "_outcome", None)
+    if outcome is None:
+        return False
+    if not getattr(outcome, "success", True):
+        return True
+    errors = getattr(outcome, "errors", None)  # Python <= 3.10
+    if errors:
+        return any(exc for _, exc in errors)
+    result = getattr(outcome, "result", None)
+    if result is None:
+        return False
+    return any(t is test or getattr(t, "test_case", None) is test
+               for t, _ in list(result.failures) + list(result.errors))
+
+
 # ---------------------------------------------------------------- conf ----
 
 
@@ -802,5 +820,5 @@ class ConfCheckMixin:
 
 
 __all__ = ["ClusterNode", "ConfCheckMixin", "RedisClusterDeploy", "SentinelDeploy", "SentinelServer", "TlsFiles",
-           "TlsRedis", "admitd_slot", "crc16", "free_cluster_port", "key_slot", "role",
+           "TlsRedis", "admitd_slot", "crc16", "free_cluster_port", "key_slot", "role", "has_failed",
            "what_is_missing"]

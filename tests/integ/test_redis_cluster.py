@@ -21,6 +21,7 @@ Instants and brackets as in redis_util.py's header.
 Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_redis_cluster -v
 """
 
+import json
 import threading
 import time
 import unittest
@@ -28,7 +29,7 @@ import unittest
 from . import harness
 from .harness import SLACK, late_allowance, max_overlap, now
 from .redis_deploy import (ConfCheckMixin, RedisClusterDeploy, _bindable, admitd_slot,
-                           what_is_missing)
+                           has_failed, what_is_missing)
 from .redis_util import (LAG, Pods, hammer, key_name, load, per_window, span_excess, status,
                          wait_backend)
 
@@ -96,8 +97,7 @@ class ClusterCase(unittest.TestCase):
         return p
 
     def _stop(self, p):
-        outcome = getattr(self, "_outcome", None)
-        failed = outcome is not None and not getattr(outcome, "success", True)
+        failed = has_failed(self)
         if failed:
             for n in self.rc.nodes:
                 n.tmp.keep()
@@ -181,6 +181,15 @@ class InvariantsTest(ClusterCase):
             self.assertGreater(len(held), 20, (k, out.errors()))
             # <= n certainly held at once across the daemons, and n reached.
             self.assertEqual(max_overlap(held), n, k)
+
+    def test_status_lists_every_node(self):
+        p = self.pods(1)
+        st = status(p.daemons[0])
+        text = json.dumps(st)
+        for n in self.rc.nodes:
+            self.assertIn(str(n.port), text, "status does not list node %s" % n.addr)
+        # Each node's slot count ("slots"), which add up to the whole map.
+        self.assertEqual(sum(_ints_named(st, ("slots", "slot_count"))), 16384, text)
 
     def test_multi_target_across_masters_all_or_nothing(self):
         # ta's key on one master, tb's on another, tc's on the third.
@@ -332,6 +341,19 @@ class NodeDownTest(ClusterCase):
             self.assertTrue(back, "daemon %d never went back to redis" % i)
             self.assertLess(min(back) - t_back, back_by, i)
         self.rc.wait_ok()
+
+
+def _ints_named(obj, names):
+    """Every integer value of a key called one of names anywhere in obj."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k in names and isinstance(v, int) and not isinstance(v, bool):
+                yield v
+            else:
+                yield from _ints_named(v, names)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _ints_named(v, names)
 
 
 def _free(port):

@@ -25,7 +25,7 @@ import unittest
 
 from . import harness
 from .harness import _TempDir, acquire_req, max_overlap, now
-from .redis_deploy import ConfCheckMixin, TlsFiles, TlsRedis, what_is_missing
+from .redis_deploy import ConfCheckMixin, TlsFiles, TlsRedis, has_failed, what_is_missing
 from .redis_util import (Pods, hammer, key_name, per_window, span_excess, status,
                          wait_backend)
 
@@ -106,8 +106,7 @@ class TlsCase(unittest.TestCase):
         return p
 
     def _stop(self, p):
-        outcome = getattr(self, "_outcome", None)
-        p.cleanup(outcome is not None and not getattr(outcome, "success", True))
+        p.cleanup(has_failed(self))
 
 
 @unittest.skipIf(harness.VALGRIND, "timing invariants; run under ASan instead of valgrind")
