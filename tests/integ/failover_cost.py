@@ -35,15 +35,24 @@ def main():
                 with Pods(CONF, n=PODS, admitd_extra=EXTRA, redis=sd, start_redis=False) as p:
                     for d in p.daemons:
                         wait_backend(d, "redis", 10.0)
-                    replies, old, new, t0, t1 = failover_under_load(t, sd, kind, p, settle=3.0)
+                    replies, old, new, t0, t1, oc = failover_under_load(t, sd, kind, p,
+                                                                        settle=6.0)
                 adm = brackets(replies)
+                seen = sorted((k, v) for k, v in oc.items() if v is not None)
+                old_after = (seen[-1][1] - seen[0][1]) if seen else 0
+                # the last sample at which the old master's count had still grown
+                grew = [b[0] for a, b in zip(seen, seen[1:]) if b[1] > a[1]]
+                last_write = max(grew) if grew else 0.0
                 near = [(lo, hi) for lo, hi in adm if t0 - 2.0 <= lo <= t1 + 2.0]
                 fb = len(brackets(replies, backend="fallback"))
-                row = (kind, i + 1, window_excess(adm, W, Q), window_excess(near, W, Q), fb,
-                       len(adm), t1 - t0)
+                red = window_excess(brackets(replies, backend="redis"), W, Q)
+                row = (kind, i + 1, window_excess(adm, W, Q), window_excess(near, W, Q), red, fb,
+                       len(adm), t1 - t0, old_after, last_write)
                 out.append(row)
                 print("%-8s run %d: over the limit in a 1s window: %d (whole run), %d (switch "
-                      "+-2s); fallback admissions %d of %d; promotion %.2fs after the fault"
+                      "+-2s), %d (Redis-decided only); fallback admissions %d of %d; promotion "
+                      "%.2fs after the fault; EVALSHA run by the old master after it: %d (the last "
+                      "by %.1fs after it)"
                       % row, flush=True)
     for kind in kinds:
         xs = [r[2] for r in out if r[0] == kind]

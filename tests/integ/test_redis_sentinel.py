@@ -49,22 +49,42 @@ timeout = 30s
 EXTRA = "redis_timeout = 100ms\n"
 
 
+def evalsha_calls(server):
+    """EVALSHA calls server has run (executed, not rejected), or None when
+    it does not answer."""
+    try:
+        text = server.command("INFO", "commandstats")
+    except (OSError, ConnectionError, harness.RedisError):
+        return None
+    for line in text.splitlines():
+        if line.startswith("cmdstat_evalsha:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
 def failover_under_load(test, sd, kind, pods, settle=6.0):
     """Load on scope q through pods while the master changes (kind
     "failover": SENTINEL FAILOVER; "kill": kill -9 of the master). Returns
     (replies of redis_util.load, old master, new master, instant the fault
-    began, instant the promotion was seen)."""
+    began, instant the promotion was seen, {seconds after the promotion:
+    EVALSHA calls the old master had run by then}, sampled each 0.5 s while
+    it answers)."""
     ts = {}
 
     def control():
         time.sleep(1.0)
         old, t0 = sd.failover() if kind == "failover" else sd.kill_master()
         new, t1 = sd.wait_promoted(old)
-        ts.update(old=old, new=new, t0=t0, t1=t1)
-        time.sleep(settle)
+        ts.update(old=old, new=new, t0=t0, t1=t1, old_calls={})
+        while True:
+            dt = now() - t1
+            ts["old_calls"][round(dt, 2)] = evalsha_calls(old) if old.proc else None
+            if dt >= settle:
+                break
+            time.sleep(min(0.5, settle - dt))
 
     replies, _ = load(test, pods, "q", control, per_daemon=4, budget_ms=300)
-    return replies, ts["old"], ts["new"], ts["t0"], ts["t1"]
+    return replies, ts["old"], ts["new"], ts["t0"], ts["t1"], ts["old_calls"]
 
 
 def brackets(replies, daemon=None, backend=None):
@@ -151,10 +171,19 @@ class FailoverTest(unittest.TestCase):
     def test_sentinel_failover_under_load(self):
         self.sd.heal()
         p = self.pods()
-        replies, old, new, t0, t_prom = failover_under_load(self, self.sd, "failover", p)
+        replies, old, new, t0, t_prom, old_calls = failover_under_load(self, self.sd,
+                                                                       "failover", p)
         self.assertTrue(p.alive(), p.logs())
         self.assertNotEqual(old.port, new.port)
         self.check_switch(p, replies, old, new, t_prom)
+        # admitd moved: 5 s after the promotion, the old master (which still
+        # calls itself master for several seconds) runs no more of its calls.
+        later = sorted((dt, n) for dt, n in old_calls.items()
+                       if n is not None and dt >= 5.0 + late_allowance(t_prom))
+        self.assertGreaterEqual(len(later), 2, old_calls)
+        self.assertEqual(later[-1][1], later[0][1],
+                         "the old master ran admitd's calls 5 s after the promotion: %s"
+                         % sorted(old_calls.items()))
         # The old master is demoted in the end (the sentinels take up to ~8 s
         # to turn a master that came back, or never left, into a replica).
         harness._wait_until(lambda: role(old) == "slave", 30.0, "the old master demoted",
@@ -163,7 +192,7 @@ class FailoverTest(unittest.TestCase):
     def test_master_kill9_under_load(self):
         self.sd.heal()
         p = self.pods()
-        replies, old, new, t_kill, t_prom = failover_under_load(self, self.sd, "kill", p)
+        replies, old, new, t_kill, t_prom, _ = failover_under_load(self, self.sd, "kill", p)
         self.assertTrue(p.alive(), p.logs())
         self.assertIsNone(old.proc)
         self.check_switch(p, replies, old, new, t_prom)
