@@ -29,7 +29,7 @@ import unittest
 from . import harness
 from .harness import SLACK, late_allowance, max_overlap, now
 from .redis_deploy import (ConfCheckMixin, RedisClusterDeploy, _bindable, admitd_slot,
-                           has_failed, what_is_missing)
+                           has_failed, key_slot, what_is_missing)
 from .redis_util import (LAG, Pods, hammer, key_name, load, per_window, span_excess, status,
                          wait_backend)
 
@@ -166,6 +166,13 @@ class InvariantsTest(ClusterCase):
         for d in p.daemons:
             for sc in status(d)["scopes"].values():
                 self.assertEqual(sc["fallback_admitted"], 0)
+        # The pods' heartbeat (fallback_divisor = auto) is one key, on its
+        # slot's owner, and every daemon counts the three.
+        owner = self.rc.slot_owner(key_slot("admitd:pods"))
+        self.assertEqual(owner.command("EXISTS", "admitd:pods"), 1)
+        for d in p.daemons:
+            harness._wait_until(lambda d=d: status(d)["redis"]["pods_seen"] == 3, 5.0,
+                                "pods_seen 3", d.stderr_text)
 
     def test_cluster_concurrency_on_every_master(self):
         n, dur = 3, 3.0

@@ -212,7 +212,8 @@ class SentinelAuthTest(unittest.TestCase):
         secret = "sentinel-pw-plugh"
         with SentinelDeploy(sentinel_password=secret) as sd:
             pw = write_secret(sd.sentinels[0].tmp.path, "spw", secret)
-            good = "sentinel_password_file = %s\n" % pw
+            slow = "redis_timeout = 2s\n" if harness.VALGRIND else ""
+            good = slow + "sentinel_password_file = %s\n" % pw
             with Pods(CONF, n=1, admitd_extra=good, redis=sd, start_redis=False) as p:
                 d = p.daemons[0]
                 wait_backend(d, "redis", 10.0)
@@ -222,7 +223,7 @@ class SentinelAuthTest(unittest.TestCase):
                 self.assertEqual(sd.master().command(
                     "ZCARD", key_name("admitd", "big", "auth", "q")), 1)
                 self.assertNotIn(secret, d.stderr_text())
-            with Pods(CONF, n=1, redis=sd, start_redis=False) as p:
+            with Pods(CONF, n=1, admitd_extra=slow, redis=sd, start_redis=False) as p:
                 d = p.daemons[0]
                 t0 = now()
                 with d.connect() as c:

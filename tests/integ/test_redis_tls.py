@@ -87,7 +87,8 @@ class TlsCase(unittest.TestCase):
             self.assertEqual(r.stdout.strip(), "PONG", r.stderr)
         return s
 
-    def tls_conf(self, ca="ca.crt", cert=None, server_name=None, verify=None, timeout="250ms"):
+    def tls_conf(self, ca="ca.crt", cert=None, server_name=None, verify=None,
+                 timeout="2s" if harness.VALGRIND else "250ms"):
         lines = ["redis_timeout = %s" % timeout,
                  "redis_tls_ca_file = %s" % self.files.path(ca)]
         if cert:
