@@ -376,6 +376,7 @@ class ClusterConfTest(ConfCheckMixin, unittest.TestCase):
     def test_good_seed_list(self):
         self.assertConfOk(self.conf("redis+cluster://127.0.0.1:7000,127.0.0.1:7001"))
         self.assertConfOk(self.conf("redis+cluster://127.0.0.1:7000"))
+        self.assertConfOk(self.conf("redis+cluster://127.0.0.1:7000,127.0.0.1:7001?tls=1"))
 
     def test_no_seed_nodes(self):
         self.assertConfError(self.conf("redis+cluster://"), 2, "redis")
@@ -385,7 +386,9 @@ class ClusterConfTest(ConfCheckMixin, unittest.TestCase):
         for url in ("redis+cluster://127.0.0.1:notaport",
                     "redis+cluster://127.0.0.1:7000,127.0.0.1:99999",
                     "redis+cluster://127.0.0.1:7000,,127.0.0.1:7001",
-                    "redis+cluster://127.0.0.1:7000/mymaster"):
+                    "redis+cluster://127.0.0.1:7000/mymaster",
+                    "redis+cluster://127.0.0.1:7000/3",
+                    "redis+cluster://127.0.0.1:7000?nosuchkey=1"):
             with self.subTest(url=url):
                 self.assertConfError(self.conf(url), 2, "redis")
 

@@ -246,7 +246,8 @@ class SentinelConfTest(ConfCheckMixin, unittest.TestCase):
     def test_good_urls(self):
         for url in ("redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/mymaster",
                     "redis+sentinel://127.0.0.1:26379/mymaster",
-                    "redis+sentinel://alice:pw@127.0.0.1:26379,127.0.0.1:26380/mymaster?db=2"):
+                    "redis+sentinel://alice:pw@127.0.0.1:26379,127.0.0.1:26380/mymaster?db=2",
+                    "redis+sentinel://127.0.0.1:26379/mymaster?tls=1"):
             with self.subTest(url=url):
                 self.assertConfOk(self.conf(url))
 
@@ -262,7 +263,8 @@ class SentinelConfTest(ConfCheckMixin, unittest.TestCase):
                     "redis+sentinel://127.0.0.1:notaport/mymaster",
                     "redis+sentinel://127.0.0.1:26379,,127.0.0.1:26380/mymaster",
                     "redis+sentinel://127.0.0.1:70000/mymaster",
-                    "redis+sentinel://127.0.0.1:26379/mymaster?db=x"):
+                    "redis+sentinel://127.0.0.1:26379/mymaster?db=x",
+                    "redis+sentinel://127.0.0.1:26379/mymaster?nosuchkey=1"):
             with self.subTest(url=url):
                 self.assertConfError(self.conf(url), 2, "redis")
 
