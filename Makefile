@@ -14,11 +14,11 @@ PREFIX   ?= /usr/local
 PYTHON   ?= python3
 VERSION  := 0.1.0
 
-PKGS      = libevent hiredis jansson inih
+PKGS      = libevent libevent_openssl openssl hiredis jansson inih
 WARN      = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wwrite-strings -Wformat=2 -Wvla -Wno-format-nonliteral
 BASE_CFLAGS = -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -MMD -MP -fPIC \
-            -Idaemon -Idaemon/strategy -Iproto -DADMITD_VERSION='"$(VERSION)"' \
+            -Idaemon -Idaemon/strategy -Idaemon/redis -Iproto -DADMITD_VERSION='"$(VERSION)"' \
             $(shell pkg-config --cflags $(PKGS))
 BASE_LDLIBS = $(shell pkg-config --libs $(PKGS)) -lm
 
@@ -31,7 +31,7 @@ ALL_CFLAGS  = $(BASE_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS = $(BASE_LDFLAGS) $(LDFLAGS)
 
 DAEMON_SRCS := $(filter-out daemon/main.c daemon/scripts_gen.c, \
-               $(wildcard daemon/*.c daemon/strategy/*.c)) daemon/scripts_gen.c
+               $(wildcard daemon/*.c daemon/strategy/*.c daemon/redis/*.c)) daemon/scripts_gen.c
 DAEMON_OBJS := $(DAEMON_SRCS:.c=.o)
 LUA_SRCS    := $(sort $(wildcard scripts/*.lua scripts/lib/*.lua))
 
@@ -101,7 +101,7 @@ readme-check:
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
-	  --suppress=missingIncludeSystem --inline-suppr -Idaemon -Idaemon/strategy -Iproto \
+	  --suppress=missingIncludeSystem --inline-suppr -Idaemon -Idaemon/strategy -Idaemon/redis -Iproto \
 	  daemon proto $(wildcard client/*.c)
 
 install: all
@@ -111,7 +111,7 @@ install: all
 
 clean:
 	rm -f daemon/admitd daemon/libadmitd.a daemon/scripts_gen.c daemon/*.o daemon/*.d \
-	  daemon/strategy/*.o daemon/strategy/*.d $(CHECK_BINS) tests/unit/*.d
+	  daemon/strategy/*.o daemon/strategy/*.d daemon/redis/*.o daemon/redis/*.d $(CHECK_BINS) tests/unit/*.d
 	rm -rf tests/integ/__pycache__
 
 -include $(DEPS)

@@ -55,6 +55,8 @@
 #define RB_QUEUE_ATTEMPTS 20
 /* Waited past a late call's not_after before reconciling it (clock steps). */
 #define RB_CLOCK_MARGIN_MS 50
+/* Nodes listed by `status` (a Cluster of more masters shows the first ones). */
+#define RB_STATUS_NODES 64
 
 /* The operations whose failures are counted, for `status`. */
 enum rb_op {
@@ -81,6 +83,7 @@ struct backend {
 	struct rpool *pool;
 	struct rpool_conf pc;
 	char *password;
+	char *sentinel_password;
 	bool up;
 	bool closing; /* inside backend_free: calls complete, nothing new is sent */
 	int64_t since_ms;
@@ -1593,6 +1596,32 @@ double backend_divisor(const struct backend *b, const struct conf_scope *cs)
 	return cs->fallback_divisor < 1.0 ? 1.0 : cs->fallback_divisor;
 }
 
+/*
+ * "topology": the deployment and its nodes in use (the master for one Redis
+ * or Sentinel; every master of the slot map for a Cluster).
+ */
+static void rb_status_topology(const struct backend *b, struct preply *r)
+{
+	struct rpool_node_info nodes[RB_STATUS_NODES];
+	size_t n = rpool_nodes(b->pool, nodes, RB_STATUS_NODES), i;
+
+	preply_push(r, "topology");
+	preply_str(r, "kind", rpool_topology(b->pool));
+	preply_list(r, "nodes");
+	for (i = 0; i < n && i < RB_STATUS_NODES; i++) {
+		preply_item(r);
+		preply_str(r, "addr", nodes[i].addr);
+		preply_str(r, "state", nodes[i].state);
+		if (strcmp(rpool_topology(b->pool), "cluster") == 0)
+			preply_int(r, "slots", nodes[i].slots);
+		preply_int(r, "calls", (int64_t)nodes[i].calls);
+		preply_int(r, "failures", (int64_t)nodes[i].failures);
+		preply_pop(r);
+	}
+	preply_pop(r);
+	preply_pop(r);
+}
+
 void backend_status(const struct backend *b, struct preply *r)
 {
 	size_t i;
@@ -1607,6 +1636,7 @@ void backend_status(const struct backend *b, struct preply *r)
 	for (i = 0; i < RB_OP__COUNT; i++)
 		preply_int(r, rb_op_names[i], (int64_t)b->errors[i]);
 	preply_pop(r);
+	rb_status_topology(b, r);
 	preply_pop(r);
 }
 
@@ -1622,14 +1652,14 @@ const char *backend_state(const struct backend *b, int64_t *since_ms)
 }
 
 /* The AUTH secret: the file's first line. Never logged. */
-static char *rb_read_password(const char *path)
+static char *rb_read_password(const char *path, const char *key)
 {
 	FILE *f = fopen(path, "r");
 	char buf[1024];
 	char *nl;
 
 	if (f == NULL) {
-		log_error("cannot read redis_password_file", "path=\"%s\"", path);
+		log_error("cannot read password file", "key=%s path=\"%s\"", key, path);
 		return NULL;
 	}
 	if (fgets(buf, sizeof(buf), f) == NULL)
@@ -1673,7 +1703,12 @@ struct backend *backend_new(struct admitd *ad)
 		goto fail;
 	}
 	if (ad->conf->redis_password_file != NULL &&
-	    (b->password = rb_read_password(ad->conf->redis_password_file)) == NULL)
+	    (b->password =
+		 rb_read_password(ad->conf->redis_password_file, "redis_password_file")) == NULL)
+		goto fail;
+	if (ad->conf->sentinel_password_file != NULL &&
+	    (b->sentinel_password = rb_read_password(ad->conf->sentinel_password_file,
+						     "sentinel_password_file")) == NULL)
 		goto fail;
 	b->pc.url = ad->conf->redis;
 	b->pc.pool_size = (int)ad->conf->redis_pool;
@@ -1682,6 +1717,12 @@ struct backend *backend_new(struct admitd *ad)
 	b->pc.password = b->password;
 	b->pc.backoff_min_ms = 50;
 	b->pc.backoff_max_ms = 500; /* back within 2 s of Redis returning, jitter included */
+	b->pc.sentinel_password = b->sentinel_password;
+	b->pc.tls_ca_file = ad->conf->redis_tls_ca_file;
+	b->pc.tls_cert_file = ad->conf->redis_tls_cert_file;
+	b->pc.tls_key_file = ad->conf->redis_tls_key_file;
+	b->pc.tls_server_name = ad->conf->redis_tls_server_name;
+	b->pc.tls_no_verify = !ad->conf->redis_tls_verify;
 	b->pool = rpool_new(ad->base, &b->pc, script_sources, script_count, rb_state_cb, b, err,
 			    sizeof(err));
 	if (b->pool == NULL) {
@@ -1719,5 +1760,6 @@ void backend_free(struct backend *b)
 		event_free(b->queue_ev);
 	free(b->pods_key);
 	free(b->password);
+	free(b->sentinel_password);
 	free(b);
 }

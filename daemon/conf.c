@@ -97,7 +97,10 @@ static const struct conf_key conf_admitd_keys[] = {
 	{ "socket_mode", CT_OCTAL, ADMITD_OFF(socket_mode), "0660", 0, 0777, 0,
 	  "permissions of the socket (octal)" },
 	{ "redis", CT_URL, ADMITD_OFF(redis), NULL, 0, 0, CONF_F_EMPTY_NULL,
-	  "redis://[user[:pass]@]host[:port][/db] or unix:///path; absent or empty: local mode" },
+	  "redis://[user[:pass]@]host[:port][/db], rediss://... (TLS), unix:///path, "
+	  "redis+sentinel://H1:P1,H2:P2/MASTER[?db=N&tls=1] or "
+	  "redis+cluster://H1:P1,H2:P2[?tls=1]; "
+	  "absent or empty: local mode" },
 	{ "prefix", CT_PREFIX, ADMITD_OFF(prefix), "admitd", 0, 0, 0,
 	  "namespace of every Redis key (PREFIX:{SCOPE:KEY}:...)" },
 	{ "max_line", CT_SIZE, ADMITD_OFF(max_line), "64KiB", 1024, 16 * 1024 * 1024, 0,
@@ -117,6 +120,22 @@ static const struct conf_key conf_admitd_keys[] = {
 	  CONF_F_EMPTY_NULL, "file holding the Redis password (AUTH); unset: no AUTH" },
 	{ "redis_user", CT_STRING, ADMITD_OFF(redis_user), NULL, 0, 0, CONF_F_EMPTY_NULL,
 	  "Redis ACL user for AUTH; unset: the default user" },
+	{ "sentinel_password_file", CT_STRING, ADMITD_OFF(sentinel_password_file), NULL, 0, 0,
+	  CONF_F_EMPTY_NULL, "file holding the sentinels' password (AUTH); unset: no AUTH" },
+	{ "redis_tls_ca_file", CT_STRING, ADMITD_OFF(redis_tls_ca_file), NULL, 0, 0,
+	  CONF_F_EMPTY_NULL,
+	  "PEM CA certificates the Redis server's chain must lead to; unset: "
+	  "the system store" },
+	{ "redis_tls_cert_file", CT_STRING, ADMITD_OFF(redis_tls_cert_file), NULL, 0, 0,
+	  CONF_F_EMPTY_NULL, "PEM client certificate (chain) for servers that ask for one" },
+	{ "redis_tls_key_file", CT_STRING, ADMITD_OFF(redis_tls_key_file), NULL, 0, 0,
+	  CONF_F_EMPTY_NULL, "PEM key of redis_tls_cert_file; unset: in the certificate file" },
+	{ "redis_tls_server_name", CT_STRING, ADMITD_OFF(redis_tls_server_name), NULL, 0, 0,
+	  CONF_F_EMPTY_NULL,
+	  "name the server certificate must show (and SNI); unset: the host "
+	  "connected to" },
+	{ "redis_tls_verify", CT_BOOL, ADMITD_OFF(redis_tls_verify), "yes", 0, 0, 0,
+	  "verify the server certificate's chain and name; `no` accepts any certificate" },
 	{ "log_level", CT_LOG_LEVEL, ADMITD_OFF(log_level), "info", 0, 0, 0,
 	  "least severe level logged" },
 	{ NULL, 0, 0, NULL, 0, 0, 0, NULL },
@@ -877,6 +896,38 @@ static void conf_validate_scope(struct conf_ctx *x, struct conf_scope *s, struct
 		s->max_concurrent = s->cluster_concurrency;
 }
 
+/* The Redis keys that only make sense together. */
+static void conf_validate_redis(struct conf_ctx *x)
+{
+	static const char *const tls_keys[] = { "redis_tls_ca_file", "redis_tls_cert_file",
+						"redis_tls_key_file", "redis_tls_server_name",
+						"redis_tls_verify" };
+	const struct conf *c = x->c;
+	struct redis_url u;
+	char msg[200];
+	bool have = c->redis != NULL && c->redis[0] != '\0' &&
+		    redis_url_parse(c->redis, &u, msg, sizeof(msg)) == 0;
+	int key_line = x->admitd_seen[conf_key_index(conf_admitd_keys, "redis_tls_key_file")];
+	int sp_line = x->admitd_seen[conf_key_index(conf_admitd_keys, "sentinel_password_file")];
+
+	if (key_line != 0 && c->redis_tls_cert_file == NULL)
+		conf_err(x, key_line, "redis_tls_key_file without redis_tls_cert_file");
+	if (!have)
+		return;
+	for (size_t i = 0; !u.tls && i < sizeof(tls_keys) / sizeof(tls_keys[0]); i++) {
+		int line = x->admitd_seen[conf_key_index(conf_admitd_keys, tls_keys[i])];
+		if (line != 0)
+			conf_err(x, line,
+				 "%s is set but redis is not a TLS url (rediss://, or ?tls=1 on "
+				 "redis+sentinel:// and redis+cluster://)",
+				 tls_keys[i]);
+	}
+	if (sp_line != 0 && u.kind != REDIS_URL_SENTINEL)
+		conf_err(x, sp_line,
+			 "sentinel_password_file is set but redis is not a "
+			 "redis+sentinel:// url");
+}
+
 /* ---- public ------------------------------------------------------------ */
 
 static struct conf *conf_parse(const char *text, size_t len, const char *name, FILE *errf)
@@ -894,6 +945,7 @@ static struct conf *conf_parse(const char *text, size_t len, const char *name, F
 		conf_err(&x, 0, "libinih failed (%d)", rc);
 	for (size_t i = 0; i < x.c->nscopes; i++)
 		conf_validate_scope(&x, &x.c->scopes[i], &x.ps[i]);
+	conf_validate_redis(&x);
 done:
 	if (x.c != NULL) {
 		for (size_t i = 0; i < x.c->nscopes; i++) {
@@ -976,6 +1028,11 @@ void conf_free(struct conf *c)
 	free(c->prefix);
 	free(c->redis_password_file);
 	free(c->redis_user);
+	free(c->sentinel_password_file);
+	free(c->redis_tls_ca_file);
+	free(c->redis_tls_cert_file);
+	free(c->redis_tls_key_file);
+	free(c->redis_tls_server_name);
 	free(c->log_level);
 	free(c);
 }

@@ -90,6 +90,12 @@ struct conf {
 	int64_t redis_timeout_ms;	 /* default 250ms */
 	char *redis_password_file;	 /* NULL = no AUTH */
 	char *redis_user;		 /* NULL = default user */
+	char *sentinel_password_file;	 /* NULL = sentinels without AUTH */
+	char *redis_tls_ca_file;	 /* NULL = the system store */
+	char *redis_tls_cert_file;	 /* NULL = no client certificate */
+	char *redis_tls_key_file;	 /* NULL = in redis_tls_cert_file */
+	char *redis_tls_server_name;	 /* NULL = the host connected to */
+	bool redis_tls_verify;		 /* default yes */
 	char *log_level;		 /* debug, info, warn, error; default info */
 	struct conf_scope *scopes;
 	size_t nscopes;

@@ -128,8 +128,9 @@ static int parse_userinfo(struct slice ui, struct redis_url *out, char *err, siz
 	return 0;
 }
 
-/* "host[:port]" or "[v6]:port". */
-static int parse_hostport(struct slice hp, struct redis_url *out, char *err, size_t errlen)
+/* "host[:port]" or "[v6]:port" into host[hostcap] and *portp (kept when absent). */
+static int parse_hostport(struct slice hp, char *hostbuf, size_t hostcap, int *portp, char *err,
+			  size_t errlen)
 {
 	struct slice host = hp, port = { NULL, 0 };
 	long v;
@@ -163,12 +164,12 @@ static int parse_hostport(struct slice hp, struct redis_url *out, char *err, siz
 	}
 	if (host.n == 0)
 		return url_fail(err, errlen, "missing host");
-	if (!copy_plain(host, out->host, sizeof(out->host)))
+	if (!copy_plain(host, hostbuf, hostcap))
 		return url_fail(err, errlen, "host longer than %d", REDIS_URL_HOST_MAX - 1);
 	if (port.p != NULL) {
 		if (!parse_num(port, 65535, &v) || v == 0)
 			return url_fail(err, errlen, "port must be a number in 1..65535");
-		out->port = (int)v;
+		*portp = (int)v;
 	}
 	return 0;
 }
@@ -208,8 +209,11 @@ static int parse_tcp(struct slice rest, struct redis_url *out, char *err, size_t
 	out->kind = REDIS_URL_TCP;
 	if (split_authority(rest, &ui, &hp, out, err, errlen) < 0)
 		return -1;
-	if (parse_hostport(hp, out, err, errlen) < 0)
+	if (parse_hostport(hp, out->host, sizeof(out->host), &out->port, err, errlen) < 0)
 		return -1;
+	memcpy(out->hosts[0].host, out->host, sizeof(out->host));
+	out->hosts[0].port = out->port;
+	out->nhosts = 1;
 	tail.p = hp.p + hp.n;
 	tail.n = (size_t)(rest.p + rest.n - tail.p);
 	if (tail.n <= 1) /* "" or "/" */
@@ -220,6 +224,104 @@ static int parse_tcp(struct slice rest, struct redis_url *out, char *err, size_t
 		return url_fail(err, errlen, "db must be a number after the last '/'");
 	out->db = (int)v;
 	return 0;
+}
+
+/* "key=value&key=value" for sentinel and cluster URLs: db (sentinel) and tls. */
+static int parse_multi_query(struct slice q, struct redis_url *out, char *err, size_t errlen)
+{
+	while (q.n > 0) {
+		const char *amp = memchr(q.p, '&', q.n);
+		struct slice kv = { q.p, amp ? (size_t)(amp - q.p) : q.n }, val;
+		long v;
+		const char *eq = memchr(kv.p, '=', kv.n);
+		if (eq == NULL)
+			return url_fail(err, errlen, "query wants key=value");
+		val.p = eq + 1;
+		val.n = (size_t)(kv.p + kv.n - val.p);
+		if ((size_t)(eq - kv.p) == 2 && memcmp(kv.p, "db", 2) == 0 &&
+		    out->kind == REDIS_URL_SENTINEL) {
+			if (!parse_num(val, 1000000, &v))
+				return url_fail(err, errlen, "db must be a number in '?db=N'");
+			out->db = (int)v;
+		} else if ((size_t)(eq - kv.p) == 3 && memcmp(kv.p, "tls", 3) == 0) {
+			if (!parse_num(val, 1, &v))
+				return url_fail(err, errlen, "tls must be 0 or 1");
+			out->tls = (int)v;
+		} else {
+			return url_fail(err, errlen, "unknown query key \"%.*s\" (want %s)",
+					(int)(eq - kv.p), kv.p,
+					out->kind == REDIS_URL_SENTINEL ? "db or tls" : "tls");
+		}
+		if (amp == NULL)
+			break;
+		q.n -= kv.n + 1;
+		q.p = amp + 1;
+		if (q.n == 0)
+			return url_fail(err, errlen, "empty query after '&'");
+	}
+	return 0;
+}
+
+/*
+ * redis+sentinel:// and redis+cluster://: a comma-separated host list, then
+ * (sentinel) /MASTER, then an optional query.
+ */
+static int parse_multi(struct slice rest, struct redis_url *out, int defport, char *err,
+		       size_t errlen)
+{
+	struct slice ui, hp, tail, query = { NULL, 0 };
+	const char *q = memchr(rest.p, '?', rest.n);
+	const char *kind = out->kind == REDIS_URL_SENTINEL ? "sentinel" : "cluster";
+
+	if (q != NULL) {
+		query.p = q + 1;
+		query.n = (size_t)(rest.p + rest.n - query.p);
+		rest.n = (size_t)(q - rest.p);
+	}
+	if (split_authority(rest, &ui, &hp, out, err, errlen) < 0)
+		return -1;
+	if (hp.n == 0)
+		return url_fail(err, errlen, "no %s %s in the url", kind,
+				out->kind == REDIS_URL_SENTINEL ? "host" : "seed node");
+	while (hp.n > 0) {
+		const char *comma = memchr(hp.p, ',', hp.n);
+		struct slice one = { hp.p, comma ? (size_t)(comma - hp.p) : hp.n };
+		struct redis_host *h;
+		if (one.n == 0)
+			return url_fail(err, errlen, "empty host in the %s host list", kind);
+		if (out->nhosts == REDIS_URL_HOSTS_MAX)
+			return url_fail(err, errlen, "more than %d hosts", REDIS_URL_HOSTS_MAX);
+		h = &out->hosts[out->nhosts++];
+		h->port = defport;
+		if (parse_hostport(one, h->host, sizeof(h->host), &h->port, err, errlen) < 0)
+			return -1;
+		if (comma == NULL)
+			break;
+		hp.n -= one.n + 1;
+		hp.p = comma + 1;
+		if (hp.n == 0)
+			return url_fail(err, errlen, "empty host in the %s host list", kind);
+	}
+	memcpy(out->host, out->hosts[0].host, sizeof(out->host));
+	out->port = out->hosts[0].port;
+	tail.p = hp.p + hp.n;
+	tail.n = (size_t)(rest.p + rest.n - tail.p);
+	if (tail.n > 0) {
+		tail.p++; /* the '/' */
+		tail.n--;
+	}
+	if (out->kind == REDIS_URL_SENTINEL) {
+		if (tail.n == 0)
+			return url_fail(err, errlen, "empty master name (want .../MASTERNAME)");
+		if (!decode(tail, out->master, sizeof(out->master)) || strchr(out->master, '/'))
+			return url_fail(err, errlen,
+					"bad master name (bad %%-escape, '/', or longer than %d)",
+					REDIS_URL_NAME_MAX - 1);
+	} else if (tail.n > 0) {
+		return url_fail(err, errlen,
+				"a cluster has only db 0: nothing may follow the hosts");
+	}
+	return query.p != NULL ? parse_multi_query(query, out, err, errlen) : 0;
 }
 
 static int parse_query(struct slice q, struct redis_url *out, char *err, size_t errlen)
@@ -266,7 +368,10 @@ static int parse_unix(struct slice rest, struct redis_url *out, char *err, size_
 int redis_url_parse(const char *url, struct redis_url *out, char *err, size_t errlen)
 {
 	static const char redis_scheme[] = "redis://";
+	static const char rediss_scheme[] = "rediss://";
 	static const char unix_scheme[] = "unix://";
+	static const char sentinel_scheme[] = "redis+sentinel://";
+	static const char cluster_scheme[] = "redis+cluster://";
 	const char *sep;
 	struct slice rest;
 
@@ -279,6 +384,24 @@ int redis_url_parse(const char *url, struct redis_url *out, char *err, size_t er
 		rest.n = strlen(rest.p);
 		return parse_tcp(rest, out, err, errlen);
 	}
+	if (starts_with(url, rediss_scheme)) {
+		rest.p = url + sizeof(rediss_scheme) - 1;
+		rest.n = strlen(rest.p);
+		out->tls = 1;
+		return parse_tcp(rest, out, err, errlen);
+	}
+	if (starts_with(url, sentinel_scheme)) {
+		rest.p = url + sizeof(sentinel_scheme) - 1;
+		rest.n = strlen(rest.p);
+		out->kind = REDIS_URL_SENTINEL;
+		return parse_multi(rest, out, 26379, err, errlen);
+	}
+	if (starts_with(url, cluster_scheme)) {
+		rest.p = url + sizeof(cluster_scheme) - 1;
+		rest.n = strlen(rest.p);
+		out->kind = REDIS_URL_CLUSTER;
+		return parse_multi(rest, out, 6379, err, errlen);
+	}
 	if (starts_with(url, unix_scheme)) {
 		rest.p = url + sizeof(unix_scheme) - 1;
 		rest.n = strlen(rest.p);
@@ -287,7 +410,10 @@ int redis_url_parse(const char *url, struct redis_url *out, char *err, size_t er
 	sep = strstr(url, "://");
 	if (sep != NULL && sep - url <= 16 && memchr(url, '@', (size_t)(sep - url)) == NULL)
 		return url_fail(err, errlen,
-				"unsupported scheme \"%.*s\" (want redis:// or unix://)",
+				"unsupported scheme \"%.*s\" (want redis://, rediss://, unix://, "
+				"redis+sentinel:// or redis+cluster://)",
 				(int)(sep - url), url);
-	return url_fail(err, errlen, "must start with redis:// or unix://");
+	return url_fail(err, errlen,
+			"must start with redis://, rediss://, unix://, "
+			"redis+sentinel:// or redis+cluster://");
 }

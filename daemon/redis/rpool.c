@@ -3,143 +3,72 @@
  */
 
 /*
- * rpool.c - a small pool of hiredis 0.14.1 async connections on libevent.
+ * rpool.c - calls, nodes and node connections of the Redis client (see
+ * rpool.h; discovery of which nodes to use is rtopo.c).
  *
- * Owns: the redisAsyncContexts (the only file that includes hiredis), each
- * connection's handshake (AUTH, SELECT, SCRIPT LOAD, TIME) and its timer (connect
- * deadline while connecting, reconnect backoff while disconnected), every
- * call's copy of its arguments and its timeout timer, the scripts' SHAs,
- * and the struct rval copies of replies handed to callers.
+ * Owns: every struct rp_call (its formatted command, its timer, its reply
+ * until delivery), every node and its connections (rconn.c) with their
+ * handshake (AUTH, SELECT, ROLE for Sentinel, SCRIPT LOAD, TIME), reconnect
+ * backoff, routing (master, or the owner of a call's slot), redirections
+ * (MOVED, ASK, TRYAGAIN), and the delivery queue.
  *
- * Two rules keep the re-entrancy manageable:
+ * One rule keeps re-entrancy manageable: user code (call callbacks,
+ * on_state) only runs from the run event or from rpool_free, never from
+ * inside a connection callback. A reply converts, queues the call on the
+ * done list and activates the run event, so a user callback may submit
+ * new calls or free the pool while no connection code is on the stack.
  *
- *  1. We never call redisAsyncFree from inside a hiredis callback (reply,
- *     connect or disconnect): there we set conn->reap and activate the run
- *     event, which frees the context from the loop. 0.14.1 defers a free
- *     from a reply callback (REDIS_IN_CALLBACK) but not from onConnect or
- *     onDisconnect, so one rule for all is simpler than three.
- *  2. User code (call callbacks, on_state) only ever runs from the run
- *     event or from rpool_free, never from inside hiredis: a hiredis
- *     callback converts the reply, queues the call on the done list and
- *     activates the run event. So a user callback may submit new calls or
- *     free the pool, and hiredis is never on the stack when it does.
- *
- * A call's struct lives until both hiredis has released it (inflight is
- * false: its reply callback ran, with a reply or with NULL when the context
- * died) and its user callback has been invoked (delivered). A call that
- * timed out is completed at the timer and its connection is freed at once,
- * which makes hiredis release every call pending there (with NULL).
+ * A call is in flight on at most one connection (call->conn); when that
+ * connection is freed every call in flight on it is completed with RP_CONN
+ * at once (rconn_free delivers a NULL reply for each), so by the time the
+ * run event delivers a call no connection refers to it and it is freed
+ * there. A call that times out is completed at its timer and the
+ * connection it is in flight on is freed (not politely).
  */
 
-#include "rpool.h"
+#include "rpool_int.h"
 
 #include "clock.h"
 #include "log.h"
-#include "redis_url.h"
+#include "rconn.h"
+#include "resp.h"
+#include "tls.h"
 
 #include <event2/event.h>
-#include <hiredis/adapters/libevent.h>
-#include <hiredis/async.h>
-#include <hiredis/hiredis.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define RP_SHA_LEN		  40
 #define RP_NO_SCRIPT		  SIZE_MAX /* rp_call.script for a plain command */
 #define RP_DEFAULT_BACKOFF_MIN_MS 50
 #define RP_DEFAULT_BACKOFF_MAX_MS 2000
 #define RP_MAX_POOL		  256
+#define RP_MAX_REDIRECTS	  5
+#define RP_TRYAGAIN_MS		  20 /* pause before retrying a TRYAGAIN */
+#define RP_PARK_TICK_MS		  5
 
-/* Connection states, in handshake order (conn_advance relies on it). */
-enum conn_state {
-	CS_DISCONNECTED = 0,
-	CS_CONNECTING,
-	CS_AUTHENTICATING,
-	CS_SELECTING,
-	CS_LOADING_SCRIPTS,
-	CS_TIMING,
-	CS_READY,
-};
-
-static const char *const conn_state_names[] = {
-	[CS_DISCONNECTED] = "disconnected",
-	[CS_CONNECTING] = "connecting",
-	[CS_AUTHENTICATING] = "authenticating",
-	[CS_SELECTING] = "selecting",
-	[CS_LOADING_SCRIPTS] = "loading_scripts",
-	[CS_TIMING] = "timing",
-	[CS_READY] = "ready",
-};
-
-struct rp_conn {
-	struct rpool *pool;
-	int idx;
-	enum conn_state state;
-	redisAsyncContext *ac; /* NULL when DISCONNECTED */
-	struct event *timer;   /* connect deadline, or reconnect backoff */
-	int64_t backoff_ms;    /* the next reconnect delay, before jitter */
-	size_t loaded;	       /* SCRIPT LOAD replies seen in this handshake */
-	bool freeing;	       /* inside our redisAsyncFree: ignore onDisconnect */
-	bool reap;	       /* free ac from the run event */
-	const char *reap_why;
-};
-
-struct rp_call {
-	struct rpool *pool;
-	struct rp_conn *conn; /* where it is (or was last) in flight */
-	struct event *timer;
-	rpool_cb *cb;
-	void *arg;
-	size_t script; /* RP_NO_SCRIPT for rpool_command */
-	int argc;      /* the command as sent, kept for the NOSCRIPT retry */
-	const char **argv;
-	size_t *argvlen;
-	char *bytes;
-	char nkeys[24];
-	enum rp_status st; /* set when completed */
-	struct rval *reply;
-	bool inflight;	      /* hiredis holds a reply callback for it */
-	bool completed;	      /* status known; queued for or past delivery */
-	bool delivered;	      /* the user callback has been (or is being) run */
-	bool retried;	      /* NOSCRIPT retry used */
-	struct rp_call *next; /* done queue */
-};
-
-struct rpool {
-	struct event_base *base;
-	struct redis_url url;
-	const char *user;     /* effective: conf, else URL; NULL if none */
-	const char *password; /* effective: conf, else URL; never logged */
-	int64_t timeout_ms, backoff_min_ms, backoff_max_ms;
-	const char *const *scripts;
-	size_t nscripts;
-	char (*sha)[RP_SHA_LEN + 1];
-	void (*on_state)(void *arg, bool up);
-	void *state_arg;
-	bool reported_up;
-	struct rp_conn *conns;
-	int nconns;
-	int rr; /* round-robin cursor */
-	struct event *run_ev;
-	struct rp_call *done_head, *done_tail;
-	bool *alive;  /* set while run_cb runs user code; rpool_free clears */
-	bool freeing; /* rpool_free in progress */
-	uint64_t rng;
-	size_t ncalls;	   /* accepted and not yet delivered */
-	int64_t clock_off; /* Redis TIME minus clock_mono_ms, from the last handshake */
-	bool clock_known;
-};
+/* Handshake steps (the tag of a K_HS reply); SCRIPT LOAD i is HS_LOAD + i. */
+enum { HS_AUTH = 0, HS_SELECT, HS_ROLE, HS_TIME, HS_LOAD };
+static const char *const hs_names[] = { "authenticating", "selecting", "role", "timing",
+					"loading_scripts" };
 
 static void conn_connect(struct rp_conn *c);
-static void call_reply_cb(redisAsyncContext *ac, void *r, void *privdata);
 static void call_timer_cb(evutil_socket_t fd, short what, void *arg);
+static void conn_on_reply(void *owner, int kind, void *tag, struct rval *v);
+static void conn_on_push(void *owner, struct rval *v);
+static void conn_on_event(void *owner, bool up, const char *why);
+
+static const struct rconn_ops conn_ops = {
+	.on_reply = conn_on_reply,
+	.on_push = conn_on_push,
+	.on_event = conn_on_event,
+};
 
 /* ---- small helpers ---- */
 
-static struct timeval ms_to_tv(int64_t ms)
+struct timeval ms_to_tv(int64_t ms)
 {
 	struct timeval tv = { .tv_sec = (time_t)(ms / 1000),
 			      .tv_usec = (suseconds_t)((ms % 1000) * 1000) };
@@ -147,7 +76,7 @@ static struct timeval ms_to_tv(int64_t ms)
 }
 
 /* Copy s for a quoted log value: quotes, backslashes and controls become '?'. */
-static const char *log_safe(const char *s, char *buf, size_t n)
+const char *log_safe(const char *s, char *buf, size_t n)
 {
 	size_t i;
 
@@ -159,7 +88,7 @@ static const char *log_safe(const char *s, char *buf, size_t n)
 	return buf;
 }
 
-static uint64_t rp_rand(struct rpool *p)
+uint64_t rp_rand(struct rpool *p)
 {
 	/* xorshift64: jitter only, no need for quality or a clock read */
 	p->rng ^= p->rng << 13;
@@ -168,73 +97,22 @@ static uint64_t rp_rand(struct rpool *p)
 	return p->rng;
 }
 
-static void run_schedule(struct rpool *p)
+void run_schedule(struct rpool *p)
 {
 	event_active(p->run_ev, EV_TIMEOUT, 0);
 }
 
-/* ---- replies ---- */
-
-static void rval_clear(struct rval *v)
+bool rp_send_argv(struct rconn *rc, int argc, const char **argv, int kind, void *tag)
 {
-	for (size_t i = 0; i < v->n; i++)
-		rval_clear(&v->a[i]);
-	free(v->a);
-	free(v->s);
-}
+	char *cmd;
+	size_t len;
+	bool ok;
 
-static void rval_free(struct rval *v)
-{
-	if (v == NULL)
-		return;
-	rval_clear(v);
-	free(v);
-}
-
-/* Deep copy of r into *v (zeroed by the caller); false on OOM. */
-static bool rval_fill(struct rval *v, const redisReply *r)
-{
-	switch (r->type) {
-	case REDIS_REPLY_INTEGER:
-		v->type = RV_INT;
-		v->i = r->integer;
-		return true;
-	case REDIS_REPLY_NIL: v->type = RV_NIL; return true;
-	case REDIS_REPLY_ARRAY:
-		v->type = RV_ARR;
-		if (r->elements == 0)
-			return true;
-		v->a = calloc(r->elements, sizeof(*v->a));
-		if (v->a == NULL)
-			return false;
-		v->n = r->elements;
-		for (size_t i = 0; i < r->elements; i++)
-			if (!rval_fill(&v->a[i], r->element[i]))
-				return false;
-		return true;
-	case REDIS_REPLY_STATUS: v->type = RV_STATUS; break;
-	case REDIS_REPLY_ERROR: v->type = RV_ERR; break;
-	default: /* REDIS_REPLY_STRING, and anything newer read as bytes */ v->type = RV_STR; break;
-	}
-	v->s = malloc(r->len + 1);
-	if (v->s == NULL)
+	if (resp_format(argc, argv, NULL, &cmd, &len) != 0)
 		return false;
-	if (r->len > 0)
-		memcpy(v->s, r->str, r->len);
-	v->s[r->len] = '\0';
-	v->len = r->len;
-	return true;
-}
-
-static struct rval *rval_from_reply(const redisReply *r)
-{
-	struct rval *v = calloc(1, sizeof(*v));
-
-	if (v != NULL && !rval_fill(v, r)) {
-		rval_free(v);
-		v = NULL;
-	}
-	return v;
+	ok = rconn_send(rc, cmd, len, kind, tag) == 0;
+	resp_free_cmd(cmd);
+	return ok;
 }
 
 /* ---- calls ---- */
@@ -244,22 +122,26 @@ static void call_free(struct rp_call *call)
 	if (call->timer != NULL)
 		event_free(call->timer);
 	rval_free(call->reply);
-	free(call->argv);
-	free(call->argvlen);
-	free(call->bytes);
+	if (call->cmd != NULL)
+		resp_free_cmd(call->cmd);
 	free(call);
 }
 
 /*
- * call_new - a call owning a copy of its command: prefix[0..npre) then
- * argv[0..argc). argvlen may be NULL (NUL-terminated arguments).
+ * call_new - a call owning its command formatted: prefix[0..npre) then
+ * argv[0..argc). argvlen may be NULL (NUL-terminated arguments). slot is
+ * the Cluster slot of key argv[keyarg] (keyarg < 0: none).
  */
 static struct rp_call *call_new(struct rpool *p, size_t npre, const char *const *prefix,
 				size_t argc, const char *const *argv, const size_t *argvlen,
-				rpool_cb *cb, void *arg)
+				int keyarg, rpool_cb *cb, void *arg)
 {
 	struct rp_call *call = calloc(1, sizeof(*call));
-	size_t total = 0, i, off = 0, n = npre + argc;
+	const char *inl[32];
+	size_t inlen[32];
+	const char **v = inl;
+	size_t *l = inlen, n = npre + argc, i;
+	int rc;
 
 	if (call == NULL)
 		return NULL;
@@ -267,63 +149,39 @@ static struct rp_call *call_new(struct rpool *p, size_t npre, const char *const 
 	call->cb = cb;
 	call->arg = arg;
 	call->script = RP_NO_SCRIPT;
-	call->argc = (int)n;
-	for (i = 0; i < argc; i++)
-		total += argvlen ? argvlen[i] : strlen(argv[i]);
-	call->argv = calloc(n, sizeof(*call->argv));
-	call->argvlen = calloc(n, sizeof(*call->argvlen));
-	call->bytes = malloc(total + 1);
-	call->timer = evtimer_new(p->base, call_timer_cb, call);
-	if (call->argv == NULL || call->argvlen == NULL || call->bytes == NULL ||
-	    call->timer == NULL) {
-		call_free(call);
-		return NULL;
+	call->slot = -1;
+	if (n > 32) {
+		v = malloc(n * sizeof(*v));
+		l = malloc(n * sizeof(*l));
 	}
+	call->timer = evtimer_new(p->base, call_timer_cb, call);
+	if (v == NULL || l == NULL || call->timer == NULL)
+		goto fail;
 	for (i = 0; i < npre; i++) {
-		call->argv[i] = prefix[i];
-		call->argvlen[i] = strlen(prefix[i]);
+		v[i] = prefix[i];
+		l[i] = strlen(prefix[i]);
 	}
 	for (i = 0; i < argc; i++) {
-		size_t len = argvlen ? argvlen[i] : strlen(argv[i]);
-		if (len > 0)
-			memcpy(call->bytes + off, argv[i], len);
-		call->argv[npre + i] = call->bytes + off;
-		call->argvlen[npre + i] = len;
-		off += len;
+		v[npre + i] = argv[i];
+		l[npre + i] = argvlen ? argvlen[i] : strlen(argv[i]);
+	}
+	rc = resp_format((int)n, v, l, &call->cmd, &call->cmdlen);
+	if (rc != 0)
+		goto fail;
+	if (keyarg >= 0 && (size_t)keyarg < argc)
+		call->slot = (int)key_slot(argv[keyarg], l[npre + (size_t)keyarg]);
+	if (v != inl) {
+		free(v);
+		free(l);
 	}
 	return call;
-}
-
-/*
- * call_new_eval - EVALSHA sha nkeys args... The SHA pointer is the pool's
- * (stable for the pool's life); nkeys is printed into the call itself.
- */
-static struct rp_call *call_new_eval(struct rpool *p, size_t script, size_t nkeys, size_t argc,
-				     const char *const *argv, const size_t *argvlen, rpool_cb *cb,
-				     void *arg)
-{
-	char nk[24];
-	const char *prefix[3] = { "EVALSHA", p->sha[script], nk };
-	struct rp_call *call;
-
-	snprintf(nk, sizeof(nk), "%zu", nkeys);
-	call = call_new(p, 3, prefix, argc, argv, argvlen, cb, arg);
-	if (call == NULL)
-		return NULL;
-	memcpy(call->nkeys, nk, sizeof(nk));
-	call->argv[2] = call->nkeys;
-	call->script = script;
-	return call;
-}
-
-static int call_send(struct rp_conn *c, struct rp_call *call)
-{
-	if (redisAsyncCommandArgv(c->ac, call_reply_cb, call, call->argc, call->argv,
-				  call->argvlen) != REDIS_OK)
-		return -1;
-	call->inflight = true;
-	call->conn = c;
-	return 0;
+fail:
+	if (v != inl) {
+		free(v);
+		free(l);
+	}
+	call_free(call);
+	return NULL;
 }
 
 /* The call's outcome is known: stop its timer and queue it for delivery. */
@@ -334,7 +192,13 @@ static void call_complete(struct rp_call *call, enum rp_status st, struct rval *
 	call->completed = true;
 	call->st = st;
 	call->reply = reply;
+	if (call->node != NULL && (st != RP_OK || (reply != NULL && reply->type == RV_ERR)))
+		call->node->failures++;
 	evtimer_del(call->timer);
+	if (call->parked) {
+		TAILQ_REMOVE(&p->parked, call, plink);
+		call->parked = false;
+	}
 	call->next = NULL;
 	if (p->done_tail != NULL)
 		p->done_tail->next = call;
@@ -345,10 +209,9 @@ static void call_complete(struct rp_call *call, enum rp_status st, struct rval *
 }
 
 /*
- * call_deliver - run the user callback of a completed call that has been
- * unlinked from the done queue. The struct is freed first when hiredis no
- * longer holds it, so nothing here touches it after the callback (which may
- * free the pool).
+ * call_deliver - run the user callback of a completed call unlinked from
+ * the done queue. The struct is freed first (no connection refers to it
+ * any more), so nothing here touches it after the callback.
  */
 static void call_deliver(struct rp_call *call)
 {
@@ -360,8 +223,7 @@ static void call_deliver(struct rp_call *call)
 	call->reply = NULL;
 	call->delivered = true;
 	call->pool->ncalls--;
-	if (!call->inflight)
-		call_free(call);
+	call_free(call);
 	cb(arg, st, reply);
 	rval_free(reply);
 }
@@ -379,16 +241,112 @@ static struct rp_call *done_pop(struct rpool *p)
 	return call;
 }
 
+/* ---- nodes ---- */
+
+bool node_ready(const struct rp_node *n)
+{
+	for (int i = 0; i < n->nconns; i++)
+		if (n->conns[i].state == CS_READY)
+			return true;
+	return false;
+}
+
+static void node_free(struct rp_node *n)
+{
+	for (int i = 0; n->conns != NULL && i < n->nconns; i++)
+		if (n->conns[i].timer != NULL)
+			event_free(n->conns[i].timer);
+	free(n->conns);
+	free(n);
+}
+
+static void conn_timer_cb(evutil_socket_t fd, short what, void *arg);
+
+static struct rp_node *node_new(struct rpool *p, const char *host, int port, const char *path)
+{
+	struct rp_node *n = calloc(1, sizeof(*n));
+
+	if (n == NULL)
+		return NULL;
+	n->pool = p;
+	n->port = port;
+	n->path = path;
+	if (path != NULL)
+		snprintf(n->name, sizeof(n->name), "%s", path);
+	else {
+		snprintf(n->host, sizeof(n->host), "%s", host);
+		snprintf(n->name, sizeof(n->name), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host,
+			 port);
+	}
+	n->nconns = p->pool_size;
+	n->conns = calloc((size_t)n->nconns, sizeof(*n->conns));
+	if (n->conns == NULL) {
+		free(n);
+		return NULL;
+	}
+	for (int i = 0; i < n->nconns; i++) {
+		struct rp_conn *c = &n->conns[i];
+		c->node = n;
+		c->idx = i;
+		c->backoff_ms = p->backoff_min_ms;
+		c->timer = evtimer_new(p->base, conn_timer_cb, c);
+		if (c->timer == NULL) {
+			node_free(n);
+			return NULL;
+		}
+	}
+	n->next = p->nodes;
+	p->nodes = n;
+	return n;
+}
+
+struct rp_node *node_get(struct rpool *p, const char *host, int port)
+{
+	for (struct rp_node *n = p->nodes; n != NULL; n = n->next)
+		if (n->path == NULL && n->port == port && strcmp(n->host, host) == 0)
+			return n;
+	return node_new(p, host, port, NULL);
+}
+
+void node_activate(struct rp_node *n)
+{
+	if (n->active)
+		return;
+	n->active = true;
+	log_info("redis node in use", "node=%s", n->name);
+	for (int i = 0; i < n->nconns; i++)
+		if (n->conns[i].state == CS_DISCONNECTED) {
+			evtimer_del(n->conns[i].timer);
+			conn_connect(&n->conns[i]);
+		}
+}
+
+static void conn_drop(struct rp_conn *c, const char *why);
+
+void node_deactivate(struct rp_node *n, const char *why)
+{
+	if (!n->active)
+		return;
+	n->active = false;
+	log_info("redis node no longer in use", "node=%s reason=\"%s\"", n->name, why);
+	for (int i = 0; i < n->nconns; i++) {
+		conn_drop(&n->conns[i], why);
+		evtimer_del(n->conns[i].timer);
+	}
+}
+
 /* ---- connections ---- */
 
 /* Schedule the next connect attempt: jittered, doubling up to the cap. */
 static void conn_backoff(struct rp_conn *c)
 {
-	struct rpool *p = c->pool;
+	struct rpool *p = c->node->pool;
 	int64_t d = c->backoff_ms, half = d / 2;
 	struct timeval tv;
 
 	c->state = CS_DISCONNECTED;
+	if (!c->node->active || p->freeing)
+		return;
 	d = half + (int64_t)(rp_rand(p) % (uint64_t)(d - half + 1));
 	c->backoff_ms =
 	    c->backoff_ms * 2 > p->backoff_max_ms ? p->backoff_max_ms : c->backoff_ms * 2;
@@ -397,46 +355,37 @@ static void conn_backoff(struct rp_conn *c)
 }
 
 /*
- * conn_drop - free the context now and schedule a reconnect. Never from a
- * hiredis callback (use conn_reap). hiredis calls every pending reply
- * callback with NULL from inside redisAsyncFree; they only queue calls.
+ * conn_drop - free the connection now (every call in flight on it
+ * completes with RP_CONN, or RP_SHUTDOWN while the pool is freed) and
+ * schedule a reconnect while its node is in use.
  */
 static void conn_drop(struct rp_conn *c, const char *why)
 {
-	struct rpool *p = c->pool;
-	redisAsyncContext *ac = c->ac;
+	struct rp_node *n = c->node;
+	struct rpool *p = n->pool;
+	struct rconn *rc = c->rc;
+	bool was_ready = c->state == CS_READY;
 
-	c->reap = false;
-	if (ac == NULL)
+	if (rc == NULL)
 		return;
 	/* A frozen Redis drops every handshake at its deadline, over and over:
 	 * those lines come at most once a second; other drops are each logged. */
-	if (!p->freeing && c->state != CS_READY)
+	if (!p->freeing && !was_ready)
 		log_ratelimited(LOG_SLOT_REDIS_CONN, 1000, "redis connection dropped",
-				"conn=%d state=%s reason=\"%s\"", c->idx,
-				conn_state_names[c->state], why);
+				"node=%s conn=%d state=connecting reason=\"%s\"", n->name, c->idx,
+				why);
 	else if (!p->freeing)
-		log_warn("redis connection dropped", "conn=%d state=%s reason=\"%s\"", c->idx,
-			 conn_state_names[c->state], why);
-	c->ac = NULL;
+		log_warn("redis connection dropped", "node=%s conn=%d state=ready reason=\"%s\"",
+			 n->name, c->idx, why);
+	c->rc = NULL;
 	c->state = CS_DISCONNECTED;
 	evtimer_del(c->timer);
-	c->freeing = true;
-	redisAsyncFree(ac);
-	c->freeing = false;
+	rconn_free(rc);
 	if (!p->freeing) {
 		conn_backoff(c);
 		run_schedule(p); /* on_state */
-	}
-}
-
-/* From inside a hiredis callback: have the run event drop the connection. */
-static void conn_reap(struct rp_conn *c, const char *why)
-{
-	if (!c->reap) {
-		c->reap = true;
-		c->reap_why = why;
-		run_schedule(c->pool);
+		if (n->active)
+			topo_node_lost(p, n);
 	}
 }
 
@@ -444,184 +393,85 @@ static void conn_ready(struct rp_conn *c)
 {
 	evtimer_del(c->timer);
 	c->state = CS_READY;
-	c->backoff_ms = c->pool->backoff_min_ms;
-	log_info("redis connection ready", "conn=%d", c->idx);
-	run_schedule(c->pool); /* on_state */
-}
-
-static void conn_setup_cb(redisAsyncContext *ac, void *r, void *privdata);
-
-static bool conn_send(struct rp_conn *c, redisCallbackFn *fn, void *privdata, int argc,
-		      const char **argv)
-{
-	return redisAsyncCommandArgv(c->ac, fn, privdata, argc, argv, NULL) == REDIS_OK;
-}
-
-/* Send SCRIPT LOAD scripts[i]; the reply goes to fn. */
-static bool conn_send_load(struct rp_conn *c, redisCallbackFn *fn, size_t i)
-{
-	const char *argv[3] = { "SCRIPT", "LOAD", c->pool->scripts[i] };
-
-	return conn_send(c, fn, c, 3, argv);
+	c->backoff_ms = c->node->pool->backoff_min_ms;
+	log_info("redis connection ready", "node=%s conn=%d", c->node->name, c->idx);
+	run_schedule(c->node->pool); /* on_state, parked calls */
+	if (!TAILQ_EMPTY(&c->node->pool->parked)) {
+		struct timeval tv = { 0, 0 };
+		evtimer_add(c->node->pool->park_ev, &tv);
+	}
 }
 
 /*
- * conn_advance - the next handshake step after the current state's reply:
- * AUTH when there is a password, SELECT when db != 0, SCRIPT LOAD of every
- * script (pipelined), then READY.
+ * conn_handshake - queue the whole handshake at once (it leaves in one
+ * write as soon as the connection is up): AUTH when there is a password,
+ * SELECT when db != 0, ROLE (Sentinel: is it still the master?), SCRIPT
+ * LOAD of every script, TIME. The connection is ready after the last reply.
  */
-static void conn_advance(struct rp_conn *c)
+static bool conn_handshake(struct rp_conn *c)
 {
-	struct rpool *p = c->pool;
+	struct rpool *p = c->node->pool;
 	char db[16];
 	bool ok = true;
 
-	if (c->state < CS_AUTHENTICATING && p->password != NULL) {
+	c->hs_left = 0;
+	if (p->password != NULL) {
 		/* AUTH [user] password: the ACL form only when a user is set */
 		const char *argv[3] = { "AUTH", p->user, p->password };
-		int argc = 3;
-		if (p->user == NULL) {
-			argv[1] = p->password;
-			argc = 2;
-		}
-		c->state = CS_AUTHENTICATING;
-		ok = conn_send(c, conn_setup_cb, c, argc, argv);
-	} else if (c->state < CS_SELECTING && p->url.db != 0) {
+		if (p->user == NULL)
+			ok = rp_send_argv(c->rc, 2, (const char *[]){ "AUTH", p->password }, K_HS,
+					  (void *)(uintptr_t)HS_AUTH);
+		else
+			ok = rp_send_argv(c->rc, 3, argv, K_HS, (void *)(uintptr_t)HS_AUTH);
+		c->hs_left++;
+	}
+	if (ok && p->url.db != 0 && p->topo != TOPO_CLUSTER) {
 		const char *argv[2] = { "SELECT", db };
 		snprintf(db, sizeof(db), "%d", p->url.db);
-		c->state = CS_SELECTING;
-		ok = conn_send(c, conn_setup_cb, c, 2, argv);
-	} else if (c->state < CS_LOADING_SCRIPTS && p->nscripts > 0) {
-		c->state = CS_LOADING_SCRIPTS;
-		c->loaded = 0;
-		for (size_t i = 0; ok && i < p->nscripts; i++)
-			ok = conn_send_load(c, conn_setup_cb, i);
-	} else if (c->state < CS_TIMING) {
-		/* Redis's clock before the first call: callers bound when a call
-		 * may still book (a script run late must book nothing). */
-		const char *argv[1] = { "TIME" };
-		c->state = CS_TIMING;
-		ok = conn_send(c, conn_setup_cb, c, 1, argv);
-	} else {
-		conn_ready(c);
+		ok = rp_send_argv(c->rc, 2, argv, K_HS, (void *)(uintptr_t)HS_SELECT);
+		c->hs_left++;
 	}
-	if (!ok)
-		conn_reap(c, "cannot send handshake command");
-}
-
-/* Replies to the handshake commands; privdata is the connection. */
-static void conn_setup_cb(redisAsyncContext *ac, void *r, void *privdata)
-{
-	struct rp_conn *c = privdata;
-	const redisReply *reply = r;
-	char buf[256];
-
-	(void)ac;
-	if (reply == NULL || c->reap)
-		return; /* the context is going away; the drop path handles it */
-	if (reply->type == REDIS_REPLY_ERROR) {
-		/* The server's message never contains the secret we sent. */
-		log_warn("redis handshake failed", "conn=%d step=%s err=\"%s\"", c->idx,
-			 conn_state_names[c->state], log_safe(reply->str, buf, sizeof(buf)));
-		conn_reap(c, "handshake error");
-		return;
+	if (ok && p->topo == TOPO_SENTINEL) {
+		ok = rp_send_argv(c->rc, 1, (const char *[]){ "ROLE" }, K_HS,
+				  (void *)(uintptr_t)HS_ROLE);
+		c->hs_left++;
 	}
-	if (c->state == CS_LOADING_SCRIPTS) {
-		size_t i = c->loaded++;
-		if (reply->type != REDIS_REPLY_STRING || reply->len != RP_SHA_LEN) {
-			log_warn("redis SCRIPT LOAD: unexpected reply", "conn=%d script=%zu",
-				 c->idx, i);
-			conn_reap(c, "bad SCRIPT LOAD reply");
-			return;
-		}
-		memcpy(c->pool->sha[i], reply->str, RP_SHA_LEN);
-		c->pool->sha[i][RP_SHA_LEN] = '\0';
-		if (c->loaded < c->pool->nscripts)
-			return;
+	for (size_t i = 0; ok && i < p->nscripts; i++) {
+		ok = rconn_send(c->rc, p->load_cmd[i], p->load_len[i], K_HS,
+				(void *)(uintptr_t)(HS_LOAD + i)) == 0;
+		c->hs_left++;
 	}
-	if (c->state == CS_TIMING) {
-		if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-		    reply->element[0]->type != REDIS_REPLY_STRING ||
-		    reply->element[1]->type != REDIS_REPLY_STRING) {
-			log_warn("redis TIME: unexpected reply", "conn=%d", c->idx);
-			conn_reap(c, "bad TIME reply");
-			return;
-		}
-		c->pool->clock_off = strtoll(reply->element[0]->str, NULL, 10) * 1000 +
-				     strtoll(reply->element[1]->str, NULL, 10) / 1000 -
-				     clock_mono_ms();
-		c->pool->clock_known = true;
+	/* Redis's clock before the first call: callers bound when a call may
+	 * still book (a script run late must book nothing). */
+	if (ok) {
+		ok = rp_send_argv(c->rc, 1, (const char *[]){ "TIME" }, K_HS,
+				  (void *)(uintptr_t)HS_TIME);
+		c->hs_left++;
 	}
-	conn_advance(c);
-}
-
-/* onConnect: 0.14.1 frees the context itself after a failed connect. */
-static void conn_connect_cb(const redisAsyncContext *ac, int status)
-{
-	struct rp_conn *c = ac->data;
-	char buf[256];
-
-	if (status != REDIS_OK) {
-		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis connect failed", "conn=%d err=\"%s\"",
-				c->idx, log_safe(ac->errstr, buf, sizeof(buf)));
-		c->ac = NULL;
-		evtimer_del(c->timer);
-		conn_backoff(c);
-		return;
-	}
-	conn_advance(c);
-}
-
-/*
- * onDisconnect: only for contexts that were connected. Either hiredis lost
- * the connection (it already called every pending reply callback with NULL)
- * or we are in our own redisAsyncFree (c->freeing).
- */
-static void conn_disconnect_cb(const redisAsyncContext *ac, int status)
-{
-	struct rp_conn *c = ac->data;
-	char buf[256];
-
-	(void)status;
-	if (c->freeing)
-		return;
-	log_warn("redis connection lost", "conn=%d state=%s err=\"%s\"", c->idx,
-		 conn_state_names[c->state], log_safe(ac->errstr, buf, sizeof(buf)));
-	c->ac = NULL;
-	c->reap = false;
-	evtimer_del(c->timer);
-	if (!c->pool->freeing)
-		conn_backoff(c);
-	run_schedule(c->pool);
+	return ok;
 }
 
 static void conn_connect(struct rp_conn *c)
 {
-	struct rpool *p = c->pool;
-	redisAsyncContext *ac;
+	struct rp_node *n = c->node;
+	struct rpool *p = n->pool;
 	struct timeval tv = ms_to_tv(p->timeout_ms);
-	char buf[256];
+	char err[200];
 
-	if (p->url.kind == REDIS_URL_UNIX)
-		ac = redisAsyncConnectUnix(p->url.path);
-	else
-		ac = redisAsyncConnect(p->url.host, p->url.port);
-	if (ac == NULL || ac->err) {
-		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis connect failed", "conn=%d err=\"%s\"",
-				c->idx,
-				ac ? log_safe(ac->errstr, buf, sizeof(buf)) : "out of memory");
-		if (ac != NULL)
-			redisAsyncFree(ac); /* unattached, unconnected: no callbacks */
+	if (!n->active || p->freeing)
+		return;
+	c->rc =
+	    rconn_new(p->base, n->host, n->port, n->path, p->tls, &conn_ops, c, err, sizeof(err));
+	if (c->rc == NULL) {
+		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis connect failed",
+				"node=%s conn=%d err=\"%s\"", n->name, c->idx, err);
 		conn_backoff(c);
 		return;
 	}
-	ac->data = c;
-	c->ac = ac;
 	c->state = CS_CONNECTING;
-	redisLibeventAttach(ac, p->base);
-	redisAsyncSetConnectCallback(ac, conn_connect_cb);
-	redisAsyncSetDisconnectCallback(ac, conn_disconnect_cb);
 	evtimer_add(c->timer, &tv);
+	if (!conn_handshake(c))
+		conn_drop(c, "cannot queue the handshake");
 }
 
 /* The connection timer: reconnect after backoff, or give up a handshake. */
@@ -637,60 +487,325 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 		conn_drop(c, "connect timeout");
 }
 
-/* ---- call callbacks ---- */
-
-static bool is_noscript(const redisReply *r)
+static void conn_on_event(void *owner, bool up, const char *why)
 {
-	return r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
+	struct rp_conn *c = owner;
+
+	if (!up)
+		conn_drop(c, why);
 }
 
-/* Reply to the SCRIPT LOAD sent before a NOSCRIPT retry. */
-static void conn_reload_cb(redisAsyncContext *ac, void *r, void *privdata)
+static void conn_on_push(void *owner, struct rval *v)
 {
-	struct rp_conn *c = privdata;
-	const redisReply *reply = r;
+	struct rp_conn *c = owner;
+
+	rval_free(v);
+	conn_drop(c, "reply with no command waiting");
+}
+
+/* One handshake reply; false when the connection must be dropped. */
+static bool conn_hs_reply(struct rp_conn *c, unsigned step, const struct rval *v)
+{
+	struct rpool *p = c->node->pool;
 	char buf[256];
 
-	(void)ac;
-	if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
-		log_warn("redis SCRIPT LOAD failed", "conn=%d err=\"%s\"", c->idx,
-			 log_safe(reply->str, buf, sizeof(buf)));
+	if (v->type == RV_ERR) {
+		/* The server's message never contains the secret we sent. */
+		log_warn("redis handshake failed", "node=%s conn=%d step=%s err=\"%s\"",
+			 c->node->name, c->idx, hs_names[step < HS_LOAD ? step : HS_LOAD],
+			 log_safe(v->s, buf, sizeof(buf)));
+		return false;
+	}
+	if (step == HS_ROLE) {
+		if (v->type != RV_ARR || v->n < 1 || v->a[0].type != RV_STR ||
+		    strcmp(v->a[0].s, "master") != 0) {
+			log_ratelimited(LOG_SLOT_REDIS_CONN, 1000, "redis node is not a master",
+					"node=%s role=\"%s\"", c->node->name,
+					v->type == RV_ARR && v->n > 0 && v->a[0].s
+					    ? log_safe(v->a[0].s, buf, sizeof(buf))
+					    : "?");
+			topo_stale(p);
+			return false;
+		}
+	} else if (step == HS_TIME) {
+		if (v->type != RV_ARR || v->n != 2 || v->a[0].type != RV_STR ||
+		    v->a[1].type != RV_STR) {
+			log_warn("redis TIME: unexpected reply", "node=%s", c->node->name);
+			return false;
+		}
+		p->clock_off = strtoll(v->a[0].s, NULL, 10) * 1000 +
+			       strtoll(v->a[1].s, NULL, 10) / 1000 - clock_mono_ms();
+		p->clock_known = true;
+	} else if (step >= HS_LOAD) {
+		size_t i = step - HS_LOAD;
+		if (v->type != RV_STR || v->len != RP_SHA_LEN) {
+			log_warn("redis SCRIPT LOAD: unexpected reply", "node=%s script=%zu",
+				 c->node->name, i);
+			return false;
+		}
+		memcpy(p->sha[i], v->s, RP_SHA_LEN);
+		p->sha[i][RP_SHA_LEN] = '\0';
+	}
+	return true;
+}
+
+/* ---- routing and sending ---- */
+
+/* The node a call goes to now, or NULL when none is known. */
+static struct rp_node *call_route(struct rpool *p, const struct rp_call *call)
+{
+	if (p->topo != TOPO_CLUSTER)
+		return p->master;
+	if (call->ask != NULL)
+		return call->ask;
+	if (call->slot >= 0)
+		return p->map_known ? p->slots[call->slot] : NULL;
+	/* keyless: any node in use and ready, round robin over the list */
+	for (struct rp_node *n = p->nodes; n != NULL; n = n->next)
+		if (n->active && n->slots > 0 && node_ready(n))
+			return n;
+	return NULL;
 }
 
 /*
- * call_reply_cb - hiredis is done with the call: a reply, or NULL when the
- * context is being freed. Abandoned calls (timed out) are swallowed here.
+ * A ready connection of n: for affinity A > 0, the A-th one (or the next
+ * ready after it), so that calls with the same affinity run in the order
+ * sent while that connection lives; for 0, round robin.
  */
-static void call_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
+static struct rp_conn *pick_conn(struct rp_node *n, unsigned affinity)
 {
-	struct rp_call *call = privdata;
-	struct rpool *p = call->pool;
-	const redisReply *reply = r;
-	struct rval *v;
+	int start = affinity != 0 ? (int)(affinity % (unsigned)n->nconns) : n->rr;
 
-	call->inflight = false;
-	if (call->delivered) {
-		call_free(call);
+	if (n->pool->freeing)
+		return NULL;
+	for (int i = 0; i < n->nconns; i++) {
+		struct rp_conn *c = &n->conns[(start + i) % n->nconns];
+		if (c->state == CS_READY) {
+			if (affinity == 0)
+				n->rr = (c->idx + 1) % n->nconns;
+			return c;
+		}
+	}
+	return NULL;
+}
+
+static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
+
+/* Send call on c (after ASKING when it follows an ASK); -1 when c is dying. */
+static int call_send(struct rp_conn *c, struct rp_call *call)
+{
+	if (call->ask != NULL &&
+	    rconn_send(c->rc, asking_cmd, sizeof(asking_cmd) - 1, K_DISCARD, NULL) != 0)
+		return -1;
+	if (rconn_send(c->rc, call->cmd, call->cmdlen, K_CALL, call) != 0)
+		return -1;
+	call->ask = NULL;
+	call->conn = c;
+	return 0;
+}
+
+/* Send call where it goes now: 0 sent, -1 no ready connection there. */
+static int call_dispatch(struct rpool *p, struct rp_call *call)
+{
+	struct rp_node *n = call_route(p, call);
+	struct rp_conn *c = n != NULL ? pick_conn(n, call->affinity) : NULL;
+
+	if (n != NULL) {
+		call->node = n; /* a node that cannot take it is charged the failure */
+		n->calls++;
+	}
+	if (c == NULL)
+		return -1;
+	return call_send(c, call);
+}
+
+static void park(struct rpool *p, struct rp_call *call, int64_t delay_ms)
+{
+	struct timeval tv = ms_to_tv(delay_ms < RP_PARK_TICK_MS ? RP_PARK_TICK_MS : delay_ms);
+
+	call->retry_at = clock_mono_ms() + delay_ms;
+	if (!call->parked) {
+		TAILQ_INSERT_TAIL(&p->parked, call, plink);
+		call->parked = true;
+	}
+	if (!evtimer_pending(p->park_ev, NULL))
+		evtimer_add(p->park_ev, &tv);
+}
+
+/* Parked calls whose time has come: sent when their node is ready. */
+static void park_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct rpool *p = arg;
+	struct rp_call *call, *tmp;
+	int64_t now = clock_mono_ms();
+	struct timeval tv = ms_to_tv(RP_PARK_TICK_MS);
+
+	(void)fd;
+	(void)what;
+	for (call = TAILQ_FIRST(&p->parked); call != NULL; call = tmp) {
+		struct rp_node *n;
+		tmp = TAILQ_NEXT(call, plink);
+		if (call->retry_at > now)
+			continue;
+		n = call_route(p, call);
+		if (n == NULL || !n->active) {
+			call_complete(call, RP_CONN, NULL); /* unlinks it */
+			continue;
+		}
+		TAILQ_REMOVE(&p->parked, call, plink);
+		call->parked = false;
+		if (call_dispatch(p, call) != 0)
+			park(p, call, 0); /* not ready yet: its deadline bounds the wait */
+	}
+	if (!TAILQ_EMPTY(&p->parked))
+		evtimer_add(p->park_ev, &tv);
+}
+
+/* "MOVED 3999 127.0.0.1:6381": the slot and the node (NULL when malformed). */
+static struct rp_node *parse_redirect(struct rpool *p, const struct rp_conn *from,
+				      const struct rval *v, int *slot)
+{
+	char host[REDIS_URL_HOST_MAX];
+	const char *sp1 = strchr(v->s, ' '), *sp2, *colon;
+	long s, port;
+	char *end;
+
+	if (sp1 == NULL)
+		return NULL;
+	s = strtol(sp1 + 1, &end, 10);
+	if (end == sp1 + 1 || *end != ' ' || s < 0 || s >= SLOT_COUNT)
+		return NULL;
+	sp2 = end;
+	colon = strrchr(sp2, ':');
+	if (colon == NULL)
+		return NULL;
+	port = strtol(colon + 1, &end, 10);
+	if (end == colon + 1 || *end != '\0' || port < 1 || port > 65535)
+		return NULL;
+	if ((size_t)(colon - sp2 - 1) >= sizeof(host))
+		return NULL;
+	memcpy(host, sp2 + 1, (size_t)(colon - sp2 - 1));
+	host[colon - sp2 - 1] = '\0';
+	if (host[0] == '[' && strlen(host) > 2 && host[strlen(host) - 1] == ']') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	if (host[0] == '\0' || strcmp(host, "?") == 0) /* the node we asked */
+		snprintf(host, sizeof(host), "%s", from->node->host);
+	*slot = (int)s;
+	return node_get(p, host, (int)port);
+}
+
+/*
+ * A Cluster redirection for call (in flight on c until now): true when it
+ * is taken care of (sent again or parked), false to complete the call with
+ * the reply as it is.
+ */
+static bool call_redirect(struct rp_conn *c, struct rp_call *call, const struct rval *v)
+{
+	struct rpool *p = c->node->pool;
+	bool moved = rval_is_err(v, "MOVED"), ask = rval_is_err(v, "ASK");
+	struct rp_node *n;
+	int slot;
+
+	if (!moved && !ask && !rval_is_err(v, "TRYAGAIN"))
+		return false;
+	if (call->redirects++ >= RP_MAX_REDIRECTS || p->freeing)
+		return false;
+	if (!moved && !ask) {
+		park(p, call, RP_TRYAGAIN_MS); /* a slot migrating: its keys are split */
+		return true;
+	}
+	n = parse_redirect(p, c, v, &slot);
+	if (n == NULL)
+		return false;
+	if (moved) {
+		if (p->slots[slot] != NULL)
+			p->slots[slot]->slots--;
+		p->slots[slot] = n;
+		n->slots++;
+		topo_stale(p);
+	} else {
+		call->ask = n;
+	}
+	node_activate(n);
+	if (call_dispatch(p, call) != 0)
+		park(p, call, 0);
+	return true;
+}
+
+static bool is_master_gone(const struct rval *v)
+{
+	return rval_is_err(v, "READONLY") || rval_is_err(v, "LOADING") ||
+	       rval_is_err(v, "MASTERDOWN");
+}
+
+/* A reply (or NULL: the connection is being freed) to a call. */
+static void call_reply(struct rp_conn *c, struct rp_call *call, struct rval *v)
+{
+	struct rpool *p = c->node->pool;
+
+	call->conn = NULL;
+	if (call->completed) { /* cannot happen: a timeout frees the connection */
+		rval_free(v);
 		return;
 	}
-	if (call->completed)
-		return; /* timed out: still queued, freed at delivery */
-	if (reply == NULL) {
+	if (v == NULL) {
 		call_complete(call, p->freeing ? RP_SHUTDOWN : RP_CONN, NULL);
 		return;
 	}
-	if (call->script != RP_NO_SCRIPT && !call->retried && is_noscript(reply)) {
-		struct rp_conn *c = ac->data;
-		/* Redis restarted or flushed: reload, then retry once on the same
-		 * connection (the pipeline keeps the order); the timer keeps running. */
-		call->retried = true;
-		log_info("redis NOSCRIPT: reloading script", "conn=%d script=%zu", c->idx,
-			 call->script);
-		if (conn_send_load(c, conn_reload_cb, call->script) && call_send(c, call) == 0)
+	if (v->type == RV_ERR) {
+		if (call->script != RP_NO_SCRIPT && !call->retried && rval_is_err(v, "NOSCRIPT")) {
+			/* Redis restarted or flushed: reload, then retry once on the
+			 * same connection (the pipeline keeps the order). */
+			call->retried = true;
+			log_info("redis NOSCRIPT: reloading script", "node=%s conn=%d script=%zu",
+				 c->node->name, c->idx, call->script);
+			if (rconn_send(c->rc, p->load_cmd[call->script], p->load_len[call->script],
+				       K_DISCARD, NULL) == 0 &&
+			    call_send(c, call) == 0) {
+				rval_free(v);
+				return;
+			}
+		}
+		if (p->topo == TOPO_CLUSTER && call_redirect(c, call, v)) {
+			rval_free(v);
 			return;
+		}
+		if (p->topo == TOPO_SENTINEL && is_master_gone(v))
+			topo_stale(p);
 	}
-	v = rval_from_reply(reply);
-	call_complete(call, v ? RP_OK : RP_CONN, v);
+	call_complete(call, RP_OK, v);
+}
+
+static void conn_on_reply(void *owner, int kind, void *tag, struct rval *v)
+{
+	struct rp_conn *c = owner;
+	char buf[256];
+
+	if (kind == K_CALL) {
+		call_reply(c, tag, v);
+		return;
+	}
+	if (v == NULL || c->rc == NULL) {
+		rval_free(v);
+		return; /* the connection is going away */
+	}
+	if (kind == K_DISCARD) {
+		if (v->type == RV_ERR)
+			log_warn("redis command failed", "node=%s conn=%d err=\"%s\"",
+				 c->node->name, c->idx, log_safe(v->s, buf, sizeof(buf)));
+		rval_free(v);
+		return;
+	}
+	if (!conn_hs_reply(c, (unsigned)(uintptr_t)tag, v)) {
+		rval_free(v);
+		conn_drop(c, "handshake error");
+		return;
+	}
+	rval_free(v);
+	if (--c->hs_left == 0)
+		conn_ready(c);
 }
 
 /* A call's deadline: complete it, and free its connection (not politely). */
@@ -704,9 +819,11 @@ static void call_timer_cb(evutil_socket_t fd, short what, void *arg)
 	if (call->completed)
 		return;
 	log_ratelimited(LOG_SLOT_REDIS_CALL, 1000, "redis call timed out",
-			"conn=%d timeout_ms=%lld", c->idx, (long long)call->pool->timeout_ms);
+			"node=%s timeout_ms=%lld", call->node ? call->node->name : "none",
+			(long long)call->pool->timeout_ms);
 	call_complete(call, RP_TIMEOUT, NULL);
-	conn_drop(c, "call timeout");
+	if (c != NULL)
+		conn_drop(c, "call timeout");
 }
 
 static void call_arm(struct rp_call *call)
@@ -716,7 +833,7 @@ static void call_arm(struct rp_call *call)
 	evtimer_add(call->timer, &tv);
 }
 
-/* ---- the run event: reaps and deliveries, outside hiredis ---- */
+/* ---- the run event: deliveries, outside connection code ---- */
 
 static void run_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -727,9 +844,6 @@ static void run_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	p->alive = &alive;
-	for (int i = 0; i < p->nconns; i++)
-		if (p->conns[i].reap)
-			conn_drop(&p->conns[i], p->conns[i].reap_why);
 	while ((call = done_pop(p)) != NULL) {
 		call_deliver(call);
 		if (!alive)
@@ -748,6 +862,24 @@ static void run_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* ---- public ---- */
+
+static bool pool_tls(struct rpool *p, const struct rpool_conf *conf, char *err, size_t errlen)
+{
+	struct tls_conf tc = { .ca_file = conf->tls_ca_file,
+			       .cert_file = conf->tls_cert_file,
+			       .key_file = conf->tls_key_file,
+			       .server_name = conf->tls_server_name,
+			       .verify = !conf->tls_no_verify };
+
+	if (!p->url.tls)
+		return true;
+	if (p->url.kind == REDIS_URL_UNIX) {
+		snprintf(err, errlen, "redis url: TLS over a unix socket is not supported");
+		return false;
+	}
+	p->tls = tls_ctx_new(&tc, err, errlen);
+	return p->tls != NULL;
+}
 
 struct rpool *rpool_new(struct event_base *base, const struct rpool_conf *conf,
 			const char *const *scripts, size_t nscripts,
@@ -768,14 +900,19 @@ struct rpool *rpool_new(struct event_base *base, const struct rpool_conf *conf,
 	p = calloc(1, sizeof(*p));
 	if (p == NULL)
 		goto oom;
+	TAILQ_INIT(&p->parked);
 	if (redis_url_parse(conf->url, &p->url, err, errlen) < 0) {
 		free(p);
 		return NULL;
 	}
 	p->base = base;
+	p->topo = p->url.kind == REDIS_URL_SENTINEL  ? TOPO_SENTINEL
+		  : p->url.kind == REDIS_URL_CLUSTER ? TOPO_CLUSTER
+						     : TOPO_SINGLE;
 	p->user = conf->user ? conf->user : (p->url.user[0] ? p->url.user : NULL);
 	p->password =
 	    conf->password ? conf->password : (p->url.password[0] ? p->url.password : NULL);
+	p->sentinel_password = conf->sentinel_password;
 	p->timeout_ms = conf->timeout_ms;
 	p->backoff_min_ms =
 	    conf->backoff_min_ms > 0 ? conf->backoff_min_ms : RP_DEFAULT_BACKOFF_MIN_MS;
@@ -787,28 +924,47 @@ struct rpool *rpool_new(struct event_base *base, const struct rpool_conf *conf,
 	p->nscripts = nscripts;
 	p->on_state = on_state;
 	p->state_arg = state_arg;
+	p->pool_size = conf->pool_size;
 	p->rng = ((uint64_t)(uintptr_t)p << 16) ^ (uint64_t)getpid() ^ 0x9e3779b97f4a7c15ULL;
-	p->nconns = conf->pool_size;
 	errpos = "calloc";
 	p->sha = calloc(nscripts ? nscripts : 1, sizeof(*p->sha));
-	p->conns = calloc((size_t)p->nconns, sizeof(*p->conns));
-	if (p->sha == NULL || p->conns == NULL)
+	p->load_cmd = calloc(nscripts ? nscripts : 1, sizeof(*p->load_cmd));
+	p->load_len = calloc(nscripts ? nscripts : 1, sizeof(*p->load_len));
+	if (p->sha == NULL || p->load_cmd == NULL || p->load_len == NULL)
 		goto oom;
-	errpos = "event_new";
-	p->run_ev = event_new(base, -1, 0, run_cb, p);
-	if (p->run_ev == NULL)
-		goto oom;
-	for (int i = 0; i < p->nconns; i++) {
-		struct rp_conn *c = &p->conns[i];
-		c->pool = p;
-		c->idx = i;
-		c->backoff_ms = p->backoff_min_ms;
-		c->timer = evtimer_new(base, conn_timer_cb, c);
-		if (c->timer == NULL)
+	errpos = "resp_format";
+	for (size_t i = 0; i < nscripts; i++) {
+		const char *argv[3] = { "SCRIPT", "LOAD", scripts[i] };
+		if (resp_format(3, argv, NULL, &p->load_cmd[i], &p->load_len[i]) != 0)
 			goto oom;
 	}
-	for (int i = 0; i < p->nconns; i++)
-		conn_connect(&p->conns[i]);
+	errpos = "event_new";
+	p->run_ev = event_new(base, -1, 0, run_cb, p);
+	p->park_ev = evtimer_new(base, park_cb, p);
+	if (p->run_ev == NULL || p->park_ev == NULL)
+		goto oom;
+	if (p->topo == TOPO_CLUSTER) {
+		errpos = "slot map";
+		p->slots = calloc(SLOT_COUNT, sizeof(*p->slots));
+		if (p->slots == NULL)
+			goto oom;
+	}
+	if (!pool_tls(p, conf, err, errlen)) {
+		rpool_free(p);
+		return NULL;
+	}
+	if (p->topo == TOPO_SINGLE) {
+		errpos = "node";
+		p->master = p->url.kind == REDIS_URL_UNIX ? node_new(p, "", 0, p->url.path)
+							  : node_get(p, p->url.host, p->url.port);
+		if (p->master == NULL)
+			goto oom;
+		node_activate(p->master);
+	} else {
+		errpos = "topology";
+		if (!topo_start(p))
+			goto oom;
+	}
 	return p;
 oom:
 	snprintf(err, errlen, "redis pool: out of memory (%s)", errpos ? errpos : "calloc");
@@ -829,32 +985,14 @@ bool rpool_clock(const struct rpool *p, int64_t *offset_ms)
 
 bool rpool_up(const struct rpool *p)
 {
-	for (int i = 0; i < p->nconns; i++)
-		if (p->conns[i].state == CS_READY && !p->conns[i].reap)
+	if (p->topo != TOPO_CLUSTER)
+		return p->master != NULL && node_ready(p->master);
+	if (!p->map_known)
+		return false;
+	for (const struct rp_node *n = p->nodes; n != NULL; n = n->next)
+		if (n->active && n->slots > 0 && node_ready(n))
 			return true;
 	return false;
-}
-
-/*
- * A ready connection: for affinity A > 0, the A-th one (or the next ready
- * after it), so that calls with the same affinity run in the order sent
- * while that connection lives; for 0, round robin.
- */
-static struct rp_conn *pick_conn(struct rpool *p, unsigned affinity)
-{
-	int start = affinity != 0 ? (int)(affinity % (unsigned)p->nconns) : p->rr;
-
-	if (p->freeing)
-		return NULL;
-	for (int i = 0; i < p->nconns; i++) {
-		struct rp_conn *c = &p->conns[(start + i) % p->nconns];
-		if (c->state == CS_READY && !c->reap) {
-			if (affinity == 0)
-				p->rr = (c->idx + 1) % p->nconns;
-			return c;
-		}
-	}
-	return NULL;
 }
 
 static bool args_ok(size_t argc, const char *const *argv)
@@ -879,18 +1017,14 @@ int rpool_eval(struct rpool *p, size_t script, size_t nkeys, size_t argc, const 
 int rpool_command(struct rpool *p, size_t argc, const char *const *argv, const size_t *argvlen,
 		  rpool_cb *cb, void *arg)
 {
-	struct rp_conn *c;
 	struct rp_call *call;
 
-	if (argc == 0 || !args_ok(argc, argv) || cb == NULL)
+	if (argc == 0 || !args_ok(argc, argv) || cb == NULL || p->freeing)
 		return -1;
-	c = pick_conn(p, 0);
-	if (c == NULL)
-		return -1;
-	call = call_new(p, 0, NULL, argc, argv, argvlen, cb, arg);
+	call = call_new(p, 0, NULL, argc, argv, argvlen, argc >= 2 ? 1 : -1, cb, arg);
 	if (call == NULL)
 		return -1;
-	if (call_send(c, call) < 0) {
+	if (call_dispatch(p, call) != 0) {
 		call_free(call);
 		return -1;
 	}
@@ -901,49 +1035,93 @@ int rpool_command(struct rpool *p, size_t argc, const char *const *argv, const s
 
 int rpool_eval_multi(struct rpool *p, size_t ncalls, const struct rpool_call *calls)
 {
-	struct rp_call **built = NULL;
-	struct rp_conn *c;
-	size_t i;
+	struct rp_call *inl[8], **built = inl;
+	size_t i, sent = 0;
+	unsigned aff;
+	int rc = -1;
 
 	for (i = 0; i < ncalls; i++)
 		if (calls[i].script >= p->nscripts || calls[i].nkeys > calls[i].argc ||
 		    !args_ok(calls[i].argc, calls[i].argv) || calls[i].cb == NULL)
 			return -1;
-	c = pick_conn(p, ncalls > 0 ? calls[0].affinity : 0);
-	if (c == NULL || ncalls == 0)
-		return c == NULL ? -1 : 0;
-	built = calloc(ncalls, sizeof(*built));
-	if (built == NULL)
+	if (p->freeing || !rpool_up(p))
 		return -1;
+	if (ncalls == 0)
+		return 0;
+	if (ncalls > 8 && (built = calloc(ncalls, sizeof(*built))) == NULL)
+		return -1;
+	/* No affinity asked: still one connection for the batch, turn by turn. */
+	aff = calls[0].affinity != 0 || ncalls == 1 ? calls[0].affinity : ++p->multi_rr;
+	if (aff == 0 && ncalls > 1)
+		aff = ++p->multi_rr;
 	for (i = 0; i < ncalls; i++) {
 		const struct rpool_call *in = &calls[i];
-		built[i] = call_new_eval(p, in->script, in->nkeys, in->argc, in->argv, in->argvlen,
-					 in->cb, in->arg);
+		char nk[24];
+		const char *prefix[3] = { "EVALSHA", p->sha[in->script], nk };
+		snprintf(nk, sizeof(nk), "%zu", in->nkeys);
+		built[i] = call_new(p, 3, prefix, in->argc, in->argv, in->argvlen,
+				    in->nkeys > 0 ? 0 : -1, in->cb, in->arg);
 		if (built[i] == NULL)
 			goto cleanup;
+		built[i]->script = in->script;
+		built[i]->affinity = aff;
 	}
-	/* All sent before we return to the loop: hiredis writes them as one
-	 * pipeline. Past the first send the calls are accepted; one that cannot
-	 * be sent (the context is already dying) completes with RP_CONN. */
-	for (i = 0; i < ncalls; i++) {
-		if (call_send(c, built[i]) < 0) {
-			if (i == 0)
-				goto cleanup;
+	/* All queued before we return to the loop: each connection writes its
+	 * share as one pipeline. Past the first send the calls are accepted;
+	 * one that cannot be sent then completes with RP_CONN. */
+	for (i = 0; i < ncalls; i++)
+		if (call_dispatch(p, built[i]) == 0) {
+			p->ncalls++;
+			call_arm(built[i]);
+			sent++;
+		}
+	if (sent == 0)
+		goto cleanup;
+	for (i = 0; i < ncalls; i++)
+		if (built[i]->conn == NULL) {
 			p->ncalls++;
 			call_complete(built[i], RP_CONN, NULL);
-			continue;
 		}
-		p->ncalls++;
-		call_arm(built[i]);
-	}
-	free(built);
-	return 0;
+	rc = 0;
+	if (built != inl)
+		free(built);
+	return rc;
 cleanup:
-	for (i = 0; i < ncalls; i++)
-		if (built[i] != NULL)
-			call_free(built[i]);
-	free(built);
-	return -1;
+	for (i = 0; i < ncalls && built[i] != NULL; i++)
+		call_free(built[i]);
+	if (built != inl)
+		free(built);
+	return rc;
+}
+
+const char *rpool_topology(const struct rpool *p)
+{
+	return p->topo == TOPO_CLUSTER	  ? "cluster"
+	       : p->topo == TOPO_SENTINEL ? "sentinel"
+					  : "redis";
+}
+
+size_t rpool_nodes(const struct rpool *p, struct rpool_node_info *out, size_t max)
+{
+	size_t k = 0;
+
+	for (const struct rp_node *n = p->nodes; n != NULL; n = n->next) {
+		bool connecting = false;
+		if (!n->active || (p->topo != TOPO_CLUSTER && n != p->master))
+			continue;
+		if (k < max) {
+			struct rpool_node_info *o = &out[k];
+			snprintf(o->addr, sizeof(o->addr), "%s", n->name);
+			for (int i = 0; i < n->nconns; i++)
+				connecting |= n->conns[i].state == CS_CONNECTING;
+			o->state = node_ready(n) ? "ready" : connecting ? "connecting" : "down";
+			o->slots = n->slots;
+			o->calls = n->calls;
+			o->failures = n->failures;
+		}
+		k++;
+	}
+	return k;
 }
 
 void rpool_free(struct rpool *p)
@@ -955,18 +1133,32 @@ void rpool_free(struct rpool *p)
 	p->freeing = true;
 	if (p->alive != NULL)
 		*p->alive = false;
-	/* Pending calls come back through call_reply_cb with NULL and are
-	 * queued as RP_SHUTDOWN (p->freeing); queued ones keep their status. */
-	for (int i = 0; p->conns != NULL && i < p->nconns; i++)
-		conn_drop(&p->conns[i], "shutdown");
+	topo_free(p);
+	/* Calls in flight come back with NULL and are queued as RP_SHUTDOWN;
+	 * queued ones keep their status. */
+	for (struct rp_node *n = p->nodes; n != NULL; n = n->next)
+		for (int i = 0; i < n->nconns; i++)
+			conn_drop(&n->conns[i], "shutdown");
+	while ((call = TAILQ_FIRST(&p->parked)) != NULL)
+		call_complete(call, RP_SHUTDOWN, NULL);
 	while ((call = done_pop(p)) != NULL)
 		call_deliver(call);
-	for (int i = 0; p->conns != NULL && i < p->nconns; i++)
-		if (p->conns[i].timer != NULL)
-			event_free(p->conns[i].timer);
+	while (p->nodes != NULL) {
+		struct rp_node *n = p->nodes;
+		p->nodes = n->next;
+		node_free(n);
+	}
+	for (size_t i = 0; p->load_cmd != NULL && i < p->nscripts; i++)
+		if (p->load_cmd[i] != NULL)
+			resp_free_cmd(p->load_cmd[i]);
+	free(p->load_cmd);
+	free(p->load_len);
 	if (p->run_ev != NULL)
 		event_free(p->run_ev);
-	free(p->conns);
+	if (p->park_ev != NULL)
+		event_free(p->park_ev);
+	tls_ctx_free(p->tls);
+	free(p->slots);
 	free(p->sha);
 	free(p);
 }

@@ -23,11 +23,12 @@ Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_redis_cluster
 
 import json
 import threading
+import types
 import time
 import unittest
 
 from . import harness
-from .harness import SLACK, late_allowance, max_overlap, now
+from .harness import SLACK, acquire_req, late_allowance, max_overlap, now
 from .redis_deploy import (ConfCheckMixin, RedisClusterDeploy, _bindable, admitd_slot,
                            has_failed, key_slot, what_is_missing)
 from .redis_util import (LAG, Pods, hammer, key_name, load, per_window, span_excess, status,
@@ -188,6 +189,24 @@ class InvariantsTest(ClusterCase):
             self.assertGreater(len(held), 20, (k, out.errors()))
             # <= n certainly held at once across the daemons, and n reached.
             self.assertEqual(max_overlap(held), n, k)
+
+    def test_one_seed_is_enough(self):
+        # Seeded with the third node only: the map it reads there routes
+        # keys of all three masters to their owners.
+        seed = types.SimpleNamespace(url="redis+cluster://" + self.rc.nodes[2].addr)
+        p = Pods(CONF, n=1, admitd_extra=EXTRA, redis=seed, start_redis=False)
+        p.__enter__()
+        self.addCleanup(self._stop, p)
+        wait_backend(p.daemons[0], "redis", 10.0)
+        by = self.rc.keys_by_master("tb", 1, prefix="seed")
+        with p.daemons[0].connect() as c:
+            for i in range(3):
+                k = by[i][0]
+                r = c.request(acquire_req("tb", k, timeout_ms=0))
+                self.assertIs(r.get("ok"), True, r)
+                self.assertEqual(r.get("backend"), "redis", r)
+                self.assertEqual(self.rc.nodes[i].command(
+                    "ZCARD", key_name("admitd", "tb", k, "q")), 1, i)
 
     def test_status_lists_every_node(self):
         p = self.pods(1)

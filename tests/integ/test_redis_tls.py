@@ -26,7 +26,7 @@ import unittest
 from . import harness
 from .harness import _TempDir, acquire_req, max_overlap, now
 from .redis_deploy import ConfCheckMixin, TlsFiles, TlsRedis, has_failed, what_is_missing
-from .redis_util import (Pods, hammer, key_name, per_window, span_excess, status,
+from .redis_util import (Pods, hammer, key_name, load, per_window, span_excess, status,
                          wait_backend)
 
 MISSING = what_is_missing("tls")
@@ -137,6 +137,41 @@ class TlsInvariantsTest(TlsCase):
         # It was TLS: the scripts ran, and the server has no plain TCP port.
         self.assertGreater(admitd_commands(srv).get("evalsha", 0), 0)
         self.assertEqual(srv.command("CONFIG", "GET", "port")[1], "0")
+
+
+    def test_restarted_under_load(self):
+        # The TLS connections are made again after the server returns.
+        srv = self.server()
+        p = self.pods(srv, n=2, timeout="100ms")
+        for d in p.daemons:
+            wait_backend(d, "redis", 10.0)
+        ts = {}
+
+        def control():
+            time.sleep(0.8)
+            srv.stop()
+            ts["down"] = now()
+            time.sleep(1.2)
+            srv.restart()
+            ts["back"] = now()
+            time.sleep(3.0)
+
+        replies, _ = load(self, p, "quota", control, per_daemon=3, budget_ms=300)
+        self.assertTrue(p.alive(), p.logs())
+        t_end = max(x[2] for x in replies)
+        back_by = 2.0 + harness.late_allowance(ts["back"], t_end)
+        for i in range(len(p.daemons)):
+            mine = [x for x in replies if x[0] == i]
+            self.assertTrue([x for x in mine if x[2] < ts["down"]
+                             and x[3].get("backend") == "redis"], i)
+            self.assertTrue([x for x in mine if ts["down"] + 0.2 < x[1] and x[2] < ts["back"]
+                             and x[3].get("backend") == "fallback"], i)
+            back = [x[2] for x in mine if x[1] > ts["back"] and x[3].get("backend") == "redis"]
+            self.assertTrue(back, "daemon %d never went back to redis" % i)
+            self.assertLess(min(back) - ts["back"], back_by, i)
+            for x in mine:
+                if x[1] > ts["back"] + back_by and "backend" in x[3]:
+                    self.assertEqual(x[3].get("backend"), "redis", x[3])
 
 
 class TlsRefusedTest(TlsCase):

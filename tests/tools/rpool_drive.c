@@ -7,7 +7,9 @@
  *
  *   rpool_drive [-n POOL] [-t TIMEOUT_MS] [-u USER] [-b MIN_MS:MAX_MS] URL [SCRIPT.lua...]
  *
- * The password comes from $RPOOL_DRIVE_PASSWORD (or the URL), never argv.
+ * The password comes from $RPOOL_DRIVE_PASSWORD (or the URL), never argv;
+ * the sentinels' from $RPOOL_DRIVE_SENTINEL_PASSWORD. TLS: $RPOOL_DRIVE_TLS_CA,
+ * _CERT, _KEY, _NAME (the rpool_conf fields) and _NOVERIFY (set: no checks).
  * Each SCRIPT.lua is scripts[i] in file order. Commands, one per line,
  * tokens split on blanks:
  *
@@ -20,6 +22,8 @@
  *   wait                    until every accepted call has completed
  *   waitup MS / waitdown MS until the pool is up / down (prints a line)
  *   echo TEXT               print TEXT (a marker for the test)
+ *   nodes                   `nodes KIND N`, then N lines `node ADDR STATE slots=
+ *                           calls= failures=` (rpool_topology, rpool_nodes)
  *   free                    rpool_free now
  *
  * Output, one line each: `call ID ok <reply>`, `call ID timeout|conn|shutdown`,
@@ -274,6 +278,14 @@ static void exec_line(char *line)
 	} else if (strcmp(tok[0], "echo") == 0) {
 		for (int i = 1; i < n; i++)
 			printf("%s%s", tok[i], i + 1 < n ? " " : "\n");
+	} else if (strcmp(tok[0], "nodes") == 0 && D.pool != NULL) {
+		struct rpool_node_info ni[64];
+		size_t k = rpool_nodes(D.pool, ni, 64);
+		printf("nodes %s %zu\n", rpool_topology(D.pool), k);
+		for (size_t i = 0; i < k && i < 64; i++)
+			printf("node %s %s slots=%d calls=%llu failures=%llu\n", ni[i].addr,
+			       ni[i].state, ni[i].slots, (unsigned long long)ni[i].calls,
+			       (unsigned long long)ni[i].failures);
 	} else if (strcmp(tok[0], "free") == 0) {
 		struct rpool *p = D.pool;
 		D.pool = NULL;
@@ -409,6 +421,12 @@ int main(int argc, char **argv)
 	}
 	conf.url = argv[optind++];
 	conf.password = getenv("RPOOL_DRIVE_PASSWORD");
+	conf.sentinel_password = getenv("RPOOL_DRIVE_SENTINEL_PASSWORD");
+	conf.tls_ca_file = getenv("RPOOL_DRIVE_TLS_CA");
+	conf.tls_cert_file = getenv("RPOOL_DRIVE_TLS_CERT");
+	conf.tls_key_file = getenv("RPOOL_DRIVE_TLS_KEY");
+	conf.tls_server_name = getenv("RPOOL_DRIVE_TLS_NAME");
+	conf.tls_no_verify = getenv("RPOOL_DRIVE_TLS_NOVERIFY") != NULL;
 	nscripts = argc - optind;
 	scripts = calloc((size_t)nscripts + 1, sizeof(*scripts));
 	for (int i = 0; i < nscripts; i++)

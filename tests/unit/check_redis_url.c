@@ -70,9 +70,28 @@ struct bad_case {
 
 static const struct bad_case bad[] = {
 	{ "", "empty" },
-	{ "localhost:6379", "must start with redis:// or unix://" },
+	{ "localhost:6379", "must start with redis://, rediss://, unix://" },
 	{ "http://h", "unsupported scheme \"http\"" },
-	{ "rediss://h", "unsupported scheme \"rediss\"" },
+	{ "redis+sentnel://h/m", "unsupported scheme \"redis+sentnel\"" },
+	{ "rediss://", "missing host" },
+	{ "redis+sentinel://h1,h2", "empty master name" },
+	{ "redis+sentinel://h1,h2/", "empty master name" },
+	{ "redis+sentinel:///m", "no sentinel host" },
+	{ "redis+sentinel://h1,,h2/m", "empty host in the sentinel host list" },
+	{ "redis+sentinel://h1,/m", "empty host in the sentinel host list" },
+	{ "redis+sentinel://h1:0/m", "port must be a number in 1..65535" },
+	{ "redis+sentinel://h1/m?db=x", "db must be a number" },
+	{ "redis+sentinel://h1/m?tls=2", "tls must be 0 or 1" },
+	{ "redis+sentinel://h1/m?tls", "query wants key=value" },
+	{ "redis+sentinel://h1/m?db=1&", "empty query after '&'" },
+	{ "redis+sentinel://h1/a%2Fb", "bad master name" },
+	{ "redis+cluster://", "no cluster seed node" },
+	{ "redis+cluster://?tls=1", "no cluster seed node" },
+	{ "redis+cluster://h1,h2/3", "a cluster has only db 0" },
+	{ "redis+cluster://h1?db=1", "unknown query key \"db\" (want tls)" },
+	{ "redis+cluster://h1:6379,h2:x", "port must be a number" },
+	{ "redis+cluster://h1,::1", "IPv6 address must be written in [brackets]" },
+	{ "redis+cluster://a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q", "more than 16 hosts" },
 	{ "redis://", "missing host" },
 	{ "redis://:6379", "missing host" },
 	{ "redis://h:", "empty port" },
@@ -99,6 +118,61 @@ static const struct bad_case bad[] = {
 	{ "unix:///r.sock?db=", "db must be a number" },
 	{ "unix:///r.sock?timeout=1", "only '?db=N'" },
 };
+
+/* The multi-host schemes and TLS: every host, the master name, the flags. */
+START_TEST(test_topologies)
+{
+	struct redis_url u;
+	char err[256] = "";
+
+	ck_assert_msg(redis_url_parse("rediss://u:p@h:6390/2", &u, err, sizeof(err)) == 0, "%s",
+		      err);
+	ck_assert_int_eq(u.kind, REDIS_URL_TCP);
+	ck_assert_int_eq(u.tls, 1);
+	ck_assert_str_eq(u.host, "h");
+	ck_assert_int_eq(u.port, 6390);
+	ck_assert_int_eq(u.db, 2);
+	ck_assert_uint_eq(u.nhosts, 1);
+
+	ck_assert_int_eq(redis_url_parse("redis://h", &u, err, sizeof(err)), 0);
+	ck_assert_int_eq(u.tls, 0);
+
+	ck_assert_msg(
+	    redis_url_parse("redis+sentinel://al:pw@s1:26380,s2,[::1]:26390/my%20m?db=3&tls=1", &u,
+			    err, sizeof(err)) == 0,
+	    "%s", err);
+	ck_assert_int_eq(u.kind, REDIS_URL_SENTINEL);
+	ck_assert_uint_eq(u.nhosts, 3);
+	ck_assert_str_eq(u.hosts[0].host, "s1");
+	ck_assert_int_eq(u.hosts[0].port, 26380);
+	ck_assert_str_eq(u.hosts[1].host, "s2");
+	ck_assert_int_eq(u.hosts[1].port, 26379); /* the sentinel default */
+	ck_assert_str_eq(u.hosts[2].host, "::1");
+	ck_assert_int_eq(u.hosts[2].port, 26390);
+	ck_assert_str_eq(u.master, "my m");
+	ck_assert_int_eq(u.db, 3);
+	ck_assert_int_eq(u.tls, 1);
+	ck_assert_str_eq(u.user, "al");
+	ck_assert_str_eq(u.password, "pw");
+
+	ck_assert_msg(redis_url_parse("redis+cluster://c1:7000,c2:7001,c3", &u, err, sizeof(err)) ==
+			  0,
+		      "%s", err);
+	ck_assert_int_eq(u.kind, REDIS_URL_CLUSTER);
+	ck_assert_uint_eq(u.nhosts, 3);
+	ck_assert_str_eq(u.hosts[1].host, "c2");
+	ck_assert_int_eq(u.hosts[1].port, 7001);
+	ck_assert_int_eq(u.hosts[2].port, 6379);
+	ck_assert_int_eq(u.tls, 0);
+	ck_assert_int_eq(u.db, 0);
+
+	ck_assert_msg(redis_url_parse("redis+cluster://:pw@c1/?tls=1", &u, err, sizeof(err)) == 0,
+		      "%s", err);
+	ck_assert_uint_eq(u.nhosts, 1);
+	ck_assert_int_eq(u.tls, 1);
+	ck_assert_str_eq(u.password, "pw");
+}
+END_TEST
 
 START_TEST(test_bad)
 {
@@ -145,9 +219,11 @@ END_TEST
 START_TEST(test_no_secret_in_errors)
 {
 	static const char *const urls[] = {
-		"redis://u:hunter2@h:99999", "redis://u:hunter2@",     "redis://u:hunter2@h/db",
-		"unix://u:hunter2@relative", "unix://:hunter2@/s?x=1", "u:hunter2@h://x",
-		"redis://u:hunter2%@h",
+		"redis://u:hunter2@h:99999",	  "redis://u:hunter2@",
+		"redis://u:hunter2@h/db",	  "unix://u:hunter2@relative",
+		"unix://:hunter2@/s?x=1",	  "u:hunter2@h://x",
+		"redis://u:hunter2%@h",		  "redis+sentinel://u:hunter2@h1,h2",
+		"redis+cluster://u:hunter2@h1/2",
 	};
 	struct redis_url u;
 	char err[256];
@@ -183,6 +259,7 @@ static Suite *redis_url_suite(void)
 	tcase_add_loop_test(tc, test_good, 0, (int)(sizeof(good) / sizeof(good[0])));
 	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad) / sizeof(bad[0])));
 	tcase_add_test(tc, test_long_fields);
+	tcase_add_test(tc, test_topologies);
 	tcase_add_test(tc, test_no_secret_in_errors);
 	tcase_add_test(tc, test_small_err_buffer);
 	suite_add_tcase(s, tc);

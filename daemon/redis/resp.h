@@ -1,0 +1,53 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * resp.h - the Redis wire codec: commands to bytes, bytes to replies.
+ *
+ * Owns: a streaming reply reader and the command formatter. It never
+ * touches a socket: the connection feeds it the bytes it read and takes the
+ * bytes it should write. The only user of hiredis in the daemon (its reader
+ * and formatter are what it does best; its async layer is not used).
+ */
+
+#ifndef ADMITD_RESP_H
+#define ADMITD_RESP_H
+
+#include "rpool.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct resp_reader;
+
+/* resp_reader_new - a reader with nothing buffered, or NULL on OOM. */
+struct resp_reader *resp_reader_new(void);
+void resp_reader_free(struct resp_reader *r);
+
+/* resp_feed - append len bytes read from the server. -1 on OOM. */
+int resp_feed(struct resp_reader *r, const char *buf, size_t len);
+
+/*
+ * resp_next - the next complete reply: 1 with *out set (the caller owns
+ * it: rval_free), 0 when more bytes are needed, -1 on a protocol error or
+ * OOM (the stream is unusable: close the connection).
+ */
+int resp_next(struct resp_reader *r, struct rval **out);
+
+/*
+ * resp_format - argv (binary-safe, lens may be NULL for C strings) as one
+ * RESP command in a malloc'd buffer *out of *outlen bytes. -1 on OOM.
+ */
+int resp_format(int argc, const char *const *argv, const size_t *lens, char **out, size_t *outlen);
+
+/* resp_free_cmd - free a buffer made by resp_format. */
+void resp_free_cmd(char *cmd);
+
+/* rval_free - free an owned reply (NULL is fine). */
+void rval_free(struct rval *v);
+
+/* rval_is_err - v is an error reply whose message starts with word. */
+bool rval_is_err(const struct rval *v, const char *word);
+
+#endif

@@ -1,0 +1,500 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * rtopo.c - which nodes the pool uses: the master named by Sentinels, or
+ * the masters of a Redis Cluster's slot map (see rpool_int.h).
+ *
+ * Owns: the control connection (to one sentinel, or to one cluster node),
+ * its reconnect timer, and the decisions that change p->master or
+ * p->slots. Data connections stay rpool.c's.
+ *
+ * Sentinel: the control connection asks SENTINEL get-master-addr-by-name
+ * and then SUBSCRIBEs to +switch-master on the same connection, so a
+ * failover is seen as soon as that sentinel announces it. To ask again
+ * (a data connection lost, a node that says it is not the master, a
+ * READONLY/LOADING/MASTERDOWN reply) the control connection is made anew:
+ * its first reply is the current answer. Sentinels are tried in turn.
+ *
+ * Cluster: the control connection asks CLUSTER SLOTS of a seed (or of a
+ * master it knows), on start, every RT_REFRESH_MS, and soon after a
+ * MOVED or a lost node connection.
+ *
+ * Nothing here runs user code; the changes that come from inside a
+ * connection callback (topo_stale, topo_node_lost) are acted on from the
+ * kick event, outside it.
+ */
+
+#include "rpool_int.h"
+
+#include "clock.h"
+#include "log.h"
+#include "rconn.h"
+#include "resp.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RT_REFRESH_MS	  2000 /* CLUSTER SLOTS when nothing asked for it sooner */
+#define RT_MIN_GAP_MS	  100  /* between two asks */
+#define RT_CLUSTER_GROWTH 1024 /* ranges in a CLUSTER SLOTS reply we accept */
+
+enum { KC_AUTH = 1, KC_ADDR, KC_SUB, KC_SLOTS };
+
+struct rp_topo_ctl {
+	struct rpool *p;
+	struct rconn *rc;
+	bool ready;		       /* SENTINEL: subscribed; CLUSTER: a map read */
+	bool slots_pending;	       /* CLUSTER SLOTS sent, no reply yet */
+	bool stale;		       /* ask again soon */
+	bool drop_master;	       /* SENTINEL: drop the master's connections too */
+	unsigned tries;		       /* connect attempts: picks the address */
+	char host[REDIS_URL_HOST_MAX]; /* of rc */
+	int port;
+	struct event *timer; /* connect deadline, or reconnect backoff */
+	struct event *kick;  /* act on stale / lost, outside connection callbacks */
+	struct event *tick;  /* CLUSTER: periodic refresh */
+	int64_t backoff_ms;
+	int64_t last_ask_ms;
+};
+
+static void ctl_connect(struct rp_topo_ctl *t);
+static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v);
+static void ctl_on_push(void *owner, struct rval *v);
+static void ctl_on_event(void *owner, bool up, const char *why);
+
+static const struct rconn_ops ctl_ops = {
+	.on_reply = ctl_on_reply,
+	.on_push = ctl_on_push,
+	.on_event = ctl_on_event,
+};
+
+static const char *topo_what(const struct rpool *p)
+{
+	return p->topo == TOPO_SENTINEL ? "sentinel" : "cluster node";
+}
+
+/* Close the control connection; reconnect after a (jittered) backoff. */
+static void ctl_drop(struct rp_topo_ctl *t, const char *why, bool next_address, bool at_once)
+{
+	struct rpool *p = t->p;
+	struct rconn *rc = t->rc;
+	int64_t d = t->backoff_ms, half = d / 2;
+	struct timeval tv;
+
+	if (rc != NULL) {
+		if (!p->freeing && why != NULL)
+			log_ratelimited(LOG_SLOT_REDIS_CONN, 1000,
+					"redis control connection closed", "%s=%s:%d reason=\"%s\"",
+					topo_what(p), t->host, t->port, why);
+		t->rc = NULL;
+		rconn_free(rc);
+	}
+	t->ready = false;
+	t->slots_pending = false;
+	evtimer_del(t->timer);
+	if (p->freeing)
+		return;
+	if (next_address)
+		t->tries++;
+	if (at_once) {
+		d = 0;
+	} else {
+		d = half + (int64_t)(rp_rand(p) % (uint64_t)(d - half + 1));
+		t->backoff_ms =
+		    t->backoff_ms * 2 > p->backoff_max_ms ? p->backoff_max_ms : t->backoff_ms * 2;
+	}
+	tv = ms_to_tv(d);
+	evtimer_add(t->timer, &tv);
+}
+
+/* The address of the next attempt: masters of the map first, then seeds. */
+static void ctl_pick(struct rp_topo_ctl *t, const char **host, int *port)
+{
+	struct rpool *p = t->p;
+	size_t known = 0, k;
+
+	if (p->topo == TOPO_CLUSTER)
+		for (struct rp_node *n = p->nodes; n != NULL; n = n->next)
+			known += n->active && n->slots > 0;
+	k = t->tries % (known + p->url.nhosts);
+	if (k >= known) {
+		*host = p->url.hosts[k - known].host;
+		*port = p->url.hosts[k - known].port;
+		return;
+	}
+	for (struct rp_node *n = p->nodes; n != NULL; n = n->next)
+		if (n->active && n->slots > 0 && k-- == 0) {
+			*host = n->host;
+			*port = n->port;
+			return;
+		}
+}
+
+static bool ctl_send_slots(struct rp_topo_ctl *t)
+{
+	if (t->rc == NULL || t->slots_pending)
+		return true;
+	t->last_ask_ms = clock_mono_ms();
+	t->stale = false;
+	if (!rp_send_argv(t->rc, 2, (const char *[]){ "CLUSTER", "SLOTS" }, KC_SLOTS, NULL))
+		return false;
+	t->slots_pending = true;
+	return true;
+}
+
+static void ctl_connect(struct rp_topo_ctl *t)
+{
+	struct rpool *p = t->p;
+	struct timeval tv = ms_to_tv(p->timeout_ms);
+	const char *host = NULL, *pass;
+	char err[200];
+	bool ok = true;
+
+	ctl_pick(t, &host, &t->port);
+	snprintf(t->host, sizeof(t->host), "%s", host);
+	t->rc = rconn_new(p->base, t->host, t->port, NULL, p->url.tls ? p->tls : NULL, &ctl_ops, t,
+			  err, sizeof(err));
+	if (t->rc == NULL) {
+		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis connect failed", "%s=%s:%d err=\"%s\"",
+				topo_what(p), t->host, t->port, err);
+		ctl_drop(t, NULL, true, false);
+		return;
+	}
+	t->last_ask_ms = clock_mono_ms();
+	evtimer_add(t->timer, &tv);
+	pass = p->topo == TOPO_SENTINEL ? p->sentinel_password : p->password;
+	if (pass != NULL) {
+		if (p->topo == TOPO_CLUSTER && p->user != NULL)
+			ok = rp_send_argv(t->rc, 3, (const char *[]){ "AUTH", p->user, pass },
+					  KC_AUTH, NULL);
+		else
+			ok =
+			    rp_send_argv(t->rc, 2, (const char *[]){ "AUTH", pass }, KC_AUTH, NULL);
+	}
+	if (p->topo == TOPO_SENTINEL) {
+		const char *ask[3] = { "SENTINEL", "get-master-addr-by-name", p->url.master };
+		const char *sub[2] = { "SUBSCRIBE", "+switch-master" };
+		ok = ok && rp_send_argv(t->rc, 3, ask, KC_ADDR, NULL) &&
+		     rp_send_argv(t->rc, 2, sub, KC_SUB, NULL);
+	} else {
+		t->stale = false;
+		ok = ok && ctl_send_slots(t);
+	}
+	if (!ok)
+		ctl_drop(t, "cannot queue the request", true, false);
+}
+
+static void ctl_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct rp_topo_ctl *t = arg;
+
+	(void)fd;
+	(void)what;
+	if (t->rc == NULL)
+		ctl_connect(t);
+	else if (!t->ready)
+		ctl_drop(t, "timeout", true, false);
+}
+
+/* ---- Sentinel ---- */
+
+/* The master is at host:port from now on. */
+static void sentinel_use(struct rpool *p, const char *host, int port, const char *why)
+{
+	struct rp_node *n = node_get(p, host, port), *old = p->master;
+
+	if (n == NULL)
+		return;
+	if (n == old) {
+		node_activate(n);
+		return;
+	}
+	if (old != NULL)
+		log_warn("redis master changed", "from=%s to=%s reason=%s", old->name, n->name,
+			 why);
+	else
+		log_info("redis master found", "master=%s reason=%s", n->name, why);
+	p->master = n;
+	node_activate(n);
+	if (old != NULL)
+		node_deactivate(old, "no longer the master");
+	run_schedule(p);
+}
+
+static void sentinel_addr_reply(struct rp_topo_ctl *t, const struct rval *v)
+{
+	struct rpool *p = t->p;
+	char buf[200];
+	long port;
+	char *end;
+
+	if (v->type == RV_ARR && v->n == 2 && v->a[0].type == RV_STR && v->a[1].type == RV_STR) {
+		port = strtol(v->a[1].s, &end, 10);
+		if (*end == '\0' && port > 0 && port <= 65535 && v->a[0].len > 0 &&
+		    v->a[0].len < REDIS_URL_HOST_MAX) {
+			sentinel_use(p, v->a[0].s, (int)port, "sentinel");
+			return;
+		}
+	}
+	log_ratelimited(LOG_SLOT_REDIS, 1000, "sentinel does not name the master",
+			"sentinel=%s:%d master=\"%s\" reply=\"%s\"", t->host, t->port,
+			log_safe(p->url.master, buf, 64),
+			v->type == RV_ERR ? log_safe(v->s, buf + 64, sizeof(buf) - 64) : "nil");
+	ctl_drop(t, NULL, true, false);
+}
+
+/* "+switch-master" payload: "NAME OLDIP OLDPORT NEWIP NEWPORT". */
+static void ctl_on_push(void *owner, struct rval *v)
+{
+	struct rp_topo_ctl *t = owner;
+	struct rpool *p = t->p;
+	char name[REDIS_URL_NAME_MAX], oh[REDIS_URL_HOST_MAX], nh[REDIS_URL_HOST_MAX];
+	int op, np;
+
+	if (v->type == RV_ARR && v->n == 3 && v->a[0].type == RV_STR &&
+	    strcmp(v->a[0].s, "message") == 0 && v->a[2].type == RV_STR &&
+	    sscanf(v->a[2].s, "%127s %255s %d %255s %d", name, oh, &op, nh, &np) == 5 &&
+	    strcmp(name, p->url.master) == 0 && np > 0 && np <= 65535)
+		sentinel_use(p, nh, np, "switch-master");
+	rval_free(v);
+}
+
+/* ---- Cluster ---- */
+
+struct range {
+	long start, end;
+	struct rp_node *n;
+};
+
+/* A CLUSTER SLOTS reply into the map; false when it is malformed or empty. */
+static bool cluster_apply(struct rp_topo_ctl *t, const struct rval *v)
+{
+	struct rpool *p = t->p;
+	struct range *r;
+	size_t nr = 0;
+
+	if (v->type != RV_ARR || v->n == 0 || v->n > RT_CLUSTER_GROWTH)
+		return false;
+	r = calloc(v->n, sizeof(*r));
+	if (r == NULL)
+		return false;
+	for (size_t i = 0; i < v->n; i++) {
+		const struct rval *e = &v->a[i], *m;
+		const char *host;
+		if (e->type != RV_ARR || e->n < 3 || e->a[0].type != RV_INT ||
+		    e->a[1].type != RV_INT || e->a[2].type != RV_ARR || e->a[2].n < 2)
+			goto bad;
+		m = &e->a[2];
+		if (m->a[0].type != RV_STR || m->a[1].type != RV_INT ||
+		    m->a[0].len >= REDIS_URL_HOST_MAX || m->a[1].i < 1 || m->a[1].i > 65535)
+			goto bad;
+		if (e->a[0].i < 0 || e->a[1].i >= SLOT_COUNT || e->a[0].i > e->a[1].i)
+			goto bad;
+		/* An empty or unknown endpoint: the node we asked. */
+		host = m->a[0].len == 0 || strcmp(m->a[0].s, "?") == 0 ? t->host : m->a[0].s;
+		r[nr].start = e->a[0].i;
+		r[nr].end = e->a[1].i;
+		r[nr].n = node_get(p, host, (int)m->a[1].i);
+		if (r[nr].n == NULL)
+			goto bad;
+		nr++;
+	}
+	for (struct rp_node *n = p->nodes; n != NULL; n = n->next)
+		n->slots = 0;
+	memset(p->slots, 0, SLOT_COUNT * sizeof(*p->slots));
+	for (size_t i = 0; i < nr; i++) {
+		for (long s = r[i].start; s <= r[i].end; s++)
+			p->slots[s] = r[i].n;
+		r[i].n->slots += (int)(r[i].end - r[i].start + 1);
+	}
+	free(r);
+	for (struct rp_node *n = p->nodes; n != NULL; n = n->next) {
+		if (n->slots > 0)
+			node_activate(n);
+		else if (n->active)
+			node_deactivate(n, "owns no slot");
+	}
+	if (!p->map_known)
+		log_info("redis cluster slot map read", "node=%s:%d ranges=%zu", t->host, t->port,
+			 nr);
+	p->map_known = true;
+	run_schedule(p);
+	return true;
+bad:
+	free(r);
+	return false;
+}
+
+static void ctl_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct rp_topo_ctl *t = arg;
+	struct timeval tv = ms_to_tv(RT_REFRESH_MS);
+
+	(void)fd;
+	(void)what;
+	if (t->ready && !ctl_send_slots(t))
+		ctl_drop(t, "cannot send CLUSTER SLOTS", true, false);
+	evtimer_add(t->tick, &tv);
+}
+
+/* ---- the control connection's replies ---- */
+
+static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v)
+{
+	struct rp_topo_ctl *t = owner;
+	struct rpool *p = t->p;
+	char buf[200];
+
+	(void)tag;
+	if (v == NULL || t->rc == NULL) {
+		rval_free(v);
+		return;
+	}
+	if (v->type == RV_ERR && kind != KC_ADDR) {
+		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis control request failed",
+				"%s=%s:%d err=\"%s\"", topo_what(p), t->host, t->port,
+				log_safe(v->s, buf, sizeof(buf)));
+		rval_free(v);
+		ctl_drop(t, NULL, true, false);
+		return;
+	}
+	switch (kind) {
+	case KC_ADDR: sentinel_addr_reply(t, v); break;
+	case KC_SUB:
+		t->ready = true;
+		t->backoff_ms = p->backoff_min_ms;
+		evtimer_del(t->timer);
+		break;
+	case KC_SLOTS:
+		t->slots_pending = false;
+		if (!cluster_apply(t, v)) {
+			log_ratelimited(LOG_SLOT_REDIS, 1000, "redis CLUSTER SLOTS: unusable reply",
+					"node=%s:%d", t->host, t->port);
+			ctl_drop(t, NULL, true, false);
+			break;
+		}
+		t->ready = true;
+		t->backoff_ms = p->backoff_min_ms;
+		evtimer_del(t->timer);
+		if (t->stale) {
+			struct timeval tv = ms_to_tv(RT_MIN_GAP_MS);
+			event_add(t->kick, &tv);
+		}
+		break;
+	default: break; /* AUTH: OK */
+	}
+	rval_free(v);
+}
+
+static void ctl_on_event(void *owner, bool up, const char *why)
+{
+	struct rp_topo_ctl *t = owner;
+
+	if (!up)
+		ctl_drop(t, why, true, false);
+}
+
+/* Act on stale/lost: ask again (at most once per RT_MIN_GAP_MS). */
+static void ctl_kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct rp_topo_ctl *t = arg;
+	struct rpool *p = t->p;
+	int64_t gap = clock_mono_ms() - t->last_ask_ms;
+
+	(void)fd;
+	(void)what;
+	if (gap < RT_MIN_GAP_MS) {
+		struct timeval tv = ms_to_tv(RT_MIN_GAP_MS - gap);
+		event_add(t->kick, &tv);
+		return;
+	}
+	if (p->topo == TOPO_SENTINEL) {
+		if (t->drop_master && p->master != NULL)
+			for (int i = 0; i < p->master->nconns; i++)
+				if (p->master->conns[i].state == CS_READY) {
+					/* a demoted master: reconnect, and ROLE checks it */
+					node_deactivate(p->master, "not writable");
+					node_activate(p->master);
+					break;
+				}
+		t->drop_master = false;
+		t->last_ask_ms = clock_mono_ms();
+		if (t->rc != NULL)
+			ctl_drop(t, NULL, false, true); /* reconnects now and asks again */
+	} else if (t->ready) {
+		if (!ctl_send_slots(t))
+			ctl_drop(t, "cannot send CLUSTER SLOTS", true, false);
+	} else {
+		t->stale = true; /* asked when the connection is back */
+	}
+}
+
+static void ctl_kick(struct rp_topo_ctl *t)
+{
+	struct timeval tv = { 0, 0 };
+
+	t->stale = true;
+	if (!evtimer_pending(t->kick, NULL))
+		evtimer_add(t->kick, &tv);
+}
+
+/* ---- rpool.c's interface ---- */
+
+bool topo_start(struct rpool *p)
+{
+	struct rp_topo_ctl *t = calloc(1, sizeof(*t));
+	struct timeval tv = ms_to_tv(RT_REFRESH_MS);
+
+	if (t == NULL)
+		return false;
+	p->ctl = t;
+	t->p = p;
+	t->backoff_ms = p->backoff_min_ms;
+	t->timer = evtimer_new(p->base, ctl_timer_cb, t);
+	t->kick = evtimer_new(p->base, ctl_kick_cb, t);
+	t->tick = evtimer_new(p->base, ctl_tick_cb, t);
+	if (t->timer == NULL || t->kick == NULL || t->tick == NULL)
+		return false;
+	if (p->topo == TOPO_CLUSTER && evtimer_add(t->tick, &tv) != 0)
+		return false;
+	ctl_connect(t);
+	return true;
+}
+
+void topo_node_lost(struct rpool *p, struct rp_node *n)
+{
+	(void)n;
+	if (p->ctl != NULL)
+		ctl_kick(p->ctl);
+}
+
+void topo_stale(struct rpool *p)
+{
+	if (p->ctl == NULL)
+		return;
+	if (p->topo == TOPO_SENTINEL)
+		p->ctl->drop_master = true;
+	ctl_kick(p->ctl);
+}
+
+void topo_free(struct rpool *p)
+{
+	struct rp_topo_ctl *t = p->ctl;
+
+	if (t == NULL)
+		return;
+	p->ctl = NULL;
+	if (t->rc != NULL)
+		rconn_free(t->rc);
+	if (t->timer != NULL)
+		event_free(t->timer);
+	if (t->kick != NULL)
+		event_free(t->kick);
+	if (t->tick != NULL)
+		event_free(t->tick);
+	free(t);
+}
