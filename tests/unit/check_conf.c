@@ -106,6 +106,39 @@ START_TEST(test_admitd_defaults)
 }
 END_TEST
 
+/* The TLS and Sentinel keys, with the URLs they go with; verify defaults to yes. */
+START_TEST(test_redis_topology_keys)
+{
+	struct conf *c = load("[admitd]\n"
+			      "redis = redis+sentinel://s1:26379,s2:26380/mymaster?db=2&tls=1\n"
+			      "sentinel_password_file = /etc/admitd/sentinel.pass\n"
+			      "redis_tls_ca_file = /etc/admitd/ca.pem\n"
+			      "redis_tls_cert_file = /etc/admitd/client.pem\n"
+			      "redis_tls_key_file = /etc/admitd/client.key\n"
+			      "redis_tls_server_name = redis.internal\n");
+
+	ck_assert_msg(c != NULL, "%s", errtext);
+	ck_assert_str_eq(c->sentinel_password_file, "/etc/admitd/sentinel.pass");
+	ck_assert_str_eq(c->redis_tls_ca_file, "/etc/admitd/ca.pem");
+	ck_assert_str_eq(c->redis_tls_cert_file, "/etc/admitd/client.pem");
+	ck_assert_str_eq(c->redis_tls_key_file, "/etc/admitd/client.key");
+	ck_assert_str_eq(c->redis_tls_server_name, "redis.internal");
+	ck_assert(c->redis_tls_verify);
+	conf_free(c);
+
+	c = load("[admitd]\nredis = rediss://h:6380\nredis_tls_verify = no\n");
+	ck_assert_msg(c != NULL, "%s", errtext);
+	ck_assert(!c->redis_tls_verify);
+	ck_assert_ptr_null(c->redis_tls_ca_file);
+	conf_free(c);
+
+	c = load("[admitd]\nredis = redis+cluster://n1:7000,n2:7001,n3:7002\n");
+	ck_assert_msg(c != NULL, "%s", errtext);
+	ck_assert_str_eq(c->redis, "redis+cluster://n1:7000,n2:7001,n3:7002");
+	conf_free(c);
+}
+END_TEST
+
 START_TEST(test_admitd_keys)
 {
 	struct conf *c = load("[admitd]\n"
@@ -431,6 +464,23 @@ static const struct {
 	  "aaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
 	  "t.conf:2: socket: socket path longer than 107 bytes\n" },
 	{ "[admitd]\nredis = http://x\n", NULL }, /* redis_url's message; checked by prefix */
+	{ "[admitd]\nredis = redis+cluster://\n",
+	  "t.conf:2: redis: redis url: no cluster seed node in the url\n" },
+	{ "[admitd]\nredis = redis+sentinel://s1:26379,s2:26379\n",
+	  "t.conf:2: redis: redis url: empty master name (want .../MASTERNAME)\n" },
+	{ "[admitd]\nredis = redis+sentinel://s1:26379,,s2/m\n",
+	  "t.conf:2: redis: redis url: empty host in the sentinel host list\n" },
+	{ "[admitd]\nredis = redis+cluster://n1:7000,n2:x\n",
+	  "t.conf:2: redis: redis url: port must be a number in 1..65535\n" },
+	{ "[admitd]\nredis = redis://h\nredis_tls_ca_file = /ca.pem\n",
+	  "t.conf:3: redis_tls_ca_file is set but redis is not a TLS url (rediss://, or ?tls=1 on "
+	  "redis+sentinel:// and redis+cluster://)\n" },
+	{ "[admitd]\nredis = rediss://h\nredis_tls_key_file = /k.pem\n",
+	  "t.conf:3: redis_tls_key_file without redis_tls_cert_file\n" },
+	{ "[admitd]\nredis = redis+cluster://n1\nsentinel_password_file = /pw\n",
+	  "t.conf:3: sentinel_password_file is set but redis is not a redis+sentinel:// url\n" },
+	{ "[admitd]\nredis = rediss://h\nredis_tls_verify = maybe\n",
+	  "t.conf:3: redis_tls_verify: not a boolean (yes/no, true/false, on/off, 1/0)\n" },
 	{ "[admitd]\nprefix = a{b}\n", "t.conf:2: prefix: must not contain blanks, '{' or '}'\n" },
 	{ "[admitd]\nprefix = a b\n", "t.conf:2: prefix: must not contain blanks, '{' or '}'\n" },
 	{ "[admitd]\nmax_line = 100\n", "t.conf:2: max_line: must be between 1024 bytes and "
@@ -788,6 +838,7 @@ static Suite *conf_suite(void)
 	tcase_add_checked_fixture(tc, NULL, teardown);
 	tcase_add_test(tc, test_admitd_defaults);
 	tcase_add_test(tc, test_admitd_keys);
+	tcase_add_test(tc, test_redis_topology_keys);
 	tcase_add_test(tc, test_admitd_variants);
 	tcase_add_test(tc, test_scope_defaults);
 	tcase_add_test(tc, test_scope_keys);
