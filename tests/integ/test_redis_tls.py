@@ -21,6 +21,7 @@ Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_redis_tls -v
 """
 
 import time
+import types
 import unittest
 
 from . import harness
@@ -177,7 +178,8 @@ class TlsInvariantsTest(TlsCase):
 class TlsRefusedTest(TlsCase):
     """A certificate admitd must not accept: never on Redis, fail_mode serves."""
 
-    def assertRefusedTls(self, srv, **kw):
+    def assertRefusedTls(self, srv, reasons, **kw):
+        """reasons: words one of which the logged refusal must give."""
         p = self.pods(srv, **kw)
         d = p.daemons[0]
         t0 = now()
@@ -198,24 +200,36 @@ class TlsRefusedTest(TlsCase):
                 time.sleep(0.1)
         self.assertEqual(admitd_commands(srv), {}, "a command ran over a refused connection")
         self.assertEqual(srv.command("EXISTS", key_name("admitd", "q", "k", "q")), 0)
+        # Logged, with why: the verification failed, for this reason.
         log = d.stderr_text().lower()
-        self.assertTrue("certificate" in log or "verify" in log or "tls" in log,
-                        d.stderr_text())
+        self.assertIn("certificate verify failed", log)
+        self.assertTrue(any(w in log for w in reasons), (reasons, d.stderr_text()))
         return log
 
     def test_wrong_ca(self):
         srv = self.server()
-        self.assertRefusedTls(srv, ca="wrong_ca.crt")
+        self.assertRefusedTls(srv, ("self-signed", "self signed", "unable to get local issuer"),
+                              ca="wrong_ca.crt")
 
     def test_expired_certificate(self):
         srv = self.server(cert="expired")
         r = srv.cli_tls("PING")
         self.assertNotEqual(r.stdout.strip(), "PONG", "redis-cli accepted the expired cert")
-        self.assertRefusedTls(srv)
+        self.assertRefusedTls(srv, ("expired",))
 
     def test_certificate_for_another_name(self):
         srv = self.server(cert="othername")
-        self.assertRefusedTls(srv)
+        self.assertRefusedTls(srv, ("mismatch",))
+
+    def test_host_name_checked_by_dns_entry(self):
+        # rediss://localhost: matched against the certificate's DNS names.
+        good = self.server()
+        p = self.pods(types.SimpleNamespace(url="rediss://localhost:%d" % good.tls_port))
+        wait_backend(p.daemons[0], "redis", 10.0)
+        bad = self.server(cert="othername")
+        via_name = types.SimpleNamespace(url="rediss://localhost:%d" % bad.tls_port,
+                                         command=bad.command)
+        self.assertRefusedTls(via_name, ("mismatch",))
 
     def test_server_name_names_the_certificate(self):
         # The same certificate is accepted once admitd is told to expect it.
