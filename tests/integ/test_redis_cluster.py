@@ -316,6 +316,28 @@ class MigrationTest(ClusterCase):
         self.assertEqual(self.keys_on_owner("mq", k, src), [])
 
 
+    def test_script_flush_on_one_master_under_load(self):
+        # NOSCRIPT is per node: the scripts are loaded again there, and no
+        # request of any master is served from fallback or fails.
+        by = self.rc.keys_by_master("mq", 1, prefix="flush")
+        keys = [by[i][0] for i in range(3)]
+        p = self.pods()
+
+        def control():
+            for _ in range(4):
+                time.sleep(0.4)
+                self.assertEqual(self.rc.nodes[1].command("SCRIPT", "FLUSH"), "OK")
+            time.sleep(0.5)
+
+        replies, _ = load(self, p, "mq", control, per_daemon=3, budget_ms=300,
+                          key=lambda i: keys[i % 3])
+        self.assertTrue(p.alive(), p.logs())
+        self.assertAllRedis(replies)
+        for k in keys:
+            self.assertTrue([x for x in replies if x[4] == k and x[3].get("ok")], k)
+        self.assertIn("NOSCRIPT", p.logs())
+
+
 class NodeDownTest(ClusterCase):
 
     def test_master_killed_under_load(self):
