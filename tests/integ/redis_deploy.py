@@ -168,14 +168,23 @@ class ClusterNode(RedisServer):
     port; its nodes.conf lives in its temp dir, so restart() brings the same
     node (same id, same slots) back."""
 
-    def __init__(self, node_timeout_ms=2000, args=()):
-        super().__init__(port=True, args=[
+    def __init__(self, node_timeout_ms=2000, args=(), tls=None):
+        port = free_cluster_port()
+        if tls is not None:
+            # TLS only, clients and bus alike (--port 0); the harness's own
+            # commands go over the plain Unix socket.
+            args = ["--tls-port", str(port), "--tls-cluster", "yes", "--tls-replication", "yes",
+                    "--tls-cert-file", tls.path("server.crt"),
+                    "--tls-key-file", tls.path("server.key"),
+                    "--tls-ca-cert-file", tls.path("ca.crt"),
+                    "--tls-auth-clients", "optional", *args]
+        super().__init__(port=tls is None, args=[
             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(node_timeout_ms),
             # A master down must cost only its own slots.
             "--cluster-require-full-coverage", "no",
             "--cluster-allow-reads-when-down", "no", *args])
-        self.port = free_cluster_port()
+        self.port = port
         self.node_id = None
 
     @property
@@ -217,11 +226,15 @@ class RedisClusterDeploy:
     every log and temp dir is kept."""
 
     def __init__(self, n=3, node_timeout_ms=2000, tls=None):
-        self.nodes = [ClusterNode(node_timeout_ms) for _ in range(n)]
+        """tls: a TlsFiles: the nodes speak TLS only (clients and bus), and
+        .url asks for it (?tls=1)."""
+        self.tls = tls
+        self.nodes = [ClusterNode(node_timeout_ms, tls=tls) for _ in range(n)]
 
     @property
     def url(self):
-        return "redis+cluster://" + ",".join(n.addr for n in self.nodes)
+        return "redis+cluster://" + ",".join(n.addr for n in self.nodes) + (
+            "?tls=1" if self.tls else "")
 
     def seeds(self):
         return ",".join(n.addr for n in self.nodes)
@@ -229,7 +242,8 @@ class RedisClusterDeploy:
     def start(self):
         for n in self.nodes:
             n.start()
-        r = subprocess.run(["redis-cli", "--cluster", "create", *[n.addr for n in self.nodes],
+        tls = ["--tls", "--cacert", self.tls.path("ca.crt")] if self.tls else []
+        r = subprocess.run(["redis-cli", *tls, "--cluster", "create", *[n.addr for n in self.nodes],
                             "--cluster-replicas", "0", "--cluster-yes"],
                            capture_output=True, text=True, timeout=60)
         if r.returncode != 0:

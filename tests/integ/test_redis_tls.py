@@ -26,7 +26,8 @@ import unittest
 
 from . import harness
 from .harness import _TempDir, acquire_req, max_overlap, now
-from .redis_deploy import ConfCheckMixin, TlsFiles, TlsRedis, has_failed, what_is_missing
+from .redis_deploy import (ConfCheckMixin, RedisClusterDeploy, TlsFiles, TlsRedis, has_failed,
+                           what_is_missing)
 from .redis_util import (Pods, hammer, key_name, load, per_window, span_excess, status,
                          wait_backend)
 
@@ -250,6 +251,37 @@ class TlsRefusedTest(TlsCase):
         with d.connect() as c:
             r = c.request(acquire_req("q", "nv", timeout_ms=0))
             self.assertEqual(r.get("backend"), "redis", r)
+
+
+@unittest.skipIf(what_is_missing("cluster"), what_is_missing("cluster") or "")
+class TlsClusterTest(TlsCase):
+    """redis+cluster://...?tls=1 to a cluster whose nodes speak TLS only."""
+
+    def test_cluster_over_tls(self):
+        rc = RedisClusterDeploy(3, tls=self.files)
+        rc.__enter__()
+        self.addCleanup(lambda: rc.cleanup(has_failed(self)))
+        by = rc.keys_by_master("q", 1, prefix="tls")
+        p = self.pods(rc)
+        d = p.daemons[0]
+        wait_backend(d, "redis", 10.0)
+        with d.connect() as c:
+            for i in range(3):
+                k = by[i][0]
+                r = c.request(acquire_req("q", k, timeout_ms=0))
+                self.assertIs(r.get("ok"), True, r)
+                self.assertEqual(r.get("backend"), "redis", r)
+                self.assertEqual(rc.nodes[i].command("ZCARD", key_name("admitd", "q", k, "q")), 1)
+        # The same cluster through a wrong CA: refused, fail_mode serves.
+        p2 = self.pods(rc, ca="wrong_ca.crt")
+        d2 = p2.daemons[0]
+        t0 = now()
+        with d2.connect() as c:
+            while now() < t0 + 1.0:
+                r = c.request(acquire_req("q", "wrongca", timeout_ms=0))
+                self.assertEqual(r.get("backend"), "fallback", r)
+                time.sleep(0.1)
+        self.assertIn("certificate verify failed", d2.stderr_text())
 
 
 class TlsClientCertTest(TlsCase):
