@@ -421,14 +421,25 @@ class SentinelServer:
     its conf (which it rewrites) in its temp dir."""
 
     def __init__(self, master_name, master_port, quorum=2, down_after_ms=1000,
-                 failover_timeout_ms=4000, password=None):
+                 failover_timeout_ms=4000, password=None, tls=None):
         self.tmp = _TempDir("sentinel-")
         self.port = harness.free_tcp_port()
         self.conf_path = os.path.join(self.tmp.path, "sentinel.conf")
         self.log_path = os.path.join(self.tmp.path, "sentinel.log")
         self.password = password
-        lines = [
-            "port %d" % self.port, "bind 127.0.0.1", "protected-mode no",
+        self.tls = tls
+        if tls is not None:
+            # TLS only, to clients and (tls-replication) to the nodes and
+            # the other sentinels.
+            lines = ["port 0", "tls-port %d" % self.port,
+                     "tls-cert-file %s" % tls.path("server.crt"),
+                     "tls-key-file %s" % tls.path("server.key"),
+                     "tls-ca-cert-file %s" % tls.path("ca.crt"),
+                     "tls-auth-clients optional", "tls-replication yes"]
+        else:
+            lines = ["port %d" % self.port]
+        lines += [
+            "bind 127.0.0.1", "protected-mode no",
             "dir %s" % self.tmp.path,
             "sentinel monitor %s 127.0.0.1 %d %d" % (master_name, master_port, quorum),
             "sentinel down-after-milliseconds %s %d" % (master_name, down_after_ms),
@@ -468,7 +479,15 @@ class SentinelServer:
         return self
 
     def connect(self, timeout=5.0):
-        c = RespConn(socket.create_connection(("127.0.0.1", self.port), timeout))
+        raw = socket.create_connection(("127.0.0.1", self.port), timeout)
+        if self.tls is not None:
+            ctx = ssl.create_default_context(cafile=self.tls.path("ca.crt"))
+            try:
+                raw = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+            except BaseException:
+                raw.close()
+                raise
+        c = RespConn(raw)
         if self.password:
             c.command("AUTH", self.password)
         return c
@@ -511,8 +530,11 @@ class SentinelDeploy:
     NAME = "mymaster"
 
     def __init__(self, down_after_ms=1000, failover_timeout_ms=4000, sentinel_password=None,
-                 redis_password=None, replicas=1):
-        self.servers = [RedisServer(port=True, password=redis_password)]
+                 redis_password=None, replicas=1, tls=None):
+        """tls: a TlsFiles: every node and sentinel speaks TLS only, and .url
+        asks for it (?tls=1)."""
+        self.tls = tls
+        self.servers = [self._server(redis_password)]
         self.redis_password = redis_password
         self.sentinel_password = sentinel_password
         self.down_after_ms = down_after_ms
@@ -520,9 +542,15 @@ class SentinelDeploy:
         self.n_replicas = replicas
         self.sentinels = []
 
+    def _server(self, password, args=()):
+        if self.tls is not None:
+            return TlsRedis(self.tls, password=password, args=["--tls-replication", "yes", *args])
+        return RedisServer(port=True, password=password, args=args)
+
     @property
     def url(self):
-        return "redis+sentinel://%s/%s" % (",".join(s.addr for s in self.sentinels), self.NAME)
+        return "redis+sentinel://%s/%s%s" % (",".join(s.addr for s in self.sentinels), self.NAME,
+                                             "?tls=1" if self.tls else "")
 
     def start(self):
         m = self.servers[0]
@@ -531,14 +559,14 @@ class SentinelDeploy:
             args = ["--replicaof", "127.0.0.1", str(m.port)]
             if self.redis_password:
                 args += ["--masterauth", self.redis_password]
-            r = RedisServer(port=True, password=self.redis_password, args=args)
+            r = self._server(self.redis_password, args)
             self.servers.append(r)
             r.start()
         self.wait_replicated(m)
         for _ in range(3):
             s = SentinelServer(self.NAME, m.port, down_after_ms=self.down_after_ms,
                                failover_timeout_ms=self.failover_timeout_ms,
-                               password=self.sentinel_password)
+                               password=self.sentinel_password, tls=self.tls)
             if self.redis_password:
                 with open(s.conf_path, "a") as f:
                     f.write("sentinel auth-pass %s %s\n" % (self.NAME, self.redis_password))
@@ -744,6 +772,8 @@ class TlsRedis(RedisServer):
             "--tls-key-file", files.path(cert + ".key"),
             "--tls-ca-cert-file", files.path("ca.crt"),
             "--tls-auth-clients", auth_clients, *args])
+        # Where it listens (TLS): what a sentinel or a replica is told.
+        self.port = self.tls_port
 
     @property
     def url(self):

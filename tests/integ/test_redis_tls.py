@@ -26,8 +26,8 @@ import unittest
 
 from . import harness
 from .harness import _TempDir, acquire_req, max_overlap, now
-from .redis_deploy import (ConfCheckMixin, RedisClusterDeploy, TlsFiles, TlsRedis, has_failed,
-                           what_is_missing)
+from .redis_deploy import (ConfCheckMixin, RedisClusterDeploy, SentinelDeploy, TlsFiles, TlsRedis,
+                           has_failed, what_is_missing)
 from .redis_util import (Pods, hammer, key_name, load, per_window, span_excess, status,
                          wait_backend)
 
@@ -282,6 +282,40 @@ class TlsClusterTest(TlsCase):
                 self.assertEqual(r.get("backend"), "fallback", r)
                 time.sleep(0.1)
         self.assertIn("certificate verify failed", d2.stderr_text())
+
+
+@unittest.skipIf(what_is_missing("sentinel"), what_is_missing("sentinel") or "")
+@unittest.skipIf(harness.VALGRIND, "a failover's timing; run under ASan instead of valgrind")
+class TlsSentinelTest(TlsCase):
+    """redis+sentinel://...?tls=1: sentinels, master and replica speak TLS only."""
+
+    def test_sentinel_over_tls_follows_a_failover(self):
+        sd = SentinelDeploy(tls=self.files)
+        sd.__enter__()
+        self.addCleanup(lambda: sd.cleanup(has_failed(self)))
+        p = self.pods(sd)
+        d = p.daemons[0]
+        wait_backend(d, "redis", 10.0)
+
+        def booked_on(server, key):
+            with d.connect() as c:
+                r = c.request(acquire_req("q", key, timeout_ms=0))
+            self.assertIs(r.get("ok"), True, r)
+            return r.get("backend") == "redis" and server.command(
+                "ZCARD", key_name("admitd", "q", key, "q")) == 1
+
+        self.assertTrue(booked_on(sd.master(), "before"))
+        old, _ = sd.kill_master()
+        new, t_prom = sd.wait_promoted(old)
+        # On the new master within 5 s of the promotion, over TLS again.
+        n = [0]
+
+        def moved():
+            n[0] += 1
+            return booked_on(new, "after%d" % n[0])
+        harness._wait_until(moved, 5.0 + harness.late_allowance(t_prom) + 5.0,
+                            "admitd on the new master", d.stderr_text, interval=0.05)
+        self.assertLess(now() - t_prom, 5.0 + harness.late_allowance(t_prom))
 
 
 class TlsClientCertTest(TlsCase):
