@@ -38,6 +38,41 @@ void rval_free(struct rval *v)
 	free(v);
 }
 
+/* Deep copy of src into *dst (zeroed by the caller); false on OOM. */
+static bool rval_dup(struct rval *dst, const struct rval *src)
+{
+	dst->type = src->type;
+	dst->i = src->i;
+	if (src->s != NULL) {
+		dst->s = malloc(src->len + 1);
+		if (dst->s == NULL)
+			return false;
+		memcpy(dst->s, src->s, src->len + 1);
+		dst->len = src->len;
+	}
+	if (src->n > 0) {
+		dst->a = calloc(src->n, sizeof(*dst->a));
+		if (dst->a == NULL)
+			return false;
+		dst->n = src->n;
+		for (size_t i = 0; i < src->n; i++)
+			if (!rval_dup(&dst->a[i], &src->a[i]))
+				return false;
+	}
+	return true;
+}
+
+struct rval *rval_copy(const struct rval *v)
+{
+	struct rval *c = calloc(1, sizeof(*c));
+
+	if (c != NULL && !rval_dup(c, v)) {
+		rval_free(c);
+		c = NULL;
+	}
+	return c;
+}
+
 bool rval_is_err(const struct rval *v, const char *word)
 {
 	size_t n = strlen(word);

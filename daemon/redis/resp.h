@@ -47,6 +47,9 @@ void resp_free_cmd(char *cmd);
 /* rval_free - free an owned reply (NULL is fine). */
 void rval_free(struct rval *v);
 
+/* rval_copy - a deep copy of v, or NULL on OOM. */
+struct rval *rval_copy(const struct rval *v);
+
 /* rval_is_err - v is an error reply whose message starts with word. */
 bool rval_is_err(const struct rval *v, const char *word);
 

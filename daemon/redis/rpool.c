@@ -46,7 +46,7 @@
 #define RP_DEFAULT_BACKOFF_MAX_MS 2000
 #define RP_MAX_POOL		  256
 #define RP_MAX_REDIRECTS	  5
-#define RP_TRYAGAIN_MS		  20 /* pause before retrying a TRYAGAIN */
+#define RP_TRYAGAIN_MS		  10 /* pause before retrying a TRYAGAIN */
 #define RP_PARK_TICK_MS		  5
 
 /* Handshake steps (the tag of a K_HS reply); SCRIPT LOAD i is HS_LOAD + i. */
@@ -122,6 +122,7 @@ static void call_free(struct rp_call *call)
 	if (call->timer != NULL)
 		event_free(call->timer);
 	rval_free(call->reply);
+	rval_free(call->last_err);
 	if (call->cmd != NULL)
 		resp_free_cmd(call->cmd);
 	free(call);
@@ -379,6 +380,7 @@ static void conn_drop(struct rp_conn *c, const char *why)
 			 n->name, c->idx, why);
 	c->rc = NULL;
 	c->state = CS_DISCONNECTED;
+	n->tried = true;
 	evtimer_del(c->timer);
 	rconn_free(rc);
 	if (!p->freeing) {
@@ -391,6 +393,7 @@ static void conn_drop(struct rp_conn *c, const char *why)
 
 static void conn_ready(struct rp_conn *c)
 {
+	c->node->tried = true;
 	evtimer_del(c->timer);
 	c->state = CS_READY;
 	c->backoff_ms = c->node->pool->backoff_min_ms;
@@ -465,6 +468,7 @@ static void conn_connect(struct rp_conn *c)
 	if (c->rc == NULL) {
 		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis connect failed",
 				"node=%s conn=%d err=\"%s\"", n->name, c->idx, err);
+		n->tried = true;
 		conn_backoff(c);
 		return;
 	}
@@ -632,6 +636,18 @@ static void park(struct rpool *p, struct rp_call *call, int64_t delay_ms)
 		evtimer_add(p->park_ev, &tv);
 }
 
+/*
+ * Park a call that a redirection (v) has not let run: if its deadline
+ * comes while it is parked, it completes with a copy of v (it certainly did
+ * not run), not with RP_TIMEOUT.
+ */
+static void park_with(struct rpool *p, struct rp_call *call, const struct rval *v, int64_t delay_ms)
+{
+	rval_free(call->last_err);
+	call->last_err = rval_copy(v);
+	park(p, call, delay_ms);
+}
+
 /* Parked calls whose time has come: sent when their node is ready. */
 static void park_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -710,12 +726,17 @@ static bool call_redirect(struct rp_conn *c, struct rp_call *call, const struct 
 
 	if (!moved && !ask && !rval_is_err(v, "TRYAGAIN"))
 		return false;
-	if (call->redirects++ >= RP_MAX_REDIRECTS || p->freeing)
+	if (p->freeing)
 		return false;
 	if (!moved && !ask) {
-		park(p, call, RP_TRYAGAIN_MS); /* a slot migrating: its keys are split */
+		/* A slot migrating with its keys split across two nodes: again
+		 * and again until it is whole, within the call's deadline. */
+		call->redirects = 0; /* paced: no tight loop to guard against */
+		park_with(p, call, v, RP_TRYAGAIN_MS);
 		return true;
 	}
+	if (call->redirects++ >= RP_MAX_REDIRECTS)
+		return false;
 	n = parse_redirect(p, c, v, &slot);
 	if (n == NULL)
 		return false;
@@ -730,7 +751,7 @@ static bool call_redirect(struct rp_conn *c, struct rp_call *call, const struct 
 	}
 	node_activate(n);
 	if (call_dispatch(p, call) != 0)
-		park(p, call, 0);
+		park_with(p, call, v, 0);
 	return true;
 }
 
@@ -818,6 +839,13 @@ static void call_timer_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (call->completed)
 		return;
+	if (c == NULL && call->last_err != NULL) {
+		/* parked after a redirection: it never ran; say why */
+		struct rval *v = call->last_err;
+		call->last_err = NULL;
+		call_complete(call, RP_OK, v);
+		return;
+	}
 	log_ratelimited(LOG_SLOT_REDIS_CALL, 1000, "redis call timed out",
 			"node=%s timeout_ms=%lld", call->node ? call->node->name : "none",
 			(long long)call->pool->timeout_ms);
@@ -985,14 +1013,23 @@ bool rpool_clock(const struct rpool *p, int64_t *offset_ms)
 
 bool rpool_up(const struct rpool *p)
 {
+	bool ready = false;
+
 	if (p->topo != TOPO_CLUSTER)
 		return p->master != NULL && node_ready(p->master);
 	if (!p->map_known)
 		return false;
-	for (const struct rp_node *n = p->nodes; n != NULL; n = n->next)
-		if (n->active && n->slots > 0 && node_ready(n))
-			return true;
-	return false;
+	/* Up once some master is ready and every master has had its first
+	 * chance to connect: a master that cannot be reached then fails its
+	 * own keys' calls only, but one still connecting at start is waited for. */
+	for (const struct rp_node *n = p->nodes; n != NULL; n = n->next) {
+		if (!n->active || n->slots == 0)
+			continue;
+		if (!n->tried)
+			return false;
+		ready |= node_ready(n);
+	}
+	return ready;
 }
 
 static bool args_ok(size_t argc, const char *const *argv)

@@ -56,6 +56,7 @@ struct rp_node {
 	int rr;
 	bool active; /* in the topology: its connections are kept up */
 	int slots;   /* Cluster: slots it owns in the map */
+	bool tried;  /* a connection of it got ready or failed at least once */
 	uint64_t calls, failures;
 	struct rp_node *next;
 };
@@ -74,7 +75,8 @@ struct rp_call {
 	unsigned affinity;
 	struct rp_node *ask; /* ASK: the next send goes there, after ASKING */
 	int redirects;
-	int64_t retry_at; /* parked until (clock_mono_ms) */
+	int64_t retry_at;      /* parked until (clock_mono_ms) */
+	struct rval *last_err; /* the redirection that parked it (its answer at the deadline) */
 	enum rp_status st;
 	struct rval *reply;
 	bool completed; /* status known; queued for or past delivery */
