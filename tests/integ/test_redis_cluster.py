@@ -11,10 +11,16 @@ are chosen by their slot so that every master owns some. Shown:
   all-or-nothing (the refused target's siblings are rolled back);
 - a slot migrated by hand under load (SETSLOT IMPORTING/MIGRATING,
   MIGRATE key by key, SETSLOT NODE) loses no request, serves none from
-  fallback and keeps the limit;
+  fallback and keeps the limit when the slot is open for less than a call's
+  budget; open for longer, its keys (only) are served by fail_mode within
+  the fallback's budget, and by Redis again once it closes;
+- SCRIPT FLUSH on one master under load is answered by loading the
+  scripts there again;
 - a master killed under load sends only its keys to fail_mode, every
   request answered within its budget, and its keys are on Redis again
   within 5 s of its return;
+- one seed is enough; status lists each master with its slots; the pods'
+  heartbeat is one key;
 - `admitd -t` refuses a malformed cluster URL and one without seeds.
 Instants and brackets as in redis_util.py's header.
 
