@@ -894,6 +894,9 @@ static struct conf *conf_parse(const char *text, size_t len, const char *name, F
 		conf_err(&x, 0, "libinih failed (%d)", rc);
 	for (size_t i = 0; i < x.c->nscopes; i++)
 		conf_validate_scope(&x, &x.c->scopes[i], &x.ps[i]);
+	for (size_t i = 0; i < x.c->nscopes && x.nerrors == 0; i++)
+		if (!conf_plan_compile(&x.c->scopes[i]))
+			conf_err(&x, 0, "out of memory");
 done:
 	if (x.c != NULL) {
 		for (size_t i = 0; i < x.c->nscopes; i++) {
@@ -962,6 +965,7 @@ void conf_free(struct conf *c)
 			free(s->classes[j].name);
 			free(s->classes[j].rules);
 		}
+		conf_plan_free(s);
 		free(s->name);
 		free(s->rules);
 		free(s->classes);
