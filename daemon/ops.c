@@ -205,17 +205,16 @@ static void op_release_ref_done(void *arg, int held)
  * Redis releases what it still holds under it (the reply waits for Redis).
  * A string that is no handle at all releases nothing: held false.
  */
-/* Count a release once for each scope its targets name (first of each). */
-static void ops_count_release(struct admitd *ad, const char *const *scopes, size_t n)
+/* Count a release once in each scope its targets name (NULL: not in the conf). */
+static void ops_count_release(struct scope_rt *const *scs, size_t n)
 {
 	size_t i, j;
 
 	for (i = 0; i < n; i++) {
-		struct scope_rt *sc = scope_find(ad, scopes[i]);
-		for (j = 0; j < i && strcmp(scopes[j], scopes[i]) != 0; j++)
+		for (j = 0; j < i && scs[j] != scs[i]; j++)
 			;
-		if (sc != NULL && j == i)
-			sc->releases++;
+		if (scs[i] != NULL && j == i)
+			scs[i]->releases++;
 	}
 }
 
@@ -225,14 +224,14 @@ static void op_release(struct conn *c, struct request *rq)
 	struct lim_tokens tk[PROTO_MAX_TOKENS];
 	struct lease_ref *ref = NULL;
 	struct op_pend *p = NULL;
-	const char *names[PROTO_MAX_TARGETS];
+	struct scope_rt *scs[PROTO_MAX_TARGETS];
 	struct preply *r;
 	size_t i;
 
 	if (l != NULL) {
 		for (i = 0; i < l->nt; i++)
-			names[i] = l->t[i].kq->sc->cs->name;
-		ops_count_release(c->ad, names, l->nt);
+			scs[i] = l->t[i].kq->sc;
+		ops_count_release(scs, l->nt);
 		lease_release(l, rq->tokens, rq->ntokens);
 	} else if ((ref = malloc(sizeof(*ref))) == NULL || (p = calloc(1, sizeof(*p))) == NULL) {
 		free(ref);
@@ -249,8 +248,8 @@ static void op_release(struct conn *c, struct request *rq)
 	}
 	free(p);
 	for (i = 0; i < ref->nt; i++)
-		names[i] = ref->t[i].scope;
-	ops_count_release(c->ad, names, ref->nt);
+		scs[i] = scope_find(c->ad, ref->t[i].scope);
+	ops_count_release(scs, ref->nt);
 	if ((p = ops_pend(c, rq)) == NULL) {
 		free(ref);
 		return;
