@@ -18,7 +18,6 @@ cooked (stty shows icanon and echo again).
 
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
