@@ -352,7 +352,8 @@ class MetricsRedisTest(unittest.TestCase):
 
     def test_ready_in_fallback_and_503_while_starting(self):
         dead = "redis://127.0.0.1:%d" % free_tcp_port()
-        conf = CONF.replace("[admitd]\n", "[admitd]\nredis_timeout = 1500ms\n")
+        conf = CONF.replace("[admitd]\n", "[admitd]\nredis_timeout = 1500ms\n") + \
+            "\n[scope z]\nfail_mode = closed\n"
         d = Admitd(conf, redis_url=dead)
         seen = []
 
@@ -378,7 +379,14 @@ class MetricsRedisTest(unittest.TestCase):
             t.join(IO_TIMEOUT)
             port = metrics_port(d)
             self.assertEqual(http_get(port, "/readyz")[:2], (200, "ready backend=fallback\n"))
-            self.assertEqual(val(parse(scrape(port)), "admitd_redis_up"), 0)
+            with d.connect() as c:  # Redis cannot decide, the scope will not guess
+                self.assertEqual(c.request(acquire_req("z", "k"))["error"], "unavailable")
+                self.assertEqual(c.request(acquire_req("q", "k"))["backend"], "fallback")
+            got = parse(scrape(port))
+            self.assertEqual(val(got, "admitd_redis_up"), 0)
+            self.assertEqual(val(got, "admitd_acquires_total", scope="z", outcome="unavailable"), 1)
+            self.assertEqual(val(got, "admitd_fallback_acquires_total", scope="q"), 1)
+            self.assertEqual(val(got, "admitd_backend_errors_total", op="acquire"), 2)
         self.assertIn((503, "starting backend=fallback\n"), seen)
         self.assertEqual(seen[-1], (200, "ready backend=fallback\n"))
 
