@@ -198,13 +198,6 @@ static void op_release_ref_done(void *arg, int held)
 	ops_pend_done(p, r);
 }
 
-/*
- * release: a lease this daemon holds is released at once. Any other handle
- * names the lease's targets (lease_id.h): a lease issued by another daemon
- * or a previous run, or one whose TTL ended; its tokens are charged and
- * Redis releases what it still holds under it (the reply waits for Redis).
- * A string that is no handle at all releases nothing: held false.
- */
 /* Count a release once in each scope its targets name (NULL: not in the conf). */
 static void ops_count_release(struct scope_rt *const *scs, size_t n)
 {
@@ -218,6 +211,13 @@ static void ops_count_release(struct scope_rt *const *scs, size_t n)
 	}
 }
 
+/*
+ * release: a lease this daemon holds is released at once. Any other handle
+ * names the lease's targets (lease_id.h): a lease issued by another daemon
+ * or a previous run, or one whose TTL ended; its tokens are charged and
+ * Redis releases what it still holds under it (the reply waits for Redis).
+ * A string that is no handle at all releases nothing: held false.
+ */
 static void op_release(struct conn *c, struct request *rq)
 {
 	struct lease *l = lease_find(c->ad, rq->lease);
