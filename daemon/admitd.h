@@ -116,13 +116,17 @@ struct scope_rt {
 	int64_t waiting;
 	/* Outcomes of acquires (a wait hook's events, as counters in `status`). */
 	uint64_t admitted, refused, shadow_limited, timeouts, fallbacks;
-	uint64_t outcome[ADMIT_E__COUNT];	   /* refusals by error code */
-	uint64_t canceled;			   /* the client left while waiting */
-	uint64_t wait_ms_total;			   /* summed waited_ms of admissions */
-	uint64_t expired;			   /* leases ended by lease_ttl */
-	uint64_t releases;			   /* release ops naming a lease of this scope */
-	uint64_t penalties;			   /* penalize ops naming this scope */
-	uint64_t wait_hist[METRICS_WAIT_NBUCKETS]; /* waited_ms of admissions (metrics.h) */
+	uint64_t outcome[ADMIT_E__COUNT]; /* refusals by error code */
+	uint64_t canceled;		  /* the client left while waiting */
+	uint64_t wait_ms_total;		  /* summed waited_ms of admissions */
+	uint64_t expired;		  /* leases ended by lease_ttl */
+	uint64_t releases;		  /* release ops naming a lease of this scope */
+	uint64_t penalties;		  /* penalize ops naming this scope */
+	/* Batched Redis acquire calls (one for the head of a key and the
+	 * waiters like it behind), and the attempts they carried. */
+	uint64_t batches, batched;
+	/* waited_ms of admissions, per bucket (metrics.h) */
+	uint64_t wait_hist[METRICS_WAIT_NBUCKETS];
 };
 
 /* op_pend: ops.c. A reply owed to a connection once the backend answers. */

@@ -1520,6 +1520,8 @@ bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n
 		return false;
 	}
 	b->calls[RB_OP_ACQUIRE]++; /* one call admits the whole batch */
+	ws[0]->t[0].kq->sc->batches++;
+	ws[0]->t[0].kq->sc->batched += n;
 	rargs_clear(&a);
 	return true;
 }

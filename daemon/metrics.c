@@ -135,6 +135,8 @@ METRICS_SCOPE_FIELD(m_penalties, sc->penalties)
 METRICS_SCOPE_FIELD(m_shadow, sc->shadow_limited)
 METRICS_SCOPE_FIELD(m_fallback, sc->fallbacks)
 METRICS_SCOPE_FIELD(m_expired, sc->expired)
+METRICS_SCOPE_FIELD(m_batches, sc->batches)
+METRICS_SCOPE_FIELD(m_batched, sc->batched)
 METRICS_SCOPE_FIELD(m_leases, sc->leases > 0 ? sc->leases : 0)
 METRICS_SCOPE_FIELD(m_waiters, sc->waiting > 0 ? sc->waiting : 0)
 #undef METRICS_SCOPE_FIELD
@@ -214,6 +216,10 @@ static void m_build_info(struct mw *w, const struct admitd *ad, const char *name
 	X(backend_errors_total, "counter", "Failed Redis backend calls, by operation.",            \
 	  m_backend_errors)                                                                        \
 	X(redis_calls_total, "counter", "Calls sent to Redis, by operation.", m_redis_calls)       \
+	X(redis_batches_total, "counter",                                                          \
+	  "Acquire calls to Redis deciding several waiters of one key at once.", m_batches)        \
+	X(redis_batched_acquires_total, "counter",                                                 \
+	  "Acquire attempts decided in those batched calls.", m_batched)                           \
 	X(redis_up, "gauge", "1 while Redis takes calls, else 0 (always 0 in local mode).",        \
 	  m_redis_up)                                                                              \
 	X(connections, "gauge", "Client connections open now.", m_connections)                     \

@@ -298,7 +298,8 @@ class MetricsRedisTest(unittest.TestCase):
 
     def test_redis_calls_errors_and_drain(self):
         conf = CONF.replace("[admitd]\n", "[admitd]\nredis_timeout = 3s\n") + \
-            "\n[scope c]\ncluster_concurrency = 2\n"
+            "\n[scope c]\ncluster_concurrency = 2\n" \
+            "\n[scope b]\nrule = requests 100/1s\ntimeout = 10s\n"
         with RedisServer() as redis:
             with Admitd(conf, redis_url=redis.url) as d, d.connect() as c:
                 port = metrics_port(d)
@@ -332,6 +333,33 @@ class MetricsRedisTest(unittest.TestCase):
                 self.assertEqual(val(s1, "admitd_backend_errors_total", op="heartbeat"), 0)
                 if shutil.which("promtool") is not None:  # (skips in the local test)
                     promtool(self, text)
+
+                # Batched admissions: three waiters behind a penalty are
+                # decided together once it ends (the head asked alone first).
+                self.assertIs(c.request({"op": "penalize", "scope": "b", "key": "hot",
+                                         "retry_after_ms": 300}).get("ok"), True)
+                ws = [d.connect() for _ in range(3)]
+                ws[0].send(acquire_req("b", "hot"))
+                wait_for(lambda: c.request({"op": "status"})["scopes"]["b"]["waiting"] == 1,
+                         "the head waiting")
+                for w in ws[1:]:
+                    w.send(acquire_req("b", "hot"))
+                wait_for(lambda: c.request({"op": "status"})["scopes"]["b"]["waiting"] == 3,
+                         "three waiting")
+                got = [w.recv() for w in ws]
+                self.assertEqual([g.get("backend") for g in got], ["redis"] * 3, got)
+                s2 = parse(scrape(port))
+
+                def d2(name, **kw):
+                    return val(s2, name, **kw) - val(s1, name, **kw)
+                # One batch, or more when the head woke a hair before Redis's
+                # clock ended the penalty: each carries all three, and is one call.
+                batches = d2("admitd_redis_batches_total", scope="b")
+                self.assertGreaterEqual(batches, 1)
+                self.assertEqual(d2("admitd_redis_batched_acquires_total", scope="b"), 3 * batches)
+                self.assertEqual(d2("admitd_redis_calls_total", op="acquire"), 1 + batches)
+                self.assertEqual(d2("admitd_acquires_total", scope="b", outcome="acquired"), 3)
+                self.assertEqual(val(s2, "admitd_redis_batches_total", scope="c"), 0)
 
                 # Drain: b's release is owed to a Redis that does not answer,
                 # so the daemon waits for it (up to redis_timeout) after

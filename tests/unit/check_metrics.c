@@ -106,6 +106,8 @@ START_TEST(test_render_exact)
 	api->leases = 7;
 	api->waiting = 8;
 	api->expired = 9;
+	api->batches = 2;
+	api->batched = 12;
 	metrics_wait_observe(api->wait_hist, 0);
 	metrics_wait_observe(api->wait_hist, 40);
 	metrics_wait_observe(api->wait_hist, 40000);
@@ -136,6 +138,8 @@ START_TEST(test_render_exact)
 	ck_assert(has_line(t, "admitd_leases{scope=\"api\"} 7"));
 	ck_assert(has_line(t, "admitd_waiters{scope=\"api\"} 8"));
 	ck_assert(has_line(t, "admitd_leases_expired_total{scope=\"api\"} 9"));
+	ck_assert(has_line(t, "admitd_redis_batches_total{scope=\"api\"} 2"));
+	ck_assert(has_line(t, "admitd_redis_batched_acquires_total{scope=\"api\"} 12"));
 	ck_assert(has_line(t, "admitd_keys 0"));
 	ck_assert(has_line(t, "admitd_key_evictions_total 11"));
 	ck_assert(has_line(t, "admitd_backend_errors_total{op=\"acquire\"} 0"));
@@ -148,8 +152,8 @@ START_TEST(test_render_exact)
 	ck_assert(has_line(t, "admitd_build_info{version=\"" ADMITD_VERSION "\"} 1"));
 	/* one HELP and one TYPE per family, and nothing but them starts with # */
 	ck_assert_uint_eq(count_of(t, "# HELP "), count_of(t, "# TYPE "));
-	ck_assert_uint_eq(count_of(t, "# HELP "), 17);
-	ck_assert_uint_eq(count_of(t, "\n#"), 2 * 17 - 1);
+	ck_assert_uint_eq(count_of(t, "# HELP "), 19);
+	ck_assert_uint_eq(count_of(t, "\n#"), 2 * 19 - 1);
 	free(t);
 }
 END_TEST
