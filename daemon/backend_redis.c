@@ -92,6 +92,7 @@ struct backend {
 	struct event *hb_ev;
 	int s_acquire, s_release, s_penalize, s_heartbeat, s_reset, s_inspect;
 	uint64_t errors[RB_OP__COUNT]; /* failed calls by operation */
+	uint64_t calls[RB_OP__COUNT];  /* calls the pool took, by operation (metrics) */
 	struct rb_rel_list queue;      /* owed to Redis, oldest first */
 	size_t nqueued;
 	struct event *queue_ev;
@@ -718,9 +719,10 @@ static bool rb_rel_send(struct rb_rel *r)
 	sent = 0;
 	for (i = 0; ok && i < n; i++) {
 		r->pending = sent + 1; /* a callback never runs inside the call */
-		if (rpool_eval_multi(b->pool, 1, &calls[i]) == 0)
+		if (rpool_eval_multi(b->pool, 1, &calls[i]) == 0) {
 			sent++;
-		else if (sent > 0)
+			b->calls[r->op]++;
+		} else if (sent > 0)
 			r->unknown = true;
 		else
 			ok = false;
@@ -1039,6 +1041,8 @@ void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms)
 	if (rb_eval(b, kq->sc->cs, kq->key, b->s_penalize, &a, 1, rb_ff_cb, ff) != 0) {
 		free(ff);
 		rb_failed(b, RB_OP_PENALIZE, RP_CONN, NULL);
+	} else {
+		b->calls[RB_OP_PENALIZE]++;
 	}
 	rargs_clear(&a);
 }
@@ -1113,6 +1117,8 @@ bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *
 	rargs_int(&a, (int64_t)pl->nrules);
 	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .cls = cls, .insp_cb = cb, .arg = arg };
 	ok = !a.oom && rb_eval(b, cs, kq->key, b->s_inspect, &a, nkeys, rb_inspect_cb, x) == 0;
+	if (ok)
+		b->calls[RB_OP_INSPECT]++;
 out:
 	if (!ok)
 		free(x);
@@ -1144,6 +1150,8 @@ bool backend_reset(struct backend *b, struct kq *kq, eng_reset_cb *cb, void *arg
 		rb_penalty_key(&a, b, kq->sc->cs, kq->key);
 	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .reset_cb = cb, .arg = arg };
 	ok = !a.oom && rb_eval(b, kq->sc->cs, kq->key, b->s_reset, &a, a.n, rb_reset_cb, x) == 0;
+	if (ok)
+		b->calls[RB_OP_RESET]++;
 out:
 	if (!ok)
 		free(x);
@@ -1380,6 +1388,8 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	}
 	q->pending = w->nt;
 	ok = rpool_eval_multi(b->pool, w->nt, calls) == 0;
+	if (ok) /* one EVALSHA per target, pipelined */
+		b->calls[RB_OP_ACQUIRE] += w->nt;
 out:
 	if (!ok) {
 		for (i = 0; i < made; i++)
@@ -1498,6 +1508,9 @@ bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n
 		rargs_clear(&a);
 		return false;
 	}
+	b->calls[RB_OP_ACQUIRE]++; /* one call admits the whole batch */
+	ws[0]->t[0].kq->sc->batches++;
+	ws[0]->t[0].kq->sc->batched += n;
 	rargs_clear(&a);
 	return true;
 }
@@ -1569,6 +1582,8 @@ static void rb_hb_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 	len[2] = strlen(argv[2]);
 	if (rpool_eval(b->pool, (size_t)b->s_heartbeat, 1, 3, argv, len, rb_hb_reply, b) != 0)
 		rb_failed(b, RB_OP_HEARTBEAT, RP_CONN, NULL);
+	else
+		b->calls[RB_OP_HEARTBEAT]++;
 }
 
 double backend_divisor(const struct backend *b, const struct conf_scope *cs)
@@ -1597,6 +1612,26 @@ void backend_status(const struct backend *b, struct preply *r)
 		preply_int(r, rb_op_names[i], (int64_t)b->errors[i]);
 	preply_pop(r);
 	preply_pop(r);
+}
+
+size_t backend_nops(void)
+{
+	return RB_OP__COUNT;
+}
+
+const char *backend_op_name(size_t op)
+{
+	return op < RB_OP__COUNT ? rb_op_names[op] : NULL;
+}
+
+uint64_t backend_op_errors(const struct backend *b, size_t op)
+{
+	return b != NULL && op < RB_OP__COUNT ? b->errors[op] : 0;
+}
+
+uint64_t backend_op_calls(const struct backend *b, size_t op)
+{
+	return b != NULL && op < RB_OP__COUNT ? b->calls[op] : 0;
 }
 
 bool backend_up(const struct backend *b)

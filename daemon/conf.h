@@ -111,6 +111,7 @@ struct conf {
 	char *redis_password_file;	 /* NULL = no AUTH */
 	char *redis_user;		 /* NULL = default user */
 	char *log_level;		 /* debug, info, warn, error; default info */
+	char *metrics;			 /* HOST:PORT of /metrics; NULL = off */
 	struct conf_scope *scopes;
 	size_t nscopes;
 };
