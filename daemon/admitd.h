@@ -76,11 +76,13 @@ TAILQ_HEAD(waiter_list, waiter);
  * them all (no timer is made or unmade per lease). It may fire early, for a
  * head released since, and is then set again for the new head.
  */
+struct lease;
+TAILQ_HEAD(lease_list, lease);
 struct lease_ttlq {
 	SLIST_ENTRY(lease_ttlq) link;
 	struct admitd *ad;
 	int64_t ttl_ms;
-	TAILQ_HEAD(, lease) leases;
+	struct lease_list leases;
 	struct event *ev;
 	bool armed;
 };
@@ -104,7 +106,6 @@ struct lease {
 	struct lim_tokens *reserve; /* taken from its waiter: settled at release */
 	size_t nreserve;
 };
-TAILQ_HEAD(lease_list, lease);
 
 /* kq: scope.c (table, life) and waitq.c (queue, pump). One key of one scope. */
 struct kq {
@@ -180,8 +181,8 @@ struct admitd {
 	struct conf *conf;
 	struct scope_rt *scopes;
 	size_t nscopes;
-	struct htab *leases;		/* id -> struct lease */
-	SLIST_HEAD(, lease_ttlq) ttlqs; /* lease.c: one per lease_ttl seen */
+	struct htab *leases;			       /* id -> struct lease */
+	SLIST_HEAD(lease_ttlq_list, lease_ttlq) ttlqs; /* lease.c: one per lease_ttl seen */
 	struct conn_list conns;
 	size_t nconns;
 	uint64_t next_conn_id;
