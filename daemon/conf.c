@@ -52,6 +52,7 @@ enum conf_type {
 	CT_STRING,    /* any non-empty text */
 	CT_SOCKET,    /* a Unix socket path that fits sun_path */
 	CT_URL,	      /* a Redis URL, or empty for local mode */
+	CT_HOSTPORT,  /* HOST:PORT of a TCP listener, or empty for none */
 	CT_PREFIX,    /* a Redis key prefix: no blanks, no hash-tag braces */
 	CT_NAME,      /* [A-Za-z0-9_.-]{1,64} */
 	CT_OCTAL,     /* file mode */
@@ -138,6 +139,9 @@ static const struct conf_key conf_admitd_keys[] = {
 	  "verify the server certificate's chain and name; `no` accepts any certificate" },
 	{ "log_level", CT_LOG_LEVEL, ADMITD_OFF(log_level), "info", 0, 0, 0,
 	  "least severe level logged" },
+	{ "metrics", CT_HOSTPORT, ADMITD_OFF(metrics), NULL, 0, 0, CONF_F_EMPTY_NULL,
+	  "HOST:PORT serving /metrics (Prometheus), /healthz and /readyz over HTTP; absent or "
+	  "empty: off" },
 	{ NULL, 0, 0, NULL, 0, 0, 0, NULL },
 };
 
@@ -313,6 +317,19 @@ static const char *conf_set_url(struct conf_ctx *x, const struct conf_key *k, vo
 	(void)arg;
 	if (*val != '\0' && redis_url_parse(val, &u, msg, sizeof(msg)) != 0)
 		return conf_fmt(x, "%s", msg);
+	return conf_store_string(k, base, val);
+}
+
+static const char *conf_set_hostport(struct conf_ctx *x, const struct conf_key *k, void *base,
+				     const char *arg, const char *val)
+{
+	char host[CV_HOST_MAX + 1];
+	const char *e;
+	int port;
+
+	(void)arg;
+	if (*val != '\0' && (e = cv_hostport(val, host, sizeof(host), &port)) != NULL)
+		return conf_fmt(x, "%s", e);
 	return conf_store_string(k, base, val);
 }
 
@@ -566,6 +583,7 @@ static const struct {
 	[CT_STRING] = { "text", conf_set_string },
 	[CT_SOCKET] = { "path", conf_set_socket },
 	[CT_URL] = { "URL", conf_set_url },
+	[CT_HOSTPORT] = { "HOST:PORT", conf_set_hostport },
 	[CT_PREFIX] = { "text", conf_set_prefix },
 	[CT_NAME] = { "name", conf_set_name },
 	[CT_OCTAL] = { "octal mode", conf_set_octal },
@@ -946,6 +964,9 @@ static struct conf *conf_parse(const char *text, size_t len, const char *name, F
 	for (size_t i = 0; i < x.c->nscopes; i++)
 		conf_validate_scope(&x, &x.c->scopes[i], &x.ps[i]);
 	conf_validate_redis(&x);
+	for (size_t i = 0; i < x.c->nscopes && x.nerrors == 0; i++)
+		if (!conf_plan_compile(&x.c->scopes[i]))
+			conf_err(&x, 0, "out of memory");
 done:
 	if (x.c != NULL) {
 		for (size_t i = 0; i < x.c->nscopes; i++) {
@@ -1014,6 +1035,7 @@ void conf_free(struct conf *c)
 			free(s->classes[j].name);
 			free(s->classes[j].rules);
 		}
+		conf_plan_free(s);
 		free(s->name);
 		free(s->rules);
 		free(s->classes);
@@ -1034,6 +1056,7 @@ void conf_free(struct conf *c)
 	free(c->redis_tls_key_file);
 	free(c->redis_tls_server_name);
 	free(c->log_level);
+	free(c->metrics);
 	free(c);
 }
 

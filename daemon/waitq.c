@@ -90,8 +90,8 @@ static void waitq_remove(struct waiter *w)
 	TAILQ_REMOVE(&kq->waiters, w, kq_link);
 	kq->nwait--;
 	waitq_unlink_conn(w);
-	if (w->deadline_ev != NULL)
-		event_free(w->deadline_ev);
+	if (w->deadline_set)
+		event_del(&w->deadline_ev);
 	free(w->id);
 	free(w->reserve);
 	free(w);
@@ -169,6 +169,7 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 		struct scope_rt *sc = w->t[i].kq->sc;
 		if (waitq_first_of_scope(w, i)) {
 			sc->wait_ms_total += (uint64_t)(now - w->start_ms);
+			metrics_wait_observe(sc->wait_hist, now - w->start_ms);
 			sc->admitted++;
 			if (res->via == VIA_FALLBACK)
 				sc->fallbacks++;
@@ -271,12 +272,13 @@ void waitq_add(struct waiter *w)
 	if (!w->try_only) {
 		struct timeval tv = { (w->deadline_ms - now) / 1000,
 				      ((w->deadline_ms - now) % 1000) * 1000 };
-		w->deadline_ev = evtimer_new(sc->ad->base, waitq_deadline_cb, w);
-		if (w->deadline_ev == NULL || evtimer_add(w->deadline_ev, &tv) != 0) {
+		if (evtimer_assign(&w->deadline_ev, sc->ad->base, waitq_deadline_cb, w) != 0 ||
+		    evtimer_add(&w->deadline_ev, &tv) != 0) {
 			waitq_fail(w, ADMIT_E_UNAVAILABLE, 0, NULL, "cannot arm timer");
 			waitq_remove(w);
 			return;
 		}
+		w->deadline_set = true;
 	}
 	waitq_pump(kq);
 }

@@ -10,6 +10,8 @@ cd "$(dirname "$0")"
 	echo
 	cat redis-deployments.md
 	echo
+	cat metrics.md
+	echo
 	echo "## Clients"
 	echo
 	cat clients-c.md
