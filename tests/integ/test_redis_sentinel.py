@@ -143,8 +143,8 @@ class FailoverTest(unittest.TestCase):
         self.assertIsNone(span_excess(brackets(replies), per_window(2 * Q, W, extra=1)))
         # Liveness: the limit was reached before and after the switch.
         self.assertGreaterEqual(len(brackets(replies, backend="redis")), 3 * Q)
-        # New writes land on the new master: 5 through each daemon, booked
-        # where the sentinels say the master is, and status names it.
+        # New writes land on the new master: 5 through each daemon, all
+        # booked there.
         key = "after-%d" % new.port
         for d in p.daemons:
             with d.connect() as c:
@@ -171,16 +171,16 @@ class FailoverTest(unittest.TestCase):
     def test_sentinel_failover_under_load(self):
         self.sd.heal()
         p = self.pods()
-        replies, old, new, t0, t_prom, old_calls = failover_under_load(self, self.sd,
-                                                                       "failover", p)
+        replies, old, new, t0, t_prom, old_calls = failover_under_load(
+            self, self.sd, "failover", p, settle=7.0)
         self.assertTrue(p.alive(), p.logs())
         self.assertNotEqual(old.port, new.port)
         self.check_switch(p, replies, old, new, t_prom)
         # admitd moved: 5 s after the promotion, the old master (which still
         # calls itself master for several seconds) runs no more of its calls.
         later = sorted((dt, n) for dt, n in old_calls.items()
-                       if n is not None and dt >= 5.0 + late_allowance(t_prom))
-        self.assertGreaterEqual(len(later), 2, old_calls)
+                       if n is not None and dt >= 5.0 + min(1.0, late_allowance(t_prom)))
+        self.assertGreaterEqual(len(later), 2, sorted(old_calls.items()))
         self.assertEqual(later[-1][1], later[0][1],
                          "the old master ran admitd's calls 5 s after the promotion: %s"
                          % sorted(old_calls.items()))
