@@ -12,7 +12,7 @@ import re
 import unittest
 
 from .harness import acquire_req
-from .redis_util import Cluster, key_name
+from .redis_util import Pods, key_name
 
 PLAN_CONF = """
 [scope one]
@@ -57,7 +57,7 @@ def delta(before, after):
 class PlanCallsTest(unittest.TestCase):
 
     def test_one_rule_acquire_makes_the_calls_of_a_plain_bucket_script(self):
-        with Cluster(PLAN_CONF, n=1) as cl:
+        with Pods(PLAN_CONF, n=1) as cl:
             d = cl.daemons[0]
             with d.connect() as c:
                 # a first call warms the connection up (script load, heartbeat)
@@ -96,7 +96,7 @@ class PlanCallsTest(unittest.TestCase):
             self.assertEqual(cl.redis.command("EXISTS", key_name("admitd", "one", "k0", "r0")), 1)
 
     def test_paced_scope_reads_its_pacing_hash(self):
-        with Cluster(PLAN_CONF, n=1) as cl:
+        with Pods(PLAN_CONF, n=1) as cl:
             with cl.daemons[0].connect() as c:
                 r = c.request(acquire_req("paced", "w", timeout_ms=1000))
                 self.assertEqual(r.get("backend"), "redis", r)
@@ -137,7 +137,7 @@ class PenaltyHomeTest(unittest.TestCase):
         return r
 
     def test_penalty_in_a_rule_hash_holds_every_daemon_and_every_class(self):
-        with Cluster(PLAN_CONF, n=2) as cl:
+        with Pods(PLAN_CONF, n=2) as cl:
             a, b = cl.daemons
             self.penalize(a, "one", "k", 5000)
             home = key_name("admitd", "one", "k", "r0")
@@ -155,7 +155,7 @@ class PenaltyHomeTest(unittest.TestCase):
     def test_a_token_release_does_not_cut_the_penalty_short(self):
         # tokfirst's penalty lives in its token rule's hash, which a release
         # that reports tokens rewrites, with that rule's own short TTL
-        with Cluster(PLAN_CONF, n=1) as cl:
+        with Pods(PLAN_CONF, n=1) as cl:
             d = cl.daemons[0]
             with d.connect() as c:
                 r = c.request(acquire_req("tokfirst", "t", timeout_ms=1000))
@@ -175,7 +175,7 @@ class PenaltyHomeTest(unittest.TestCase):
             self.refused(d, "tokfirst", "t")
 
     def test_inspect_and_reset_see_the_penalty_in_its_rule_hash(self):
-        with Cluster(PLAN_CONF, n=1) as cl:
+        with Pods(PLAN_CONF, n=1) as cl:
             d = cl.daemons[0]
             self.penalize(d, "one", "i", 5000)
             self.wait_field(cl.redis, key_name("admitd", "one", "i", "r0"), "penalty_until")
