@@ -210,7 +210,7 @@ class SentinelAuthTest(unittest.TestCase):
 
     def test_sentinel_password_file(self):
         secret = "sentinel-pw-plugh"
-        with SentinelDeploy(sentinel_password=secret) as sd:
+        with SentinelDeploy(sentinel_password=secret, converge=False) as sd:
             pw = write_secret(sd.sentinels[0].tmp.path, "spw", secret)
             slow = "redis_timeout = 2s\n" if harness.VALGRIND else ""
             good = slow + "sentinel_password_file = %s\n" % pw
