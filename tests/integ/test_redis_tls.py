@@ -6,7 +6,8 @@ localhost), a wrong CA, an expired certificate, one for another name and a
 client certificate are made by the test with the openssl CLI
 (redis_deploy.TlsFiles). Shown:
 - the core invariants (a rolling quota, cluster_concurrency) hold for
-  three daemons over rediss://;
+  three daemons over rediss://, and a server restarted under load is
+  reconnected to (fallback while it is gone, Redis within 2 s of its return);
 - a wrong CA, an expired certificate and a certificate for another name
   are refused: served by fail_mode (the fallback, or "unavailable" with
   fail_mode = closed), logged, and no command of admitd's ever runs on the
@@ -15,6 +16,10 @@ client certificate are made by the test with the openssl CLI
   expected, redis_tls_verify = no accepts what verification refuses;
 - a server that requires client certificates takes admitd's
   (redis_tls_cert_file / redis_tls_key_file) and refuses it without;
+- rediss://localhost is checked against the certificate's DNS names;
+- redis+cluster://...?tls=1 reaches a cluster whose nodes (and bus) speak
+  TLS only, and redis+sentinel://...?tls=1 follows a kill -9 failover where
+  sentinels, master and replica speak TLS only;
 - `admitd -t` refuses a bad redis_tls_verify value.
 
 Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_redis_tls -v
@@ -53,8 +58,9 @@ fail_mode = closed
 
 
 def admitd_commands(server):
-    """Calls of the commands admitd sends (scripts, AUTH aside) the server
-    has run: {command: calls}."""
+    """{command: calls} of the commands admitd sends once connected (its
+    scripts, TIME, ROLE, ...) that the server has run; the harness's own
+    (PING, INFO, CONFIG, EXISTS, ZCARD over the Unix socket) are left out."""
     out = {}
     for line in server.command("INFO", "commandstats").splitlines():
         if line.startswith("cmdstat_"):
