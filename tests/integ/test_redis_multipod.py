@@ -1,8 +1,8 @@
 """test_redis_multipod.py - three admitd processes (pods) against one Redis behave as one.
 
 3 daemons, 16 client threads each (48, each with its own connection), one
-key per scenario, and zero violations of
-the core invariants, checked from the instants the clients recorded. The
+key per scenario, and zero violations of the core invariants, checked from
+the instants the clients recorded. The
 method (what lo/hi/t_rel bracket and why LAG and EPS are the only
 tolerances of the safety checks) is in redis_util.py's header. Liveness
 checks ("the limit is actually reached") get generous margins: they guard
