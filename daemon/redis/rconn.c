@@ -31,6 +31,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#define RCONN_MAX_IO (256 * 1024) /* bytes one read or one write may move */
+
 struct pend {
 	int kind;
 	void *tag;
@@ -217,6 +219,11 @@ struct rconn *rconn_new(struct event_base *base, const char *host, int port, con
 	if (c->bev == NULL)
 		goto fail;
 	bufferevent_setcb(c->bev, read_cb, NULL, event_cb, c);
+	/* libevent's 16 KiB default would split a loop pass's pipeline into
+	 * several writes, and a batch of replies into several reads. */
+	if (bufferevent_set_max_single_write(c->bev, RCONN_MAX_IO) != 0 ||
+	    bufferevent_set_max_single_read(c->bev, RCONN_MAX_IO) != 0)
+		goto fail;
 	if (bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0)
 		goto fail;
 	errpos = "connect";
