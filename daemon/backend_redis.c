@@ -1546,6 +1546,23 @@ static void rb_state_cb(void *arg, bool up)
 	rb_queue_run(b, false);
 }
 
+/*
+ * A Cluster master that had lost every connection is back while the others
+ * kept serving: like a Redis that came back, it may have lost what it held
+ * (restarted empty), so the leases are booked again (only what is missing
+ * is added) and the releases owed are sent.
+ */
+static void rb_node_up_cb(void *arg, const char *node)
+{
+	struct backend *b = arg;
+
+	if (b->closing || !b->up)
+		return;
+	log_info("redis node is back", "node=%s", node);
+	rb_rebook_all(b, "a redis node is back");
+	rb_queue_run(b, false);
+}
+
 static void rb_hb_reply(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct backend *b = arg;
@@ -1747,6 +1764,7 @@ struct backend *backend_new(struct admitd *ad)
 	b->pc.tls_key_file = ad->conf->redis_tls_key_file;
 	b->pc.tls_server_name = ad->conf->redis_tls_server_name;
 	b->pc.tls_no_verify = !ad->conf->redis_tls_verify;
+	b->pc.on_node_up = rb_node_up_cb;
 	b->pool = rpool_new(ad->base, &b->pc, script_sources, script_count, rb_state_cb, b, err,
 			    sizeof(err));
 	if (b->pool == NULL) {

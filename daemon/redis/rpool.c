@@ -381,6 +381,8 @@ static void conn_drop(struct rp_conn *c, const char *why)
 	c->rc = NULL;
 	c->state = CS_DISCONNECTED;
 	n->tried = true;
+	if (was_ready && !node_ready(n))
+		n->lost = true;
 	evtimer_del(c->timer);
 	rconn_free(rc);
 	if (!p->freeing) {
@@ -393,6 +395,10 @@ static void conn_drop(struct rp_conn *c, const char *why)
 
 static void conn_ready(struct rp_conn *c)
 {
+	if (c->node->lost) {
+		c->node->lost = false;
+		c->node->back = true;
+	}
 	c->node->tried = true;
 	evtimer_del(c->timer);
 	c->state = CS_READY;
@@ -867,7 +873,7 @@ static void run_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct rpool *p = arg;
 	struct rp_call *call;
-	bool alive = true, up;
+	bool alive = true, up, came_up;
 
 	(void)fd;
 	(void)what;
@@ -878,10 +884,22 @@ static void run_cb(evutil_socket_t fd, short what, void *arg)
 			return; /* a callback freed the pool */
 	}
 	up = rpool_up(p);
+	came_up = up && !p->reported_up;
 	if (up != p->reported_up) {
 		p->reported_up = up;
 		if (p->on_state != NULL) {
 			p->on_state(p->state_arg, up);
+			if (!alive)
+				return;
+		}
+	}
+	for (struct rp_node *n = p->nodes; n != NULL; n = n->next) {
+		if (!n->back || !node_ready(n))
+			continue;
+		n->back = false;
+		/* The pool going up (on_state) already stands for every node. */
+		if (up && !came_up && p->on_node_up != NULL) {
+			p->on_node_up(p->state_arg, n->name);
 			if (!alive)
 				return;
 		}
@@ -951,6 +969,7 @@ struct rpool *rpool_new(struct event_base *base, const struct rpool_conf *conf,
 	p->scripts = scripts;
 	p->nscripts = nscripts;
 	p->on_state = on_state;
+	p->on_node_up = conf->on_node_up;
 	p->state_arg = state_arg;
 	p->pool_size = conf->pool_size;
 	p->rng = ((uint64_t)(uintptr_t)p << 16) ^ (uint64_t)getpid() ^ 0x9e3779b97f4a7c15ULL;

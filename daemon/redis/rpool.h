@@ -68,6 +68,12 @@ struct rpool_conf {
 	/* TLS (rediss://, ?tls=1): files PEM; NULL ca_file: the system store */
 	const char *tls_ca_file, *tls_cert_file, *tls_key_file, *tls_server_name;
 	bool tls_no_verify; /* true only when redis_tls_verify = no */
+	/*
+	 * Cluster: a master that had lost every connection is ready again
+	 * while the pool stayed up (what it held may be gone, like a Redis
+	 * that came back). Called from the loop with rpool_new's state_arg.
+	 */
+	void (*on_node_up)(void *arg, const char *node);
 };
 
 /* One node, for status. */

@@ -57,6 +57,8 @@ struct rp_node {
 	bool active; /* in the topology: its connections are kept up */
 	int slots;   /* Cluster: slots it owns in the map */
 	bool tried;  /* a connection of it got ready or failed at least once */
+	bool lost;   /* was ready, then lost every connection */
+	bool back;   /* ready again after lost: on_node_up due */
 	uint64_t calls, failures;
 	struct rp_node *next;
 };
@@ -103,6 +105,7 @@ struct rpool {
 	size_t *load_len;
 	struct tls_ctx *tls;
 	void (*on_state)(void *arg, bool up);
+	void (*on_node_up)(void *arg, const char *node);
 	void *state_arg;
 	bool reported_up;
 	int pool_size;

@@ -176,6 +176,7 @@ class ClusterTest(TopoBase):
         self.nodes = []
         for p in cluster_ports(3):
             s = self.server(args=("--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+                                  "--cluster-require-full-coverage", "no",
                                   "--cluster-config-file", "nodes-%d.conf" % p))
             s.port = p
             s.start()
@@ -253,6 +254,38 @@ class ClusterTest(TopoBase):
         self.assertEqual(d.call("eval 0 1 %s 1" % key), 'ok arr [int 2, str "%s", int 2]' % key)
         self.assertEqual(dst.cli("GET", key), "2")
         self.assertEqual(dst.cli("GET", "{mv}:new"), "1")  # written there after ASKING
+        d.finish()
+
+
+    def test_master_down_fails_its_keys_only_and_is_reported_back(self):
+        self.start_cluster()
+        d = self.drive(self.url())
+        key = "{back}:x"
+        self.assertTrue(d.call("eval 0 1 %s 1" % key).startswith("ok arr [int 2"))
+        src, _, _ = self.owner(key)
+        other = next(k for k in ("{o%d}:x" % i for i in range(100)) if self.owner(k)[0] is not src)
+        src.stop()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the pool sees the connections go
+            r = d.call("eval 0 1 %s 1" % key)
+            if r in ("conn", "conn rejected"):
+                break
+            time.sleep(0.05)
+        self.assertIn(r, ("conn", "conn rejected"))
+        # another master's keys are still served, and the pool is still up
+        self.assertTrue(d.call("eval 0 1 %s 1" % other).startswith("ok arr [int 2"))
+        src.start()  # the same port and nodes.conf: the same master, empty
+        d.expect(r"^node_up 127\.0\.0\.1:%d$" % src.port, timeout=15)
+        # served again (empty: INCR starts over) once the node has rejoined
+        # (until then it answers CLUSTERDOWN, which is passed on as is)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            r = d.call("eval 0 1 %s 1" % key)
+            if not r.startswith('ok err "CLUSTERDOWN'):
+                break
+            time.sleep(0.1)
+        self.assertEqual(r, 'ok arr [int 2, str "%s", int 1]' % key)
+        self.assertNotIn("state down", d.lines)  # the pool never reported down
         d.finish()
 
 

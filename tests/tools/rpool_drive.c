@@ -22,6 +22,7 @@
  *   wait                    until every accepted call has completed
  *   waitup MS / waitdown MS until the pool is up / down (prints a line)
  *   echo TEXT               print TEXT (a marker for the test)
+ *   (a cluster master back while the pool stayed up prints `node_up ADDR`)
  *   nodes                   `nodes KIND N`, then N lines `node ADDR STATE slots=
  *                           calls= failures=` (rpool_topology, rpool_nodes)
  *   free                    rpool_free now
@@ -296,6 +297,13 @@ static void exec_line(char *line)
 	}
 }
 
+/* A cluster master back while the pool stayed up. */
+static void on_node_up(void *arg, const char *node)
+{
+	(void)arg;
+	printf("node_up %s\n", node);
+}
+
 /* Is the current pause over? */
 static bool unpaused(void)
 {
@@ -427,6 +435,7 @@ int main(int argc, char **argv)
 	conf.tls_key_file = getenv("RPOOL_DRIVE_TLS_KEY");
 	conf.tls_server_name = getenv("RPOOL_DRIVE_TLS_NAME");
 	conf.tls_no_verify = getenv("RPOOL_DRIVE_TLS_NOVERIFY") != NULL;
+	conf.on_node_up = on_node_up;
 	nscripts = argc - optind;
 	scripts = calloc((size_t)nscripts + 1, sizeof(*scripts));
 	for (int i = 0; i < nscripts; i++)
