@@ -177,15 +177,16 @@ class FailoverTest(unittest.TestCase):
         self.assertNotEqual(old.port, new.port)
         self.check_switch(p, replies, old, new, t_prom)
         # admitd moved: 5 s after the promotion, the old master (which still
-        # calls itself master for several seconds) runs no more of its calls.
+        # calls itself master until the sentinels announce the switch, ~1 s
+        # after the promotion, and demote it) runs no more of its calls.
         later = sorted((dt, n) for dt, n in old_calls.items()
                        if n is not None and dt >= 5.0 + min(1.0, late_allowance(t_prom)))
         self.assertGreaterEqual(len(later), 2, sorted(old_calls.items()))
         self.assertEqual(later[-1][1], later[0][1],
                          "the old master ran admitd's calls 5 s after the promotion: %s"
                          % sorted(old_calls.items()))
-        # The old master is demoted in the end (the sentinels take up to ~8 s
-        # to turn a master that came back, or never left, into a replica).
+        # The old master is demoted in the end (the sentinels do it after
+        # announcing the switch).
         harness._wait_until(lambda: role(old) == "slave", 30.0, "the old master demoted",
                             self.sd.logs)
 
