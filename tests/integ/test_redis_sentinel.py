@@ -23,6 +23,7 @@ Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_redis_sentine
 
 import json
 import time
+import types
 import unittest
 
 from . import harness
@@ -236,6 +237,39 @@ class SentinelAuthTest(unittest.TestCase):
                 self.assertEqual(status(d)["backend"], "fallback")
                 self.assertEqual(sd.master().command(
                     "EXISTS", key_name("admitd", "big", "noauth", "q")), 0)
+
+
+    def test_data_node_password_in_the_url(self):
+        # The URL's password is the master's (the sentinels here need none):
+        # given, the master is used; left out, the master refuses (NOAUTH)
+        # and fail_mode serves.
+        secret = "data-pw-xyzzy"
+        with SentinelDeploy(redis_password=secret, converge=False) as sd:
+            slow = "redis_timeout = 2s\n" if harness.VALGRIND else ""
+            hosts = ",".join(x.addr for x in sd.sentinels)
+            with_pw = types.SimpleNamespace(
+                url="redis+sentinel://:%s@%s/%s" % (secret, hosts, sd.NAME))
+            with Pods(CONF, n=1, admitd_extra=slow, redis=with_pw, start_redis=False) as p:
+                d = p.daemons[0]
+                wait_backend(d, "redis", 10.0)
+                with d.connect() as c:
+                    r = c.request(harness.acquire_req("big", "pw", timeout_ms=0))
+                    self.assertEqual(r.get("backend"), "redis", r)
+                self.assertEqual(sd.master().command(
+                    "ZCARD", key_name("admitd", "big", "pw", "q")), 1)
+                log = d.stderr_text()
+            with Pods(CONF, n=1, admitd_extra=slow, redis=sd, start_redis=False) as p:
+                d = p.daemons[0]
+                t0 = now()
+                with d.connect() as c:
+                    while now() < t0 + 1.0:
+                        r = c.request(harness.acquire_req("big", "nopw", timeout_ms=0))
+                        self.assertEqual(r.get("backend"), "fallback", r)
+                        time.sleep(0.1)
+                self.assertEqual(sd.master().command(
+                    "EXISTS", key_name("admitd", "big", "nopw", "q")), 0)
+        # The password is never logged (the URL in a log line hides it).
+        self.assertNotIn(secret, log)
 
 
 @unittest.skipIf(MISSING, MISSING or "")
