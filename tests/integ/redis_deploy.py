@@ -168,7 +168,7 @@ class ClusterNode(RedisServer):
     port; its nodes.conf lives in its temp dir, so restart() brings the same
     node (same id, same slots) back."""
 
-    def __init__(self, node_timeout_ms=2000, args=(), tls=None):
+    def __init__(self, node_timeout_ms=2000, args=(), tls=None, password=None):
         port = free_cluster_port()
         if tls is not None:
             # TLS only, clients and bus alike (--port 0); the harness's own
@@ -178,7 +178,7 @@ class ClusterNode(RedisServer):
                     "--tls-key-file", tls.path("server.key"),
                     "--tls-ca-cert-file", tls.path("ca.crt"),
                     "--tls-auth-clients", "optional", *args]
-        super().__init__(port=tls is None, args=[
+        super().__init__(port=tls is None, password=password, args=[
             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(node_timeout_ms),
             # A master down must cost only its own slots.
@@ -225,11 +225,14 @@ class RedisClusterDeploy:
     migrate_slot(), kill/restart of a node. A context manager: on a failure
     every log and temp dir is kept."""
 
-    def __init__(self, n=3, node_timeout_ms=2000, tls=None):
+    def __init__(self, n=3, node_timeout_ms=2000, tls=None, password=None):
         """tls: a TlsFiles: the nodes speak TLS only (clients and bus), and
-        .url asks for it (?tls=1)."""
+        .url asks for it (?tls=1). password: every node requires it
+        (requirepass); .url does not carry it."""
         self.tls = tls
-        self.nodes = [ClusterNode(node_timeout_ms, tls=tls) for _ in range(n)]
+        self.password = password
+        self.nodes = [ClusterNode(node_timeout_ms, tls=tls, password=password)
+                      for _ in range(n)]
 
     @property
     def url(self):
@@ -243,6 +246,8 @@ class RedisClusterDeploy:
         for n in self.nodes:
             n.start()
         tls = ["--tls", "--cacert", self.tls.path("ca.crt")] if self.tls else []
+        if self.password:
+            tls += ["--no-auth-warning", "-a", self.password]
         r = subprocess.run(["redis-cli", *tls, "--cluster", "create", *[n.addr for n in self.nodes],
                             "--cluster-replicas", "0", "--cluster-yes"],
                            capture_output=True, text=True, timeout=60)

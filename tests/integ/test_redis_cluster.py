@@ -439,6 +439,33 @@ class NodeDownTest(ClusterCase):
         self.rc.wait_ok()
 
 
+@unittest.skipIf(MISSING, MISSING or "")
+class ClusterAuthTest(unittest.TestCase):
+
+    def test_password_reaches_every_master(self):
+        # Seeded with one node: the two others are found in its map, and
+        # admitd authenticates to them too.
+        secret = "cluster-pw-frotz"
+        with RedisClusterDeploy(3, password=secret) as rc:
+            seed = types.SimpleNamespace(
+                url="redis+cluster://:%s@%s" % (secret, rc.nodes[0].addr))
+            slow = "redis_timeout = 2s\n" if harness.VALGRIND else ""
+            with Pods(CONF, n=1, admitd_extra=slow, redis=seed, start_redis=False) as p:
+                d = p.daemons[0]
+                wait_backend(d, "redis", 10.0)
+                by = rc.keys_by_master("tb", 1, prefix="auth")
+                with d.connect() as c:
+                    for i in range(3):
+                        k = by[i][0]
+                        r = c.request(acquire_req("tb", k, timeout_ms=0))
+                        self.assertEqual(r.get("backend"), "redis", (i, r))
+                        self.assertEqual(rc.nodes[i].command(
+                            "ZCARD", key_name("admitd", "tb", k, "q")), 1, i)
+                log = d.stderr_text()
+        # The password is never logged (the URL in a log line hides it).
+        self.assertNotIn(secret, log)
+
+
 def _ints_named(obj, names):
     """Every integer value of a key called one of names anywhere in obj."""
     if isinstance(obj, dict):
