@@ -27,10 +27,9 @@ Instants and brackets as in redis_util.py's header.
 Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_redis_cluster -v
 """
 
-import json
 import threading
-import types
 import time
+import types
 import unittest
 
 from . import harness
@@ -217,12 +216,27 @@ class InvariantsTest(ClusterCase):
 
     def test_status_lists_every_node(self):
         p = self.pods(1)
-        st = status(p.daemons[0])
-        text = json.dumps(st)
+        d = p.daemons[0]
+        # Each master with its slot count (as the cluster's own map says),
+        # its state, and the calls sent to it.
+        smap = self.rc.slot_map()
+        want = {n.addr: sum(1 for o in smap.values() if o is n) for n in self.rc.nodes}
+        topo = status(d)["redis"]["topology"]
+        self.assertEqual(topo["kind"], "cluster", topo)
+        self.assertEqual({x["addr"]: x["slots"] for x in topo["nodes"]}, want, topo)
+        self.assertEqual(sum(want.values()), 16384)
+        for x in topo["nodes"]:
+            self.assertEqual(x["state"], "ready", x)
+        # One acquire per master: each one's calls grow.
+        before = {x["addr"]: x["calls"] for x in topo["nodes"]}
+        by = self.rc.keys_by_master("tb", 1, prefix="st")
+        with d.connect() as c:
+            for i in range(3):
+                r = c.request(acquire_req("tb", by[i][0], timeout_ms=0))
+                self.assertEqual(r.get("backend"), "redis", r)
+        after = {x["addr"]: x["calls"] for x in status(d)["redis"]["topology"]["nodes"]}
         for n in self.rc.nodes:
-            self.assertIn(str(n.port), text, "status does not list node %s" % n.addr)
-        # Each node's slot count ("slots"), which add up to the whole map.
-        self.assertEqual(sum(_ints_named(st, ("slots", "slot_count"))), 16384, text)
+            self.assertGreater(after[n.addr], before[n.addr], n.addr)
 
     def test_multi_target_across_masters_all_or_nothing(self):
         # ta's key on one master, tb's on another, tc's on the third.
@@ -400,7 +414,13 @@ class NodeDownTest(ClusterCase):
             time.sleep(1.0)
             self.rc.kill9(dead)
             ts["down"] = now()
-            time.sleep(2.0)
+            time.sleep(1.5)
+            addr = self.rc.nodes[dead].addr
+            ts["dead_state"] = {
+                d.sock_path: {x["addr"]: x["state"] for x in
+                              status(d)["redis"]["topology"]["nodes"]}.get(addr)
+                for d in p.daemons}
+            time.sleep(0.5)
             n = self.rc.nodes[dead]
             harness._wait_until(lambda: _free(n.port), 5.0, "port to free")
             n.start()  # its nodes.conf: same id, same slots
@@ -436,6 +456,11 @@ class NodeDownTest(ClusterCase):
                     if d == i and t_send > t_back and r.get("backend") == "redis"]
             self.assertTrue(back, "daemon %d never went back to redis" % i)
             self.assertLess(min(back) - t_back, back_by, i)
+        # status said which master was down, and counted its failures.
+        for d in p.daemons:
+            nodes = {x["addr"]: x for x in status(d)["redis"]["topology"]["nodes"]}
+            self.assertGreater(nodes[self.rc.nodes[dead].addr]["failures"], 0, nodes)
+            self.assertEqual(ts["dead_state"][d.sock_path], "down", ts["dead_state"])
         self.rc.wait_ok()
 
 
