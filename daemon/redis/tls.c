@@ -150,7 +150,7 @@ bool tls_error(struct bufferevent *bev, char *buf, size_t len)
 	if (ssl == NULL)
 		return false;
 	vr = SSL_get_verify_result(ssl);
-	if (vr != X509_V_OK) {
+	if (vr != X509_V_OK && (SSL_get_verify_mode(ssl) & SSL_VERIFY_PEER)) {
 		snprintf(buf, len, "certificate verify failed: %s",
 			 X509_verify_cert_error_string(vr));
 		ERR_clear_error();
