@@ -85,6 +85,7 @@ struct lease_ttlq {
 	struct lease_list leases;
 	struct event *ev;
 	bool armed;
+	int64_t armed_for; /* the deadline the timer was set for */
 };
 
 /* lease: lease.c. Admission granted; released by op, by close, or by TTL. */

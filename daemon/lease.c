@@ -139,6 +139,7 @@ static bool lease_ttlq_arm(struct lease_ttlq *q, int64_t now)
 	if (evtimer_add(q->ev, &tv) != 0)
 		return false;
 	q->armed = true;
+	q->armed_for = head->deadline_ms;
 	return true;
 }
 
@@ -146,10 +147,14 @@ static void lease_ttl_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg
 {
 	struct lease_ttlq *q = arg;
 	int64_t now = clock_mono_ms();
+	/* The loop's cached clock, which the timer was set by, may run a little
+	 * behind ours: the deadline it was set for is due now, as the limiter,
+	 * reading the same deadline, already holds. */
+	int64_t due = now > q->armed_for ? now : q->armed_for;
 	struct lease *l;
 
 	q->armed = false;
-	while ((l = TAILQ_FIRST(&q->leases)) != NULL && l->deadline_ms <= now)
+	while ((l = TAILQ_FIRST(&q->leases)) != NULL && l->deadline_ms <= due)
 		lease_expire(l);
 	if (!lease_ttlq_arm(q, now))
 		log_ratelimited(LOG_SLOT_LEASE, 1000, "cannot arm the lease_ttl timer", NULL);
