@@ -131,6 +131,51 @@ void lim_state_free(struct lim_state *st)
 	free(st);
 }
 
+bool lim_rule_same(const struct conf_rule *a, const struct conf_rule *b)
+{
+	if (a->meter != b->meter || (a->meter_key == NULL) != (b->meter_key == NULL) ||
+	    (a->meter_key != NULL && strcmp(a->meter_key, b->meter_key) != 0))
+		return false;
+	return a->sp.kind == b->sp.kind && a->sp.amount == b->sp.amount &&
+	       a->sp.window_ms == b->sp.window_ms && a->sp.burst == b->sp.burst;
+}
+
+void lim_state_carry(struct lim_state *dst, const struct conf_scope *ncs, struct lim_state *src,
+		     const struct conf_scope *ocs)
+{
+	size_t i, j, k, rank;
+
+	dst->penalty_until = src->penalty_until;
+	dst->last_ms = src->last_ms;
+	dst->leases = src->leases;
+	dst->nleases = src->nleases;
+	dst->leases_cap = src->leases_cap;
+	src->leases = NULL;
+	src->nleases = src->leases_cap = 0;
+	if (ocs->min_delay_ms == ncs->min_delay_ms &&
+	    ocs->cluster_concurrency == ncs->cluster_concurrency)
+		dst->next_at = src->next_at;
+	if (ocs->quota == ncs->quota && ocs->quota_window_ms == ncs->quota_window_ms) {
+		dst->quota = src->quota;
+		dst->quota_head = src->quota_head;
+		dst->quota_n = src->quota_n;
+		dst->quota_cap = src->quota_cap;
+		src->quota = NULL;
+		src->quota_head = src->quota_n = src->quota_cap = 0;
+	}
+	/* The n-th new rule alike some others takes the n-th old one alike it:
+	 * each old counter goes to one new rule at most, with no allocation. */
+	for (i = 0; i < ncs->nrules && i < dst->nrules; i++) {
+		for (k = 0, rank = 0; k < i; k++)
+			rank += lim_rule_same(&ncs->rules[k], &ncs->rules[i]);
+		for (j = 0; j < ocs->nrules && j < src->nrules; j++)
+			if (lim_rule_same(&ocs->rules[j], &ncs->rules[i]) && rank-- == 0)
+				break;
+		if (j < ocs->nrules && j < src->nrules)
+			dst->rules[i] = src->rules[j];
+	}
+}
+
 static int64_t lim_quota_at(const struct lim_state *st, size_t i)
 {
 	return st->quota[(st->quota_head + i) % st->quota_cap];
