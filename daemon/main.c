@@ -46,6 +46,9 @@ static void usage(FILE *out)
 		     "      --help-conf    every conf key with its default\n");
 }
 
+/* The backend state STATUS= last showed (a static string), NULL before READY=1. */
+static const char *admitd_told;
+
 /* The backend's state, as the service manager's STATUS= shows it. */
 static const char *admitd_state(struct admitd *ad)
 {
@@ -62,7 +65,6 @@ static const char *admitd_state(struct admitd *ad)
 static void admitd_gc_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 {
 	static unsigned tick;
-	static const char *told; /* the state STATUS= last showed */
 	struct admitd *ad = arg;
 	const char *state = admitd_state(ad);
 
@@ -70,10 +72,10 @@ static void admitd_gc_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg
 		conn_sweep(ad);
 	kq_sweep(ad);
 	reload_tick(ad);
-	if (ad->notify != NULL && !ad->shutting_down &&
-	    (told == NULL || strcmp(told, state) != 0) &&
+	if (ad->notify != NULL && !ad->shutting_down && admitd_told != NULL &&
+	    strcmp(admitd_told, state) != 0 &&
 	    sdnotify_send(ad->notify, "STATUS=backend=%s%s", state, reload_status(ad)))
-		told = state;
+		admitd_told = state;
 }
 
 /* WATCHDOG=1 at half the interval the service manager asked for. */
@@ -260,7 +262,8 @@ int main(int argc, char **argv)
 		(void)sdnotify_send(ad.notify, "WATCHDOG=1");
 	}
 	/* The socket accepts: ready, as far as the service manager is concerned. */
-	(void)sdnotify_send(ad.notify, "READY=1\nSTATUS=backend=%s", admitd_state(&ad));
+	admitd_told = admitd_state(&ad);
+	(void)sdnotify_send(ad.notify, "READY=1\nSTATUS=backend=%s", admitd_told);
 	{
 		int64_t since;
 		const char *state = ad.redis ? backend_state(ad.redis, &since) : "local";
