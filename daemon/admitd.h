@@ -18,6 +18,7 @@
 #include "conf.h"
 #include "htab.h"
 #include "limiter.h"
+#include "metrics.h"
 #include "proto.h"
 
 #include <stdbool.h>
@@ -124,6 +125,13 @@ struct scope_rt {
 	uint64_t canceled;		  /* the client left while waiting */
 	uint64_t wait_ms_total;		  /* summed waited_ms of admissions */
 	uint64_t expired;		  /* leases ended by lease_ttl */
+	uint64_t releases;		  /* release ops naming a lease of this scope */
+	uint64_t penalties;		  /* penalize ops naming this scope */
+	/* Batched Redis acquire calls (one for the head of a key and the
+	 * waiters like it behind), and the attempts they carried. */
+	uint64_t batches, batched;
+	/* waited_ms of admissions, per bucket (metrics.h) */
+	uint64_t wait_hist[METRICS_WAIT_NBUCKETS];
 };
 
 /* op_pend: ops.c. A reply owed to a connection once the backend answers. */
@@ -168,6 +176,7 @@ struct admitd {
 	struct backend *redis; /* NULL in local mode */
 	struct event *gc_ev;
 	struct event *exit_ev;
+	struct http *http; /* NULL when metrics is off */
 	int64_t start_ms;
 	bool shutting_down;
 	/* Reloads (reload.c) and the service manager (sdnotify.c). */
@@ -179,6 +188,7 @@ struct admitd {
 	struct event *watchdog_ev;
 	uint64_t reloads_ok;	/* reloads applied (admitd_reloads_total{result="ok"}) */
 	uint64_t reloads_error; /* reloads refused: the old conf kept running */
+	uint64_t key_evictions; /* admitd_key_evictions_total (0 until the key table evicts) */
 };
 
 /* scope.c */

@@ -52,6 +52,7 @@ enum conf_type {
 	CT_STRING,    /* any non-empty text */
 	CT_SOCKET,    /* a Unix socket path that fits sun_path */
 	CT_URL,	      /* a Redis URL, or empty for local mode */
+	CT_HOSTPORT,  /* HOST:PORT of a TCP listener, or empty for none */
 	CT_PREFIX,    /* a Redis key prefix: no blanks, no hash-tag braces */
 	CT_NAME,      /* [A-Za-z0-9_.-]{1,64} */
 	CT_OCTAL,     /* file mode */
@@ -131,6 +132,9 @@ static const struct conf_key conf_admitd_keys[] = {
 	{ "watch_conf", CT_BOOL, ADMITD_OFF(watch_conf), "no", 0, 0, CONF_F_LIVE,
 	  "reload when the conf file changes, as on SIGHUP (its directory is watched, so a "
 	  "Kubernetes ConfigMap's symlink swap is seen)" },
+	{ "metrics", CT_HOSTPORT, ADMITD_OFF(metrics), NULL, 0, 0, CONF_F_EMPTY_NULL,
+	  "HOST:PORT serving /metrics (Prometheus), /healthz and /readyz over HTTP; absent or "
+	  "empty: off" },
 	{ NULL, 0, 0, NULL, 0, 0, 0, NULL },
 };
 
@@ -306,6 +310,19 @@ static const char *conf_set_url(struct conf_ctx *x, const struct conf_key *k, vo
 	(void)arg;
 	if (*val != '\0' && redis_url_parse(val, &u, msg, sizeof(msg)) != 0)
 		return conf_fmt(x, "%s", msg);
+	return conf_store_string(k, base, val);
+}
+
+static const char *conf_set_hostport(struct conf_ctx *x, const struct conf_key *k, void *base,
+				     const char *arg, const char *val)
+{
+	char host[CV_HOST_MAX + 1];
+	const char *e;
+	int port;
+
+	(void)arg;
+	if (*val != '\0' && (e = cv_hostport(val, host, sizeof(host), &port)) != NULL)
+		return conf_fmt(x, "%s", e);
 	return conf_store_string(k, base, val);
 }
 
@@ -563,6 +580,7 @@ static const struct {
 	[CT_STRING] = { "text", conf_set_string, CS_STRING },
 	[CT_SOCKET] = { "path", conf_set_socket, CS_STRING },
 	[CT_URL] = { "URL", conf_set_url, CS_STRING },
+	[CT_HOSTPORT] = { "HOST:PORT", conf_set_hostport, CS_STRING },
 	[CT_PREFIX] = { "text", conf_set_prefix, CS_STRING },
 	[CT_NAME] = { "name", conf_set_name, CS_STRING },
 	[CT_OCTAL] = { "octal mode", conf_set_octal, CS_INT },
@@ -910,6 +928,9 @@ static struct conf *conf_parse(const char *text, size_t len, const char *name, F
 		conf_err(&x, 0, "libinih failed (%d)", rc);
 	for (size_t i = 0; i < x.c->nscopes; i++)
 		conf_validate_scope(&x, &x.c->scopes[i], &x.ps[i]);
+	for (size_t i = 0; i < x.c->nscopes && x.nerrors == 0; i++)
+		if (!conf_plan_compile(&x.c->scopes[i]))
+			conf_err(&x, 0, "out of memory");
 done:
 	if (x.c != NULL) {
 		for (size_t i = 0; i < x.c->nscopes; i++) {
@@ -978,6 +999,7 @@ void conf_free(struct conf *c)
 			free(s->classes[j].name);
 			free(s->classes[j].rules);
 		}
+		conf_plan_free(s);
 		free(s->name);
 		free(s->rules);
 		free(s->classes);
@@ -993,6 +1015,7 @@ void conf_free(struct conf *c)
 	free(c->redis_password_file);
 	free(c->redis_user);
 	free(c->log_level);
+	free(c->metrics);
 	free(c);
 }
 

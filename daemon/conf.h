@@ -50,6 +50,23 @@ struct conf_class {
 	int line;
 };
 
+/*
+ * conf_plan: what a limiter does for one (scope, class), compiled once when
+ * the conf is loaded (conf_plan.c), so that neither the in-process limiter
+ * nor the Redis backend works out per call which limits apply, which Redis
+ * keys a call names and which of them the scripts touch.
+ */
+struct conf_plan {
+	size_t nrules;
+	size_t *rules;	    /* indexes into conf_scope.rules that apply, conf order */
+	bool tracks_leases; /* a lease set: cluster_concurrency, a concurrency rule, serialized */
+	bool serialized;    /* min_delay without cluster_concurrency: one at a time */
+	bool release_books; /* a release changes state: the lease set or a token meter */
+	bool reads_state;   /* the acquire reads the state hash (pacing, or the penalty is there) */
+	long penalty_in;    /* plan.rules[i] whose hash holds the penalty; -1: none of them */
+	bool penalty_extra; /* the penalty's hash is a rule's this plan does not apply */
+};
+
 struct conf_scope {
 	char *name;
 	int line;
@@ -74,6 +91,9 @@ struct conf_scope {
 	bool shadow;
 	enum conf_fail_mode fail_mode;
 	int64_t max_waiters; /* per scope; default 1024 */
+	/* Compiled at load (conf_plan.c): */
+	long penalty_rule; /* the rule whose Redis hash holds a key's penalty; -1: the state hash */
+	struct conf_plan *plans; /* nclasses + 1: one per class, then the one of no class */
 };
 
 struct conf {
@@ -86,12 +106,13 @@ struct conf {
 	int64_t max_connections;	 /* default 1024 */
 	int64_t client_write_timeout_ms; /* default 10s */
 	int64_t redis_pool;		 /* default 2 */
-	int64_t fallback_pods;		 /* default 3: auto's divisor before any heartbeat */
+	int64_t fallback_pods;		 /* default 1: auto's divisor before any heartbeat */
 	int64_t redis_timeout_ms;	 /* default 250ms */
 	char *redis_password_file;	 /* NULL = no AUTH */
 	char *redis_user;		 /* NULL = default user */
 	char *log_level;		 /* debug, info, warn, error; default info */
 	bool watch_conf;		 /* reload when the file changes */
+	char *metrics;			 /* HOST:PORT of /metrics; NULL = off */
 	struct conf_scope *scopes;
 	size_t nscopes;
 };
@@ -125,6 +146,17 @@ typedef void conf_change_cb(void *arg, const char *key, enum conf_change how);
  * ran out (nw is then half-reconciled: free it).
  */
 bool conf_reload_keys(const struct conf *old, struct conf *nw, conf_change_cb *cb, void *arg);
+
+/* conf_plan_compile - fill s->plans and s->penalty_rule; false: out of memory. */
+bool conf_plan_compile(struct conf_scope *s);
+void conf_plan_free(struct conf_scope *s);
+
+/* conf_plan_of - the plan of cls (NULL: no class), which must be one of s's. */
+static inline const struct conf_plan *conf_plan_of(const struct conf_scope *s,
+						   const struct conf_class *cls)
+{
+	return &s->plans[cls != NULL ? (size_t)(cls - s->classes) : s->nclasses];
+}
 
 /* Lookups: NULL when absent. */
 const struct conf_scope *conf_scope_find(const struct conf *c, const char *name);

@@ -20,6 +20,7 @@ import shutil
 import signal
 import time
 import unittest
+import urllib.request
 
 from .harness import IO_TIMEOUT, Admitd, RedisServer, _wait_until, acquire_req
 
@@ -132,14 +133,20 @@ class ReloadTest(ReloadCase):
         self.assertEqual((r["ok"], r["error"], r["rule"]), (False, "limited", "requests 4/1h"))
         self.assertEqual(self.reloads(), {"ok": 1, "error": 0})
 
+    def metric_lines(self, prefix):
+        port = re.search(r'msg="metrics listening" .*port=(\d+)', self.d.stderr_text()).group(1)
+        with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=IO_TIMEOUT) as r:
+            return [ln for ln in r.read().decode().splitlines() if ln.startswith(prefix)]
+
     def test_bad_conf_refused_whole_and_old_limits_enforced(self):
-        self.start("[scope b]\nrule = requests 2/1h\n")
+        m = "metrics = 127.0.0.1:0\n"
+        self.start("[scope b]\nrule = requests 2/1h\n", extra=m)
         c = self.conn()
         for _ in range(2):
             self.assertTrue(self.acq(c, "b", "k")["ok"])
         # the header is three lines: the errors are on lines 6 and 8
         self.reload("[scope b]\nrule = requests 10/1h\nbogus = 1\n[scope extra]\n"
-                    "timeout = 30\n", expect="conf reload refused")
+                    "timeout = 30\n", extra=m.strip(), expect="conf reload refused")
         log = self.d.stderr_text()
         path = re.escape(self.d.conf_path)
         self.assertRegex(log, r'(?m)^%s:6: unknown key "bogus" in \[scope b\]$' % path)
@@ -150,9 +157,12 @@ class ReloadTest(ReloadCase):
         self.assertEqual(r["error"], "unknown_scope", r)
         self.assertEqual(self.reloads(), {"ok": 0, "error": 1})
         # fixed, it applies
-        self.reload("[scope b]\nrule = requests 10/1h\n")
+        self.reload("[scope b]\nrule = requests 10/1h\n", extra=m.strip())
         self.assertTrue(self.acq(c, "b", "k")["ok"])
         self.assertEqual(self.reloads(), {"ok": 1, "error": 1})
+        self.assertEqual(self.metric_lines("admitd_reloads_total{"),
+                         ['admitd_reloads_total{result="ok"} 1',
+                          'admitd_reloads_total{result="error"} 1'])
 
     def test_removed_scope_answers_waiters_and_keeps_leases_releasable(self):
         self.start("[scope gone]\nmax_concurrent = 1\nlease_ttl = 1m\ntimeout = 20s\n"
