@@ -229,6 +229,87 @@ class ReloadRedisTest(ReloadCase):
         self.assertEqual(len(a.command("KEYS", "admitd:{s:k2}*")), 0)
 
 
+class ReloadUnderLoadTest(ReloadCase):
+    """Reloads while clients acquire, wait and release, in process, through
+    Redis, and moving between two Redis servers: scopes come and go, rules
+    are added (a key's state outgrows its table entry) and removed, a class
+    disappears. Every reply is one of the
+    protocol's, every lease taken is released (held true or false), and the
+    daemon's log stays clean (the harness fails on a sanitizer report)."""
+
+    CONFS = [
+        "[scope a]\nrule = requests 50/1s\nmax_concurrent = 2\ntimeout = 300ms\n"
+        "[scope b]\nrule hi = requests 40/1s\nclass c = hi\ndefault_class = c\n"
+        "timeout = 300ms\n",
+        "[scope a]\nrule = requests 50/1s\nrule = requests 500/1m\nrule = tokens 9000/1m\n"
+        "rule = requests leaky-bucket 60/1s\nmax_concurrent = 3\ntimeout = 300ms\n"
+        "[scope b]\nrule = requests 40/1s\ntimeout = 300ms\n"
+        "[scope c]\nquota = 30/1s\ntimeout = 300ms\n",
+        "[scope a]\nrule = requests 50/1s\ntimeout = 300ms\n"
+        "[scope c]\nquota = 30/1s\ncluster_concurrency = 2\ntimeout = 300ms\n",
+    ]
+    ERRORS = {"limited", "budget_exceeded", "timeout", "unknown_scope", "bad_request",
+              "too_many_waiters"}
+
+    def run_load(self, *extras):
+        import threading
+        self.start(self.CONFS[0], extra=extras[0])
+        stop = threading.Event()
+        bad, counts = [], {"ok": 0}
+
+        def client(i):
+            c = self.d.connect()
+            try:
+                n = 0
+                while not stop.is_set():
+                    n += 1
+                    scope = "abc"[n % 3]
+                    r = c.request(acquire_req(scope, "k%d" % (n % 4), timeout_ms=200 * (i % 2)),
+                                  timeout=IO_TIMEOUT)
+                    if r.get("ok"):
+                        counts["ok"] += 1
+                        rel = c.request({"op": "release", "lease": r["lease"],
+                                         "tokens": {"output": 3}}, timeout=IO_TIMEOUT)
+                        if rel.get("ok") is not True or "held" not in rel:
+                            bad.append(rel)
+                    elif r.get("error") not in self.ERRORS:
+                        bad.append(r)
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            for i in range(1, 19):
+                self.reload(self.CONFS[i % 3], extra=extras[i % len(extras)])
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(IO_TIMEOUT * 2)
+        self.assertEqual(bad, [])
+        self.assertGreater(counts["ok"], 0)
+        self.assertEqual(self.reloads(), {"ok": 18, "error": 0})
+
+    def test_local(self):
+        self.run_load("")
+
+    def test_redis(self):
+        r = RedisServer().start()
+        self.addCleanup(r.cleanup)
+        self.run_load("redis = %s\n" % r.url)
+
+    def test_redis_switching(self):
+        # every other reload moves to the other Redis: the replaced backend
+        # drains while the next one serves
+        a = RedisServer().start()
+        self.addCleanup(a.cleanup)
+        b = RedisServer().start()
+        self.addCleanup(b.cleanup)
+        self.run_load("redis = %s\n" % a.url, "redis = %s\n" % b.url)
+
+
 class WatchConfTest(ReloadCase):
     """A ConfigMap volume: admitd.conf -> ..data/admitd.conf, ..data -> ..TS."""
 
