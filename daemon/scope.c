@@ -508,8 +508,12 @@ static void scope_wake_kq(void *arg UNUSED, const char *key UNUSED, void *val)
 
 	if (TAILQ_EMPTY(&kq->waiters) || kq->busy)
 		return;
-	if (kq->wake_at != 0 && kq->retry_ev != NULL)
-		event_del(kq->retry_ev);
+	/* A head asleep on a refusal asks again now: a raised limit may admit it. */
+	if (kq->wake_at != 0 && kq->retry_ev != NULL && event_del(kq->retry_ev) != 0) {
+		log_warn("cannot wake a waiting key after the reload: it asks at its time",
+			 "scope=%s", kq->sc->cs->name);
+		return;
+	}
 	kq->wake_at = 0;
 	waitq_pump(kq);
 }
