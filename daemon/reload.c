@@ -234,8 +234,9 @@ void reload_run(struct admitd *ad, const char *why)
 	reload_watch_apply(ad);
 	rl->refused = false;
 	ad->reloads_ok++;
-	log_info("conf reloaded", "scopes=%zu restart_needed=%d redis=\"%s\"", ad->nscopes,
-		 keys.restart, reload_redis_set(nc) ? nc->redis : "");
+	/* not the URL: it may hold a password */
+	log_info("conf reloaded", "scopes=%zu restart_needed=%d backend=%s", ad->nscopes,
+		 keys.restart, ad->redis != NULL ? "redis" : "local");
 	scopes_wake(ad);
 	reload_notify(ad);
 	return;

@@ -383,7 +383,8 @@ static void reload_plan_free(struct reload_plan *p, size_t nold)
 	for (i = 0; p->retire != NULL && i < nold; i++)
 		free(p->retire[i]);
 	free(p->retire);
-	for (i = 0; p->ns != NULL && i < p->nc->nscopes; i++)
+	/* a new scope's table (from[] is SIZE_MAX for it; not yet set: 0, and no table) */
+	for (i = 0; p->ns != NULL && p->from != NULL && i < p->nc->nscopes; i++)
 		if (p->from[i] == SIZE_MAX && p->ns[i].keys != NULL)
 			htab_free(p->ns[i].keys);
 	free(p->ns);
