@@ -80,9 +80,19 @@ static void confwatch_read_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)what;
 	/* The events' names do not matter (any change in the directory may be
-	 * the conf's: a symlink swap names ..data), only that there were some. */
-	while ((n = read(fd, buf, sizeof(buf))) > 0)
+	 * the conf's: a symlink swap names ..data), only that there were some,
+	 * and whether the directory itself went (no event comes after that). */
+	while ((n = read(fd, buf, sizeof(buf))) > 0) {
+		for (char *p = buf; p < buf + n;) {
+			const struct inotify_event *ev = (const struct inotify_event *)(void *)p;
+			if (ev->mask & IN_IGNORED)
+				log_warn("conf watch: the directory is gone, changes are no longer "
+					 "seen (SIGHUP still reloads)",
+					 "path=\"%s\"", w->path);
+			p += sizeof(*ev) + ev->len;
+		}
 		any = true;
+	}
 	if (n < 0 && errno != EAGAIN && errno != EINTR)
 		log_ratelimited(LOG_SLOT_NOTIFY, 10000, "conf watch: read failed", "err=\"%s\"",
 				strerror(errno));

@@ -120,10 +120,48 @@ bool lim_rule_same(const struct conf_rule *a, const struct conf_rule *b)
 	       a->sp.window_ms == b->sp.window_ms && a->sp.burst == b->sp.burst;
 }
 
+/* Same meter (and meter key) and strategy: the same counter, maybe resized. */
+static bool lim_rule_kin(const struct conf_rule *a, const struct conf_rule *b)
+{
+	return a->meter == b->meter && a->sp.kind == b->sp.kind &&
+	       (a->meter_key == NULL) == (b->meter_key == NULL) &&
+	       (a->meter_key == NULL || strcmp(a->meter_key, b->meter_key) == 0);
+}
+
+/* How many of rules[0..n) are the same as r. */
+static size_t lim_count_same(const struct conf_rule *rules, size_t n, const struct conf_rule *r)
+{
+	size_t i, k = 0;
+
+	for (i = 0; i < n; i++)
+		k += lim_rule_same(&rules[i], r);
+	return k;
+}
+
+/* The old rule an unchanged new rule i takes its counter from: the n-th new
+ * rule alike some others takes the n-th old one alike it (each old counter
+ * goes to one new rule at most, with no allocation); SIZE_MAX: none. */
+static size_t lim_carry_same(const struct conf_scope *ncs, size_t i, const struct conf_scope *ocs)
+{
+	size_t rank = lim_count_same(ncs->rules, i, &ncs->rules[i]), j;
+
+	for (j = 0; j < ocs->nrules; j++)
+		if (lim_rule_same(&ocs->rules[j], &ncs->rules[i]) && rank-- == 0)
+			return j;
+	return SIZE_MAX;
+}
+
+/* Does an unchanged new rule take old rule j's counter? */
+static bool lim_carry_taken(const struct conf_scope *ocs, size_t j, const struct conf_scope *ncs)
+{
+	return lim_count_same(ocs->rules, j, &ocs->rules[j]) <
+	       lim_count_same(ncs->rules, ncs->nrules, &ocs->rules[j]);
+}
+
 void lim_state_carry(struct lim_state *dst, const struct conf_scope *ncs, struct lim_state *src,
 		     const struct conf_scope *ocs)
 {
-	size_t i, j, k, rank;
+	size_t i, j;
 
 	dst->penalty_until = src->penalty_until;
 	dst->last_ms = src->last_ms;
@@ -143,15 +181,14 @@ void lim_state_carry(struct lim_state *dst, const struct conf_scope *ncs, struct
 		src->quota = NULL;
 		src->quota_head = src->quota_n = src->quota_cap = 0;
 	}
-	/* The n-th new rule alike some others takes the n-th old one alike it:
-	 * each old counter goes to one new rule at most, with no allocation. */
 	for (i = 0; i < ncs->nrules && i < dst->nrules; i++) {
-		for (k = 0, rank = 0; k < i; k++)
-			rank += lim_rule_same(&ncs->rules[k], &ncs->rules[i]);
-		for (j = 0; j < ocs->nrules && j < src->nrules; j++)
-			if (lim_rule_same(&ocs->rules[j], &ncs->rules[i]) && rank-- == 0)
-				break;
-		if (j < ocs->nrules && j < src->nrules)
+		j = lim_carry_same(ncs, i, ocs);
+		/* Not unchanged: the rule in its place goes on, resized, when it
+		 * counts the same way and no unchanged rule took it. */
+		if (j == SIZE_MAX && i < ocs->nrules &&
+		    lim_rule_kin(&ocs->rules[i], &ncs->rules[i]) && !lim_carry_taken(ocs, i, ncs))
+			j = i;
+		if (j != SIZE_MAX && j < src->nrules)
 			dst->rules[i] = src->rules[j];
 	}
 }

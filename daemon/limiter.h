@@ -129,13 +129,19 @@ bool lim_rule_same(const struct conf_rule *a, const struct conf_rule *b);
 
 /*
  * lim_state_carry - a reload: dst (fresh, lim_state_init'ed for ncs) takes
- * over what src held under ocs, limit by limit, where that limit did not
- * change: each rule's counter from the first old rule that is the same
- * (lim_rule_same, each old one used once); the quota instants when quota
- * and its window are the same; the pacing instant when min_delay and
- * cluster_concurrency are. The leases in flight and a penalty are facts,
- * not limits: always kept. A changed or new limit starts as a new key's
- * would. Arrays are moved, not copied: src keeps only what was not taken
+ * over what src held under ocs, so that a reload refills nothing:
+ * - an unchanged rule (lim_rule_same), wherever it moved, keeps its
+ *   counter (the n-th of several alike takes the n-th old one alike);
+ * - a changed rule keeps the counter of the rule it replaced at its
+ *   position when that one counts the same way (meter, meter key and
+ *   strategy) and no unchanged rule took it: the usage goes on under the
+ *   new amount, window or burst, as in Redis, where a rule's state lives
+ *   under its position;
+ * - any other rule starts as a new key's would;
+ * - the quota instants stay when quota and its window are the same, the
+ *   pacing instant when min_delay and cluster_concurrency are;
+ * - the leases in flight and a penalty are facts, not limits: always kept.
+ * Arrays are moved, not copied: src keeps only what was not taken
  * (lim_state_clear it).
  */
 void lim_state_carry(struct lim_state *dst, const struct conf_scope *ncs, struct lim_state *src,

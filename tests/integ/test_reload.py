@@ -2,9 +2,10 @@
 
 A raised limit applies at once, to a waiter already queued and to the next
 acquire, while a lease held before the reload is still released with
-held:true; a limit the reload did not change keeps its state (no refill,
-whatever its place or spelling in the new conf), a changed one starts
-fresh; a conf with an error is refused whole, each problem logged as
+held:true; a reload refills nothing: a limit it did not change keeps its
+state whatever its place or spelling in the new conf, one changed in place
+goes on from its usage (in process as in Redis), one of another strategy
+starts fresh; a conf with an error is refused whole, each problem logged as
 file:line: message, and the old limits stay enforced; a removed scope's
 waiter is answered unknown_scope while its lease stays releasable; the same
 reload through watch_conf after a Kubernetes ConfigMap-style symlink swap;
@@ -109,28 +110,32 @@ class ReloadTest(ReloadCase):
         self.assertTrue(r["ok"], r)
         self.assertEqual(self.reloads(), {"ok": 1, "error": 0})
 
-    def test_unchanged_limit_keeps_its_state_changed_one_starts_fresh(self):
+    def test_no_refill_moved_rule_keeps_state_changed_one_goes_on(self):
         self.start("[scope keep]\nrule = requests 3/1h\n"
-                   "[scope change]\nrule = requests 2/1h\n")
+                   "[scope change]\nrule = requests 2/1h\n"
+                   "[scope kind]\nrule = requests 2/1h\n")
         c = self.conn()
-        for scope, n in (("keep", 3), ("change", 2)):
+        for scope, n in (("keep", 3), ("change", 2), ("kind", 2)):
             for _ in range(n):
                 self.assertTrue(self.acq(c, scope, "k")["ok"])
             r = self.acq(c, scope, "k")
             self.assertEqual((r["ok"], r["error"]), (False, "limited"), r)
         # keep: the same rule, written 3/60m, after a new one; change: 2 -> 4
+        # in place; kind: another strategy in its place
         self.reload("[scope keep]\nrule = requests 100/1h\nrule = requests 3/60m\n"
-                    "[scope change]\nrule = requests 4/1h\n")
+                    "[scope change]\nrule = requests 4/1h\n"
+                    "[scope kind]\nrule = requests fixed-window 2/1h\n")
         r = self.acq(c, "keep", "k")
         self.assertEqual((r["ok"], r["error"], r["rule"]),
                          (False, "limited", "requests 3/60m"))
         # one token back takes 20 minutes: nothing was refilled
         self.assertGreater(r["retry_after_ms"], 19 * 60 * 1000)
-        for i in range(4):
-            r = self.acq(c, "change", "k")
-            self.assertTrue(r["ok"], (i, r))
-        r = self.acq(c, "change", "k")
-        self.assertEqual((r["ok"], r["error"], r["rule"]), (False, "limited", "requests 4/1h"))
+        # the 2 used count against the raised 4: 2 more, not 4
+        self.assertEqual([self.acq(c, "change", "k")["ok"] for _ in range(3)],
+                         [True, True, False])
+        # a counter of another strategy starts fresh
+        self.assertEqual([self.acq(c, "kind", "k")["ok"] for _ in range(3)],
+                         [True, True, False])
         self.assertEqual(self.reloads(), {"ok": 1, "error": 0})
 
     def metric_lines(self, prefix):
@@ -227,6 +232,31 @@ class ReloadRedisTest(ReloadCase):
         _wait_until(on_b, RELOAD_DEADLINE, "an acquire booked in the new redis",
                     self.d.stderr_text, interval=0.05)
         self.assertEqual(len(a.command("KEYS", "admitd:{s:k2}*")), 0)
+
+
+class ReloadRedisStateTest(ReloadCase):
+    def test_redis_state_stays_by_position(self):
+        # In Redis a rule's state lives under its position: an unchanged rule
+        # in place keeps it, and a changed one goes on from it, as in process.
+        r = RedisServer().start()
+        self.addCleanup(r.cleanup)
+        extra = "redis = %s\n" % r.url
+        self.start("[scope keep]\nrule = requests 3/1h\n[scope change]\nrule = requests 2/1h\n",
+                   extra=extra)
+        c = self.conn()
+        for scope, n in (("keep", 3), ("change", 2)):
+            for _ in range(n):
+                a = self.acq(c, scope, "k")
+                self.assertEqual((a["ok"], a["backend"]), (True, "redis"), a)
+        self.reload("[scope keep]\nrule = requests 3/60m\ntimeout = 5s\n"
+                    "[scope change]\nrule = requests 4/1h\n", extra=extra)
+        r1 = self.acq(c, "keep", "k")
+        self.assertEqual((r1["ok"], r1["error"], r1["rule"], r1["backend"]),
+                         (False, "limited", "requests 3/60m", "redis"))
+        self.assertGreater(r1["retry_after_ms"], 19 * 60 * 1000)
+        got = [self.acq(c, "change", "k") for _ in range(3)]
+        self.assertEqual([g["ok"] for g in got], [True, True, False], got)
+        self.assertEqual((got[2]["rule"], got[2]["backend"]), ("requests 4/1h", "redis"))
 
 
 class ReloadUnderLoadTest(ReloadCase):

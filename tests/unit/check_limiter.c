@@ -11,8 +11,8 @@
  * the longest wait names the refusal (ties: conf order), classes and
  * floor, token meters overdrawn at release, the fallback divisor, lim_idle
  * and lim_release_books; and what a reload carries over (lim_state_carry):
- * the state of unchanged limits, whatever their place or spelling, and
- * nothing of changed ones.
+ * the state of unchanged limits, whatever their place or spelling; a rule
+ * changed in place goes on from its usage; another strategy starts fresh.
  */
 
 #include "limiter.h"
@@ -688,6 +688,35 @@ START_TEST(test_carry_unchanged_limits)
 }
 END_TEST
 
+/* A rule changed in place counts on: 2 used of a raised 4 leave 2; the
+ * next rule, of another strategy in its place, starts fresh. */
+START_TEST(test_carry_changed_in_place)
+{
+	struct conf *ocf;
+	const struct conf_scope *ocs;
+	struct lim_state *ost;
+
+	use("rule = requests fixed-window 2/1m\nrule = requests 2/1m\n");
+	admit(0, "a");
+	admit(0, "b");
+	ocf = cf;
+	ocs = cs;
+	ost = st;
+	cf = NULL;
+	st = NULL;
+	use("rule = requests fixed-window 4/1m\nrule = requests sliding-window 3/1m\n");
+	lim_state_carry(st, cs, ost, ocs);
+	lim_state_clear(ost);
+	free(ost);
+	conf_free(ocf);
+	ck_assert_int_eq(st->rules[1].a, 0);
+	ck_assert_int_eq(st->rules[1].b, 0);
+	admit(1, "c");
+	admit(1, "d");
+	refused(chk(1), "requests fixed-window 4/1m", 59999);
+}
+END_TEST
+
 static Suite *limiter_suite(void)
 {
 	Suite *s = suite_create("limiter");
@@ -718,6 +747,7 @@ static Suite *limiter_suite(void)
 	tcase_add_test(tc, test_idle_is_fresh);
 	tcase_add_test(tc, test_release_books);
 	tcase_add_test(tc, test_carry_unchanged_limits);
+	tcase_add_test(tc, test_carry_changed_in_place);
 	suite_add_tcase(s, tc);
 	return s;
 }
