@@ -198,7 +198,7 @@ void kq_shutdown_all(struct admitd *ad)
 /* ---- reload ------------------------------------------------------------ */
 
 /* What scopes_reload prepares before it changes anything. */
-struct reload_plan {
+struct scope_swap {
 	const struct conf *nc;
 	struct scope_rt *ns;	   /* nc's scopes, to become ad->scopes */
 	size_t *from;		   /* ns[i] is old scope from[i]; SIZE_MAX: new */
@@ -216,9 +216,9 @@ static void *kq_lim_inline(struct kq *kq)
 	return (char *)kq + KQ_LIM_OFF;
 }
 
-static void reload_count_ext(void *arg, const char *key UNUSED, void *val)
+static void scope_swap_count_ext(void *arg, const char *key UNUSED, void *val)
 {
-	struct reload_plan *p = arg;
+	struct scope_swap *p = arg;
 	struct kq *kq = val;
 
 	if (p->ncs->nrules > kq->lim_cap)
@@ -226,14 +226,14 @@ static void reload_count_ext(void *arg, const char *key UNUSED, void *val)
 }
 
 /* One kept key: re-pointed at its new scope, its limiter state carried. */
-static void reload_carry_kq(void *arg, const char *key UNUSED, void *val)
+static void scope_swap_carry_kq(void *arg, const char *key UNUSED, void *val)
 {
-	struct reload_plan *p = arg;
+	struct scope_swap *p = arg;
 	struct kq *kq = val;
 	struct lim_state *old = kq->lim, *dst;
 	bool ext = p->ncs->nrules > kq->lim_cap;
 
-	/* The same walk as reload_count_ext's, so there is one state each. */
+	/* The same walk as scope_swap_count_ext's, so there is one state each. */
 	dst = ext ? p->ext[p->used++] : p->scratch;
 	lim_state_init(dst, p->ncs);
 	lim_state_carry(dst, p->ncs, old, p->ocs);
@@ -251,7 +251,7 @@ static void reload_carry_kq(void *arg, const char *key UNUSED, void *val)
 	kq->sc = p->sc;
 }
 
-static void reload_repoint_kq(void *arg, const char *key UNUSED, void *val)
+static void scope_swap_repoint_kq(void *arg, const char *key UNUSED, void *val)
 {
 	struct kq *kq = val;
 
@@ -259,8 +259,8 @@ static void reload_repoint_kq(void *arg, const char *key UNUSED, void *val)
 }
 
 /* The class of the same name in cs (*gone set when there is none). */
-static const struct conf_class *reload_cls(const struct conf_scope *cs,
-					   const struct conf_class *cls, bool *gone)
+static const struct conf_class *scope_swap_cls(const struct conf_scope *cs,
+					       const struct conf_class *cls, bool *gone)
 {
 	const struct conf_class *n;
 
@@ -277,7 +277,7 @@ static const struct conf_class *reload_cls(const struct conf_scope *cs,
  * the same text in the new one, or NULL (its timeout then blames the head
  * or the queue). Static names are kept.
  */
-static const char *reload_rule_text(const struct conf *oc, const struct conf *nc, const char *s)
+static const char *scope_swap_rule_text(const struct conf *oc, const struct conf *nc, const char *s)
 {
 	size_t i, j;
 
@@ -306,7 +306,7 @@ static const char *reload_rule_text(const struct conf *oc, const struct conf *nc
 	return s;
 }
 
-struct reload_walk {
+struct scope_swap_walk {
 	const struct conf *oc, *nc;
 };
 
@@ -316,9 +316,9 @@ struct reload_walk {
  * when they cannot go on because a scope or class they name is gone. A
  * waiter whose client left is only waiting for its decision: re-pointed.
  */
-static void reload_waiters(void *arg, const char *key UNUSED, void *val)
+static void scope_swap_waiters(void *arg, const char *key UNUSED, void *val)
 {
-	struct reload_walk *rw = arg;
+	struct scope_swap_walk *rw = arg;
 	struct kq *kq = val;
 	struct waiter *w, *nx;
 	char msg[200];
@@ -346,9 +346,9 @@ static void reload_waiters(void *arg, const char *key UNUSED, void *val)
 				    sc->cs->name, name);
 				gone_class = msg;
 			}
-			w->t[i].cls = reload_cls(sc->cs, w->t[i].cls, &gone);
+			w->t[i].cls = scope_swap_cls(sc->cs, w->t[i].cls, &gone);
 		}
-		w->last_rule = reload_rule_text(rw->oc, rw->nc, w->last_rule);
+		w->last_rule = scope_swap_rule_text(rw->oc, rw->nc, w->last_rule);
 		if (w->conn == NULL)
 			continue;
 		if (gone_scope != NULL) {
@@ -363,17 +363,17 @@ static void reload_waiters(void *arg, const char *key UNUSED, void *val)
 
 /* A lease's targets in kept scopes: the class of the same name, or none
  * (the unnamed rules) when it is gone. */
-static void reload_lease(void *arg UNUSED, const char *key UNUSED, void *val)
+static void scope_swap_lease(void *arg UNUSED, const char *key UNUSED, void *val)
 {
 	struct lease *l = val;
 	size_t i;
 
 	for (i = 0; i < l->nt; i++)
 		if (!l->t[i].kq->sc->retired)
-			l->t[i].cls = reload_cls(l->t[i].kq->sc->cs, l->t[i].cls, NULL);
+			l->t[i].cls = scope_swap_cls(l->t[i].kq->sc->cs, l->t[i].cls, NULL);
 }
 
-static void reload_plan_free(struct reload_plan *p, size_t nold)
+static void scope_swap_free(struct scope_swap *p, size_t nold)
 {
 	size_t i;
 
@@ -393,7 +393,7 @@ static void reload_plan_free(struct reload_plan *p, size_t nold)
 }
 
 /* Everything that can fail, before anything changes. */
-static bool reload_prepare(struct admitd *ad, struct reload_plan *p)
+static bool scope_swap_prepare(struct admitd *ad, struct scope_swap *p)
 {
 	const struct conf *nc = p->nc;
 	size_t i, j, nmax = 1, size;
@@ -415,7 +415,7 @@ static bool reload_prepare(struct admitd *ad, struct reload_plan *p)
 			p->from[i] = j;
 			kept[j] = true;
 			p->ncs = &nc->scopes[i];
-			htab_each(ad->scopes[j].keys, reload_count_ext, p);
+			htab_each(ad->scopes[j].keys, scope_swap_count_ext, p);
 		} else if ((p->ns[i].keys = htab_new()) == NULL) {
 			goto done;
 		}
@@ -442,15 +442,15 @@ done:
 
 bool scopes_reload(struct admitd *ad, const struct conf *nc)
 {
-	struct reload_plan p = { .nc = nc };
-	struct reload_walk rw = { .oc = ad->conf, .nc = nc };
+	struct scope_swap p = { .nc = nc };
+	struct scope_swap_walk rw = { .oc = ad->conf, .nc = nc };
 	struct scope_rt *r;
 	struct conn *c;
 	struct op_pend *pd;
 	size_t i, j, nold = ad->nscopes;
 
-	if (!reload_prepare(ad, &p)) {
-		reload_plan_free(&p, nold);
+	if (!scope_swap_prepare(ad, &p)) {
+		scope_swap_free(&p, nold);
 		return false;
 	}
 	/* Nothing fails from here on. */
@@ -469,7 +469,7 @@ bool scopes_reload(struct admitd *ad, const struct conf *nc)
 		if (p.from[i] != SIZE_MAX) {
 			p.sc = sc;
 			p.ncs = sc->cs;
-			htab_each(sc->keys, reload_carry_kq, &p);
+			htab_each(sc->keys, scope_swap_carry_kq, &p);
 		}
 	}
 	for (j = 0; j < nold; j++) {
@@ -480,7 +480,7 @@ bool scopes_reload(struct admitd *ad, const struct conf *nc)
 		r->retired = true;
 		r->retired_next = ad->retired;
 		ad->retired = r;
-		htab_each(r->keys, reload_repoint_kq, r);
+		htab_each(r->keys, scope_swap_repoint_kq, r);
 		log_info("scope removed: its waiters are answered, its leases stay releasable",
 			 "scope=%s leases=%lld waiting=%lld", r->cs->name, (long long)r->leases,
 			 (long long)r->waiting);
@@ -490,16 +490,16 @@ bool scopes_reload(struct admitd *ad, const struct conf *nc)
 	ad->nscopes = nc->nscopes;
 	p.ns = NULL;
 	for (i = 0; i < ad->nscopes; i++)
-		htab_each(ad->scopes[i].keys, reload_waiters, &rw);
+		htab_each(ad->scopes[i].keys, scope_swap_waiters, &rw);
 	for (r = ad->retired; r != NULL; r = r->retired_next)
-		htab_each(r->keys, reload_waiters, &rw);
-	htab_each(ad->leases, reload_lease, NULL);
+		htab_each(r->keys, scope_swap_waiters, &rw);
+	htab_each(ad->leases, scope_swap_lease, NULL);
 	for (c = TAILQ_FIRST(&ad->conns); c != NULL; c = TAILQ_NEXT(c, link)) {
 		for (pd = TAILQ_FIRST(&c->pends); pd != NULL; pd = TAILQ_NEXT(pd, conn_link))
 			if (pd->kq != NULL && !pd->kq->sc->retired)
-				pd->cls = reload_cls(pd->kq->sc->cs, pd->cls, NULL);
+				pd->cls = scope_swap_cls(pd->kq->sc->cs, pd->cls, NULL);
 	}
-	reload_plan_free(&p, nold);
+	scope_swap_free(&p, nold);
 	return true;
 }
 
