@@ -194,18 +194,23 @@ class ReloadTest(ReloadCase):
         self.assertTrue(self.acq(c3, "stay", "k")["ok"])
 
     def test_restart_keys_logged_and_kept(self):
-        self.start("[scope s]\nmax_concurrent = 1\n", extra="prefix = one\nmax_line = 4096\n")
+        self.start("[scope s]\nmax_concurrent = 1\n",
+                   extra="prefix = one\nmax_line = 4096\nmetrics = 127.0.0.1:0\n")
         c = self.conn()
         self.reload("[scope s]\nmax_concurrent = 2\n",
-                    extra="prefix = two\nsocket_mode = 0600\nmax_line = 8192\n")
+                    extra="prefix = two\nsocket_mode = 0600\nmax_line = 8192\n"
+                          "metrics = 127.0.0.1:1\n")
         log = self.d.stderr_text()
-        self.assertIn('msg="conf key changed: needs a restart, the running value is kept" '
-                      "key=prefix", log)
-        self.assertIn('msg="conf key changed: needs a restart, the running value is kept" '
-                      "key=socket_mode", log)
+        for key in ("prefix", "socket_mode", "metrics"):
+            self.assertIn('msg="conf key changed: needs a restart, the running value is kept" '
+                          "key=%s" % key, log)
         self.assertIn('msg="conf key changed" key=max_line', log)
-        self.assertIn("restart_needed=2", log)
+        self.assertIn("restart_needed=3", log)
         self.assertEqual(os.stat(self.d.sock_path).st_mode & 0o777, 0o660)
+        # the metrics listener goes on where it was
+        self.assertEqual(self.metric_lines("admitd_reloads_total{"),
+                         ['admitd_reloads_total{result="ok"} 1',
+                          'admitd_reloads_total{result="error"} 0'])
         self.assertTrue(self.acq(c, "s", "k")["ok"])
         self.assertTrue(self.acq(c, "s", "k")["ok"])
 
