@@ -252,6 +252,16 @@ refuse:
 	reload_notify(ad);
 }
 
+static int reload_count(const struct reload *rl)
+{
+	const struct reload_conf *rc;
+	int n = 0;
+
+	for (rc = rl->old; rc != NULL; rc = rc->next)
+		n++;
+	return n;
+}
+
 /* May the replaced confs go? Only when no backend call can name them. */
 static bool reload_calls_done(const struct admitd *ad)
 {
@@ -292,6 +302,7 @@ void reload_tick(struct admitd *ad)
 		*cp = rc->next;
 		conf_free(rc->c);
 		free(rc);
+		log_debug("replaced conf freed", "left=%d", reload_count(rl));
 	}
 }
 

@@ -193,6 +193,26 @@ class ReloadTest(ReloadCase):
                     "the removed scope to be freed", self.d.stderr_text)
         self.assertTrue(self.acq(c3, "stay", "k")["ok"])
 
+    def test_replaced_conf_freed_once_nothing_points_into_it(self):
+        self.start("[scope gone]\nmax_concurrent = 1\nlease_ttl = 1m\n[scope s]\n",
+                   extra="log_level = debug\n")
+        c = self.conn()
+        held = self.acq(c, "gone", "k")
+        self.assertTrue(held["ok"], held)
+        self.reload("[scope s]\n", extra="log_level = debug\n")
+        self.reload("[scope s]\nmax_concurrent = 1\n", extra="log_level = debug\n")
+        # the second conf goes (nothing points into it); the first stays with
+        # the removed scope's lease
+        self.wait_log("replaced conf freed", 0)
+        time.sleep(0.3)  # housekeeping runs every 100 ms: nothing more goes
+        log = self.d.stderr_text()
+        self.assertEqual(log.count('msg="replaced conf freed"'), 1, log)
+        self.assertIn('msg="replaced conf freed" left=1', log)
+        self.assertEqual(c.request({"op": "release", "lease": held["lease"]}),
+                         {"ok": True, "held": True})
+        _wait_until(lambda: 'msg="replaced conf freed" left=0' in self.d.stderr_text(),
+                    RELOAD_DEADLINE, "the first conf to be freed", self.d.stderr_text)
+
     def test_restart_keys_logged_and_kept(self):
         self.start("[scope s]\nmax_concurrent = 1\n",
                    extra="prefix = one\nmax_line = 4096\nmetrics = 127.0.0.1:0\n")
