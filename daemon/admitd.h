@@ -120,16 +120,21 @@ struct kq {
 	struct lim_state *lim;	/* in-process limiter (local mode, or Redis fallback) */
 	struct event *retry_ev; /* the head's next attempt */
 	int64_t wake_at;	/* when retry_ev fires; 0 when not armed */
+	uint32_t lim_cap;	/* rules the state inline in the entry has room for */
+	bool lim_ext;		/* lim is a separate allocation (a reload added rules) */
 	bool slot_wait;		/* the head waits for a lease slot (a release may end it) */
 	bool busy;		/* a backend decision for the head is in flight */
 	bool in_pump;
 };
 
-/* scope_rt: scope.c. */
+/* scope_rt: scope.c. A scope a reload removed is "retired": it stays, alone
+ * in its allocation, until its keys have nothing held, queued or in flight. */
 struct scope_rt {
 	struct admitd *ad;
-	const struct conf_scope *cs;
+	const struct conf_scope *cs; /* in ad->conf; a retired one's, in the conf it came from */
 	size_t idx;
+	bool retired;
+	struct scope_rt *retired_next;
 	struct htab *keys; /* key -> struct kq */
 	size_t sweep_at;   /* where the idle-key sweep goes on (a bucket) */
 	int64_t leases;	   /* held through this daemon, all keys */
@@ -182,7 +187,8 @@ struct admitd {
 	struct conf *conf;
 	struct scope_rt *scopes;
 	size_t nscopes;
-	struct htab *leases;			       /* id -> struct lease */
+	struct scope_rt *retired; /* scopes a reload removed, still holding leases */
+	struct htab *leases;	  /* id -> struct lease */
 	SLIST_HEAD(lease_ttlq_list, lease_ttlq) ttlqs; /* lease.c: one per lease_ttl seen */
 	struct conn_list conns;
 	size_t nconns;
@@ -194,10 +200,16 @@ struct admitd {
 	struct http *http; /* NULL when metrics is off */
 	int64_t start_ms;
 	bool shutting_down;
-	/* For admitd_reloads_total and admitd_key_evictions_total: conf reload
-	 * counts its outcomes here and the key table its evictions (0 until
-	 * those exist). */
-	uint64_t reloads_ok, reloads_error, key_evictions;
+	/* Reloads (reload.c) and the service manager (sdnotify.c). */
+	const char *conf_path;	 /* -c, re-read by a reload */
+	const char *socket_arg;	 /* --socket, applied over every conf read */
+	const char *redis_arg;	 /* --redis, likewise */
+	struct reload *reload;	 /* confs and backends a reload replaced, the conf watch */
+	struct sdnotify *notify; /* NULL when not run by a service manager */
+	struct event *watchdog_ev;
+	uint64_t reloads_ok;	/* reloads applied (admitd_reloads_total{result="ok"}) */
+	uint64_t reloads_error; /* reloads refused: the old conf kept running */
+	uint64_t key_evictions; /* admitd_key_evictions_total (0 until the key table evicts) */
 };
 
 /* scope.c */
@@ -210,12 +222,34 @@ struct kq *kq_get(struct scope_rt *sc, const char *key);
 void kq_sweep(struct admitd *ad);
 /* kq_shutdown_all - answer every waiter `shutting_down`. */
 void kq_shutdown_all(struct admitd *ad);
+/*
+ * scopes_reload - nc's scopes replace the running ones (ad->conf is still
+ * the old conf). A scope of the same name keeps its keys, their waiters,
+ * leases and counters, and each key's limiter state where the limit did not
+ * change (lim_state_carry); a new scope starts empty; a removed one is
+ * retired: its waiters are answered unknown_scope, its leases stay
+ * releasable. Waiters, leases and pending replies are re-pointed at nc's
+ * classes (a waiter whose class is gone is answered bad_request). false,
+ * with nothing changed, when memory ran out. Call scopes_wake once ad->conf
+ * is nc.
+ */
+bool scopes_reload(struct admitd *ad, const struct conf *nc) MUST_CHECK;
+/* scopes_wake - after a reload: every queue's head asks again now. */
+void scopes_wake(struct admitd *ad);
+/* scopes_points_into - does a retired scope still use a scope of conf c? */
+bool scopes_points_into(const struct admitd *ad, const struct conf *c);
 
 /* waitq.c */
 void waitq_add(struct waiter *w);
 void waitq_pump(struct kq *kq);
 void waitq_cancel(struct waiter *w);
 void waitq_shutdown(struct kq *kq);
+/*
+ * waitq_abort - answer w with error e now and drop it from its queue (a
+ * decision in flight finds it gone). The queue is not pumped: the caller
+ * does, once it is done walking queues.
+ */
+void waitq_abort(struct waiter *w, enum admit_err e, const char *msg);
 /* waitq_free_kq - free what kq owns (its waiters, timer, limiter state); kq
  * itself is its key table's entry, freed by htab_del or htab_free. */
 void waitq_free_kq(struct kq *kq);

@@ -74,6 +74,12 @@ enum conf_type {
 #define CONF_F_ARG	    0x02 /* "key NAME = ..." allowed */
 #define CONF_F_ARG_REQUIRED 0x04
 #define CONF_F_EMPTY_NULL   0x08 /* an empty value means "unset" (NULL) */
+/* How a reload applies a changed [admitd] key (conf_reload_keys). A key with
+ * neither flag needs a restart, and the running value is kept: a key added
+ * without thought for reloads is safe by default. (A key of a type with no
+ * comparison, CS_OTHER, none in [admitd] today, is taken from the new conf.) */
+#define CONF_F_LIVE  0x10 /* read where it is used: the new value applies at once */
+#define CONF_F_REDIS 0x20 /* the Redis connections are remade with it */
 
 struct conf_key {
 	const char *name;
@@ -97,29 +103,35 @@ static const struct conf_key conf_admitd_keys[] = {
 	  "path of the Unix socket clients connect to" },
 	{ "socket_mode", CT_OCTAL, ADMITD_OFF(socket_mode), "0660", 0, 0777, 0,
 	  "permissions of the socket (octal)" },
-	{ "redis", CT_URL, ADMITD_OFF(redis), NULL, 0, 0, CONF_F_EMPTY_NULL,
+	{ "redis", CT_URL, ADMITD_OFF(redis), NULL, 0, 0, CONF_F_EMPTY_NULL | CONF_F_REDIS,
 	  "redis://[user[:pass]@]host[:port][/db] or unix:///path; absent or empty: local mode" },
 	{ "prefix", CT_PREFIX, ADMITD_OFF(prefix), "admitd", 0, 0, 0,
 	  "namespace of every Redis key (PREFIX:{SCOPE:KEY}:...)" },
-	{ "max_line", CT_SIZE, ADMITD_OFF(max_line), "64KiB", 1024, 16 * 1024 * 1024, 0,
+	{ "max_line", CT_SIZE, ADMITD_OFF(max_line), "64KiB", 1024, 16 * 1024 * 1024, CONF_F_LIVE,
 	  "longest request line; longer gets line_too_long and the connection closes" },
-	{ "max_connections", CT_INT, ADMITD_OFF(max_connections), "1024", 1, 1000000, 0,
+	{ "max_connections", CT_INT, ADMITD_OFF(max_connections), "1024", 1, 1000000, CONF_F_LIVE,
 	  "client connections served at once" },
 	{ "client_write_timeout", CT_DURATION, ADMITD_OFF(client_write_timeout_ms), "10s", 100,
-	  MS_HOUR, 0,
+	  MS_HOUR, CONF_F_LIVE,
 	  "a client with replies pending that takes none of them for this long is disconnected" },
-	{ "redis_pool", CT_INT, ADMITD_OFF(redis_pool), "2", 1, 64, 0, "connections to Redis" },
-	{ "fallback_pods", CT_INT, ADMITD_OFF(fallback_pods), "3", 1, 1000000, 0,
+	{ "redis_pool", CT_INT, ADMITD_OFF(redis_pool), "2", 1, 64, CONF_F_REDIS,
+	  "connections to Redis" },
+	{ "fallback_pods", CT_INT, ADMITD_OFF(fallback_pods), "1", 1, 1000000, CONF_F_LIVE,
 	  "fallback_divisor = auto divides by this until a heartbeat has counted the daemons "
 	  "alive (a daemon started during an outage has seen none)" },
-	{ "redis_timeout", CT_DURATION, ADMITD_OFF(redis_timeout_ms), "250ms", 1, MS_MIN, 0,
+	{ "redis_timeout", CT_DURATION, ADMITD_OFF(redis_timeout_ms), "250ms", 1, MS_MIN,
+	  CONF_F_REDIS,
 	  "per Redis operation and connect; past it the request is served by fail_mode" },
 	{ "redis_password_file", CT_STRING, ADMITD_OFF(redis_password_file), NULL, 0, 0,
-	  CONF_F_EMPTY_NULL, "file holding the Redis password (AUTH); unset: no AUTH" },
-	{ "redis_user", CT_STRING, ADMITD_OFF(redis_user), NULL, 0, 0, CONF_F_EMPTY_NULL,
-	  "Redis ACL user for AUTH; unset: the default user" },
-	{ "log_level", CT_LOG_LEVEL, ADMITD_OFF(log_level), "info", 0, 0, 0,
+	  CONF_F_EMPTY_NULL | CONF_F_REDIS,
+	  "file holding the Redis password (AUTH); unset: no AUTH" },
+	{ "redis_user", CT_STRING, ADMITD_OFF(redis_user), NULL, 0, 0,
+	  CONF_F_EMPTY_NULL | CONF_F_REDIS, "Redis ACL user for AUTH; unset: the default user" },
+	{ "log_level", CT_LOG_LEVEL, ADMITD_OFF(log_level), "info", 0, 0, CONF_F_LIVE,
 	  "least severe level logged" },
+	{ "watch_conf", CT_BOOL, ADMITD_OFF(watch_conf), "no", 0, 0, CONF_F_LIVE,
+	  "reload when the conf file changes, as on SIGHUP (its directory is watched, so a "
+	  "Kubernetes ConfigMap's symlink swap is seen)" },
 	{ "metrics", CT_HOSTPORT, ADMITD_OFF(metrics), NULL, 0, 0, CONF_F_EMPTY_NULL,
 	  "HOST:PORT serving /metrics (Prometheus), /healthz and /readyz over HTTP; absent or "
 	  "empty: off" },
@@ -154,9 +166,9 @@ static const struct conf_key conf_scope_keys[] = {
 	  "a lease never released frees its slot after this" },
 	{ "concurrency_retry", CT_DURATION, SCOPE_OFF(concurrency_retry_ms), "25ms", 1, MS_MIN, 0,
 	  "how soon a waiter asks again when a cluster-wide cap is full" },
-	{ "fallback_divisor", CT_DIVISOR, SCOPE_OFF(fallback_divisor), "1", 1, 1000000, 0,
+	{ "fallback_divisor", CT_DIVISOR, SCOPE_OFF(fallback_divisor), "auto", 1, 1000000, 0,
 	  "while Redis is unreachable, limits are divided by this; auto: by the daemons seen "
-	  "alive before the outage" },
+	  "alive before the outage (fallback_pods before any was seen)" },
 	{ "key", CT_STRING, SCOPE_OFF(default_key), NULL, 0, 0, 0,
 	  "key used when a request gives neither key nor url" },
 	{ "shadow", CT_BOOL, SCOPE_OFF(shadow), "no", 0, 0, 0,
@@ -557,24 +569,28 @@ oom:
 	return "out of memory";
 }
 
+/* How a type stores its value, for comparing two confs (conf_reload_keys). */
+enum conf_store { CS_OTHER = 0, CS_STRING, CS_INT, CS_INT64, CS_DOUBLE, CS_BOOL, CS_ENUM };
+
 static const struct {
 	const char *doc; /* for conf_dump_keys */
 	conf_setter set;
+	enum conf_store store;
 } conf_types[CT__COUNT] = {
-	[CT_STRING] = { "text", conf_set_string },
-	[CT_SOCKET] = { "path", conf_set_socket },
-	[CT_URL] = { "URL", conf_set_url },
-	[CT_HOSTPORT] = { "HOST:PORT", conf_set_hostport },
-	[CT_PREFIX] = { "text", conf_set_prefix },
-	[CT_NAME] = { "name", conf_set_name },
-	[CT_OCTAL] = { "octal mode", conf_set_octal },
-	[CT_INT] = { "integer", conf_set_int64 },
-	[CT_SIZE] = { "size", conf_set_int64 },
-	[CT_DURATION] = { "duration", conf_set_int64 },
-	[CT_DOUBLE] = { "decimal", conf_set_double },
-	[CT_BOOL] = { "yes/no", conf_set_bool },
-	[CT_LOG_LEVEL] = { "debug, info, warn or error", conf_set_log_level },
-	[CT_FAIL_MODE] = { "fallback, open or closed", conf_set_fail_mode },
+	[CT_STRING] = { "text", conf_set_string, CS_STRING },
+	[CT_SOCKET] = { "path", conf_set_socket, CS_STRING },
+	[CT_URL] = { "URL", conf_set_url, CS_STRING },
+	[CT_HOSTPORT] = { "HOST:PORT", conf_set_hostport, CS_STRING },
+	[CT_PREFIX] = { "text", conf_set_prefix, CS_STRING },
+	[CT_NAME] = { "name", conf_set_name, CS_STRING },
+	[CT_OCTAL] = { "octal mode", conf_set_octal, CS_INT },
+	[CT_INT] = { "integer", conf_set_int64, CS_INT64 },
+	[CT_SIZE] = { "size", conf_set_int64, CS_INT64 },
+	[CT_DURATION] = { "duration", conf_set_int64, CS_INT64 },
+	[CT_DOUBLE] = { "decimal", conf_set_double, CS_DOUBLE },
+	[CT_BOOL] = { "yes/no", conf_set_bool, CS_BOOL },
+	[CT_LOG_LEVEL] = { "debug, info, warn or error", conf_set_log_level, CS_STRING },
+	[CT_FAIL_MODE] = { "fallback, open or closed", conf_set_fail_mode, CS_ENUM },
 	[CT_QUOTA] = { "Q/W", conf_set_quota },
 	[CT_DIVISOR] = { "decimal or auto", conf_set_divisor },
 	[CT_RULE] = { "rule, repeatable", conf_set_rule },
@@ -1001,6 +1017,67 @@ void conf_free(struct conf *c)
 	free(c->log_level);
 	free(c->metrics);
 	free(c);
+}
+
+/* Do two [admitd] values of key k differ? false for a type with no comparison. */
+static bool conf_key_differs(const struct conf_key *k, const struct conf *a, const struct conf *b)
+{
+	switch (conf_types[k->type].store) {
+	case CS_STRING: {
+		const char *x = *FIELD(a, k, char *), *y = *FIELD(b, k, char *);
+		return (x == NULL) != (y == NULL) || (x != NULL && strcmp(x, y) != 0);
+	}
+	case CS_INT: return *FIELD(a, k, int) != *FIELD(b, k, int);
+	case CS_INT64: return *FIELD(a, k, int64_t) != *FIELD(b, k, int64_t);
+	case CS_DOUBLE: return *FIELD(a, k, double) != *FIELD(b, k, double);
+	case CS_BOOL: return *FIELD(a, k, bool) != *FIELD(b, k, bool);
+	case CS_ENUM: return *FIELD(a, k, enum conf_fail_mode) != *FIELD(b, k, enum conf_fail_mode);
+	case CS_OTHER: break;
+	}
+	return false;
+}
+
+/* Give nw the value old runs with (a key that needs a restart). */
+static bool conf_key_keep(const struct conf_key *k, const struct conf *old, struct conf *nw)
+{
+	char **dst, *v = NULL;
+	const char *src;
+
+	switch (conf_types[k->type].store) {
+	case CS_STRING:
+		src = *FIELD(old, k, char *);
+		dst = FIELD(nw, k, char *);
+		if (src != NULL && (v = strdup(src)) == NULL)
+			return false;
+		free(*dst);
+		*dst = v;
+		return true;
+	case CS_INT: *FIELD(nw, k, int) = *FIELD(old, k, int); return true;
+	case CS_INT64: *FIELD(nw, k, int64_t) = *FIELD(old, k, int64_t); return true;
+	case CS_DOUBLE: *FIELD(nw, k, double) = *FIELD(old, k, double); return true;
+	case CS_BOOL: *FIELD(nw, k, bool) = *FIELD(old, k, bool); return true;
+	case CS_ENUM:
+		*FIELD(nw, k, enum conf_fail_mode) = *FIELD(old, k, enum conf_fail_mode);
+		return true;
+	case CS_OTHER: break;
+	}
+	return true;
+}
+
+bool conf_reload_keys(const struct conf *old, struct conf *nw, conf_change_cb *cb, void *arg)
+{
+	for (const struct conf_key *k = conf_admitd_keys; k->name != NULL; k++) {
+		enum conf_change how = (k->flags & CONF_F_LIVE)	   ? CONF_CHANGE_LIVE
+				       : (k->flags & CONF_F_REDIS) ? CONF_CHANGE_REDIS
+								   : CONF_CHANGE_RESTART;
+
+		if (!conf_key_differs(k, old, nw))
+			continue;
+		if (how == CONF_CHANGE_RESTART && !conf_key_keep(k, old, nw))
+			return false;
+		cb(arg, k->name, how);
+	}
+	return true;
 }
 
 const struct conf_scope *conf_scope_find(const struct conf *c, const char *name)

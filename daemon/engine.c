@@ -253,9 +253,14 @@ bool eng_release_local(struct admitd *ad, const struct be_target *t, size_t nt, 
 		struct scope_rt *sc = scope_find(ad, t[i].cs->name);
 		struct kq *kq = sc != NULL ? kq_get(sc, t[i].key) : NULL;
 		struct lim_state *st = kq != NULL ? eng_lim(kq) : NULL;
+		const struct conf_class *cls = t[i].cls;
+		/* A target queued before a reload names the old conf: the key's
+		 * state is laid out for the running one, and so is its class. */
+		if (st != NULL && sc->cs != t[i].cs && cls != NULL)
+			cls = conf_class_find(sc->cs, cls->name);
 		if (st != NULL &&
-		    lim_release_settle(st, t[i].cs, backend_divisor(ad->redis, t[i].cs), now, nonce,
-				       t[i].cls, tokens, ntokens, reserve, nreserve))
+		    lim_release_settle(st, sc->cs, backend_divisor(ad->redis, sc->cs), now, nonce,
+				       cls, tokens, ntokens, reserve, nreserve))
 			held = true;
 	}
 	return held;

@@ -307,6 +307,10 @@ static void op_status(struct conn *c, struct request *rq)
 	preply_str(r, "backend", state);
 	preply_int(r, "backend_since_s", (now - since) / 1000);
 	preply_int(r, "connections", (int64_t)ad->nconns);
+	preply_push(r, "reloads");
+	preply_int(r, "ok", (int64_t)ad->reloads_ok);
+	preply_int(r, "error", (int64_t)ad->reloads_error);
+	preply_pop(r);
 	if (ad->redis != NULL)
 		backend_status(ad->redis, r);
 	preply_list(r, "wait_bounds_ms");

@@ -532,6 +532,14 @@ void waitq_shutdown(struct kq *kq)
 	}
 }
 
+void waitq_abort(struct waiter *w, enum admit_err e, const char *msg)
+{
+	waitq_fail(w, e, 0, NULL, msg);
+	waitq_unlink_conn(w);
+	if (!waitq_in_flight(w))
+		waitq_remove(w);
+}
+
 void waitq_free_kq(struct kq *kq)
 {
 	while (!TAILQ_EMPTY(&kq->waiters)) {
@@ -542,8 +550,11 @@ void waitq_free_kq(struct kq *kq)
 	if (kq->retry_ev != NULL)
 		event_free(kq->retry_ev);
 	kq->retry_ev = NULL;
-	if (kq->lim != NULL)
+	if (kq->lim_ext)
+		lim_state_free(kq->lim);
+	else if (kq->lim != NULL)
 		lim_state_clear(kq->lim);
+	kq->lim = NULL;
 	/* kq itself, its key and its limiter state live in its key table's entry
 	 * (htab_put_inline) */
 }

@@ -101,6 +101,8 @@ START_TEST(test_admitd_defaults)
 	ck_assert_ptr_null(c->redis_password_file);
 	ck_assert_ptr_null(c->redis_user);
 	ck_assert_str_eq(c->log_level, "info");
+	ck_assert_int_eq(c->fallback_pods, 1);
+	ck_assert(!c->watch_conf);
 	ck_assert_uint_eq(c->nscopes, 0);
 	conf_free(c);
 }
@@ -195,8 +197,10 @@ START_TEST(test_scope_defaults)
 	ck_assert_int_eq(s->timeout_ms, 30000);
 	ck_assert_int_eq(s->lease_ttl_ms, 60000);
 	ck_assert_int_eq(s->concurrency_retry_ms, 25);
+	/* auto by default: a fleet that never set it does not admit N times
+	 * the budget in an outage */
 	ck_assert_double_eq(s->fallback_divisor, 1);
-	ck_assert(!s->fallback_divisor_auto);
+	ck_assert(s->fallback_divisor_auto);
 	ck_assert_ptr_null(s->default_key);
 	ck_assert(!s->shadow);
 	ck_assert_int_eq(s->fail_mode, FAIL_FALLBACK);
@@ -800,6 +804,7 @@ START_TEST(test_dump_keys)
 		"redis_password_file",
 		"redis_user",
 		"log_level",
+		"watch_conf",
 		"max_concurrent",
 		"min_delay",
 		"cluster_concurrency",
@@ -838,6 +843,45 @@ START_TEST(test_dump_keys)
 }
 END_TEST
 
+/* What conf_reload_keys reports, one "key:how" per line. */
+static char reload_seen[512];
+
+static void reload_seen_cb(void *arg, const char *key, enum conf_change how)
+{
+	static const char *const hows[] = { "live", "redis", "restart" };
+	size_t n = strlen(reload_seen);
+
+	(void)arg;
+	snprintf(reload_seen + n, sizeof(reload_seen) - n, "%s:%s\n", key, hows[how]);
+}
+
+START_TEST(test_reload_keys)
+{
+	struct conf *old = load("[admitd]\nsocket = /run/a.sock\nredis = redis://h:1\n"
+				"max_connections = 10\nprefix = p1\n");
+	struct conf *nw = load("[admitd]\nsocket = /run/b.sock\nredis = redis://h:2\n"
+			       "max_connections = 20\nprefix = p1\nlog_level = debug\n"
+			       "watch_conf = yes\n");
+
+	ck_assert_ptr_nonnull(old);
+	ck_assert_ptr_nonnull(nw);
+	reload_seen[0] = '\0';
+	ck_assert(conf_reload_keys(old, nw, reload_seen_cb, NULL));
+	ck_assert_str_eq(reload_seen, "socket:restart\nredis:redis\nmax_connections:live\n"
+				      "log_level:live\nwatch_conf:live\n");
+	/* a key that needs a restart keeps the running value; the others are new */
+	ck_assert_str_eq(nw->socket, "/run/a.sock");
+	ck_assert_str_eq(nw->redis, "redis://h:2");
+	ck_assert_int_eq(nw->max_connections, 20);
+	/* nothing differs any more but what applies */
+	reload_seen[0] = '\0';
+	ck_assert(conf_reload_keys(nw, nw, reload_seen_cb, NULL));
+	ck_assert_str_eq(reload_seen, "");
+	conf_free(old);
+	conf_free(nw);
+}
+END_TEST
+
 static Suite *conf_suite(void)
 {
 	Suite *s = suite_create("conf");
@@ -863,6 +907,7 @@ static Suite *conf_suite(void)
 	tcase_add_test(tc, test_load_file_errors);
 	tcase_add_test(tc, test_example_confs);
 	tcase_add_test(tc, test_dump_keys);
+	tcase_add_test(tc, test_reload_keys);
 	suite_add_tcase(s, tc);
 	return s;
 }
