@@ -87,22 +87,39 @@ struct lease {
 };
 TAILQ_HEAD(lease_list, lease);
 
-/* kq: scope.c (table, life) and waitq.c (queue, pump). One key of one scope. */
+/*
+ * kq: scope.c (table, life, LRU) and waitq.c (queue, pump). One key of one
+ * scope. Its in-process limiter state (local mode, or Redis fallback)
+ * follows it in the same block: kq_lim(). A kq with nothing held and no
+ * refs is idle: it sits on its daemon's LRU list (idle_link), whence
+ * max_keys evicts it. held and refs change only through kq_hold/kq_unhold
+ * and kq_ref/kq_unref, which keep that list right.
+ */
 struct kq {
 	struct scope_rt *sc;
 	const char *key; /* the key table's copy: lives as long as kq */
 	struct waiter_list waiters;
+	TAILQ_ENTRY(kq) idle_link; /* on ad->idle_keys iff idle (tqe_prev NULL: not) */
 	uint32_t nwait;
 	int32_t held;		/* leases of this key held through this daemon */
 	int32_t pending;	/* attempts in flight naming this key (any queue's head) */
-	int32_t refs;		/* waiters naming this key as any target: not swept */
-	struct lim_state *lim;	/* in-process limiter (local mode, or Redis fallback) */
+	int32_t refs;		/* waiters (and pends) naming this key: not swept, not evicted */
 	struct event *retry_ev; /* the head's next attempt */
 	int64_t wake_at;	/* when retry_ev fires; 0 when not armed */
 	bool slot_wait;		/* the head waits for a lease slot (a release may end it) */
 	bool busy;		/* a backend decision for the head is in flight */
 	bool in_pump;
 };
+TAILQ_HEAD(kq_list, kq);
+
+/* Where a kq's limiter state starts in its block (8-byte aligned). */
+#define KQ_LIM_OFF ((sizeof(struct kq) + 7) & ~(size_t)7)
+
+/* kq_lim - the key's in-process limiter state (never NULL). */
+static inline struct lim_state *kq_lim(struct kq *kq)
+{
+	return (struct lim_state *)(void *)((char *)kq + KQ_LIM_OFF);
+}
 
 /* scope_rt: scope.c. */
 struct scope_rt {
@@ -154,7 +171,10 @@ struct admitd {
 	struct conf *conf;
 	struct scope_rt *scopes;
 	size_t nscopes;
-	struct htab *leases; /* id -> struct lease */
+	struct htab *leases;	  /* id -> struct lease */
+	struct kq_list idle_keys; /* idle kqs of every scope, least recently used first */
+	size_t nkeys;		  /* kqs of every scope (max_keys bounds it) */
+	uint64_t key_evictions;	  /* idle kqs forgotten to make room (max_keys) */
 	struct conn_list conns;
 	size_t nconns;
 	uint64_t next_conn_id;
@@ -170,7 +190,20 @@ struct admitd {
 bool scopes_init(struct admitd *ad) MUST_CHECK;
 void scopes_free(struct admitd *ad);
 struct scope_rt *scope_find(struct admitd *ad, const char *name);
-struct kq *kq_get(struct scope_rt *sc, const char *key);
+/*
+ * kq_get - the key's kq, created when new (the key table owns it). A new
+ * key past max_keys first evicts the least recently used idle key (its
+ * in-process state is forgotten). NULL when memory runs out, or when every
+ * key kept is in use: then *full (when not NULL) is set true. A kq that is
+ * not referenced (kq_ref, kq_hold) may be evicted by the next kq_get.
+ */
+struct kq *kq_get(struct scope_rt *sc, const char *key, bool *full);
+/* kq_ref, kq_unref - a waiter or a pending reply names kq (refs). */
+void kq_ref(struct kq *kq);
+void kq_unref(struct kq *kq);
+/* kq_hold, kq_unhold - a lease of kq is held through this daemon (held). */
+void kq_hold(struct kq *kq);
+void kq_unhold(struct kq *kq);
 /* kq_sweep - free the kqs with nothing queued, held or remembered: one
  * slice of each scope's table per call (the whole table in ten calls). */
 void kq_sweep(struct admitd *ad);
@@ -196,6 +229,8 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 void lease_conn_closed(struct conn *c);
 void lease_free_all(struct admitd *ad);
 void lease_make_id(char *buf);
+/* lease_full - max_leases leases are held: true, with why in msg (len bytes). */
+bool lease_full(const struct admitd *ad, char *msg, size_t len);
 
 /* conn.c */
 void conn_new(struct admitd *ad, int fd);

@@ -76,6 +76,12 @@ struct conf_scope {
 	int64_t max_waiters; /* per scope; default 1024 */
 };
 
+/* A list of uids or gids (allow_uids, allow_gids), names resolved at load. */
+struct conf_ids {
+	uint32_t *ids; /* owned */
+	size_t n;      /* 0: the key is absent (anyone the socket's mode lets in) */
+};
+
 struct conf {
 	char *path;
 	char *socket;			 /* default ADMIT_DEFAULT_SOCKET */
@@ -91,6 +97,11 @@ struct conf {
 	char *redis_password_file;	 /* NULL = no AUTH */
 	char *redis_user;		 /* NULL = default user */
 	char *log_level;		 /* debug, info, warn, error; default info */
+	int64_t socket_group;		 /* gid the socket is chowned to; -1: left as created */
+	struct conf_ids allow_uids;	 /* peers let in by uid (SO_PEERCRED) */
+	struct conf_ids allow_gids;	 /* ... or by one of their groups */
+	int64_t max_keys;		 /* keys of all scopes kept at once; default 1,000,000 */
+	int64_t max_leases;		 /* leases held through this daemon; default 100,000 */
 	struct conf_scope *scopes;
 	size_t nscopes;
 };

@@ -8,7 +8,9 @@
  * Owns: struct lease and its TTL timer, and the per-pod semaphore counts it
  * holds on its keys (kq->held). A lease ends exactly once: released by the
  * op, by its connection closing (unless detached), or by its TTL; a second
- * release finds nothing and answers held:false.
+ * release finds nothing and answers held:false. max_leases bounds how many
+ * are held at once (lease_full), so a flood of detached leases cannot grow
+ * the daemon without bound.
  */
 
 #include "admitd.h"
@@ -152,6 +154,21 @@ struct lease *lease_find(struct admitd *ad, const char *handle)
 	return htab_get(ad->leases, nonce);
 }
 
+bool lease_full(const struct admitd *ad, char *msg, size_t len)
+{
+	int64_t max = ad->conf->max_leases;
+
+	if ((int64_t)htab_count(ad->leases) < max)
+		return false;
+	snprintf(msg, len,
+		 "max_leases (%lld) reached: that many leases are held through this daemon "
+		 "(detached ones included); release some, or wait for their lease_ttl",
+		 (long long)max);
+	log_ratelimited(LOG_SLOT_LEASES, 1000, "max_leases reached: acquires refused",
+			"max_leases=%lld", (long long)max);
+	return true;
+}
+
 struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 {
 	struct lease *l = calloc(1, sizeof(*l));
@@ -189,7 +206,7 @@ struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 		return NULL;
 	}
 	for (i = 0; i < l->nt; i++) {
-		l->t[i].kq->held++;
+		kq_hold(l->t[i].kq);
 		l->t[i].kq->sc->leases++;
 	}
 	if (via == VIA_REDIS)
@@ -221,7 +238,7 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 	free(l->handle);
 	free(l->reserve);
 	for (i = 0; i < l->nt; i++) {
-		l->t[i].kq->held--;
+		kq_unhold(l->t[i].kq);
 		l->t[i].kq->sc->leases--;
 	}
 	/*

@@ -8,9 +8,12 @@
  * Owns: the listening fd (through an evconnlistener) and the socket file.
  * Creates the socket OpenSMTPD-style: a connect() probe first, so a second
  * admitd does not steal a live daemon's socket, then unlink of a stale one,
- * bind under a umask, explicit chmod. Accepting pauses briefly when the
- * process runs out of descriptors, and connections beyond max_connections
- * are closed at once.
+ * bind under a umask, explicit chown (socket_group) and chmod. Accepting
+ * pauses briefly when the process runs out of descriptors, connections
+ * beyond max_connections are closed at once, and a peer outside allow_uids
+ * and allow_gids (its credentials read with SO_PEERCRED, its supplementary
+ * groups with SO_PEERGROUPS) gets one `forbidden` line and is closed before
+ * it is a connection at all.
  */
 
 #include "server.h"
@@ -34,16 +37,99 @@ struct server {
 	char *path;
 };
 
+/* Supplementary groups read from a peer at most; more are not looked at. */
+#define SERVER_PEER_GROUPS 256
+
+static bool server_id_listed(const struct conf_ids *ids, uint32_t id)
+{
+	size_t i;
+
+	for (i = 0; i < ids->n; i++)
+		if (ids->ids[i] == id)
+			return true;
+	return false;
+}
+
+/*
+ * May the peer on fd connect? Always, without allow_uids and allow_gids;
+ * else when its uid is in allow_uids, or its gid or one of its
+ * supplementary groups in allow_gids. Credentials that cannot be read
+ * refuse. *cred is the peer's (for the log).
+ */
+static bool server_peer_allowed(const struct conf *cf, int fd, struct ucred *cred)
+{
+	gid_t groups[SERVER_PEER_GROUPS];
+	socklen_t len = sizeof(*cred);
+	size_t i;
+
+	memset(cred, 0, sizeof(*cred));
+	cred->pid = -1;
+	if (cf->allow_uids.n == 0 && cf->allow_gids.n == 0)
+		return true;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) != 0 || len != sizeof(*cred)) {
+		log_ratelimited(LOG_SLOT_FORBIDDEN, 1000,
+				"cannot read a peer's credentials: refused", "err=\"%s\"",
+				strerror(errno));
+		return false;
+	}
+	if (server_id_listed(&cf->allow_uids, cred->uid) ||
+	    server_id_listed(&cf->allow_gids, cred->gid))
+		return true;
+	if (cf->allow_gids.n == 0)
+		return false;
+	/* The groups the peer's process had at connect(); ERANGE: more than we
+	 * look at (the first SERVER_PEER_GROUPS are not filled then). */
+	len = sizeof(groups);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0)
+		return false;
+	for (i = 0; i < len / sizeof(groups[0]); i++)
+		if (server_id_listed(&cf->allow_gids, groups[i]))
+			return true;
+	return false;
+}
+
+/*
+ * Refuse a peer: one line, then close. The line fits an empty socket
+ * buffer, so a non-blocking send writes it whole. What the peer sent
+ * already is read first: closing a Unix socket with unread input would
+ * turn the peer's EOF after the line into ECONNRESET.
+ */
+static void server_refuse(int fd, const struct ucred *cred)
+{
+	static const char line[] = "{\"ok\":false,\"error\":\"forbidden\",\"message\":"
+				   "\"this peer may not connect: its uid and groups are not in "
+				   "allow_uids or allow_gids\"}\n";
+	char sink[4096];
+	int i;
+
+	log_ratelimited(
+	    LOG_SLOT_FORBIDDEN, 1000, "connection refused: peer not in allow_uids/allow_gids",
+	    "uid=%u gid=%u pid=%d", (unsigned)cred->uid, (unsigned)cred->gid, (int)cred->pid);
+	if (send(fd, line, sizeof(line) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+	    (ssize_t)(sizeof(line) - 1))
+		log_debug("cannot tell a refused peer", "err=\"%s\"", strerror(errno));
+	if (shutdown(fd, SHUT_WR) != 0)
+		log_debug("shutdown of a refused peer failed", "err=\"%s\"", strerror(errno));
+	for (i = 0; i < 16 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+		;
+	evutil_closesocket(fd);
+}
+
 static void server_accept_cb(struct evconnlistener *lev UNUSED, evutil_socket_t fd,
 			     struct sockaddr *sa UNUSED, int salen UNUSED, void *arg)
 {
 	struct server *s = arg;
+	struct ucred cred;
 
 	if (s->ad->shutting_down || (int64_t)s->ad->nconns >= s->ad->conf->max_connections) {
 		log_ratelimited(LOG_SLOT_ACCEPT, 1000,
 				"connection refused: max_connections reached",
 				"max_connections=%lld", (long long)s->ad->conf->max_connections);
 		evutil_closesocket(fd);
+		return;
+	}
+	if (!server_peer_allowed(s->ad->conf, fd, &cred)) {
+		server_refuse(fd, &cred);
 		return;
 	}
 	conn_new(s->ad, fd);
@@ -125,6 +211,11 @@ struct server *server_new(struct admitd *ad)
 		goto fail;
 	}
 	umask(old_umask);
+	if (ad->conf->socket_group >= 0 &&
+	    chown(path, (uid_t)-1, (gid_t)ad->conf->socket_group) != 0) {
+		errpos = "chown";
+		goto fail;
+	}
 	if (chmod(path, (mode_t)ad->conf->socket_mode) != 0) {
 		errpos = "chmod";
 		goto fail;
