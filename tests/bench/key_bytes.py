@@ -1,6 +1,7 @@
 """key_bytes.py - what one key costs the daemon: malloc in-use bytes and RSS.
 
     python3 tests/bench/key_bytes.py [-n KEYS] [--key-len N]
+    python3 tests/bench/key_bytes.py --leases [-n LEASES]
 
 Starts the real daemon in local mode with a one-rule scope, takes one
 acquire on each of KEYS distinct host-name-like keys (pipelined, leases
@@ -8,7 +9,9 @@ released when their connection closes; the rule keeps each key's state
 for an hour, so the idle sweep frees none), and reads glibc's malloc_stats()
 through gdb before and after: in-use bytes per key, hash buckets included.
 RSS (/proc/PID/status VmRSS) is reported beside it. The budget for a
-one-rule scope is 256 bytes a key. Needs gdb; prints one JSON line.
+one-rule scope is 256 bytes a key. With --leases: what one detached lease
+costs instead (LEASES detached acquires on one key of a scope without
+limits). Needs gdb; prints one JSON line.
 """
 
 import argparse
@@ -82,11 +85,38 @@ def keys(d):
     return st["scopes"]["s"]["keys"]
 
 
+def flood_leases(d, n):
+    c = d.connect(timeout=60)
+    line = b'{"op":"acquire","scope":"free","key":"k","timeout_ms":0,"detach":true}\n'
+    for at in range(0, n, BATCH):
+        m = min(BATCH, n - at)
+        c.send(line * m)
+        for _ in range(m):
+            r = c.recv(timeout=60)
+            if r.get("ok") is not True:
+                raise RuntimeError("acquire refused: %r" % r)
+    c.close()
+
+
+def leases(n):
+    with Admitd("[scope free]\n") as d:
+        flood_leases(d, 1000)
+        u0, r0 = in_use(d), rss_kb(d.pid)
+        flood_leases(d, n)
+        u1, r1 = in_use(d), rss_kb(d.pid)
+    print(json.dumps({"leases": n, "in_use_bytes_per_lease": round((u1 - u0) / n, 1),
+                      "rss_bytes_per_lease": round((r1 - r0) * 1024 / n, 1)}))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=200000)
     ap.add_argument("--key-len", type=int, default=20)
+    ap.add_argument("--leases", action="store_true")
     a = ap.parse_args()
+    if a.leases:
+        leases(min(a.n, 90000))  # the default max_leases is 100,000
+        return
     with Admitd(CONF) as d:
         flood(d, 1000, a.key_len, start=10 ** 8)  # warm: buffers, the first table sizes
         u0, r0, k0 = in_use(d), rss_kb(d.pid), keys(d)
