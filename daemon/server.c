@@ -18,6 +18,7 @@
 
 #include "server.h"
 
+#include "clock.h"
 #include "log.h"
 
 #include <errno.h>
@@ -30,12 +31,28 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+/* A refused peer, read from until it closes (or SERVER_REFUSED_LINGER_MS). */
+struct refused {
+	TAILQ_ENTRY(refused) link;
+	struct server *s;
+	struct event *ev;
+	int64_t until; /* closed then, even if the peer keeps writing (mono ms) */
+	int fd;
+};
+TAILQ_HEAD(refused_list, refused);
+
 struct server {
 	struct admitd *ad;
 	struct evconnlistener *lev;
 	struct event *resume_ev;
 	char *path;
+	struct refused_list refused; /* lingering refused peers */
+	size_t nrefused;
 };
+
+/* Refused peers lingered on at once at most (each holds an fd), and how long. */
+#define SERVER_REFUSED_MAX	 64
+#define SERVER_REFUSED_LINGER_MS 1000
 
 /* Supplementary groups read from a peer at most; more are not looked at. */
 #define SERVER_PEER_GROUPS 256
@@ -88,19 +105,55 @@ static bool server_peer_allowed(const struct conf *cf, int fd, struct ucred *cre
 	return false;
 }
 
-/*
- * Refuse a peer: one line, then close. The line fits an empty socket
- * buffer, so a non-blocking send writes it whole. What the peer sent
- * already is read first: closing a Unix socket with unread input would
- * turn the peer's EOF after the line into ECONNRESET.
- */
-static void server_refuse(int fd, const struct ucred *cred)
+/* Read and drop what a refused peer sends; false once it is gone. */
+static bool server_refused_drain(int fd)
 {
+	char sink[4096];
+	int i;
+
+	for (i = 0; i < 16; i++) {
+		ssize_t r = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+		if (r > 0)
+			continue;
+		return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+	}
+	return true;
+}
+
+static void server_refused_free(struct refused *rf)
+{
+	TAILQ_REMOVE(&rf->s->refused, rf, link);
+	rf->s->nrefused--;
+	event_free(rf->ev);
+	evutil_closesocket(rf->fd);
+	free(rf);
+}
+
+static void server_refused_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct refused *rf = arg;
+
+	if ((what & EV_TIMEOUT) || !server_refused_drain(fd) || clock_mono_ms() >= rf->until)
+		server_refused_free(rf);
+}
+
+/*
+ * Refuse a peer: one line, then EOF. The line fits an empty socket buffer,
+ * so a non-blocking send writes it whole; shutdown(SHUT_WR) ends it. The
+ * fd stays open a moment, its input read and dropped, until the peer
+ * closes: a peer that writes first neither gets EPIPE nor loses the line
+ * (closing a Unix socket with unread input would also turn the peer's EOF
+ * into ECONNRESET). Past SERVER_REFUSED_MAX lingering peers, what is there
+ * is read and the fd closed at once.
+ */
+static void server_refuse(struct server *s, int fd, const struct ucred *cred)
+{
+	struct timeval linger = { SERVER_REFUSED_LINGER_MS / 1000,
+				  (SERVER_REFUSED_LINGER_MS % 1000) * 1000 };
+	struct refused *rf = NULL;
 	static const char line[] = "{\"ok\":false,\"error\":\"forbidden\",\"message\":"
 				   "\"this peer may not connect: its uid and groups are not in "
 				   "allow_uids or allow_gids\"}\n";
-	char sink[4096];
-	int i;
 
 	log_ratelimited(
 	    LOG_SLOT_FORBIDDEN, 1000, "connection refused: peer not in allow_uids/allow_gids",
@@ -110,8 +163,24 @@ static void server_refuse(int fd, const struct ucred *cred)
 		log_debug("cannot tell a refused peer", "err=\"%s\"", strerror(errno));
 	if (shutdown(fd, SHUT_WR) != 0)
 		log_debug("shutdown of a refused peer failed", "err=\"%s\"", strerror(errno));
-	for (i = 0; i < 16 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
-		;
+	if (!server_refused_drain(fd))
+		goto close;
+	if (s->nrefused >= SERVER_REFUSED_MAX || (rf = calloc(1, sizeof(*rf))) == NULL)
+		goto close;
+	rf->s = s;
+	rf->fd = fd;
+	rf->until = clock_mono_ms() + SERVER_REFUSED_LINGER_MS;
+	rf->ev = event_new(s->ad->base, fd, EV_READ | EV_PERSIST, server_refused_cb, rf);
+	if (rf->ev == NULL || event_add(rf->ev, &linger) != 0) {
+		if (rf->ev != NULL)
+			event_free(rf->ev);
+		free(rf);
+		goto close;
+	}
+	TAILQ_INSERT_TAIL(&s->refused, rf, link);
+	s->nrefused++;
+	return;
+close:
 	evutil_closesocket(fd);
 }
 
@@ -129,7 +198,7 @@ static void server_accept_cb(struct evconnlistener *lev UNUSED, evutil_socket_t 
 		return;
 	}
 	if (!server_peer_allowed(s->ad->conf, fd, &cred)) {
-		server_refuse(fd, &cred);
+		server_refuse(s, fd, &cred);
 		return;
 	}
 	conn_new(s->ad, fd);
@@ -195,6 +264,7 @@ struct server *server_new(struct admitd *ad)
 		goto fail;
 	}
 	s->ad = ad;
+	TAILQ_INIT(&s->refused);
 	if (unlink(path) != 0 && errno != ENOENT) {
 		errpos = "unlink";
 		goto fail;
@@ -255,6 +325,8 @@ void server_free(struct server *s)
 		return;
 	evconnlistener_free(s->lev);
 	event_free(s->resume_ev);
+	while (!TAILQ_EMPTY(&s->refused))
+		server_refused_free(TAILQ_FIRST(&s->refused));
 	unlink(s->path);
 	free(s->path);
 	free(s);

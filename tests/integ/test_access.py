@@ -19,7 +19,7 @@ import stat
 import subprocess
 import unittest
 
-from .harness import IO_TIMEOUT, Admitd, run_admitd
+from .harness import IO_TIMEOUT, REPO, Admitd, run_admitd
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
 NOGROUP = grp.getgrnam("nogroup").gr_gid
@@ -31,11 +31,11 @@ import json, socket, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.settimeout(%r)
 s.connect(sys.argv[1])
-buf, end = b"", "eof"
+buf, end, sent = b"", "eof", "ok"
 try:
     s.sendall(b'{"op":"ping","id":1}\n')
 except BrokenPipeError:
-    pass  # refused and closed before the ping went out: the line is still there to read
+    sent = "epipe"
 while True:
     try:
         d = s.recv(65536)
@@ -48,7 +48,8 @@ while True:
     if not d:
         break
     buf += d
-print(json.dumps({"lines": [l.decode() for l in buf.split(b"\n") if l], "end": end}))
+print(json.dumps({"lines": [l.decode() for l in buf.split(b"\n") if l], "end": end,
+                  "sent": sent}))
 """
 
 CONF = """
@@ -86,6 +87,9 @@ class AccessTest(unittest.TestCase):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=IO_TIMEOUT)
         self.assertEqual(out.returncode, 0, out.stderr)
         r = json.loads(out.stdout)
+        # The daemon reads a refused peer's input before closing: writing
+        # first never fails.
+        self.assertEqual(r["sent"], "ok")
         return [json.loads(l) for l in r["lines"]], r["end"]
 
     def assertForbidden(self, got):
@@ -109,6 +113,20 @@ class AccessTest(unittest.TestCase):
         self.assertIn("connection refused: peer not in allow_uids/allow_gids",
                       d.stderr_text())
         self.assertIn("uid=%d gid=%d" % (NOBODY, NOGROUP), d.stderr_text())
+
+    def test_python_client_raises_forbidden(self):
+        d = self.daemon("allow_uids = 0")
+        code = ("import admit, sys\n"
+                "try:\n"
+                "    admit.Client(sys.argv[1]).ping()\n"
+                "except admit.Forbidden as e:\n"
+                "    print('forbidden', e.code)\n")
+        out = subprocess.run(["setpriv", "--reuid", str(NOBODY), "--regid", str(NOGROUP),
+                              "--clear-groups", "/usr/bin/python3", "-c", code, d.sock_path],
+                             capture_output=True, text=True, timeout=IO_TIMEOUT,
+                             env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "client/python")),
+                             cwd="/")
+        self.assertEqual((out.returncode, out.stdout), (0, "forbidden forbidden\n"), out.stderr)
 
     def test_names_resolve(self):
         d = self.daemon("allow_uids = root nobody")
