@@ -145,7 +145,9 @@ struct kq *kq_get(struct scope_rt *sc, const char *key, bool *full)
 		}
 		return kq;
 	}
-	if ((int64_t)ad->nkeys >= ad->conf->max_keys) {
+	/* A loop, not one eviction: after a reload that lowered max_keys the
+	 * table shrinks to it at the next new key. */
+	while ((int64_t)ad->nkeys >= ad->conf->max_keys) {
 		struct kq *victim = TAILQ_FIRST(&ad->idle_keys);
 		if (victim == NULL) {
 			if (full != NULL)
