@@ -425,7 +425,9 @@ void admit_result_free(struct admit_result *res)
 	for (i = 0; i < res->nscopes; i++) {
 		free(res->scopes[i].name);
 		admit_counts_free(res->scopes[i].refusals, res->scopes[i].nrefusals);
+		free(res->scopes[i].wait_buckets);
 	}
+	free(res->wait_bounds_ms);
 	free(res->scopes);
 	if (res->redis != NULL)
 		admit_counts_free(res->redis->errors, res->redis->nerrors);
@@ -448,6 +450,8 @@ static void admit_result_init(struct admit_result *res)
 	res->waited_ms = -1;
 	res->uptime_s = -1;
 	res->limit = -1;
+	res->uptime_ms = -1;
+	res->connections = -1;
 }
 
 /* Fail `res` with a client-side error; returns err. */
@@ -502,6 +506,28 @@ static int admit_decode_counts(json_t *o, struct admit_count **out, size_t *n)
 	return 0;
 }
 
+/*
+ * The integers of array a into a malloc'd *out (other members are skipped).
+ * 0 (nothing when a is no array or empty), or -1 out of memory.
+ */
+static int admit_decode_ints(json_t *a, int64_t **out, size_t *n)
+{
+	size_t i;
+	json_t *v;
+
+	*out = NULL;
+	*n = 0;
+	if (!json_is_array(a) || json_array_size(a) == 0)
+		return 0;
+	*out = calloc(json_array_size(a), sizeof(**out));
+	if (*out == NULL)
+		return -1;
+	json_array_foreach (a, i, v)
+		if (json_is_integer(v))
+			(*out)[(*n)++] = (int64_t)json_integer_value(v);
+	return 0;
+}
+
 static int admit_decode_scopes(json_t *scopes, struct admit_result *res)
 {
 	const char *name;
@@ -531,6 +557,11 @@ static int admit_decode_scopes(json_t *scopes, struct admit_result *res)
 		st->shadow_limited = admit_json_int(v, "shadow_limited");
 		st->expired = admit_json_int(v, "expired");
 		st->wait_ms_total = admit_json_int(v, "wait_ms_total");
+		st->releases = admit_json_int(v, "releases");
+		st->penalties = admit_json_int(v, "penalties");
+		if (admit_decode_ints(json_object_get(v, "wait_buckets"), &st->wait_buckets,
+				      &st->nwait_buckets) < 0)
+			return -1;
 		if (admit_decode_counts(json_object_get(v, "refusals"), &st->refusals,
 					&st->nrefusals) < 0)
 			return -1;
@@ -608,6 +639,8 @@ static int admit_decode(json_t *rep, struct admit_result *res)
 	res->retry_after_ms = admit_json_int(rep, "retry_after_ms");
 	res->waited_ms = admit_json_int(rep, "waited_ms");
 	res->uptime_s = admit_json_int(rep, "uptime_s");
+	res->uptime_ms = admit_json_int(rep, "uptime_ms");
+	res->connections = admit_json_int(rep, "connections");
 	res->held = json_is_true(json_object_get(rep, "held"));
 	res->shadow_limited = json_is_true(json_object_get(rep, "shadow_limited"));
 	res->lease = admit_json_str(rep, "lease");
@@ -622,7 +655,9 @@ static int admit_decode(json_t *rep, struct admit_result *res)
 		res->version = NULL;
 	res->limit = admit_json_int(rep, "limit");
 	if (admit_decode_scopes(json_object_get(rep, "scopes"), res) < 0 ||
-	    admit_decode_redis(json_object_get(rep, "redis"), res) < 0)
+	    admit_decode_redis(json_object_get(rep, "redis"), res) < 0 ||
+	    admit_decode_ints(json_object_get(rep, "wait_bounds_ms"), &res->wait_bounds_ms,
+			      &res->nwait_bounds) < 0)
 		return admit_fail(res, ADMIT_E_NOMEM, NULL);
 	if (json_is_true(ok)) {
 		res->err = ADMIT_OK;

@@ -132,6 +132,13 @@ struct admit_scope_stat {
 	int64_t wait_ms_total;	      /* summed waited_ms of admissions */
 	struct admit_count *refusals; /* the nonzero ones, e.g. {"limited", 3} */
 	size_t nrefusals;
+	int64_t releases;  /* release requests naming a lease of the scope */
+	int64_t penalties; /* penalize requests naming the scope */
+	/* Admissions by wait: wait_buckets[i] counts the waits in
+	 * (wait_bounds_ms[i-1], wait_bounds_ms[i]] of the result, the last one
+	 * those above every bound (per bucket, not cumulative). */
+	int64_t *wait_buckets;
+	size_t nwait_buckets;
 };
 
 /* The "redis" block of a status reply (Redis configured); -1 when absent. */
@@ -194,6 +201,10 @@ struct admit_result {
 	int64_t limit;			/* exceeds_limit: the capacity the request asks more than */
 	struct admit_redis_stat *redis; /* status with Redis configured, else NULL */
 	struct admit_inspect *inspect;	/* inspect, else NULL */
+	int64_t uptime_ms;		/* status */
+	int64_t connections;		/* status: client connections open */
+	int64_t *wait_bounds_ms;	/* status: upper bounds of wait_buckets (ms) */
+	size_t nwait_bounds;
 };
 
 struct admit;

@@ -10,12 +10,14 @@
  * the connect timeout (--connect-timeout, else $ADMITD_CONNECT_TIMEOUT), the
  * exit-code table (sysexits style, printed by --help), the status and
  * inspect tables, and `admit run`'s fork/exec/wait with signal forwarding.
+ * The activity table of status and `admit top` are admit_top.c's.
  * It owns no protocol knowledge: every exchange goes through admit.h, whose
  * handle connects on the first call (so the wait for a daemon that is still
  * starting counts against that call's budget).
  */
 
 #include "admit.h"
+#include "admit_top.h"
 
 #include <errno.h>
 #include <math.h>
@@ -86,6 +88,7 @@ enum cli_opt_id {
 	O_TOKENS,
 	O_RESERVE,
 	O_JSON,
+	O_INTERVAL,
 	O_HELP,
 	O__COUNT
 };
@@ -122,6 +125,7 @@ static const struct cli_opt {
 			"LIST  token meters charged at acquire, settled at release: "
 			"output=500" },
 	[O_JSON] = { "json", false, "         status, inspect: print the raw reply" },
+	[O_INTERVAL] = { "interval", true, "D    top: refresh every D (default 1s)" },
 	[O_HELP] = { "help", false, "         this help" },
 };
 
@@ -156,6 +160,7 @@ static int cmd_status(struct admit *, const struct cli_args *);
 static int cmd_ping(struct admit *, const struct cli_args *);
 static int cmd_reset(struct admit *, const struct cli_args *);
 static int cmd_inspect(struct admit *, const struct cli_args *);
+static int cmd_top(struct admit *, const struct cli_args *);
 
 #define RUN_USAGE "SCOPE KEY [options] -- CMD ..."
 
@@ -188,7 +193,11 @@ static const struct cli_cmd cli_cmds[] = {
 	  "where the key stands, one line per item: penalty, pacing, leases,\n"
 	  "\t\tquota, each rule's remaining units (--json: the raw reply)" },
 	{ "status", "[--json]", 0, 0, OPT(O_JSON), false, cmd_status,
-	  "the daemon's scopes and counters as tables (--json: the raw reply)" },
+	  "top's table once (since the daemon started), then the counters\n"
+	  "\t\tas tables (--json: the raw reply)" },
+	{ "top", "[--interval D]", 0, 0, OPT(O_INTERVAL), false, cmd_top,
+	  "a live view, one row per scope: admissions/s, refusals/s by\n"
+	  "\t\treason, waiters, leases, wait p50/p99 of the interval; q quits" },
 	{ "ping", "", 0, 0, 0, false, cmd_ping, "exit 0 when the daemon answers" },
 };
 
@@ -643,6 +652,12 @@ static void cli_counts(const struct admit_count *c, size_t n)
 	X("EXPIRED", expired)            \
 	X("WAIT_MS", wait_ms_total)
 
+static void cli_line(void *ctx, const char *line)
+{
+	(void)ctx;
+	printf("%s\n", line);
+}
+
 static int cmd_status(struct admit *a, const struct cli_args *ar)
 {
 	struct admit_result r;
@@ -663,6 +678,8 @@ static int cmd_status(struct admit *a, const struct cli_args *ar)
 	}
 	printf("admitd %s, up %llds, backend %s\n", r.version ? r.version : "?",
 	       (long long)r.uptime_s, r.backend ? r.backend : "?");
+	top_table(&r, NULL, cli_line, NULL);
+	printf("\ntotals since the daemon started:\n");
 	for (i = 0; i < r.nscopes; i++)
 		if ((int)strlen(r.scopes[i].name) > w)
 			w = (int)strlen(r.scopes[i].name);
@@ -703,6 +720,24 @@ static int cmd_status(struct admit *a, const struct cli_args *ar)
 	}
 	admit_result_free(&r);
 	return EXIT_ADMITTED;
+}
+
+static int cmd_top(struct admit *a, const struct cli_args *ar)
+{
+	struct admit_result fail;
+	int64_t ms = 1000;
+	int rc;
+
+	if (ar->set[O_INTERVAL] && (cli_duration(ar->val[O_INTERVAL], true, &ms) < 0 || ms < 100))
+		return cli_usage_error("--interval %s: want a duration of at least 100ms, like 1s",
+				       ar->val[O_INTERVAL]);
+	memset(&fail, 0, sizeof(fail));
+	rc = top_run(a, ms, &fail);
+	if (rc == -1) {
+		rc = cli_fail("top", &fail);
+		admit_result_free(&fail);
+	}
+	return rc;
 }
 
 /* SCOPE [KEY] [--url URL] of reset and inspect: key or url, exactly one. */

@@ -8,8 +8,9 @@
 
 # The soname's number changes whenever a public struct of admit.h changes
 # size or layout (callers allocate admit_req and admit_result): 2 since
-# admit_req gained reserve and admit_result limit, redis and inspect.
-CLIENT_SONAME   := libadmit.so.2
+# admit_req gained reserve and admit_result limit, redis and inspect; 3
+# since admit_result and admit_scope_stat gained the wait histogram.
+CLIENT_SONAME   := libadmit.so.3
 CLIENT_LIB_OBJS := client/admit.o
 CLIENT_LDLIBS   := $(shell pkg-config --libs jansson) -lm
 CLIENT_TESTS    := tests/client/test_libadmit
@@ -17,7 +18,7 @@ LIBDIR          ?= $(PREFIX)/lib
 INCLUDEDIR      ?= $(PREFIX)/include
 BINDIR          ?= $(PREFIX)/bin
 
-DEPS += $(CLIENT_LIB_OBJS:.o=.d) client/admit_cli.d $(CLIENT_TESTS:=.d)
+DEPS += $(CLIENT_LIB_OBJS:.o=.d) client/admit_cli.d client/admit_top.d $(CLIENT_TESTS:=.d)
 
 .PHONY: install-client clean-client
 all: client/admit client/libadmit.so client/libadmit.a client/admit.pc
@@ -29,7 +30,7 @@ client/libadmit.a: $(CLIENT_LIB_OBJS)
 client/libadmit.so: $(CLIENT_LIB_OBJS)
 	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(CLIENT_SONAME) -o $@ $^ $(CLIENT_LDLIBS)
 
-client/admit: client/admit_cli.o client/libadmit.a
+client/admit: client/admit_cli.o client/admit_top.o client/libadmit.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CLIENT_LDLIBS)
 
 # PREFIX may differ between `make` and `make install`: install writes its own copy

@@ -18,6 +18,7 @@
 #include "conf.h"
 #include "htab.h"
 #include "limiter.h"
+#include "metrics.h"
 #include "proto.h"
 
 #include <stdbool.h>
@@ -136,6 +137,13 @@ struct scope_rt {
 	uint64_t canceled;		  /* the client left while waiting */
 	uint64_t wait_ms_total;		  /* summed waited_ms of admissions */
 	uint64_t expired;		  /* leases ended by lease_ttl */
+	uint64_t releases;		  /* release ops naming a lease of this scope */
+	uint64_t penalties;		  /* penalize ops naming this scope */
+	/* Batched Redis acquire calls (one for the head of a key and the
+	 * waiters like it behind), and the attempts they carried. */
+	uint64_t batches, batched;
+	/* waited_ms of admissions, per bucket (metrics.h) */
+	uint64_t wait_hist[METRICS_WAIT_NBUCKETS];
 };
 
 /* op_pend: ops.c. A reply owed to a connection once the backend answers. */
@@ -174,7 +182,6 @@ struct admitd {
 	struct htab *leases;	  /* id -> struct lease */
 	struct kq_list idle_keys; /* idle kqs of every scope, least recently used first */
 	size_t nkeys;		  /* kqs of every scope (max_keys bounds it) */
-	uint64_t key_evictions;	  /* idle kqs forgotten to make room (max_keys) */
 	struct conn_list conns;
 	size_t nconns;
 	uint64_t next_conn_id;
@@ -182,8 +189,13 @@ struct admitd {
 	struct backend *redis; /* NULL in local mode */
 	struct event *gc_ev;
 	struct event *exit_ev;
+	struct http *http; /* NULL when metrics is off */
 	int64_t start_ms;
 	bool shutting_down;
+	/* For admitd_reloads_total and admitd_key_evictions_total: conf reload
+	 * counts its outcomes here (0 until it exists), and kq_get the idle keys
+	 * it forgot to stay within max_keys. */
+	uint64_t reloads_ok, reloads_error, key_evictions;
 };
 
 /* scope.c */

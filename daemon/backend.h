@@ -105,6 +105,18 @@ double backend_divisor(const struct backend *b, const struct conf_scope *cs);
  */
 void backend_status(const struct backend *b, struct preply *r);
 
+/*
+ * The operations the backend counts, for metrics: backend_nops() of them,
+ * named by backend_op_name (NULL past the end). backend_op_errors is
+ * backend_status's "errors"; backend_op_calls the calls the pool took for
+ * the operation (an acquire of n targets is n calls, a batch one). Both
+ * are 0 when b is NULL (local mode).
+ */
+size_t backend_nops(void);
+const char *backend_op_name(size_t op);
+uint64_t backend_op_errors(const struct backend *b, size_t op);
+uint64_t backend_op_calls(const struct backend *b, size_t op);
+
 /* backend_up - true while Redis takes calls. */
 bool backend_up(const struct backend *b);
 

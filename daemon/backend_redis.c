@@ -92,6 +92,7 @@ struct backend {
 	struct event *hb_ev;
 	int s_acquire, s_release, s_penalize, s_heartbeat, s_reset, s_inspect;
 	uint64_t errors[RB_OP__COUNT]; /* failed calls by operation */
+	uint64_t calls[RB_OP__COUNT];  /* calls the pool took, by operation (metrics) */
 	struct rb_rel_list queue;      /* owed to Redis, oldest first */
 	size_t nqueued;
 	struct event *queue_ev;
@@ -101,9 +102,6 @@ struct backend {
 };
 
 /* ---- argument vectors ---- */
-
-/* Rule indexes kept on the stack up to this many rules a scope. */
-#define RB_RULES_INLINE 32
 
 /*
  * A growable argv whose strings it owns. The first 48 arguments and 1 KB of
@@ -287,19 +285,29 @@ static void rb_key(struct rargs *a, const struct backend *b, const struct conf_s
 /*
  * The KEYS of acquire.lua and release.lua, which take the same ones: the
  * pacing hash, the quota instants, the leases, then the counters of the
- * rules idx[0..nr). Returns how many.
+ * plan's rules. Returns how many.
  */
 static size_t rb_keys(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
-		      const char *key, const size_t *idx, size_t nr)
+		      const char *key, const struct conf_plan *pl)
 {
 	size_t i;
 
 	rb_key(a, b, cs, key, "s", -1);
 	rb_key(a, b, cs, key, "q", -1);
 	rb_key(a, b, cs, key, "l", -1);
-	for (i = 0; i < nr; i++)
-		rb_key(a, b, cs, key, "r", (long)idx[i]);
-	return 3 + nr;
+	for (i = 0; i < pl->nrules; i++)
+		rb_key(a, b, cs, key, "r", (long)pl->rules[i]);
+	return 3 + pl->nrules;
+}
+
+/* The hash that holds a key's penalty (conf_plan.c says which). */
+static void rb_penalty_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+			   const char *key)
+{
+	if (cs->penalty_rule < 0)
+		rb_key(a, b, cs, key, "s", -1);
+	else
+		rb_key(a, b, cs, key, "r", cs->penalty_rule);
 }
 
 /*
@@ -334,17 +342,6 @@ static int rb_eval(struct backend *b, const struct conf_scope *cs, const char *k
 				  .arg = arg };
 
 	return rpool_eval_multi(b->pool, 1, &one);
-}
-
-/* Which rules of cs apply to cls: their indexes, in conf order. */
-static size_t rb_rules(const struct conf_scope *cs, const struct conf_class *cls, size_t *out)
-{
-	size_t i, n = 0;
-
-	for (i = 0; i < cs->nrules; i++)
-		if (lim_rule_applies(cs, i, cls))
-			out[n++] = i;
-	return n;
 }
 
 static const char *rb_meter(enum conf_meter m)
@@ -388,43 +385,42 @@ static void rb_acquire_args(struct rargs *a, struct backend *b, const struct tar
 			    const struct lim_tokens *reserve, size_t nreserve, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
-	size_t sidx[RB_RULES_INLINE];
-	size_t *idx = cs->nrules <= RB_RULES_INLINE ? sidx : calloc(cs->nrules, sizeof(*idx));
-	size_t nr, i;
+	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
+	size_t i;
 
-	if (idx == NULL) {
-		a->oom = true;
-		return;
+	*nkeys = rb_keys(a, b, cs, t->kq->key, pl);
+	if (pl->penalty_extra) {
+		rb_penalty_key(a, b, cs, t->kq->key);
+		(*nkeys)++;
 	}
-	nr = rb_rules(cs, t->cls, idx);
-	*nkeys = rb_keys(a, b, cs, t->kq->key, idx, nr);
 	rargs_str(a, lease_id);
 	rargs_int(a, (int64_t)count);
 	rargs_int(a, t->cost);
 	rargs_int(a, t->cls ? t->cls->floor : 0);
 	rargs_int(a, cs->min_delay_ms);
-	rargs_int(a, lim_serialized(cs) ? 1 : 0);
+	rargs_int(a, pl->serialized ? 1 : 0);
 	rargs_int(a, cs->cluster_concurrency);
 	rargs_int(a, cs->quota);
 	rargs_int(a, cs->quota_window_ms);
 	rargs_int(a, cs->lease_ttl_ms);
 	rargs_int(a, cs->concurrency_retry_ms);
-	rargs_int(a, lim_tracks_leases(cs) ? 1 : 0);
-	rargs_int(a, (int64_t)nr);
-	for (i = 0; i < nr; i++) {
-		const struct conf_rule *r = &cs->rules[idx[i]];
+	rargs_int(a, pl->tracks_leases ? 1 : 0);
+	rargs_int(a, (int64_t)pl->nrules);
+	for (i = 0; i < pl->nrules; i++) {
+		const struct conf_rule *r = &cs->rules[pl->rules[i]];
 		struct strat_params p = lim_rule_params(r, 1.0);
 		rargs_str(a, rb_meter(r->meter));
 		rargs_str(a, strat_kind_name(p.kind));
 		rargs_int(a, p.amount);
 		rargs_int(a, p.window_ms);
 		rargs_int(a, p.burst);
-		rargs_int(a, (int64_t)idx[i]);
+		rargs_int(a, (int64_t)pl->rules[i]);
 		rargs_int(a, lim_token_charge(r, reserve, nreserve));
 	}
+	rargs_int(a, pl->penalty_in >= 0 ? pl->penalty_in + 1
+		     : pl->penalty_extra ? (int64_t)pl->nrules + 1
+					 : 0);
 	rargs_int(a, not_after);
-	if (idx != sidx)
-		free(idx);
 }
 
 /* The modes of release.lua (see its header). */
@@ -449,17 +445,11 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 			    const struct rb_settle *se, int64_t x1, int64_t x2, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->cs;
-	size_t sidx[RB_RULES_INLINE];
-	size_t *idx = cs->nrules <= RB_RULES_INLINE ? sidx : calloc(cs->nrules, sizeof(*idx));
-	size_t nr, i;
+	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
+	size_t i;
 
-	if (idx == NULL) {
-		a->oom = true;
-		return;
-	}
-	nr = rb_rules(cs, t->cls, idx);
-	*nkeys = rb_keys(a, b, cs, t->key, idx, nr);
-	if (lim_tracks_leases(cs)) { /* the released leases, for rebooks to see */
+	*nkeys = rb_keys(a, b, cs, t->key, pl);
+	if (pl->tracks_leases) { /* the released leases, for rebooks to see */
 		rb_key(a, b, cs, t->key, "x", -1);
 		(*nkeys)++;
 		if (mode == RB_M_RELEASE)
@@ -467,11 +457,11 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 	}
 	rargs_str(a, lease_id);
 	rargs_str(a, rb_mode_names[mode]);
-	rargs_int(a, lim_serialized(cs) ? 1 : 0);
+	rargs_int(a, pl->serialized ? 1 : 0);
 	rargs_int(a, cs->min_delay_ms);
-	rargs_int(a, (int64_t)nr);
-	for (i = 0; i < nr; i++) {
-		const struct conf_rule *r = &cs->rules[idx[i]];
+	rargs_int(a, (int64_t)pl->nrules);
+	for (i = 0; i < pl->nrules; i++) {
+		const struct conf_rule *r = &cs->rules[pl->rules[i]];
 		struct strat_params p = lim_rule_params(r, 1.0);
 		int64_t charge = 0;
 		if (mode == RB_M_ROLLBACK && r->meter == METER_REQUESTS)
@@ -489,8 +479,7 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 	}
 	rargs_int(a, x1);
 	rargs_int(a, x2);
-	if (idx != sidx)
-		free(idx);
+	rargs_int(a, pl->penalty_in + 1);
 }
 
 /* ---- failures ---- */
@@ -730,9 +719,10 @@ static bool rb_rel_send(struct rb_rel *r)
 	sent = 0;
 	for (i = 0; ok && i < n; i++) {
 		r->pending = sent + 1; /* a callback never runs inside the call */
-		if (rpool_eval_multi(b->pool, 1, &calls[i]) == 0)
+		if (rpool_eval_multi(b->pool, 1, &calls[i]) == 0) {
 			sent++;
-		else if (sent > 0)
+			b->calls[r->op]++;
+		} else if (sent > 0)
 			r->unknown = true;
 		else
 			ok = false;
@@ -1039,7 +1029,7 @@ void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms)
 
 	if (b->closing)
 		return;
-	rb_key(&a, b, kq->sc->cs, kq->key, "s", -1);
+	rb_penalty_key(&a, b, kq->sc->cs, kq->key);
 	rargs_int(&a, delay_ms);
 	if (a.oom || (ff = malloc(sizeof(*ff))) == NULL) {
 		rb_failed(b, RB_OP_PENALIZE, RP_CONN, NULL);
@@ -1051,6 +1041,8 @@ void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms)
 	if (rb_eval(b, kq->sc->cs, kq->key, b->s_penalize, &a, 1, rb_ff_cb, ff) != 0) {
 		free(ff);
 		rb_failed(b, RB_OP_PENALIZE, RP_CONN, NULL);
+	} else {
+		b->calls[RB_OP_PENALIZE]++;
 	}
 	rargs_clear(&a);
 }
@@ -1070,18 +1062,16 @@ static void rb_inspect_cb(void *arg, enum rp_status st, const struct rval *reply
 {
 	struct rb_op_ctx *x = arg;
 	const struct conf_scope *cs = x->kq->sc->cs;
+	const struct conf_plan *pl = conf_plan_of(cs, x->cls);
 	struct strat_state *rules = calloc(cs->nrules ? cs->nrules : 1, sizeof(*rules));
-	size_t idx_n = 0, i, j;
+	size_t i, j;
 	struct eng_insp in = { .via = VIA_REDIS };
 	bool ok =
 	    rules != NULL && st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n >= 6;
 
 	for (i = 0; ok && i < reply->n; i++)
 		ok = reply->a[i].type == RV_INT;
-	for (i = 0; ok && i < cs->nrules; i++)
-		if (lim_rule_applies(cs, i, x->cls))
-			idx_n++;
-	ok = ok && reply->n == 6 + 3 * idx_n;
+	ok = ok && reply->n == 6 + 3 * pl->nrules;
 	if (!ok) {
 		if (st != RP_SHUTDOWN)
 			rb_failed(x->b, RB_OP_INSPECT, st, reply);
@@ -1094,13 +1084,10 @@ static void rb_inspect_cb(void *arg, enum rp_status st, const struct rval *reply
 	in.leases = reply->a[3].i;
 	in.quota_used = reply->a[4].i;
 	in.quota_oldest = reply->a[5].i;
-	for (i = 0, j = 6; i < cs->nrules; i++) {
-		if (!lim_rule_applies(cs, i, x->cls))
-			continue;
-		rules[i].a = reply->a[j].i;
-		rules[i].b = reply->a[j + 1].i;
-		rules[i].t = reply->a[j + 2].i;
-		j += 3;
+	for (i = 0, j = 6; i < pl->nrules; i++, j += 3) {
+		rules[pl->rules[i]].a = reply->a[j].i;
+		rules[pl->rules[i]].b = reply->a[j + 1].i;
+		rules[pl->rules[i]].t = reply->a[j + 2].i;
 	}
 	in.rules = rules;
 	x->insp_cb(x->arg, &in);
@@ -1113,22 +1100,28 @@ bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *
 		     eng_insp_cb *cb, void *arg)
 {
 	const struct conf_scope *cs = kq->sc->cs;
-	size_t *idx = calloc(cs->nrules ? cs->nrules : 1, sizeof(*idx));
+	const struct conf_plan *pl = conf_plan_of(cs, cls);
 	struct rb_op_ctx *x = calloc(1, sizeof(*x));
 	struct rargs a = { 0 };
 	size_t nkeys;
 	bool ok = false;
 
-	if (b->closing || !b->up || !rpool_up(b->pool) || idx == NULL || x == NULL)
+	if (b->closing || !b->up || !rpool_up(b->pool) || x == NULL)
 		goto out;
-	nkeys = rb_keys(&a, b, cs, kq->key, idx, rb_rules(cs, cls, idx));
+	nkeys = rb_keys(&a, b, cs, kq->key, pl);
+	if (cs->penalty_rule >= 0) {
+		rb_penalty_key(&a, b, cs, kq->key);
+		nkeys++;
+	}
 	rargs_int(&a, cs->quota > 0 ? cs->quota_window_ms : 0);
+	rargs_int(&a, (int64_t)pl->nrules);
 	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .cls = cls, .insp_cb = cb, .arg = arg };
 	ok = !a.oom && rb_eval(b, cs, kq->key, b->s_inspect, &a, nkeys, rb_inspect_cb, x) == 0;
+	if (ok)
+		b->calls[RB_OP_INSPECT]++;
 out:
 	if (!ok)
 		free(x);
-	free(idx);
 	rargs_clear(&a);
 	return ok;
 }
@@ -1153,8 +1146,12 @@ bool backend_reset(struct backend *b, struct kq *kq, eng_reset_cb *cb, void *arg
 	if (b->closing || !b->up || !rpool_up(b->pool) || x == NULL)
 		goto out;
 	rb_key(&a, b, kq->sc->cs, kq->key, "s", -1);
+	if (kq->sc->cs->penalty_rule >= 0)
+		rb_penalty_key(&a, b, kq->sc->cs, kq->key);
 	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .reset_cb = cb, .arg = arg };
-	ok = !a.oom && rb_eval(b, kq->sc->cs, kq->key, b->s_reset, &a, 1, rb_reset_cb, x) == 0;
+	ok = !a.oom && rb_eval(b, kq->sc->cs, kq->key, b->s_reset, &a, a.n, rb_reset_cb, x) == 0;
+	if (ok)
+		b->calls[RB_OP_RESET]++;
 out:
 	if (!ok)
 		free(x);
@@ -1391,6 +1388,8 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	}
 	q->pending = w->nt;
 	ok = rpool_eval_multi(b->pool, w->nt, calls) == 0;
+	if (ok) /* one EVALSHA per target, pipelined */
+		b->calls[RB_OP_ACQUIRE] += w->nt;
 out:
 	if (!ok) {
 		for (i = 0; i < made; i++)
@@ -1509,6 +1508,9 @@ bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n
 		rargs_clear(&a);
 		return false;
 	}
+	b->calls[RB_OP_ACQUIRE]++; /* one call admits the whole batch */
+	ws[0]->t[0].kq->sc->batches++;
+	ws[0]->t[0].kq->sc->batched += n;
 	rargs_clear(&a);
 	return true;
 }
@@ -1580,6 +1582,8 @@ static void rb_hb_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 	len[2] = strlen(argv[2]);
 	if (rpool_eval(b->pool, (size_t)b->s_heartbeat, 1, 3, argv, len, rb_hb_reply, b) != 0)
 		rb_failed(b, RB_OP_HEARTBEAT, RP_CONN, NULL);
+	else
+		b->calls[RB_OP_HEARTBEAT]++;
 }
 
 double backend_divisor(const struct backend *b, const struct conf_scope *cs)
@@ -1608,6 +1612,26 @@ void backend_status(const struct backend *b, struct preply *r)
 		preply_int(r, rb_op_names[i], (int64_t)b->errors[i]);
 	preply_pop(r);
 	preply_pop(r);
+}
+
+size_t backend_nops(void)
+{
+	return RB_OP__COUNT;
+}
+
+const char *backend_op_name(size_t op)
+{
+	return op < RB_OP__COUNT ? rb_op_names[op] : NULL;
+}
+
+uint64_t backend_op_errors(const struct backend *b, size_t op)
+{
+	return b != NULL && op < RB_OP__COUNT ? b->errors[op] : 0;
+}
+
+uint64_t backend_op_calls(const struct backend *b, size_t op)
+{
+	return b != NULL && op < RB_OP__COUNT ? b->calls[op] : 0;
 }
 
 bool backend_up(const struct backend *b)

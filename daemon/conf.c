@@ -55,6 +55,7 @@ enum conf_type {
 	CT_STRING,    /* any non-empty text */
 	CT_SOCKET,    /* a Unix socket path that fits sun_path */
 	CT_URL,	      /* a Redis URL, or empty for local mode */
+	CT_HOSTPORT,  /* HOST:PORT of a TCP listener, or empty for none */
 	CT_PREFIX,    /* a Redis key prefix: no blanks, no hash-tag braces */
 	CT_NAME,      /* [A-Za-z0-9_.-]{1,64} */
 	CT_OCTAL,     /* file mode */
@@ -125,6 +126,9 @@ static const struct conf_key conf_admitd_keys[] = {
 	  "Redis ACL user for AUTH; unset: the default user" },
 	{ "log_level", CT_LOG_LEVEL, ADMITD_OFF(log_level), "info", 0, 0, 0,
 	  "least severe level logged" },
+	{ "metrics", CT_HOSTPORT, ADMITD_OFF(metrics), NULL, 0, 0, CONF_F_EMPTY_NULL,
+	  "HOST:PORT serving /metrics (Prometheus), /healthz and /readyz over HTTP; absent or "
+	  "empty: off" },
 	{ "socket_group", CT_GROUP, ADMITD_OFF(socket_group), NULL, 0, 0, 0,
 	  "group the socket is given (with socket_mode 0660: the group's members may connect); "
 	  "unset: the daemon's group" },
@@ -316,6 +320,19 @@ static const char *conf_set_url(struct conf_ctx *x, const struct conf_key *k, vo
 	(void)arg;
 	if (*val != '\0' && redis_url_parse(val, &u, msg, sizeof(msg)) != 0)
 		return conf_fmt(x, "%s", msg);
+	return conf_store_string(k, base, val);
+}
+
+static const char *conf_set_hostport(struct conf_ctx *x, const struct conf_key *k, void *base,
+				     const char *arg, const char *val)
+{
+	char host[CV_HOST_MAX + 1];
+	const char *e;
+	int port;
+
+	(void)arg;
+	if (*val != '\0' && (e = cv_hostport(val, host, sizeof(host), &port)) != NULL)
+		return conf_fmt(x, "%s", e);
 	return conf_store_string(k, base, val);
 }
 
@@ -677,6 +694,7 @@ static const struct {
 	[CT_STRING] = { "text", conf_set_string },
 	[CT_SOCKET] = { "path", conf_set_socket },
 	[CT_URL] = { "URL", conf_set_url },
+	[CT_HOSTPORT] = { "HOST:PORT", conf_set_hostport },
 	[CT_PREFIX] = { "text", conf_set_prefix },
 	[CT_NAME] = { "name", conf_set_name },
 	[CT_OCTAL] = { "octal mode", conf_set_octal },
@@ -1028,6 +1046,9 @@ static struct conf *conf_parse(const char *text, size_t len, const char *name, F
 		conf_err(&x, 0, "libinih failed (%d)", rc);
 	for (size_t i = 0; i < x.c->nscopes; i++)
 		conf_validate_scope(&x, &x.c->scopes[i], &x.ps[i]);
+	for (size_t i = 0; i < x.c->nscopes && x.nerrors == 0; i++)
+		if (!conf_plan_compile(&x.c->scopes[i]))
+			conf_err(&x, 0, "out of memory");
 done:
 	if (x.c != NULL) {
 		for (size_t i = 0; i < x.c->nscopes; i++) {
@@ -1096,6 +1117,7 @@ void conf_free(struct conf *c)
 			free(s->classes[j].name);
 			free(s->classes[j].rules);
 		}
+		conf_plan_free(s);
 		free(s->name);
 		free(s->rules);
 		free(s->classes);
@@ -1111,6 +1133,7 @@ void conf_free(struct conf *c)
 	free(c->redis_password_file);
 	free(c->redis_user);
 	free(c->log_level);
+	free(c->metrics);
 	free(c->allow_uids.ids);
 	free(c->allow_gids.ids);
 	free(c);

@@ -50,6 +50,23 @@ struct conf_class {
 	int line;
 };
 
+/*
+ * conf_plan: what a limiter does for one (scope, class), compiled once when
+ * the conf is loaded (conf_plan.c), so that neither the in-process limiter
+ * nor the Redis backend works out per call which limits apply, which Redis
+ * keys a call names and which of them the scripts touch.
+ */
+struct conf_plan {
+	size_t nrules;
+	size_t *rules;	    /* indexes into conf_scope.rules that apply, conf order */
+	bool tracks_leases; /* a lease set: cluster_concurrency, a concurrency rule, serialized */
+	bool serialized;    /* min_delay without cluster_concurrency: one at a time */
+	bool release_books; /* a release changes state: the lease set or a token meter */
+	bool reads_state;   /* the acquire reads the state hash (pacing, or the penalty is there) */
+	long penalty_in;    /* plan.rules[i] whose hash holds the penalty; -1: none of them */
+	bool penalty_extra; /* the penalty's hash is a rule's this plan does not apply */
+};
+
 struct conf_scope {
 	char *name;
 	int line;
@@ -74,6 +91,9 @@ struct conf_scope {
 	bool shadow;
 	enum conf_fail_mode fail_mode;
 	int64_t max_waiters; /* per scope; default 1024 */
+	/* Compiled at load (conf_plan.c): */
+	long penalty_rule; /* the rule whose Redis hash holds a key's penalty; -1: the state hash */
+	struct conf_plan *plans; /* nclasses + 1: one per class, then the one of no class */
 };
 
 /* A list of uids or gids (allow_uids, allow_gids), names resolved at load. */
@@ -97,6 +117,7 @@ struct conf {
 	char *redis_password_file;	 /* NULL = no AUTH */
 	char *redis_user;		 /* NULL = default user */
 	char *log_level;		 /* debug, info, warn, error; default info */
+	char *metrics;			 /* HOST:PORT of /metrics; NULL = off */
 	int64_t socket_group;		 /* gid the socket is chowned to; -1: left as created */
 	struct conf_ids allow_uids;	 /* peers let in by uid (SO_PEERCRED) */
 	struct conf_ids allow_gids;	 /* ... or by one of their groups */
@@ -117,6 +138,17 @@ struct conf *conf_load(const char *path, FILE *errf);
 struct conf *conf_load_string(const char *text, const char *name, FILE *errf);
 
 void conf_free(struct conf *c);
+
+/* conf_plan_compile - fill s->plans and s->penalty_rule; false: out of memory. */
+bool conf_plan_compile(struct conf_scope *s);
+void conf_plan_free(struct conf_scope *s);
+
+/* conf_plan_of - the plan of cls (NULL: no class), which must be one of s's. */
+static inline const struct conf_plan *conf_plan_of(const struct conf_scope *s,
+						   const struct conf_class *cls)
+{
+	return &s->plans[cls != NULL ? (size_t)(cls - s->classes) : s->nclasses];
+}
 
 /* Lookups: NULL when absent. */
 const struct conf_scope *conf_scope_find(const struct conf *c, const char *name);

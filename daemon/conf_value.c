@@ -14,6 +14,7 @@
 
 #include "conf_value.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -204,6 +205,50 @@ const char *cv_rate(const char *s, int64_t *amount, int64_t *window_ms)
 		return "the window must be longer than 0";
 	*amount = a;
 	*window_ms = w;
+	return NULL;
+}
+
+const char *cv_hostport(const char *s, char *host, size_t hostlen, int *port)
+{
+	const char *colon = strrchr(s, ':'), *h = s, *e;
+	unsigned char addr[16];
+	char buf[CV_HOST_MAX + 1];
+	size_t hl;
+	int64_t p;
+
+	if (*s == '\0')
+		return "empty value";
+	if (colon == NULL)
+		return "not HOST:PORT (e.g. 127.0.0.1:9464)";
+	hl = (size_t)(colon - s);
+	if (*s == '[') { /* [IPv6]:PORT */
+		if (hl < 3 || s[hl - 1] != ']')
+			return "an IPv6 address goes in brackets: [::1]:9464";
+		h = s + 1;
+		hl -= 2;
+	}
+	if (hl == 0)
+		return "no host before the port (0.0.0.0 listens on every address)";
+	if (hl > CV_HOST_MAX || hl >= hostlen)
+		return "host name too long";
+	memcpy(buf, h, hl);
+	buf[hl] = '\0';
+	if (h != s) {
+		if (inet_pton(AF_INET6, buf, addr) != 1)
+			return "not an IPv6 address in the brackets";
+	} else if (strchr(buf, ':') != NULL) {
+		return "an IPv6 address goes in brackets: [::1]:9464";
+	} else {
+		for (const char *q = buf; *q; q++)
+			if (!isalnum((unsigned char)*q) && *q != '.' && *q != '-')
+				return "not a host name or IPv4 address";
+	}
+	if ((e = cv_int(colon + 1, &p)) != NULL)
+		return *(colon + 1) == '\0' ? "no port after the host" : "the port is not a number";
+	if (p > 65535)
+		return "the port must be between 0 and 65535";
+	memcpy(host, buf, hl + 1);
+	*port = (int)p;
 	return NULL;
 }
 

@@ -61,6 +61,15 @@ const char *cv_bool(const char *s, bool *out);
  */
 const char *cv_rate(const char *s, int64_t *amount, int64_t *window_ms);
 
+/*
+ * cv_hostport - "HOST:PORT" for a TCP listener: HOST an IPv4 address, an
+ * IPv6 address in brackets ("[::1]") or a host name; PORT 0..65535 (0: any
+ * free port). host gets HOST without brackets (hostlen bytes at most,
+ * NUL included) and *port the number.
+ */
+#define CV_HOST_MAX 255
+const char *cv_hostport(const char *s, char *host, size_t hostlen, int *port);
+
 /* cv_name_ok - a scope, class, rule or meter name: [A-Za-z0-9_.-]{1,64}. */
 bool cv_name_ok(const char *s);
 

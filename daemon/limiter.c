@@ -50,45 +50,25 @@ static int64_t lim_min_delay(const struct conf_scope *cs, double div)
 
 bool lim_serialized(const struct conf_scope *cs)
 {
-	return cs->min_delay_ms > 0 && cs->cluster_concurrency == 0;
+	return conf_plan_of(cs, NULL)->serialized;
 }
 
 bool lim_tracks_leases(const struct conf_scope *cs)
 {
-	size_t i;
-
-	if (lim_serialized(cs) || cs->cluster_concurrency > 0)
-		return true;
-	for (i = 0; i < cs->nrules; i++)
-		if (cs->rules[i].meter == METER_CONCURRENCY)
-			return true;
-	return false;
+	return conf_plan_of(cs, NULL)->tracks_leases;
 }
 
 bool lim_release_books(const struct conf_scope *cs, const struct conf_class *cls)
 {
-	size_t i;
-
-	if (lim_tracks_leases(cs))
-		return true;
-	for (i = 0; i < cs->nrules; i++)
-		if ((cs->rules[i].meter == METER_TOKENS ||
-		     cs->rules[i].meter == METER_TOKENS_KEY) &&
-		    lim_rule_applies(cs, i, cls))
-			return true;
-	return false;
+	return conf_plan_of(cs, cls)->release_books;
 }
 
 bool lim_rule_applies(const struct conf_scope *cs, size_t i, const struct conf_class *cls)
 {
-	size_t j;
+	const struct conf_plan *pl = conf_plan_of(cs, cls);
 
-	if (cs->rules[i].name == NULL)
-		return true;
-	if (cls == NULL)
-		return false;
-	for (j = 0; j < cls->nrules; j++)
-		if (cls->rules[j] == i)
+	for (size_t k = 0; k < pl->nrules; k++)
+		if (pl->rules[k] == i)
 			return true;
 	return false;
 }
@@ -233,8 +213,8 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 			      int64_t now, const struct lim_req *rq)
 {
 	struct lim_decision d = { .admitted = true, .which = LIM_WHICH_NONE };
+	const struct conf_plan *pl = conf_plan_of(cs, rq->cls);
 	int64_t floor = rq->cls ? rq->cls->floor : 0;
-	size_t i;
 
 	lim_purge(st, cs, now);
 	if (now < st->penalty_until)
@@ -259,14 +239,12 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 				       cs->quota_window_ms - now,
 				   LIM_WHICH_QUOTA);
 	}
-	for (i = 0; i < cs->nrules; i++) {
+	for (size_t k = 0; k < pl->nrules; k++) {
+		size_t i = pl->rules[k];
 		const struct conf_rule *r = &cs->rules[i];
-		struct strat_params p;
+		struct strat_params p = lim_rule_params(r, div);
 		struct strat_result sr;
 
-		if (!lim_rule_applies(cs, i, rq->cls))
-			continue;
-		p = lim_rule_params(r, div);
 		switch (r->meter) {
 		case METER_CONCURRENCY:
 			if ((int64_t)st->nleases + rq->count > p.amount)
@@ -352,7 +330,7 @@ bool lim_lease_add(struct lim_state *st, const char *lease_id, int64_t deadline)
 bool lim_book(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
 	      const struct lim_req *rq, const char *const *lease_ids)
 {
-	size_t i;
+	const struct conf_plan *pl = conf_plan_of(cs, rq->cls);
 	int64_t k;
 
 	if (lim_tracks_leases(cs) && lease_ids != NULL &&
@@ -373,12 +351,11 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, double div, int
 		if (next > st->next_at)
 			st->next_at = next;
 	}
-	for (i = 0; i < cs->nrules; i++) {
+	for (size_t j = 0; j < pl->nrules; j++) {
+		size_t i = pl->rules[j];
 		const struct conf_rule *r = &cs->rules[i];
 		struct strat_params p;
 		int64_t n;
-		if (!lim_rule_applies(cs, i, rq->cls))
-			continue;
 		if (r->meter == METER_REQUESTS)
 			n = rq->cost * rq->count;
 		else if (r->meter == METER_TOKENS || r->meter == METER_TOKENS_KEY)
@@ -420,6 +397,7 @@ bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, doubl
 			const struct lim_tokens *tokens, size_t ntokens,
 			const struct lim_tokens *reserve, size_t nreserve)
 {
+	const struct conf_plan *pl = conf_plan_of(cs, cls);
 	bool held = false;
 	size_t i;
 
@@ -436,16 +414,15 @@ bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, doubl
 		if (next > st->next_at)
 			st->next_at = next;
 	}
-	for (i = 0; i < cs->nrules; i++) {
-		const struct conf_rule *r = &cs->rules[i];
+	for (size_t k = 0; k < pl->nrules; k++) {
+		const struct conf_rule *r = &cs->rules[pl->rules[k]];
 		int64_t n;
-		if ((r->meter != METER_TOKENS && r->meter != METER_TOKENS_KEY) ||
-		    !lim_rule_applies(cs, i, cls))
+		if (r->meter != METER_TOKENS && r->meter != METER_TOKENS_KEY)
 			continue;
 		n = lim_settle_charge(r, tokens, ntokens, reserve, nreserve);
 		if (n != 0) {
 			struct strat_params p = lim_rule_params(r, div);
-			strat_book(&st->rules[i], &p, now, n);
+			strat_book(&st->rules[pl->rules[k]], &p, now, n);
 			st->last_ms = now;
 		}
 	}

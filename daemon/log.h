@@ -62,9 +62,10 @@ void fatal(const char *msg, const char *fmt, ...) __attribute__((format(printf, 
 #define LOG_SLOT_RECONCILE  4
 #define LOG_SLOT_REDIS_CONN 5
 #define LOG_SLOT_REDIS_CALL 6
-#define LOG_SLOT_FORBIDDEN  7
-#define LOG_SLOT_KEYS	    8
-#define LOG_SLOT_LEASES	    9
-#define LOG_SLOT__COUNT	    10
+#define LOG_SLOT_HTTP	    7
+#define LOG_SLOT_FORBIDDEN  8
+#define LOG_SLOT_KEYS	    9
+#define LOG_SLOT_LEASES	    10
+#define LOG_SLOT__COUNT	    11
 
 #endif

@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "clock.h"
+#include "http.h"
 #include "log.h"
 #include "server.h"
 
@@ -203,6 +204,9 @@ int main(int argc, char **argv)
 	    event_add(sigterm, NULL) != 0 || event_add(sigint, NULL) != 0 ||
 	    event_add(sighup, NULL) != 0)
 		fatal("cannot set up events", NULL);
+	/* Before the Redis grace below: /readyz says "starting" meanwhile. */
+	if (ad.conf->metrics != NULL && (ad.http = http_new(&ad, ad.conf->metrics)) == NULL)
+		goto out;
 	if (ad.conf->redis != NULL && ad.conf->redis[0] != '\0') {
 		ad.redis = backend_new(&ad);
 		if (ad.redis == NULL)
@@ -249,6 +253,9 @@ out:
 	conn_free_all(&ad);
 	if (ad.redis != NULL)
 		admitd_drain_redis(&ad);
+	/* /readyz answers "draining" until the loop has stopped for good. */
+	http_free(ad.http);
+	ad.http = NULL;
 	backend_free(ad.redis);
 	ad.redis = NULL;
 	scopes_free(&ad);

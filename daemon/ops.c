@@ -227,6 +227,19 @@ static void op_release_ref_done(void *arg, int held)
 	ops_pend_done(p, r);
 }
 
+/* Count a release once in each scope its targets name (NULL: not in the conf). */
+static void ops_count_release(struct scope_rt *const *scs, size_t n)
+{
+	size_t i, j;
+
+	for (i = 0; i < n; i++) {
+		for (j = 0; j < i && scs[j] != scs[i]; j++)
+			;
+		if (scs[i] != NULL && j == i)
+			scs[i]->releases++;
+	}
+}
+
 /*
  * release: a lease this daemon holds is released at once. Any other handle
  * names the lease's targets (lease_id.h): a lease issued by another daemon
@@ -240,12 +253,16 @@ static void op_release(struct conn *c, struct request *rq)
 	struct lim_tokens tk[PROTO_MAX_TOKENS];
 	struct lease_ref *ref = NULL;
 	struct op_pend *p = NULL;
+	struct scope_rt *scs[PROTO_MAX_TARGETS];
 	struct preply *r;
 	size_t i;
 
-	if (l != NULL)
+	if (l != NULL) {
+		for (i = 0; i < l->nt; i++)
+			scs[i] = l->t[i].kq->sc;
+		ops_count_release(scs, l->nt);
 		lease_release(l, rq->tokens, rq->ntokens);
-	else if ((ref = malloc(sizeof(*ref))) == NULL || (p = calloc(1, sizeof(*p))) == NULL) {
+	} else if ((ref = malloc(sizeof(*ref))) == NULL || (p = calloc(1, sizeof(*p))) == NULL) {
 		free(ref);
 		ops_error(c, rq, ADMIT_E_UNAVAILABLE, "out of memory");
 		return;
@@ -259,6 +276,9 @@ static void op_release(struct conn *c, struct request *rq)
 		return;
 	}
 	free(p);
+	for (i = 0; i < ref->nt; i++)
+		scs[i] = scope_find(c->ad, ref->t[i].scope);
+	ops_count_release(scs, ref->nt);
 	if ((p = ops_pend(c, rq)) == NULL) {
 		free(ref);
 		return;
@@ -280,6 +300,13 @@ static void op_penalize(struct conn *c, struct request *rq)
 
 	if (!ops_targets(c, rq, t))
 		return;
+	for (i = 0; i < rq->ntargets; i++) {
+		size_t j;
+		for (j = 0; j < i && t[j].kq->sc != t[i].kq->sc; j++)
+			;
+		if (j == i)
+			t[i].kq->sc->penalties++;
+	}
 	if (delay < 0) /* an HTTP-date: as bounded as the other forms */
 		delay = rq->penalty_until_wall_ms - clock_wall_ms();
 	if (delay > PROTO_MAX_TIMEOUT_MS)
@@ -297,7 +324,7 @@ static void op_status(struct conn *c, struct request *rq)
 	struct preply *r = preply_new(rq->id, true);
 	int64_t now = clock_mono_ms(), since = ad->start_ms;
 	const char *state = "local";
-	size_t i;
+	size_t i, j;
 	int e;
 
 	if (ad->redis != NULL)
@@ -305,6 +332,7 @@ static void op_status(struct conn *c, struct request *rq)
 	preply_str(r, "version", ADMITD_VERSION);
 	preply_int(r, "protocol", ADMIT_PROTO_VERSION);
 	preply_int(r, "uptime_s", (now - ad->start_ms) / 1000);
+	preply_int(r, "uptime_ms", now - ad->start_ms);
 	preply_str(r, "backend", state);
 	preply_int(r, "backend_since_s", (now - since) / 1000);
 	preply_int(r, "connections", (int64_t)ad->nconns);
@@ -315,6 +343,10 @@ static void op_status(struct conn *c, struct request *rq)
 	preply_int(r, "max_leases", ad->conf->max_leases);
 	if (ad->redis != NULL)
 		backend_status(ad->redis, r);
+	preply_list(r, "wait_bounds_ms");
+	for (i = 0; i < METRICS_WAIT_NBOUNDS; i++)
+		preply_int(r, NULL, metrics_wait_bounds_ms[i]);
+	preply_pop(r);
 	preply_push(r, "scopes");
 	for (i = 0; i < ad->nscopes; i++) {
 		struct scope_rt *sc = &ad->scopes[i];
@@ -330,6 +362,12 @@ static void op_status(struct conn *c, struct request *rq)
 		preply_int(r, "canceled", (int64_t)sc->canceled);
 		preply_int(r, "wait_ms_total", (int64_t)sc->wait_ms_total);
 		preply_int(r, "expired", (int64_t)sc->expired);
+		preply_int(r, "releases", (int64_t)sc->releases);
+		preply_int(r, "penalties", (int64_t)sc->penalties);
+		preply_list(r, "wait_buckets");
+		for (j = 0; j < METRICS_WAIT_NBUCKETS; j++)
+			preply_int(r, NULL, (int64_t)sc->wait_hist[j]);
+		preply_pop(r);
 		preply_push(r, "refusals");
 		for (e = ADMIT_E_BAD_REQUEST; e < ADMIT_E__COUNT; e++)
 			if (sc->outcome[e] > 0)

@@ -239,13 +239,8 @@ static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *m
 	}
 }
 
-enum admit_err proto_decode(const char *line, size_t len, struct request *rq, char *msg,
-			    size_t msglen)
+static void proto_request_init(struct request *rq)
 {
-	json_error_t jerr;
-	json_t *root;
-	enum admit_err e;
-
 	/* Scalars and counts only: the buffers (18 KB of them) are filled when
 	 * their field is present, and read only then (has_*, counts). */
 	rq->op = -1;
@@ -259,6 +254,16 @@ enum admit_err proto_decode(const char *line, size_t len, struct request *rq, ch
 	rq->nreserve = 0;
 	rq->penalty_ms = 0;
 	rq->penalty_until_wall_ms = 0;
+}
+
+enum admit_err proto_decode_general(const char *line, size_t len, struct request *rq, char *msg,
+				    size_t msglen)
+{
+	json_error_t jerr;
+	json_t *root;
+	enum admit_err e;
+
+	proto_request_init(rq);
 	root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (root == NULL)
 		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "invalid JSON: %s", jerr.text);
@@ -269,6 +274,47 @@ enum admit_err proto_decode(const char *line, size_t len, struct request *rq, ch
 	e = proto_decode_obj(root, rq, msg, msglen);
 	json_decref(root);
 	return e;
+}
+
+enum admit_err proto_decode(const char *line, size_t len, struct request *rq, char *msg,
+			    size_t msglen)
+{
+	proto_request_init(rq);
+	if (proto_fast_decode(line, len, rq))
+		return ADMIT_OK;
+	return proto_decode_general(line, len, rq, msg, msglen);
+}
+
+static bool proto_target_equal(const struct proto_target *a, const struct proto_target *b)
+{
+	return strcmp(a->scope, b->scope) == 0 && a->has_key == b->has_key &&
+	       strcmp(a->key, b->key) == 0 && a->has_cls == b->has_cls &&
+	       strcmp(a->cls, b->cls) == 0 && a->cost == b->cost;
+}
+
+bool proto_request_equal(const struct request *a, const struct request *b)
+{
+	size_t i;
+
+	if (a->op != b->op || (a->id == NULL) != (b->id == NULL) ||
+	    (a->id != NULL && strcmp(a->id, b->id) != 0) || a->ntargets != b->ntargets ||
+	    a->has_timeout != b->has_timeout || a->timeout_ms != b->timeout_ms ||
+	    a->detach != b->detach || strcmp(a->lease, b->lease) != 0 || a->ntokens != b->ntokens ||
+	    a->nreserve != b->nreserve || a->penalty_ms != b->penalty_ms ||
+	    a->penalty_until_wall_ms != b->penalty_until_wall_ms)
+		return false;
+	for (i = 0; i < a->ntargets; i++)
+		if (!proto_target_equal(&a->targets[i], &b->targets[i]))
+			return false;
+	for (i = 0; i < a->ntokens; i++)
+		if (strcmp(a->tokens[i].name, b->tokens[i].name) != 0 ||
+		    a->tokens[i].n != b->tokens[i].n)
+			return false;
+	for (i = 0; i < a->nreserve; i++)
+		if (strcmp(a->reserve[i].name, b->reserve[i].name) != 0 ||
+		    a->reserve[i].n != b->reserve[i].n)
+			return false;
+	return true;
 }
 
 void proto_request_clear(struct request *rq)
@@ -432,6 +478,19 @@ static void preply_string(struct preply *r, const char *v)
 	bool valid = true;
 	size_t i, n;
 
+	/* Most strings (names, keys, lease handles) are printable ASCII with
+	 * nothing to escape: copied as they are. */
+	for (n = 0; s[n] >= 0x20 && s[n] < 0x7f && s[n] != '"' && s[n] != '\\'; n++)
+		;
+	if (s[n] == '\0') {
+		if (preply_room(r, n + 2)) {
+			r->buf[r->len++] = '"';
+			memcpy(r->buf + r->len, s, n);
+			r->len += n;
+			r->buf[r->len++] = '"';
+		}
+		return;
+	}
 	for (i = 0; s[i] != '\0'; i += n)
 		if ((n = preply_utf8(s + i)) == 0) {
 			valid = false;

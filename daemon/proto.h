@@ -8,7 +8,8 @@
  *
  * Owns: struct request (fixed, bounded fields; the id is kept as raw JSON
  * text to echo back) and the reply builder. Never touches a socket or the
- * loop; the only daemon file that includes <jansson.h>.
+ * loop. proto.c decodes with jansson (the only daemon file that includes
+ * <jansson.h>); proto_fast.c first tries the flat lines of the hot ops.
  */
 
 #ifndef ADMITD_PROTO_H
@@ -80,6 +81,19 @@ struct request {
 enum admit_err proto_decode(const char *line, size_t len, struct request *rq, char *msg,
 			    size_t msglen);
 void proto_request_clear(struct request *rq);
+
+/*
+ * proto_fast_decode - the hand-written decoder of proto_fast.c: true when it
+ * decoded the line whole (rq filled as proto_decode would, ADMIT_OK); false
+ * when the line is outside its subset, with rq untouched but for what
+ * proto_decode resets anyway. proto_decode_general - the jansson decoder
+ * alone. Both for proto_decode, the tests and the fuzzer, which compare them.
+ */
+bool proto_fast_decode(const char *line, size_t len, struct request *rq);
+enum admit_err proto_decode_general(const char *line, size_t len, struct request *rq, char *msg,
+				    size_t msglen);
+/* proto_request_equal - the same request, field by field (what was decoded). */
+bool proto_request_equal(const struct request *a, const struct request *b);
 
 /*
  * proto_url_host - the host of an absolute URL, lowercased, without

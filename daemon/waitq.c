@@ -180,6 +180,7 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 		struct scope_rt *sc = w->t[i].kq->sc;
 		if (waitq_first_of_scope(w, i)) {
 			sc->wait_ms_total += (uint64_t)(now - w->start_ms);
+			metrics_wait_observe(sc->wait_hist, now - w->start_ms);
 			sc->admitted++;
 			if (res->via == VIA_FALLBACK)
 				sc->fallbacks++;

@@ -8,6 +8,8 @@ cd "$(dirname "$0")"
 	echo
 	sed 's/^## Configuration/## Configuration (conf keys)/' conf-keys.md
 	echo
+	cat metrics.md
+	echo
 	echo "## Clients"
 	echo
 	cat clients-c.md

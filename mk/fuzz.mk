@@ -1,6 +1,6 @@
 # mk/fuzz.mk - `make fuzz`: the protocol codec under libFuzzer.
 #
-# tests/fuzz/fuzz_proto is built with clang from daemon/proto.c alone (the
+# tests/fuzz/fuzz_proto is built with clang from daemon/proto.c and proto_fast.c alone (the
 # codec needs nothing else but jansson), with -fsanitize=fuzzer,address,undefined,
 # and run for FUZZ_TIME seconds over a corpus seeded from every "send" of
 # proto/vectors/*.jsonl. The corpus grows in build/fuzz/corpus (kept between
@@ -16,7 +16,7 @@ FUZZ_ARGS   ?=
 FUZZ_DIR    := build/fuzz
 FUZZ_CORPUS := $(FUZZ_DIR)/corpus
 FUZZ_BIN    := tests/fuzz/fuzz_proto
-FUZZ_SRCS   := tests/fuzz/fuzz_proto.c daemon/proto.c
+FUZZ_SRCS   := tests/fuzz/fuzz_proto.c daemon/proto.c daemon/proto_fast.c
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -Idaemon -Iproto \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
                -fno-omit-frame-pointer $(shell pkg-config --cflags jansson)

@@ -7,10 +7,18 @@
 --
 -- KEYS[1] state hash (next_at, penalty_until)   KEYS[2] quota zset (admission instants)
 -- KEYS[3] leases zset (lease id -> deadline)     KEYS[4..] one hash per rule in ARGV
+-- then, when pen is nrules + 1, the hash of the scope's rule that holds the
+-- key's penalty (a rule this class does not apply)
 -- ARGV: lease_ids count cost floor min_delay_ms serialized cluster_concurrency
 --       quota quota_window_ms lease_ttl_ms concurrency_retry_ms track_leases nrules
 --       then per rule: meter(r|t|c) kind amount window_ms burst code reserve
 --       (reserve: token units this admission books up front on a t rule)
+--       then pen: where the key's penalty_until is: 0 the state hash (read
+--       with next_at), i in 1..nrules rule i's hash (read with its counters),
+--       nrules + 1 the extra key. Only pacing and penalties live in the state
+--       hash, so a scope without min_delay whose penalty is in a rule's hash
+--       never reads it: a one-rule scope makes the Redis calls of a plain
+--       bucket script (TIME, HMGET, HSET, PEXPIRE)
 --       then not_after: a Redis time (ms) after which the caller has given up on
 --       this call (it timed out and decided otherwise): book nothing then; 0: none
 -- lease_ids: `count` lease ids, comma-separated, of the first `count`
@@ -43,7 +51,8 @@ local lease_ttl = tonumber(ARGV[10])
 local conc_retry = tonumber(ARGV[11])
 local track = ARGV[12] == '1'
 local nrules = tonumber(ARGV[13])
-local not_after = tonumber(ARGV[14 + nrules * 7]) or 0
+local pen = tonumber(ARGV[14 + nrules * 7]) or 0
+local not_after = tonumber(ARGV[15 + nrules * 7]) or 0
 
 -- A call that Redis runs late (it was frozen, or the reply could not make the
 -- caller's timeout) must not book a lease nobody will release.
@@ -74,9 +83,15 @@ local function lease_wait(n)
 	return w
 end
 
-local st = redis.call('HMGET', sk, 'next_at', 'penalty_until')
-local next_at = tonumber(st[1]) or 0
-local penalty_until = tonumber(st[2]) or 0
+local next_at, penalty_until = 0, 0
+if pen == 0 or min_delay > 0 then
+	local st = redis.call('HMGET', sk, 'next_at', 'penalty_until')
+	next_at = tonumber(st[1]) or 0
+	if pen == 0 then penalty_until = tonumber(st[2]) or 0 end
+end
+if pen == nrules + 1 then
+	penalty_until = tonumber(redis.call('HGET', KEYS[4 + nrules], 'penalty_until')) or 0
+end
 local nleases = 0
 if track then nleases = redis.call('ZCARD', lk) end
 local nquota = 0
@@ -87,27 +102,36 @@ for i = 1, nrules do
 	local b = 13 + (i - 1) * 7
 	local r = {
 		meter = ARGV[b + 1],
-		p = { kind = ARGV[b + 2], amount = tonumber(ARGV[b + 3]),
-		      window_ms = tonumber(ARGV[b + 4]), burst = tonumber(ARGV[b + 5]) },
+		amount = tonumber(ARGV[b + 3]),
 		code = tonumber(ARGV[b + 6]),
 		reserve = tonumber(ARGV[b + 7]) or 0,
 		key = KEYS[3 + i],
 	}
 	if r.meter ~= 'c' then
-		local h = redis.call('HMGET', r.key, 'a', 'b', 't')
+		r.ops, r.np = strat_prep({ kind = ARGV[b + 2], amount = r.amount,
+			window_ms = tonumber(ARGV[b + 4]), burst = tonumber(ARGV[b + 5]) })
+		local h
+		if pen == i then
+			h = redis.call('HMGET', r.key, 'a', 'b', 't', 'penalty_until')
+			penalty_until = tonumber(h[4]) or 0
+		else
+			h = redis.call('HMGET', r.key, 'a', 'b', 't')
+		end
 		r.st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
 	end
 	rules[i] = r
 end
 
 -- Would n admissions at once pass every limit? Returns admitted, wait, code.
-local function check(n)
-	local admitted, wait, code = true, 0, -1
-	local function refuse(w, c)
-		if admitted or (wait ~= -1 and (w == -1 or w > wait)) then
-			admitted, wait, code = false, w, c
-		end
+-- (refuse keeps the decision in chunk locals: no closure is made per check.)
+local c_admitted, c_wait, c_code
+local function refuse(w, c)
+	if c_admitted or (c_wait ~= -1 and (w == -1 or w > c_wait)) then
+		c_admitted, c_wait, c_code = false, w, c
 	end
+end
+local function check(n)
+	c_admitted, c_wait, c_code = true, 0, -1
 	if now < penalty_until then refuse(penalty_until - now, -2) end
 	if serialized and nleases > 0 then refuse(lease_wait(nleases), -7) end
 	if now < next_at then refuse(next_at - now, -3) end
@@ -127,24 +151,29 @@ local function check(n)
 	for i = 1, nrules do
 		local r = rules[i]
 		if r.meter == 'c' then
-			if nleases + n > r.p.amount then
-				if n > r.p.amount then refuse(-1, r.code) else refuse(lease_wait(nleases), r.code) end
+			if nleases + n > r.amount then
+				if n > r.amount then refuse(-1, r.code) else refuse(lease_wait(nleases), r.code) end
 			end
 		else
 			local c = r.reserve * n
 			if r.meter == 'r' then c = cost * n end
-			local ok, w = strat_check(r.st, r.p, now, c, floor_units)
+			local ok, w = strat_check_prepared(r.st, r.ops, r.np, now, c, floor_units)
 			if not ok then refuse(w, r.code) end
 		end
 	end
-	return admitted, wait, code
+	return c_admitted, c_wait, c_code
 end
 
 -- The first `count` waiters of the key, in FIFO order: admit as many as every
 -- limit allows (more admissions never pass where fewer fail); the refusal of
 -- the next one is checked once they are booked, as if it came alone.
-local ids = {}
-for id in string.gmatch(lease_ids, '[^,]+') do ids[#ids + 1] = id end
+local ids
+if count == 1 then
+	ids = { lease_ids }
+else
+	ids = {}
+	for id in string.gmatch(lease_ids, '[^,]+') do ids[#ids + 1] = id end
+end
 if #ids < count then count = #ids end
 local asked = count
 local admitted, wait, code = check(count)
@@ -190,9 +219,10 @@ for i = 1, nrules do
 	local n = r.reserve * count
 	if r.meter == 'r' then n = cost * count end
 	if r.meter == 'r' or (r.meter == 't' and n ~= 0) then
-		strat_book(r.st, r.p, now, n)
+		strat_book_prepared(r.st, r.ops, r.np, now, n)
 		redis.call('HSET', r.key, 'a', r.st.a, 'b', r.st.b, 't', r.st.t)
-		redis.call('PEXPIRE', r.key, strat_ttl_ms(r.p))
+		-- Booking means no penalty is in force: this TTL cannot cut one short.
+		redis.call('PEXPIRE', r.key, strat_ttl_prepared(r.ops, r.np))
 	end
 end
 if count < asked then

@@ -1,7 +1,9 @@
 -- admitd penalize: hold one (scope, key) back for a delay, across every pod.
 -- Only ever extends the hold (never shortens one another pod made).
 --
--- KEYS[1] state hash   ARGV[1] delay_ms
+-- KEYS[1] the hash that holds the key's penalty (the state hash, or the hash of
+-- the scope's first counting rule when it has no min_delay: see acquire.lua)
+-- ARGV[1] delay_ms
 -- Returns the penalty's end, in Redis TIME milliseconds.
 
 if redis.replicate_commands then redis.replicate_commands() end

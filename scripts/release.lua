@@ -28,6 +28,8 @@
 --       replaced; rebook: the ms the lease has left and not_after (a Redis
 --       time after which the caller has given up on this call; 0: none);
 --       release: lease_ttl, how long the release is remembered
+--       then pen: i when rule i's hash holds the key's penalty (acquire.lua),
+--       whose TTL a charge here must not cut below the penalty's end; else 0
 -- Returns 1 when the lease was (release, rollback, reconcile) or now is
 -- (rebook) in flight, else 0; -1 for a rebook of a lease released since.
 
@@ -43,6 +45,7 @@ local min_delay = tonumber(ARGV[4])
 local nrules = tonumber(ARGV[5])
 local x1 = tonumber(ARGV[6 + nrules * 5]) or 0
 local x2 = tonumber(ARGV[7 + nrules * 5]) or 0
+local pen = tonumber(ARGV[8 + nrules * 5]) or 0
 local sk, qk, lk = KEYS[1], KEYS[2], KEYS[3]
 local xk = KEYS[4 + nrules] -- released leases (lease id -> until when it matters)
 
@@ -92,11 +95,13 @@ for i = 1, nrules do
 	local charge = tonumber(ARGV[b + 5])
 	if charge ~= 0 then
 		local key = KEYS[3 + i]
-		local h = redis.call('HMGET', key, 'a', 'b', 't')
+		local h = redis.call('HMGET', key, 'a', 'b', 't', 'penalty_until')
 		local st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
 		strat_book(st, p, now, charge)
 		redis.call('HSET', key, 'a', st.a, 'b', st.b, 't', st.t)
-		redis.call('PEXPIRE', key, strat_ttl_ms(p))
+		local ttl = strat_ttl_ms(p)
+		if pen == i and (tonumber(h[4]) or 0) - now > ttl then ttl = tonumber(h[4]) - now end
+		redis.call('PEXPIRE', key, ttl)
 	end
 end
 return held

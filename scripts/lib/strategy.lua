@@ -241,12 +241,21 @@ local function strat_retry(ops, pr, now_ms)
 	return hi - now_ms
 end
 
-local function strat_check(st, p, now_ms, cost, floor_units)
+-- strat_prep(p) -> ops, np: a rule's strategy and its normalised params,
+-- worked out once per call and passed to the *_prepared functions below
+-- (nil when the kind is unknown).
+local function strat_prep(p)
 	local ops = strat_table[p.kind]
+	if ops == nil then
+		return nil, nil
+	end
+	return ops, strat_normalise(ops, p)
+end
+
+local function strat_check_prepared(st, ops, np, now_ms, cost, floor_units)
 	if ops == nil then
 		return false, -1
 	end
-	local np = strat_normalise(ops, p)
 	cost = strat_clamp(cost, 0, STRAT_UNITS_MAX)
 	floor_units = strat_clamp(floor_units, 0, STRAT_UNITS_MAX)
 	local pr = { st = st, p = np }
@@ -265,20 +274,32 @@ local function strat_check(st, p, now_ms, cost, floor_units)
 	return false, strat_retry(ops, pr, now_ms)
 end
 
-local function strat_book(st, p, now_ms, amount)
-	local ops = strat_table[p.kind]
+local function strat_book_prepared(st, ops, np, now_ms, amount)
 	if ops == nil then
 		return
 	end
-	local np = strat_normalise(ops, p)
 	amount = strat_clamp(amount, -STRAT_UNITS_MAX, STRAT_UNITS_MAX)
 	ops.book(st, np, now_ms, amount * ops.unit)
 end
 
-local function strat_ttl_ms(p)
-	local ops = strat_table[p.kind]
+local function strat_ttl_prepared(ops, np)
 	if ops == nil then
 		return 0
 	end
-	return ops.ttl(strat_normalise(ops, p))
+	return ops.ttl(np)
+end
+
+local function strat_check(st, p, now_ms, cost, floor_units)
+	local ops, np = strat_prep(p)
+	return strat_check_prepared(st, ops, np, now_ms, cost, floor_units)
+end
+
+local function strat_book(st, p, now_ms, amount)
+	local ops, np = strat_prep(p)
+	strat_book_prepared(st, ops, np, now_ms, amount)
+end
+
+local function strat_ttl_ms(p)
+	local ops, np = strat_prep(p)
+	return strat_ttl_prepared(ops, np)
 end

@@ -548,6 +548,11 @@ def build_rows(args):
         Row("ceil.acquire.rand.p16", "ceiling acquire.lua rand -P16", "ceiling", CEIL_CONNS,
             "distinct", script="admitd", pipeline=16),
         Row("echo", "unix echo", "echo", ECHO_CONNS, "distinct", unit="rt/s"),
+        # One client, no load: the latency goal's terms (acquire p50 at one
+        # connection against these two p50s).
+        Row("ceil.bucket.rand.p1.c1", "ceiling bucket.lua rand -P1", "ceiling", 1,
+            "distinct", script="bucket", pipeline=1),
+        Row("echo.c1", "unix echo", "echo", 1, "distinct", unit="rt/s"),
     ]
     for mode in ("local", "redis"):
         for keys in ("distinct", "hot"):

@@ -29,6 +29,10 @@ import vectors  # noqa: E402
 
 VECTORS_CONF = os.path.join(launcher.VECTORS_DIR, "vectors.conf")
 
+# The columns of `admit top` (and of the first table of `admit status`).
+TOP_COLUMNS = ["ADM/s", "LIM/s", "BUDG/s", "TMO/s", "FULL/s", "UNAV/s", "EXCD/s", "CANC/s",
+               "WAIT", "LEASES", "P50ms", "P99ms"]
+
 # How late a daemon starts in the "client first" tests, and how much
 # scheduling noise an upper time bound allows.
 LATE = 0.5
@@ -201,9 +205,15 @@ class TestCli(DaemonCase):
         self.assertEqual(code, 0)
         lines = out.splitlines()
         self.assertRegex(lines[0], r"^admitd \S+, up \d+s, backend local$")
-        self.assertEqual(lines[1].split(), ["SCOPE"] + [h for h, _ in self.STATUS_COLUMNS])
+        # First top's table (since start: tests/client/test_top.py checks
+        # its values), then the totals.
+        self.assertEqual(lines[1].split(), ["SCOPE"] + TOP_COLUMNS)
+        top_end = lines.index("")
+        self.assertEqual(lines[top_end + 1], "totals since the daemon started:")
+        lines = lines[top_end + 2:]
+        self.assertEqual(lines[0].split(), ["SCOPE"] + [h for h, _ in self.STATUS_COLUMNS])
         end = lines.index("") if "" in lines else len(lines)
-        rows = {ln.split()[0]: ln.split()[1:] for ln in lines[2:end]}
+        rows = {ln.split()[0]: ln.split()[1:] for ln in lines[1:end]}
         self.assertIn("solo", rows)
         self.assertTrue(all(v.isdigit() for v in rows["solo"]))
         # the counters by code, one line per scope that has any

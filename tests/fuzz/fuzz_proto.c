@@ -5,7 +5,8 @@
  * would cap it. It is decoded; a decoded request's id is echoed through the
  * reply builder, and the reply must be one JSON object line carrying the
  * same id. The same bytes, as a C string, also go through proto_url_host
- * and proto_parse_retry_after. Any broken invariant aborts, so libFuzzer
+ * and proto_parse_retry_after. Where the hand-written decoder takes a line,
+ * the jansson decoder must decode it to the same request. Any broken invariant aborts, so libFuzzer
  * keeps the input; ASan and UBSan catch the rest.
  *
  *   make fuzz              (clang; see mk/fuzz.mk)
@@ -129,6 +130,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz_check_request(&rq);
 	fuzz_check_reply(&rq, e, msg);
 	proto_request_clear(&rq);
+	{
+		struct request f, g;
+		char gmsg[256];
+		memset(&f, 0, sizeof(f));
+		f.op = -1;
+		if (proto_fast_decode((const char *)data, size, &f)) {
+			FUZZ_CHECK(proto_decode_general((const char *)data, size, &g, gmsg,
+							sizeof(gmsg)) == ADMIT_OK);
+			FUZZ_CHECK(proto_request_equal(&f, &g));
+			proto_request_clear(&g);
+		}
+		proto_request_clear(&f);
+	}
 
 	/* the value parsers take C strings: stop at the first NUL */
 	s = malloc(size + 1);

@@ -394,6 +394,64 @@ START_TEST(test_classes)
 }
 END_TEST
 
+/* Each (scope, class) compiles into a plan: its rules, its state, its penalty's home. */
+START_TEST(test_plans)
+{
+	struct conf *c = load("[scope car]\n"
+			      "rule prio = requests token-bucket 10/1s\n"
+			      "rule main = tokens token-bucket 600/1m\n"
+			      "rule = concurrency 8\n"
+			      "class priority = prio\n"
+			      "class main = main\n"
+			      "[scope one]\n"
+			      "rule = requests token-bucket 10/1s\n"
+			      "[scope paced]\n"
+			      "min_delay = 1s\n"
+			      "rule = requests token-bucket 10/1s\n"
+			      "[scope cc]\n"
+			      "cluster_concurrency = 2\n");
+	const struct conf_scope *s;
+	const struct conf_plan *p;
+
+	ck_assert_msg(c != NULL, "%s", errtext);
+	s = conf_scope_find(c, "car");
+	ck_assert_int_eq(s->penalty_rule, 0); /* the first counting rule */
+	p = conf_plan_of(s, conf_class_find(s, "priority"));
+	ck_assert_uint_eq(p->nrules, 2);
+	ck_assert_uint_eq(p->rules[0], 0);
+	ck_assert_uint_eq(p->rules[1], 2);
+	ck_assert(p->tracks_leases && !p->serialized && p->release_books && !p->reads_state);
+	ck_assert_int_eq(p->penalty_in, 0);
+	ck_assert(!p->penalty_extra);
+	p = conf_plan_of(s, conf_class_find(s, "main"));
+	ck_assert_uint_eq(p->nrules, 2);
+	ck_assert_uint_eq(p->rules[0], 1);
+	ck_assert_int_eq(p->penalty_in, -1);
+	ck_assert(p->penalty_extra); /* prio's hash holds it, main does not apply prio */
+	p = conf_plan_of(s, NULL);
+	ck_assert_uint_eq(p->nrules, 1);
+	ck_assert_uint_eq(p->rules[0], 2);
+
+	s = conf_scope_find(c, "one");
+	p = conf_plan_of(s, NULL);
+	ck_assert_uint_eq(p->nrules, 1);
+	ck_assert(!p->tracks_leases && !p->release_books && !p->reads_state);
+	ck_assert_int_eq(p->penalty_in, 0);
+
+	s = conf_scope_find(c, "paced"); /* pacing: the penalty stays beside next_at */
+	ck_assert_int_eq(s->penalty_rule, -1);
+	p = conf_plan_of(s, NULL);
+	ck_assert(p->serialized && p->tracks_leases && p->reads_state && !p->penalty_extra);
+	ck_assert_int_eq(p->penalty_in, -1);
+
+	s = conf_scope_find(c, "cc"); /* no counting rule */
+	ck_assert_int_eq(s->penalty_rule, -1);
+	p = conf_plan_of(s, NULL);
+	ck_assert(p->tracks_leases && p->release_books && p->reads_state && !p->serialized);
+	conf_free(c);
+}
+END_TEST
+
 START_TEST(test_syntax_tolerance)
 {
 	/* BOM, CRLF, indentation, ':' separator, comments of both kinds */
@@ -845,6 +903,7 @@ static Suite *conf_suite(void)
 	tcase_add_test(tc, test_max_concurrent_raise);
 	tcase_add_test(tc, test_rules_in_scope);
 	tcase_add_test(tc, test_classes);
+	tcase_add_test(tc, test_plans);
 	tcase_add_test(tc, test_syntax_tolerance);
 	tcase_add_loop_test(tc, test_errors, 0, N(err_vecs));
 	tcase_add_test(tc, test_many_errors);

@@ -169,6 +169,45 @@ START_TEST(test_double)
 }
 END_TEST
 
+/* HOST:PORT of `metrics`: accepted forms split exactly, each mistake named. */
+START_TEST(test_hostport)
+{
+	static const struct {
+		const char *in, *host, *err;
+		int port;
+	} v[] = {
+		{ "127.0.0.1:9464", "127.0.0.1", NULL, 9464 },
+		{ "0.0.0.0:0", "0.0.0.0", NULL, 0 },
+		{ "localhost:65535", "localhost", NULL, 65535 },
+		{ "[::1]:9464", "::1", NULL, 9464 },
+		{ "[::1]", NULL, "an IPv6 address goes in brackets: [::1]:9464", 0 },
+		{ "::1:9464", NULL, "an IPv6 address goes in brackets: [::1]:9464", 0 },
+		{ "[nope]:1", NULL, "not an IPv6 address in the brackets", 0 },
+		{ "9464", NULL, "not HOST:PORT (e.g. 127.0.0.1:9464)", 0 },
+		{ ":9464", NULL, "no host before the port (0.0.0.0 listens on every address)", 0 },
+		{ "host:", NULL, "no port after the host", 0 },
+		{ "host:http", NULL, "the port is not a number", 0 },
+		{ "host:65536", NULL, "the port must be between 0 and 65535", 0 },
+		{ "ho st:1", NULL, "not a host name or IPv4 address", 0 },
+		{ "", NULL, "empty value", 0 },
+	};
+	for (size_t i = 0; i < N(v); i++) {
+		char host[CV_HOST_MAX + 1] = "";
+		int port = -1;
+		const char *e = cv_hostport(v[i].in, host, sizeof(host), &port);
+		if (v[i].err != NULL) {
+			ck_assert_msg(e != NULL && strcmp(e, v[i].err) == 0, "%s: got %s", v[i].in,
+				      e ? e : "(ok)");
+			ck_assert_int_eq(port, -1);
+		} else {
+			ck_assert_msg(e == NULL, "%s: %s", v[i].in, e);
+			ck_assert_str_eq(host, v[i].host);
+			ck_assert_int_eq(port, v[i].port);
+		}
+	}
+}
+END_TEST
+
 START_TEST(test_bool)
 {
 	static const char *const yes[] = { "yes", "YES", "true", "True", "on", "1" };
@@ -412,6 +451,7 @@ static Suite *conf_value_suite(void)
 	tcase_add_loop_test(tc, test_octal, 0, N(octal_vecs));
 	tcase_add_test(tc, test_double);
 	tcase_add_test(tc, test_bool);
+	tcase_add_test(tc, test_hostport);
 	tcase_add_loop_test(tc, test_rate, 0, N(rate_vecs));
 	tcase_add_test(tc, test_name_and_normalise);
 	tcase_add_loop_test(tc, test_rule, 0, N(rule_vecs));

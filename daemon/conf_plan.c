@@ -1,0 +1,101 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * conf_plan.c - compile each (scope, class) of a loaded conf into a plan.
+ *
+ * Owns: conf_scope.plans (one struct conf_plan per class and one for a
+ * request that names no class) and conf_scope.penalty_rule. A plan says
+ * which of the scope's rules apply, in conf order, and what state a limiter
+ * keeps for it: whether there is a lease set, whether a release has anything
+ * to book, and where in Redis a key's penalty lives. The in-process limiter
+ * and the Redis backend both read it instead of working it out per call.
+ *
+ * Where the penalty lives: a scope with pacing (min_delay) keeps it in the
+ * key's state hash beside next_at, which the acquire reads anyway. A scope
+ * without pacing keeps it in the hash of its first counting rule, so that an
+ * acquire reads it with that rule's counters: a one-rule scope's acquire
+ * makes the Redis calls of a plain bucket script and no more. A scope with
+ * neither (only concurrency limits) keeps it in the state hash.
+ */
+
+#include "conf.h"
+
+#include <stdlib.h>
+
+static bool plan_rule_applies(const struct conf_scope *s, size_t i, const struct conf_class *cls)
+{
+	if (s->rules[i].name == NULL)
+		return true;
+	if (cls == NULL)
+		return false;
+	for (size_t j = 0; j < cls->nrules; j++)
+		if (cls->rules[j] == i)
+			return true;
+	return false;
+}
+
+static bool plan_tracks_leases(const struct conf_scope *s, bool serialized)
+{
+	if (serialized || s->cluster_concurrency > 0)
+		return true;
+	for (size_t i = 0; i < s->nrules; i++)
+		if (s->rules[i].meter == METER_CONCURRENCY)
+			return true;
+	return false;
+}
+
+static long plan_penalty_rule(const struct conf_scope *s)
+{
+	if (s->min_delay_ms > 0)
+		return -1;
+	for (size_t i = 0; i < s->nrules; i++)
+		if (s->rules[i].meter != METER_CONCURRENCY)
+			return (long)i;
+	return -1;
+}
+
+static bool plan_build(struct conf_plan *p, const struct conf_scope *s,
+		       const struct conf_class *cls)
+{
+	p->serialized = s->min_delay_ms > 0 && s->cluster_concurrency == 0;
+	p->tracks_leases = plan_tracks_leases(s, p->serialized);
+	p->release_books = p->tracks_leases;
+	p->penalty_in = -1;
+	if ((p->rules = calloc(s->nrules + 1, sizeof(*p->rules))) == NULL)
+		return false;
+	for (size_t i = 0; i < s->nrules; i++) {
+		if (!plan_rule_applies(s, i, cls))
+			continue;
+		if (s->rules[i].meter == METER_TOKENS || s->rules[i].meter == METER_TOKENS_KEY)
+			p->release_books = true;
+		if (s->penalty_rule == (long)i)
+			p->penalty_in = (long)p->nrules;
+		p->rules[p->nrules++] = i;
+	}
+	p->reads_state = s->penalty_rule < 0 || s->min_delay_ms > 0;
+	p->penalty_extra = s->penalty_rule >= 0 && p->penalty_in < 0;
+	return true;
+}
+
+bool conf_plan_compile(struct conf_scope *s)
+{
+	s->penalty_rule = plan_penalty_rule(s);
+	if ((s->plans = calloc(s->nclasses + 1, sizeof(*s->plans))) == NULL)
+		return false;
+	for (size_t i = 0; i <= s->nclasses; i++)
+		if (!plan_build(&s->plans[i], s, i < s->nclasses ? &s->classes[i] : NULL))
+			return false;
+	return true;
+}
+
+void conf_plan_free(struct conf_scope *s)
+{
+	if (s->plans == NULL)
+		return;
+	for (size_t i = 0; i <= s->nclasses; i++)
+		free(s->plans[i].rules);
+	free(s->plans);
+	s->plans = NULL;
+}

@@ -1,0 +1,247 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * metrics.c - Prometheus text rendering of admitd's counters.
+ *
+ * Owns: the metric families (METRICS_FAMILIES below: name, type, help and
+ * the function writing its samples) and the wait histogram's bounds. Every
+ * value is read, at scrape time, from the struct that counts it: outcomes,
+ * leases and waiters from struct scope_rt, connections and reloads from
+ * struct admitd, calls and errors from the backend. Nothing is copied or
+ * counted twice, so a scrape costs the hot path nothing. Labels carry
+ * scope names only (never keys): conf names are [A-Za-z0-9_.-], which need
+ * no escaping in a label value.
+ */
+
+#include "metrics.h"
+
+#include "admitd.h"
+#include "backend.h"
+
+#include <event2/buffer.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+const int64_t metrics_wait_bounds_ms[METRICS_WAIT_NBOUNDS] = {
+	0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
+};
+
+/* The writer: one evbuffer and whether any append failed. */
+struct mw {
+	struct evbuffer *out;
+	bool failed;
+};
+
+static void mw_printf(struct mw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void mw_printf(struct mw *w, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (w->failed)
+		return;
+	va_start(ap, fmt);
+	if (evbuffer_add_vprintf(w->out, fmt, ap) < 0)
+		w->failed = true;
+	va_end(ap);
+}
+
+/* One sample labelled by scope: NAME{scope="S"} V. */
+static void mw_scope(struct mw *w, const char *name, const struct scope_rt *sc, uint64_t v)
+{
+	mw_printf(w, "%s{scope=\"%s\"} %" PRIu64 "\n", name, sc->cs->name, v);
+}
+
+/*
+ * The outcomes of admitd_acquires_total: "acquired", the refusals a waiter
+ * can end with (by their wire code), and "canceled" (the client left).
+ * The refusals that come before a scope is known (bad_request,
+ * unknown_scope) belong to no scope and are not here.
+ */
+static const enum admit_err metrics_refusals[] = {
+	ADMIT_E_LIMITED,	  ADMIT_E_BUDGET_EXCEEDED, ADMIT_E_TIMEOUT,
+	ADMIT_E_TOO_MANY_WAITERS, ADMIT_E_UNAVAILABLE,	   ADMIT_E_SHUTTING_DOWN,
+	ADMIT_E_EXCEEDS_LIMIT,
+};
+
+static void m_acquires(struct mw *w, const struct admitd *ad, const char *name)
+{
+	size_t i, j;
+
+	for (i = 0; i < ad->nscopes; i++) {
+		const struct scope_rt *sc = &ad->scopes[i];
+		const char *s = sc->cs->name;
+		mw_printf(w, "%s{scope=\"%s\",outcome=\"acquired\"} %" PRIu64 "\n", name, s,
+			  sc->admitted);
+		for (j = 0; j < sizeof(metrics_refusals) / sizeof(metrics_refusals[0]); j++)
+			mw_printf(w, "%s{scope=\"%s\",outcome=\"%s\"} %" PRIu64 "\n", name, s,
+				  admit_err_str(metrics_refusals[j]),
+				  sc->outcome[metrics_refusals[j]]);
+		mw_printf(w, "%s{scope=\"%s\",outcome=\"canceled\"} %" PRIu64 "\n", name, s,
+			  sc->canceled);
+	}
+}
+
+/* ms as seconds the way Prometheus clients write `le`: 0.001, 0.25, 1, 2.5. */
+static void metrics_seconds(char *buf, size_t len, int64_t ms)
+{
+	int n = snprintf(buf, len, "%" PRId64 ".%03" PRId64, ms / 1000, ms % 1000);
+
+	while (n > 0 && (size_t)n < len && buf[n - 1] == '0')
+		buf[--n] = '\0';
+	if (n > 0 && (size_t)n < len && buf[n - 1] == '.')
+		buf[--n] = '\0';
+}
+
+static void m_wait(struct mw *w, const struct admitd *ad, const char *name)
+{
+	char le[METRICS_WAIT_NBOUNDS][24];
+	size_t i, j;
+
+	for (j = 0; j < METRICS_WAIT_NBOUNDS; j++)
+		metrics_seconds(le[j], sizeof(le[j]), metrics_wait_bounds_ms[j]);
+
+	for (i = 0; i < ad->nscopes; i++) {
+		const struct scope_rt *sc = &ad->scopes[i];
+		uint64_t cum = 0;
+		for (j = 0; j < METRICS_WAIT_NBOUNDS; j++) {
+			cum += sc->wait_hist[j];
+			mw_printf(w, "%s_bucket{scope=\"%s\",le=\"%s\"} %" PRIu64 "\n", name,
+				  sc->cs->name, le[j], cum);
+		}
+		cum += sc->wait_hist[METRICS_WAIT_NBOUNDS];
+		mw_printf(w, "%s_bucket{scope=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name,
+			  sc->cs->name, cum);
+		mw_printf(w, "%s_sum{scope=\"%s\"} %" PRIu64 ".%03" PRIu64 "\n", name, sc->cs->name,
+			  sc->wait_ms_total / 1000, sc->wait_ms_total % 1000);
+		mw_printf(w, "%s_count{scope=\"%s\"} %" PRIu64 "\n", name, sc->cs->name, cum);
+	}
+}
+
+/* The per-scope counters and gauges that are one field each. */
+#define METRICS_SCOPE_FIELD(fn, expr)                                           \
+	static void fn(struct mw *w, const struct admitd *ad, const char *name) \
+	{                                                                       \
+		for (size_t i = 0; i < ad->nscopes; i++) {                      \
+			const struct scope_rt *sc = &ad->scopes[i];             \
+			mw_scope(w, name, sc, (uint64_t)(expr));                \
+		}                                                               \
+	}
+METRICS_SCOPE_FIELD(m_releases, sc->releases)
+METRICS_SCOPE_FIELD(m_penalties, sc->penalties)
+METRICS_SCOPE_FIELD(m_shadow, sc->shadow_limited)
+METRICS_SCOPE_FIELD(m_fallback, sc->fallbacks)
+METRICS_SCOPE_FIELD(m_expired, sc->expired)
+METRICS_SCOPE_FIELD(m_batches, sc->batches)
+METRICS_SCOPE_FIELD(m_batched, sc->batched)
+METRICS_SCOPE_FIELD(m_leases, sc->leases > 0 ? sc->leases : 0)
+METRICS_SCOPE_FIELD(m_waiters, sc->waiting > 0 ? sc->waiting : 0)
+#undef METRICS_SCOPE_FIELD
+
+static void m_keys(struct mw *w, const struct admitd *ad, const char *name)
+{
+	mw_printf(w, "%s %zu\n", name, ad->nkeys);
+}
+
+static void m_evictions(struct mw *w, const struct admitd *ad, const char *name)
+{
+	mw_printf(w, "%s %" PRIu64 "\n", name, ad->key_evictions);
+}
+
+/* Every operation, in local mode too (zeros), so that dashboards see the series. */
+static void m_backend_errors(struct mw *w, const struct admitd *ad, const char *name)
+{
+	for (size_t i = 0; i < backend_nops(); i++)
+		mw_printf(w, "%s{op=\"%s\"} %" PRIu64 "\n", name, backend_op_name(i),
+			  backend_op_errors(ad->redis, i));
+}
+
+static void m_redis_calls(struct mw *w, const struct admitd *ad, const char *name)
+{
+	for (size_t i = 0; i < backend_nops(); i++)
+		mw_printf(w, "%s{op=\"%s\"} %" PRIu64 "\n", name, backend_op_name(i),
+			  backend_op_calls(ad->redis, i));
+}
+
+static void m_redis_up(struct mw *w, const struct admitd *ad, const char *name)
+{
+	mw_printf(w, "%s %d\n", name, ad->redis != NULL && backend_up(ad->redis) ? 1 : 0);
+}
+
+static void m_connections(struct mw *w, const struct admitd *ad, const char *name)
+{
+	mw_printf(w, "%s %zu\n", name, ad->nconns);
+}
+
+static void m_reloads(struct mw *w, const struct admitd *ad, const char *name)
+{
+	mw_printf(w, "%s{result=\"ok\"} %" PRIu64 "\n", name, ad->reloads_ok);
+	mw_printf(w, "%s{result=\"error\"} %" PRIu64 "\n", name, ad->reloads_error);
+}
+
+static void m_build_info(struct mw *w, const struct admitd *ad, const char *name)
+{
+	(void)ad;
+	mw_printf(w, "%s{version=\"%s\"} 1\n", name, ADMITD_VERSION);
+}
+
+/* X(name without the admitd_ prefix, type, help, sample writer) */
+#define METRICS_FAMILIES(X)                                                                        \
+	X(acquires_total, "counter",                                                               \
+	  "Acquires answered, by scope and outcome: acquired, a refusal's error code, or "         \
+	  "canceled (the client left while waiting).",                                             \
+	  m_acquires)                                                                              \
+	X(acquire_wait_seconds, "histogram", "How long admitted acquires waited, by scope.",       \
+	  m_wait)                                                                                  \
+	X(releases_total, "counter", "Release requests naming a lease of the scope.", m_releases)  \
+	X(penalties_total, "counter", "Penalize requests naming the scope.", m_penalties)          \
+	X(shadow_limited_total, "counter", "Admissions a shadow scope would have refused.",        \
+	  m_shadow)                                                                                \
+	X(fallback_acquires_total, "counter",                                                      \
+	  "Admissions decided by the in-process fallback while Redis could not decide.",           \
+	  m_fallback)                                                                              \
+	X(leases_expired_total, "counter", "Leases that reached lease_ttl unreleased.", m_expired) \
+	X(leases, "gauge", "Leases held through this daemon now.", m_leases)                       \
+	X(waiters, "gauge", "Acquires waiting now.", m_waiters)                                    \
+	X(keys, "gauge", "Keys with in-process state now, all scopes.", m_keys)                    \
+	X(key_evictions_total, "counter", "Idle keys evicted to stay within max_keys.",            \
+	  m_evictions)                                                                             \
+	X(backend_errors_total, "counter", "Failed Redis backend calls, by operation.",            \
+	  m_backend_errors)                                                                        \
+	X(redis_calls_total, "counter", "Calls sent to Redis, by operation.", m_redis_calls)       \
+	X(redis_batches_total, "counter",                                                          \
+	  "Acquire calls to Redis deciding several waiters of one key at once.", m_batches)        \
+	X(redis_batched_acquires_total, "counter",                                                 \
+	  "Acquire attempts decided in those batched calls.", m_batched)                           \
+	X(redis_up, "gauge", "1 while Redis takes calls, else 0 (always 0 in local mode).",        \
+	  m_redis_up)                                                                              \
+	X(connections, "gauge", "Client connections open now.", m_connections)                     \
+	X(reloads_total, "counter", "Conf reloads, by result.", m_reloads)                         \
+	X(build_info, "gauge", "Always 1; the version is in the label.", m_build_info)
+
+struct metrics_family {
+	const char *name, *type, *help;
+	void (*samples)(struct mw *w, const struct admitd *ad, const char *name);
+};
+
+static const struct metrics_family metrics_families[] = {
+#define METRICS_ROW(n, t, h, f) { "admitd_" #n, t, h, f },
+	METRICS_FAMILIES(METRICS_ROW)
+#undef METRICS_ROW
+};
+
+bool metrics_render(const struct admitd *ad, struct evbuffer *out)
+{
+	struct mw w = { .out = out, .failed = false };
+	size_t i;
+
+	for (i = 0; i < sizeof(metrics_families) / sizeof(metrics_families[0]); i++) {
+		const struct metrics_family *f = &metrics_families[i];
+		mw_printf(&w, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
+		f->samples(&w, ad, f->name);
+	}
+	return !w.failed;
+}
