@@ -9,7 +9,8 @@ key count and the evictions are read from `status`, exactly; RSS from
 would take if they were all kept (about 290 bytes a key, tests/bench/
 key_bytes.py). max_leases: beyond it an acquire is refused `unavailable`
 saying why, a flood of detached leases holds exactly max_leases, and once
-leases are released acquires succeed again.
+leases are released acquires succeed again. /metrics agrees: admitd_keys,
+admitd_key_evictions_total, the unavailable acquires and the leases gauge.
 
 RSS is not compared under valgrind (its own heap) or ASan (its quarantine
 keeps freed blocks): the counts are checked there all the same.
@@ -20,6 +21,7 @@ import time
 import unittest
 
 from .harness import IO_TIMEOUT, VALGRIND, Admitd, _asan_build, acquire_req
+from .test_metrics import metrics_port, parse, scrape, val
 
 # A flood under valgrind is ~30x slower: fewer keys, same checks.
 SCALE = 10 if VALGRIND else 1
@@ -29,6 +31,7 @@ CONF = """
 [admitd]
 max_keys = {max_keys}
 max_leases = {max_leases}
+metrics = 127.0.0.1:0
 
 [scope lim]
 rule = requests 1/1h
@@ -98,6 +101,9 @@ class MaxKeysTest(BoundsCase):
             self.assertEqual(st["scopes"]["lim"]["keys"], max_keys)
             self.assertEqual(st["key_evictions"], extra)
             self.assertEqual(st["leases"], 0)
+            m = parse(scrape(metrics_port(d)))
+            self.assertEqual((val(m, "admitd_keys"), val(m, "admitd_key_evictions_total")),
+                             (max_keys, extra))
             # Evicted, and forgotten: the spent key admits again.
             self.assertIs(c.request(acquire_req("lim", "first-0", timeout_ms=0)).get("ok"), True)
             if RSS_CHECKED:
@@ -159,6 +165,9 @@ class MaxKeysTest(BoundsCase):
             self.assertIs(c.request(acquire_req("conc", "new", timeout_ms=0)).get("ok"), True)
             st = self.status(c)
             self.assertEqual((st["keys"], st["key_evictions"]), (100, 1))
+            m = parse(scrape(metrics_port(d)))
+            self.assertEqual((val(m, "admitd_keys"), val(m, "admitd_key_evictions_total")),
+                             (100, 1))
             # ... and it was h5 that went: h5 would be a new key again, and
             # every key kept is held now.
             r = c.request(acquire_req("conc", "h5", timeout_ms=0))
@@ -208,6 +217,10 @@ class MaxLeasesTest(BoundsCase):
             # Refused before a key is made: only the leases' keys are kept.
             self.assertEqual(st["keys"], cap)
             self.assertEqual(st["scopes"]["free"]["refusals"], {"unavailable": n - cap})
+            m = parse(scrape(metrics_port(d)))
+            self.assertEqual(val(m, "admitd_acquires_total", scope="free", outcome="unavailable"),
+                             n - cap)
+            self.assertEqual(val(m, "admitd_leases", scope="free"), cap)
             if RSS_CHECKED:
                 # 40,000 detached leases kept would be over 20 MiB.
                 self.assertLess(after - before, 4 * 1024,
