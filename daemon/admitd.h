@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "proto.h"
 
+#include <event2/event_struct.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
@@ -57,7 +58,8 @@ struct waiter {
 	bool try_only; /* timeout_ms 0: never queue */
 	int64_t start_ms;
 	int64_t deadline_ms;
-	struct event *deadline_ev;
+	struct event deadline_ev; /* in place: no timer is made per request */
+	bool deadline_set;
 	const char *last_rule;		     /* the rule of the last refusal, for `timeout` */
 	bool decided;			     /* a limiter has answered for it at least once */
 	bool inflight;			     /* a decision for it is out (alone or batched) */
@@ -67,6 +69,23 @@ struct waiter {
 	size_t nreserve;
 };
 TAILQ_HEAD(waiter_list, waiter);
+
+/*
+ * lease_ttlq: lease.c. The leases of one lease_ttl, in the order they were
+ * granted, so in deadline order: one timer, at the head's deadline, serves
+ * them all (no timer is made or unmade per lease). It may fire early, for a
+ * head released since, and is then set again for the new head.
+ */
+struct lease;
+TAILQ_HEAD(lease_list, lease);
+struct lease_ttlq {
+	SLIST_ENTRY(lease_ttlq) link;
+	struct admitd *ad;
+	int64_t ttl_ms;
+	struct lease_list leases;
+	struct event *ev;
+	bool armed;
+};
 
 /* lease: lease.c. Admission granted; released by op, by close, or by TTL. */
 struct lease {
@@ -80,13 +99,13 @@ struct lease {
 	bool redis_maybe;    /* not via Redis, yet Redis may hold it (unknown outcome, rebook) */
 	int64_t redis_after; /* ... and no late script can book it after this (mono ms) */
 	int64_t deadline_ms; /* when its TTL ends (mono ms) */
-	struct event *ttl_ev;
+	struct lease_ttlq *ttlq;
+	TAILQ_ENTRY(lease) ttl_link;
 	size_t nt;
 	struct target_rt t[PROTO_MAX_TARGETS];
 	struct lim_tokens *reserve; /* taken from its waiter: settled at release */
 	size_t nreserve;
 };
-TAILQ_HEAD(lease_list, lease);
 
 /*
  * kq: scope.c (table, life, LRU) and waitq.c (queue, pump). One key of one
@@ -179,7 +198,8 @@ struct admitd {
 	struct conf *conf;
 	struct scope_rt *scopes;
 	size_t nscopes;
-	struct htab *leases;	  /* id -> struct lease */
+	struct htab *leases;			       /* id -> struct lease */
+	SLIST_HEAD(lease_ttlq_list, lease_ttlq) ttlqs; /* lease.c: one per lease_ttl seen */
 	struct kq_list idle_keys; /* idle kqs of every scope, least recently used first */
 	size_t nkeys;		  /* kqs of every scope (max_keys bounds it) */
 	struct conn_list conns;

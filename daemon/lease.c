@@ -106,9 +106,8 @@ void lease_make_id(char *buf)
 	buf[LIM_LEASE_ID_LEN] = '\0';
 }
 
-static void lease_ttl_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+static void lease_expire(struct lease *l)
 {
-	struct lease *l = arg;
 	size_t i;
 
 	/* One line per lease would flood the log when many expire: debug each,
@@ -125,6 +124,58 @@ static void lease_ttl_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg
 	l->backend_booked = false;
 	l->redis_maybe = false;
 	lease_release(l, NULL, 0);
+}
+
+/* Set q's timer for its head, if it has one and the timer is not set. */
+static bool lease_ttlq_arm(struct lease_ttlq *q, int64_t now)
+{
+	struct lease *head = TAILQ_FIRST(&q->leases);
+	int64_t d;
+	struct timeval tv;
+
+	if (head == NULL || q->armed)
+		return true;
+	d = head->deadline_ms > now ? head->deadline_ms - now : 0;
+	tv.tv_sec = d / 1000;
+	tv.tv_usec = (d % 1000) * 1000;
+	if (evtimer_add(q->ev, &tv) != 0)
+		return false;
+	q->armed = true;
+	return true;
+}
+
+static void lease_ttl_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+{
+	struct lease_ttlq *q = arg;
+	int64_t now = clock_mono_ms();
+	struct lease *l;
+
+	q->armed = false;
+	while ((l = TAILQ_FIRST(&q->leases)) != NULL && l->deadline_ms <= now)
+		lease_expire(l);
+	if (!lease_ttlq_arm(q, now))
+		log_ratelimited(LOG_SLOT_LEASE, 1000, "cannot arm the lease_ttl timer", NULL);
+}
+
+/* The queue of leases of this lease_ttl, made on first use; NULL: no memory. */
+static struct lease_ttlq *lease_ttlq_of(struct admitd *ad, int64_t ttl)
+{
+	struct lease_ttlq *q;
+
+	SLIST_FOREACH(q, &ad->ttlqs, link)
+	if (q->ttl_ms == ttl)
+		return q;
+	if ((q = calloc(1, sizeof(*q))) == NULL)
+		return NULL;
+	if ((q->ev = evtimer_new(ad->base, lease_ttl_cb, q)) == NULL) {
+		free(q);
+		return NULL;
+	}
+	q->ad = ad;
+	q->ttl_ms = ttl;
+	TAILQ_INIT(&q->leases);
+	SLIST_INSERT_HEAD(&ad->ttlqs, q, link);
+	return q;
 }
 
 /* The handle of a lease: its nonce, then what a release needs. */
@@ -172,8 +223,7 @@ bool lease_full(const struct admitd *ad, char *msg, size_t len)
 struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 {
 	struct lease *l = calloc(1, sizeof(*l));
-	int64_t ttl = 0;
-	struct timeval tv;
+	int64_t ttl = 0, now = clock_mono_ms();
 	size_t i;
 
 	if (l == NULL)
@@ -190,20 +240,16 @@ struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 	for (i = 0; i < l->nt; i++)
 		if (l->t[i].kq->sc->cs->lease_ttl_ms > ttl)
 			ttl = l->t[i].kq->sc->cs->lease_ttl_ms;
-	l->deadline_ms = clock_mono_ms() + ttl;
-	tv.tv_sec = ttl / 1000;
-	tv.tv_usec = (ttl % 1000) * 1000;
+	l->deadline_ms = now + ttl;
 	l->handle = lease_handle(l);
-	l->ttl_ev = evtimer_new(ad->base, lease_ttl_cb, l);
-	if (l->handle == NULL || l->ttl_ev == NULL || evtimer_add(l->ttl_ev, &tv) != 0 ||
-	    !htab_put(ad->leases, l->id, l)) {
-		if (l->ttl_ev)
-			event_free(l->ttl_ev);
-		free(l->handle);
-		w->reserve = l->reserve; /* back to its owner */
-		w->nreserve = l->nreserve;
-		free(l);
-		return NULL;
+	l->ttlq = lease_ttlq_of(ad, ttl);
+	if (l->handle == NULL || l->ttlq == NULL || !htab_put(ad->leases, l->id, l))
+		goto fail;
+	TAILQ_INSERT_TAIL(&l->ttlq->leases, l, ttl_link);
+	if (!lease_ttlq_arm(l->ttlq, now)) { /* it was idle, and cannot be set */
+		TAILQ_REMOVE(&l->ttlq->leases, l, ttl_link);
+		htab_del(ad->leases, l->id);
+		goto fail;
 	}
 	for (i = 0; i < l->nt; i++) {
 		kq_hold(l->t[i].kq);
@@ -216,6 +262,12 @@ struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 		TAILQ_INSERT_TAIL(&l->conn->leases, l, conn_link);
 	}
 	return l;
+fail:
+	free(l->handle);
+	w->reserve = l->reserve; /* back to its owner */
+	w->nreserve = l->nreserve;
+	free(l);
+	return NULL;
 }
 
 void lease_release(struct lease *l, const struct proto_token *tokens, size_t ntokens)
@@ -234,7 +286,7 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 	htab_del(l->ad->leases, l->id);
 	if (l->conn != NULL)
 		TAILQ_REMOVE(&l->conn->leases, l, conn_link);
-	event_free(l->ttl_ev);
+	TAILQ_REMOVE(&l->ttlq->leases, l, ttl_link); /* its timer may fire early: harmless */
 	free(l->handle);
 	free(l->reserve);
 	for (i = 0; i < l->nt; i++) {
@@ -270,7 +322,6 @@ static void lease_free_cb(void *arg UNUSED, const char *key UNUSED, void *val)
 {
 	struct lease *l = val;
 
-	event_free(l->ttl_ev);
 	free(l->handle);
 	free(l->reserve);
 	free(l);
@@ -281,4 +332,10 @@ void lease_free_all(struct admitd *ad)
 	htab_each(ad->leases, lease_free_cb, NULL);
 	htab_free(ad->leases);
 	ad->leases = NULL;
+	while (!SLIST_EMPTY(&ad->ttlqs)) {
+		struct lease_ttlq *q = SLIST_FIRST(&ad->ttlqs);
+		SLIST_REMOVE_HEAD(&ad->ttlqs, link);
+		event_free(q->ev);
+		free(q);
+	}
 }

@@ -90,8 +90,8 @@ static void waitq_remove(struct waiter *w)
 	TAILQ_REMOVE(&kq->waiters, w, kq_link);
 	kq->nwait--;
 	waitq_unlink_conn(w);
-	if (w->deadline_ev != NULL)
-		event_free(w->deadline_ev);
+	if (w->deadline_set)
+		event_del(&w->deadline_ev);
 	free(w->id);
 	free(w->reserve);
 	free(w);
@@ -283,12 +283,13 @@ void waitq_add(struct waiter *w)
 	if (!w->try_only) {
 		struct timeval tv = { (w->deadline_ms - now) / 1000,
 				      ((w->deadline_ms - now) % 1000) * 1000 };
-		w->deadline_ev = evtimer_new(sc->ad->base, waitq_deadline_cb, w);
-		if (w->deadline_ev == NULL || evtimer_add(w->deadline_ev, &tv) != 0) {
+		if (evtimer_assign(&w->deadline_ev, sc->ad->base, waitq_deadline_cb, w) != 0 ||
+		    evtimer_add(&w->deadline_ev, &tv) != 0) {
 			waitq_fail(w, ADMIT_E_UNAVAILABLE, 0, NULL, "cannot arm timer");
 			waitq_remove(w);
 			return;
 		}
+		w->deadline_set = true;
 	}
 	waitq_pump(kq);
 }

@@ -10,6 +10,7 @@ one can have (t_send + waited_ms for a waited admission).
 """
 
 import socket
+import time
 
 from .harness import EPS, SLACK, DaemonCase, acquire_req, now
 
@@ -220,6 +221,32 @@ class LifecycleTest(DaemonCase):
         self.assertGreaterEqual(b.last_t - t_send, ttl - EPS)
         lo_b = t_b_send + r["waited_ms"] / 1000.0
         self.assertNotLate(lo_b - t_recv, ttl + SLACK, since=t_recv)
+
+    def test_a_later_lease_expires_at_its_own_deadline(self):
+        # One timer serves the leases of one lease_ttl, set for the oldest.
+        # Released early, that oldest one leaves the timer set for its own
+        # deadline: the next lease must still expire at its own, later one.
+        ttl = 0.400
+        k1, k2 = self.key(), self.key()
+        a, b = self.conn(), self.conn()
+        t1 = now()
+        la = self.assertAdmitted(a.request(acquire_req("one", k1)))
+        time.sleep(0.2)
+        t2 = now()
+        self.assertAdmitted(b.request(acquire_req("one", k2)))
+        t2_recv = b.last_t
+        self.assertEqual(a.request({"op": "release", "lease": la}), {"ok": True, "held": True})
+        # past the first lease's deadline, before the second's: still held
+        time.sleep(max(0.0, t1 + ttl + 0.05 - now()))
+        if now() < t2 + ttl - 0.05:
+            self.assertRefused(self.conn().request(acquire_req("one", k2, timeout_ms=0)),
+                               "limited")
+        c = self.conn()
+        t_c = now()
+        r = c.request(acquire_req("one", k2, timeout_ms=2000))
+        self.assertAdmitted(r)
+        self.assertGreaterEqual(c.last_t - t2, ttl - EPS)
+        self.assertNotLate(t_c + r["waited_ms"] / 1000.0 - t2_recv, ttl + SLACK, since=t2_recv)
 
     def test_many_vanishing_waiters_leave_daemon_healthy(self):
         # 50 waiters vanish at once; then the queue still works in order.
