@@ -200,6 +200,7 @@ struct admitd {
 	size_t nscopes;
 	struct htab *leases;			       /* id -> struct lease */
 	SLIST_HEAD(lease_ttlq_list, lease_ttlq) ttlqs; /* lease.c: one per lease_ttl seen */
+	size_t nleases;		  /* entries of leases (max_leases bounds it) */
 	struct kq_list idle_keys; /* idle kqs of every scope, least recently used first */
 	size_t nkeys;		  /* kqs of every scope (max_keys bounds it) */
 	struct conn_list conns;
@@ -230,12 +231,46 @@ struct scope_rt *scope_find(struct admitd *ad, const char *name);
  * not referenced (kq_ref, kq_hold) may be evicted by the next kq_get.
  */
 struct kq *kq_get(struct scope_rt *sc, const char *key, bool *full);
-/* kq_ref, kq_unref - a waiter or a pending reply names kq (refs). */
-void kq_ref(struct kq *kq);
-void kq_unref(struct kq *kq);
-/* kq_hold, kq_unhold - a lease of kq is held through this daemon (held). */
-void kq_hold(struct kq *kq);
-void kq_unhold(struct kq *kq);
+/*
+ * kq_ref, kq_unref - a waiter or a pending reply names kq (refs).
+ * kq_hold, kq_unhold - a lease of kq is held through this daemon (held).
+ * Inline: each acquire+release makes about four of these calls. A kq is
+ * on idle_keys iff both counts are 0; kq_idle_out marks it off the list.
+ */
+static inline void kq_idle_out(struct kq *kq)
+{
+	TAILQ_REMOVE(&kq->sc->ad->idle_keys, kq, idle_link);
+	kq->idle_link.tqe_prev = NULL;
+}
+
+static inline void kq_idle_in(struct kq *kq)
+{
+	TAILQ_INSERT_TAIL(&kq->sc->ad->idle_keys, kq, idle_link);
+}
+
+static inline void kq_ref(struct kq *kq)
+{
+	if (kq->refs++ == 0 && kq->held == 0)
+		kq_idle_out(kq);
+}
+
+static inline void kq_unref(struct kq *kq)
+{
+	if (--kq->refs == 0 && kq->held == 0)
+		kq_idle_in(kq);
+}
+
+static inline void kq_hold(struct kq *kq)
+{
+	if (kq->held++ == 0 && kq->refs == 0)
+		kq_idle_out(kq);
+}
+
+static inline void kq_unhold(struct kq *kq)
+{
+	if (--kq->held == 0 && kq->refs == 0)
+		kq_idle_in(kq);
+}
 /* kq_sweep - free the kqs with nothing queued, held or remembered: one
  * slice of each scope's table per call (the whole table in ten calls). */
 void kq_sweep(struct admitd *ad);
@@ -261,8 +296,15 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 void lease_conn_closed(struct conn *c);
 void lease_free_all(struct admitd *ad);
 void lease_make_id(char *buf);
-/* lease_full - max_leases leases are held: true, with why in msg (len bytes). */
-bool lease_full(const struct admitd *ad, char *msg, size_t len);
+/*
+ * lease_full - max_leases leases are held: true, with why in msg (len
+ * bytes, written only then). Inline: three checks per acquire.
+ */
+bool lease_full_msg(const struct admitd *ad, char *msg, size_t len);
+static inline bool lease_full(const struct admitd *ad, char *msg, size_t len)
+{
+	return (int64_t)ad->nleases >= ad->conf->max_leases && lease_full_msg(ad, msg, len);
+}
 
 /* conn.c */
 void conn_new(struct admitd *ad, int fd);

@@ -205,12 +205,10 @@ struct lease *lease_find(struct admitd *ad, const char *handle)
 	return htab_get(ad->leases, nonce);
 }
 
-bool lease_full(const struct admitd *ad, char *msg, size_t len)
+bool lease_full_msg(const struct admitd *ad, char *msg, size_t len)
 {
 	int64_t max = ad->conf->max_leases;
 
-	if ((int64_t)htab_count(ad->leases) < max)
-		return false;
 	snprintf(msg, len,
 		 "max_leases (%lld) reached: that many leases are held through this daemon "
 		 "(detached ones included); release some, or wait for their lease_ttl",
@@ -251,6 +249,7 @@ struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 		htab_del(ad->leases, l->id);
 		goto fail;
 	}
+	ad->nleases++;
 	for (i = 0; i < l->nt; i++) {
 		kq_hold(l->t[i].kq);
 		l->t[i].kq->sc->leases++;
@@ -284,6 +283,7 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 	if (l->backend_booked || l->redis_maybe || ntokens > 0)
 		eng_release(l, tk, i);
 	htab_del(l->ad->leases, l->id);
+	l->ad->nleases--;
 	if (l->conn != NULL)
 		TAILQ_REMOVE(&l->conn->leases, l, conn_link);
 	TAILQ_REMOVE(&l->ttlq->leases, l, ttl_link); /* its timer may fire early: harmless */

@@ -339,7 +339,7 @@ static void op_status(struct conn *c, struct request *rq)
 	preply_int(r, "keys", (int64_t)ad->nkeys);
 	preply_int(r, "max_keys", ad->conf->max_keys);
 	preply_int(r, "key_evictions", (int64_t)ad->key_evictions);
-	preply_int(r, "leases", (int64_t)htab_count(ad->leases));
+	preply_int(r, "leases", (int64_t)ad->nleases);
 	preply_int(r, "max_leases", ad->conf->max_leases);
 	if (ad->redis != NULL)
 		backend_status(ad->redis, r);

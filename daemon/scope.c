@@ -85,41 +85,6 @@ static bool kq_idle_listed(const struct kq *kq)
 	return kq->idle_link.tqe_prev != NULL;
 }
 
-static void kq_idle_out(struct kq *kq)
-{
-	TAILQ_REMOVE(&kq->sc->ad->idle_keys, kq, idle_link);
-	kq->idle_link.tqe_prev = NULL;
-}
-
-static void kq_idle_in(struct kq *kq)
-{
-	TAILQ_INSERT_TAIL(&kq->sc->ad->idle_keys, kq, idle_link);
-}
-
-void kq_ref(struct kq *kq)
-{
-	if (kq->refs++ == 0 && kq->held == 0)
-		kq_idle_out(kq);
-}
-
-void kq_unref(struct kq *kq)
-{
-	if (--kq->refs == 0 && kq->held == 0)
-		kq_idle_in(kq);
-}
-
-void kq_hold(struct kq *kq)
-{
-	if (kq->held++ == 0 && kq->refs == 0)
-		kq_idle_out(kq);
-}
-
-void kq_unhold(struct kq *kq)
-{
-	if (--kq->held == 0 && kq->refs == 0)
-		kq_idle_in(kq);
-}
-
 /* Free an idle kq and its table entry. */
 static void kq_free(struct kq *kq)
 {
