@@ -38,10 +38,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <ini.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CONF_FILE_MAX	(1024 * 1024) /* a conf larger than this is a mistake */
 #define CONF_SOCKET_MAX 107	      /* sizeof(sun_path) - 1 */
@@ -67,6 +70,9 @@ enum conf_type {
 	CT_DIVISOR,   /* scope: fallback_divisor, fallback_divisor_auto */
 	CT_RULE,      /* scope: appends to rules */
 	CT_CLASS,     /* scope: appends to classes */
+	CT_UIDS,      /* struct conf_ids: user names or uids, space separated */
+	CT_GIDS,      /* struct conf_ids: group names or gids, space separated */
+	CT_GROUP,     /* int64 gid: one group name or gid */
 	CT__COUNT
 };
 
@@ -77,7 +83,8 @@ enum conf_type {
 /* How a reload applies a changed [admitd] key (conf_reload_keys). A key with
  * neither flag needs a restart, and the running value is kept: a key added
  * without thought for reloads is safe by default. (A key of a type with no
- * comparison, CS_OTHER, none in [admitd] today, is taken from the new conf.) */
+ * comparison, CS_OTHER, allow_uids and allow_gids, is taken from the new conf
+ * without a word: both are read at each accept.) */
 #define CONF_F_LIVE  0x10 /* read where it is used: the new value applies at once */
 #define CONF_F_REDIS 0x20 /* the Redis connections are remade with it */
 
@@ -135,6 +142,22 @@ static const struct conf_key conf_admitd_keys[] = {
 	{ "metrics", CT_HOSTPORT, ADMITD_OFF(metrics), NULL, 0, 0, CONF_F_EMPTY_NULL,
 	  "HOST:PORT serving /metrics (Prometheus), /healthz and /readyz over HTTP; absent or "
 	  "empty: off" },
+	{ "socket_group", CT_GROUP, ADMITD_OFF(socket_group), NULL, 0, 0, 0,
+	  "group the socket is given (with socket_mode 0660: the group's members may connect); "
+	  "unset: the daemon's group" },
+	{ "allow_uids", CT_UIDS, ADMITD_OFF(allow_uids), NULL, 0, 0, CONF_F_LIVE,
+	  "only peers running as one of these users may connect (checked with SO_PEERCRED); "
+	  "refused: one forbidden line, then closed; unset: anyone the socket's mode lets in" },
+	{ "allow_gids", CT_GIDS, ADMITD_OFF(allow_gids), NULL, 0, 0, CONF_F_LIVE,
+	  "... or whose group or a supplementary group is one of these (with allow_uids: "
+	  "either lets a peer in)" },
+	{ "max_keys", CT_INT, ADMITD_OFF(max_keys), "1000000", 1, 1000000000, CONF_F_LIVE,
+	  "keys of all scopes kept in memory; when full, the least recently used key with "
+	  "nothing held or waiting is forgotten (its in-process state with it); when none can "
+	  "be, a new key is refused unavailable" },
+	{ "max_leases", CT_INT, ADMITD_OFF(max_leases), "100000", 1, 100000000, CONF_F_LIVE,
+	  "leases held through this daemon at once (detached ones included); beyond it an "
+	  "acquire is refused unavailable" },
 	{ NULL, 0, 0, NULL, 0, 0, 0, NULL },
 };
 
@@ -572,6 +595,114 @@ oom:
 /* How a type stores its value, for comparing two confs (conf_reload_keys). */
 enum conf_store { CS_OTHER = 0, CS_STRING, CS_INT, CS_INT64, CS_DOUBLE, CS_BOOL, CS_ENUM };
 
+/* Longest user or group name looked up, and the getpw/getgr buffer. */
+#define CONF_ID_NAME_MAX 256
+#define CONF_ID_BUF	 (64 * 1024)
+
+/*
+ * One user or group: digits are an id as is (it need not exist: a
+ * container's uids often have no name), anything else a name looked up now
+ * (NSS: /etc/passwd, /etc/group), so a typo fails at load, not at accept.
+ */
+static const char *conf_id_resolve(struct conf_ctx *x, bool group, const char *word, uint32_t *out)
+{
+	char *buf = NULL;
+	const char *e = NULL;
+	int64_t v;
+	int rc;
+
+	if (isdigit((unsigned char)*word)) {
+		if (cv_int(word, &v) != NULL || v > 4294967294LL)
+			return conf_fmt(x, "\"%.64s\" is not a %s id (0 to 4294967294)", word,
+					group ? "group" : "user");
+		*out = (uint32_t)v;
+		return NULL;
+	}
+	if ((buf = malloc(CONF_ID_BUF)) == NULL)
+		return "out of memory";
+	if (group) {
+		struct group gr, *res = NULL;
+		rc = getgrnam_r(word, &gr, buf, CONF_ID_BUF, &res);
+		if (res != NULL)
+			*out = (uint32_t)gr.gr_gid;
+		else
+			e = rc != 0 ? conf_fmt(x, "cannot look up group \"%.64s\": %s", word,
+					       strerror(rc))
+				    : conf_fmt(x, "no group \"%.64s\"", word);
+	} else {
+		struct passwd pw, *res = NULL;
+		rc = getpwnam_r(word, &pw, buf, CONF_ID_BUF, &res);
+		if (res != NULL)
+			*out = (uint32_t)pw.pw_uid;
+		else
+			e = rc != 0 ? conf_fmt(x, "cannot look up user \"%.64s\": %s", word,
+					       strerror(rc))
+				    : conf_fmt(x, "no user \"%.64s\"", word);
+	}
+	free(buf);
+	return e;
+}
+
+/* CT_UIDS, CT_GIDS: "root 1000 app" -> ids; every word must resolve. */
+static const char *conf_set_ids(struct conf_ctx *x, const struct conf_key *k, void *base,
+				const char *arg, const char *val)
+{
+	struct conf_ids *f = FIELD(base, k, struct conf_ids), ids = { 0 };
+	bool group = k->type == CT_GIDS;
+	char word[CONF_ID_NAME_MAX];
+	const char *p = val, *e = NULL;
+
+	(void)arg;
+	while (*p != '\0') {
+		size_t len = strcspn(p, " \t");
+		uint32_t *grown;
+
+		if (len >= sizeof(word)) {
+			e = "a name is too long";
+			goto fail;
+		}
+		memcpy(word, p, len);
+		word[len] = '\0';
+		p += len;
+		p += strspn(p, " \t");
+		if ((grown = realloc(ids.ids, (ids.n + 1) * sizeof(*grown))) == NULL) {
+			e = "out of memory";
+			goto fail;
+		}
+		ids.ids = grown;
+		if ((e = conf_id_resolve(x, group, word, &ids.ids[ids.n])) != NULL)
+			goto fail;
+		ids.n++;
+	}
+	if (ids.n == 0) {
+		e = group ? "needs at least one group (leave the key out to allow any)"
+			  : "needs at least one user (leave the key out to allow any)";
+		goto fail;
+	}
+	free(f->ids);
+	*f = ids;
+	return NULL;
+fail:
+	free(ids.ids);
+	return e;
+}
+
+/* CT_GROUP: one group name or gid. */
+static const char *conf_set_group(struct conf_ctx *x, const struct conf_key *k, void *base,
+				  const char *arg, const char *val)
+{
+	uint32_t gid;
+	const char *e;
+
+	(void)arg;
+	if (*val == '\0' || strpbrk(val, " \t") != NULL)
+		return "must be one group name or gid";
+	if ((e = conf_id_resolve(x, true, val, &gid)) != NULL)
+		return e;
+	*FIELD(base, k, int64_t) = gid;
+	return NULL;
+}
+
 static const struct {
 	const char *doc; /* for conf_dump_keys */
 	conf_setter set;
@@ -595,6 +726,9 @@ static const struct {
 	[CT_DIVISOR] = { "decimal or auto", conf_set_divisor },
 	[CT_RULE] = { "rule, repeatable", conf_set_rule },
 	[CT_CLASS] = { "class, repeatable", conf_set_class },
+	[CT_UIDS] = { "users (names or uids)", conf_set_ids },
+	[CT_GIDS] = { "groups (names or gids)", conf_set_ids },
+	[CT_GROUP] = { "group (name or gid)", conf_set_group, CS_INT64 },
 };
 
 /* ---- the generic walker ------------------------------------------------ */
@@ -922,6 +1056,7 @@ static struct conf *conf_parse(const char *text, size_t len, const char *name, F
 		conf_err(&x, 0, "out of memory");
 		goto done;
 	}
+	x.c->socket_group = -1;
 	conf_defaults(&x, conf_admitd_keys, x.c);
 	rc = ini_parse_stream(conf_reader, &x, conf_ini_handler, &x);
 	if (rc < 0)
@@ -1016,6 +1151,8 @@ void conf_free(struct conf *c)
 	free(c->redis_user);
 	free(c->log_level);
 	free(c->metrics);
+	free(c->allow_uids.ids);
+	free(c->allow_gids.ids);
 	free(c);
 }
 

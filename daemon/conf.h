@@ -96,6 +96,12 @@ struct conf_scope {
 	struct conf_plan *plans; /* nclasses + 1: one per class, then the one of no class */
 };
 
+/* A list of uids or gids (allow_uids, allow_gids), names resolved at load. */
+struct conf_ids {
+	uint32_t *ids; /* owned */
+	size_t n;      /* 0: the key is absent (anyone the socket's mode lets in) */
+};
+
 struct conf {
 	char *path;
 	char *socket;			 /* default ADMIT_DEFAULT_SOCKET */
@@ -113,6 +119,11 @@ struct conf {
 	char *log_level;		 /* debug, info, warn, error; default info */
 	bool watch_conf;		 /* reload when the file changes */
 	char *metrics;			 /* HOST:PORT of /metrics; NULL = off */
+	int64_t socket_group;		 /* gid the socket is chowned to; -1: left as created */
+	struct conf_ids allow_uids;	 /* peers let in by uid (SO_PEERCRED) */
+	struct conf_ids allow_gids;	 /* ... or by one of their groups */
+	int64_t max_keys;		 /* keys of all scopes kept at once; default 1,000,000 */
+	int64_t max_leases;		 /* leases held through this daemon; default 100,000 */
 	struct conf_scope *scopes;
 	size_t nscopes;
 };

@@ -8,7 +8,9 @@
  * Owns: struct lease and its TTL timer, and the per-pod semaphore counts it
  * holds on its keys (kq->held). A lease ends exactly once: released by the
  * op, by its connection closing (unless detached), or by its TTL; a second
- * release finds nothing and answers held:false.
+ * release finds nothing and answers held:false. max_leases bounds how many
+ * are held at once (lease_full), so a flood of detached leases cannot grow
+ * the daemon without bound.
  */
 
 #include "admitd.h"
@@ -208,6 +210,19 @@ struct lease *lease_find(struct admitd *ad, const char *handle)
 	return htab_get(ad->leases, nonce);
 }
 
+bool lease_full_msg(const struct admitd *ad, char *msg, size_t len)
+{
+	int64_t max = ad->conf->max_leases;
+
+	snprintf(msg, len,
+		 "max_leases (%lld) reached: that many leases are held through this daemon "
+		 "(detached ones included); release some, or wait for their lease_ttl",
+		 (long long)max);
+	log_ratelimited(LOG_SLOT_LEASES, 1000, "max_leases reached: acquires refused",
+			"max_leases=%lld", (long long)max);
+	return true;
+}
+
 struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 {
 	struct lease *l = calloc(1, sizeof(*l));
@@ -239,8 +254,9 @@ struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 		htab_del(ad->leases, l->id);
 		goto fail;
 	}
+	ad->nleases++;
 	for (i = 0; i < l->nt; i++) {
-		l->t[i].kq->held++;
+		kq_hold(l->t[i].kq);
 		l->t[i].kq->sc->leases++;
 	}
 	if (via == VIA_REDIS)
@@ -272,13 +288,14 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 	if (l->backend_booked || l->redis_maybe || ntokens > 0)
 		eng_release(l, tk, i);
 	htab_del(l->ad->leases, l->id);
+	l->ad->nleases--;
 	if (l->conn != NULL)
 		TAILQ_REMOVE(&l->conn->leases, l, conn_link);
 	TAILQ_REMOVE(&l->ttlq->leases, l, ttl_link); /* its timer may fire early: harmless */
 	free(l->handle);
 	free(l->reserve);
 	for (i = 0; i < l->nt; i++) {
-		l->t[i].kq->held--;
+		kq_unhold(l->t[i].kq);
 		l->t[i].kq->sc->leases--;
 	}
 	/*

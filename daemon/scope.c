@@ -8,11 +8,17 @@
  * Owns: the scope_rt array and every struct kq (created on first use of a
  * key, freed by the sweep once nothing is queued or held on it and its
  * in-process limiter state is indistinguishable from a fresh one, so memory
- * follows the keys in use, not the keys ever seen), and the mapping of all
- * of them onto a reloaded conf: scopes matched by name, each key's limiter
- * state carried limit by limit, classes re-pointed by name, removed scopes
- * retired (each in its own allocation, with the conf it came from kept by
- * reload.c) until their last lease is released.
+ * follows the keys in use, not the keys ever seen), and the LRU list of idle
+ * kqs that bounds them: past max_keys a new key evicts the least recently
+ * used kq with nothing held or waiting, forgetting its in-process state (as
+ * nginx's limit_req zones forget their oldest node when full). A kq leaves
+ * the list while held or referenced and goes back to its tail when the last
+ * hold or ref ends, and a lookup of an idle kq moves it to the tail: every
+ * touch is O(1), and the list's head is always evictable. And the mapping
+ * of all of them onto a reloaded conf: scopes matched by name, each key's
+ * limiter state carried limit by limit, classes re-pointed by name, removed
+ * scopes retired (each in its own allocation, with the conf it came from kept
+ * by reload.c) until their last lease is released.
  */
 
 #include "admitd.h"
@@ -31,13 +37,12 @@
 #define KQ_SWEEP_SLICES 10
 #define KQ_SWEEP_MIN	64
 
-/* Where a kq's limiter state starts in its block (8-byte aligned). */
-#define KQ_LIM_OFF ((sizeof(struct kq) + 7) & ~(size_t)7)
-
 bool scopes_init(struct admitd *ad)
 {
 	size_t i;
 
+	TAILQ_INIT(&ad->idle_keys);
+	ad->nkeys = 0;
 	ad->nscopes = ad->conf->nscopes;
 	ad->scopes = calloc(ad->nscopes ? ad->nscopes : 1, sizeof(*ad->scopes));
 	if (ad->scopes == NULL)
@@ -93,13 +98,53 @@ struct scope_rt *scope_find(struct admitd *ad, const char *name)
 	return NULL;
 }
 
-struct kq *kq_get(struct scope_rt *sc, const char *key)
+static bool kq_idle_listed(const struct kq *kq)
 {
+	return kq->idle_link.tqe_prev != NULL;
+}
+
+/* Free an idle kq and its table entry. */
+static void kq_free(struct kq *kq)
+{
+	struct admitd *ad = kq->sc->ad;
+
+	if (kq_idle_listed(kq))
+		kq_idle_out(kq);
+	waitq_free_kq(kq);
+	ad->nkeys--;
+	htab_del(kq->sc->keys, kq->key); /* frees kq, which lives in the entry */
+}
+
+struct kq *kq_get(struct scope_rt *sc, const char *key, bool *full)
+{
+	struct admitd *ad = sc->ad;
 	struct kq *kq = htab_get(sc->keys, key);
 	const char *kq_key;
 
-	if (kq != NULL)
+	if (kq != NULL) {
+		if (kq_idle_listed(kq)) { /* most recently used now */
+			kq_idle_out(kq);
+			kq_idle_in(kq);
+		}
 		return kq;
+	}
+	/* A loop, not one eviction: after a reload that lowered max_keys the
+	 * table shrinks to it at the next new key. */
+	while ((int64_t)ad->nkeys >= ad->conf->max_keys) {
+		struct kq *victim = TAILQ_FIRST(&ad->idle_keys);
+		if (victim == NULL) {
+			if (full != NULL)
+				*full = true;
+			log_ratelimited(
+			    LOG_SLOT_KEYS, 1000,
+			    "max_keys reached and every key is in use: new keys refused",
+			    "max_keys=%lld", (long long)ad->conf->max_keys);
+			return NULL;
+		}
+		log_debug("key evicted", "scope=%s key=\"%s\"", victim->sc->cs->name, victim->key);
+		kq_free(victim);
+		ad->key_evictions++;
+	}
 	/* One allocation: the table's entry, its key, the kq and its limiter
 	 * state (about 250 bytes for a one-rule scope and a host name). */
 	kq = htab_put_inline(sc->keys, key, KQ_LIM_OFF + lim_state_size(sc->cs), &kq_key);
@@ -107,10 +152,12 @@ struct kq *kq_get(struct scope_rt *sc, const char *key)
 		return NULL;
 	kq->key = kq_key;
 	kq->sc = sc;
-	kq->lim = (struct lim_state *)(void *)((char *)kq + KQ_LIM_OFF);
-	lim_state_init(kq->lim, sc->cs);
+	kq->lim_ext = false;
 	kq->lim_cap = (uint32_t)sc->cs->nrules;
+	lim_state_init(kq_lim(kq), sc->cs);
 	TAILQ_INIT(&kq->waiters);
+	kq_idle_in(kq);
+	ad->nkeys++;
 	return kq;
 }
 
@@ -124,24 +171,22 @@ static void kq_sweep_one(void *arg, const char *key, void *val)
 	struct sweep_ctx *sw = arg;
 	struct kq *kq = val;
 
+	(void)key;
 	if (kq->nwait > 0 || kq->held > 0 || kq->busy || kq->refs > 0 || kq->pending > 0)
 		return;
-	if (kq->lim != NULL && !lim_idle(kq->lim, sw->sc->cs, sw->now))
+	if (!lim_idle(kq_lim(kq), sw->sc->cs, sw->now))
 		return;
-	waitq_free_kq(kq);
-	htab_del(sw->sc->keys, key); /* frees kq, which lives in the entry */
+	kq_free(kq);
 }
 
 /* A retired scope's key goes as soon as nothing names it: its limits are gone. */
-static void kq_sweep_retired_one(void *arg, const char *key, void *val)
+static void kq_sweep_retired_one(void *arg UNUSED, const char *key UNUSED, void *val)
 {
-	struct scope_rt *sc = arg;
 	struct kq *kq = val;
 
 	if (kq->nwait > 0 || kq->held > 0 || kq->busy || kq->refs > 0 || kq->pending > 0)
 		return;
-	waitq_free_kq(kq);
-	htab_del(sc->keys, key);
+	kq_free(kq); /* off the idle list too; kq->sc is the retired scope, its table */
 }
 
 /* Free the retired scopes whose last key went. */
@@ -151,7 +196,7 @@ static void kq_sweep_retired(struct admitd *ad)
 
 	while (*pp != NULL) {
 		struct scope_rt *r = *pp;
-		htab_each(r->keys, kq_sweep_retired_one, r);
+		htab_each(r->keys, kq_sweep_retired_one, NULL);
 		if (htab_count(r->keys) > 0) {
 			pp = &r->retired_next;
 			continue;
@@ -230,7 +275,7 @@ static void scope_swap_carry_kq(void *arg, const char *key UNUSED, void *val)
 {
 	struct scope_swap *p = arg;
 	struct kq *kq = val;
-	struct lim_state *old = kq->lim, *dst;
+	struct lim_state *old = kq_lim(kq), *dst;
 	bool ext = p->ncs->nrules > kq->lim_cap;
 
 	/* The same walk as scope_swap_count_ext's, so there is one state each. */
@@ -241,12 +286,10 @@ static void scope_swap_carry_kq(void *arg, const char *key UNUSED, void *val)
 		lim_state_free(old);
 	else
 		lim_state_clear(old); /* what was not carried */
-	if (ext) {
-		kq->lim = dst;
-	} else {
-		kq->lim = kq_lim_inline(kq);
-		memcpy(kq->lim, dst, lim_state_size(p->ncs)); /* its arrays move with it */
-	}
+	if (ext)		      /* the entry keeps a pointer to it where the state was */
+		memcpy(kq_lim_inline(kq), &dst, sizeof(dst));
+	else
+		memcpy(kq_lim_inline(kq), dst, lim_state_size(p->ncs)); /* its arrays move too */
 	kq->lim_ext = ext;
 	kq->sc = p->sc;
 }

@@ -103,7 +103,37 @@ START_TEST(test_admitd_defaults)
 	ck_assert_str_eq(c->log_level, "info");
 	ck_assert_int_eq(c->fallback_pods, 1);
 	ck_assert(!c->watch_conf);
+	ck_assert_int_eq(c->socket_group, -1);
+	ck_assert_uint_eq(c->allow_uids.n, 0);
+	ck_assert_uint_eq(c->allow_gids.n, 0);
+	ck_assert_int_eq(c->max_keys, 1000000);
+	ck_assert_int_eq(c->max_leases, 100000);
 	ck_assert_uint_eq(c->nscopes, 0);
+	conf_free(c);
+}
+END_TEST
+
+/* Users and groups: numbers as they are, names looked up (root is 0 everywhere). */
+START_TEST(test_access_and_bounds_keys)
+{
+	struct conf *c = load("[admitd]\n"
+			      "allow_uids = root 4321  7\n"
+			      "allow_gids = 0 99\n"
+			      "socket_group = root\n"
+			      "max_keys = 5\n"
+			      "max_leases = 1\n");
+
+	ck_assert_msg(c != NULL, "%s", errtext);
+	ck_assert_uint_eq(c->allow_uids.n, 3);
+	ck_assert_uint_eq(c->allow_uids.ids[0], 0);
+	ck_assert_uint_eq(c->allow_uids.ids[1], 4321);
+	ck_assert_uint_eq(c->allow_uids.ids[2], 7);
+	ck_assert_uint_eq(c->allow_gids.n, 2);
+	ck_assert_uint_eq(c->allow_gids.ids[0], 0);
+	ck_assert_uint_eq(c->allow_gids.ids[1], 99);
+	ck_assert_int_eq(c->socket_group, 0);
+	ck_assert_int_eq(c->max_keys, 5);
+	ck_assert_int_eq(c->max_leases, 1);
 	conf_free(c);
 }
 END_TEST
@@ -505,6 +535,20 @@ static const struct {
 	{ "[admitd]\nmax_connections = 10x\n",
 	  "t.conf:2: max_connections: trailing characters after the number\n" },
 	{ "[admitd]\nredis_pool = 65\n", "t.conf:2: redis_pool: must be between 1 and 64\n" },
+	{ "[admitd]\nallow_uids =\n",
+	  "t.conf:2: allow_uids: needs at least one user (leave the key out to allow any)\n" },
+	{ "[admitd]\nallow_uids = 4294967295\n",
+	  "t.conf:2: allow_uids: \"4294967295\" is not a user id (0 to 4294967294)\n" },
+	{ "[admitd]\nallow_uids = 12x\n",
+	  "t.conf:2: allow_uids: \"12x\" is not a user id (0 to 4294967294)\n" },
+	{ "[admitd]\nallow_uids = root no-such-user-x\n",
+	  "t.conf:2: allow_uids: no user \"no-such-user-x\"\n" },
+	{ "[admitd]\nallow_gids = no-such-group-x\n",
+	  "t.conf:2: allow_gids: no group \"no-such-group-x\"\n" },
+	{ "[admitd]\nsocket_group = 0 1\n",
+	  "t.conf:2: socket_group: must be one group name or gid\n" },
+	{ "[admitd]\nmax_keys = 0\n", "t.conf:2: max_keys: must be between 1 and 1000000000\n" },
+	{ "[admitd]\nmax_leases = 0\n", "t.conf:2: max_leases: must be between 1 and 100000000\n" },
 	{ "[admitd]\nredis_timeout = 250\n",
 	  "t.conf:2: redis_timeout: a duration needs a unit (ms, s, m, h)\n" },
 	{ "[admitd]\nredis_timeout = 0\n",
@@ -805,6 +849,11 @@ START_TEST(test_dump_keys)
 		"redis_user",
 		"log_level",
 		"watch_conf",
+		"socket_group",
+		"allow_uids",
+		"allow_gids",
+		"max_keys",
+		"max_leases",
 		"max_concurrent",
 		"min_delay",
 		"cluster_concurrency",
@@ -891,6 +940,7 @@ static Suite *conf_suite(void)
 	tcase_add_test(tc, test_admitd_defaults);
 	tcase_add_test(tc, test_admitd_keys);
 	tcase_add_test(tc, test_admitd_variants);
+	tcase_add_test(tc, test_access_and_bounds_keys);
 	tcase_add_test(tc, test_scope_defaults);
 	tcase_add_test(tc, test_scope_keys);
 	tcase_add_test(tc, test_auto_divisor);
