@@ -41,7 +41,7 @@ CHECK_LIBS  := $(shell pkg-config --libs check)
 
 DEPS := $(DAEMON_OBJS:.o=.d) daemon/main.d $(CHECK_SRCS:.c=.d)
 
-.PHONY: all run test test-unit test-integ test-client valgrind clean install \
+.PHONY: all run test test-unit test-integ test-client valgrind clean install install-python \
         format format-check lint bench readme-check chaos
 all: daemon/admitd
 
@@ -104,10 +104,33 @@ lint:
 	  --suppress=missingIncludeSystem --inline-suppr -Idaemon -Idaemon/strategy -Idaemon/redis -Iproto \
 	  daemon proto $(wildcard client/*.c)
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PREFIX)/share/admitd
-	install -m 755 daemon/admitd $(DESTDIR)$(PREFIX)/sbin/admitd
-	install -m 644 conf/admitd.conf $(DESTDIR)$(PREFIX)/share/admitd/admitd.conf.example
+# make install [PREFIX=/usr/local] [DESTDIR=...]: the daemon, the example
+# confs and the Kubernetes sidecar example, the systemd unit (its paths
+# rewritten to PREFIX's), the Python package (for $(PYTHON): its
+# PREFIX/lib/pythonX.Y/{dist,site}-packages), and, from client/client.mk,
+# admit, libadmit, its headers and admit.pc.
+SBINDIR        ?= $(PREFIX)/sbin
+DATADIR        ?= $(PREFIX)/share/admitd
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+PYTHON_SITEDIR ?= $(shell $(PYTHON) -c 'import sys; v = "python%d.%d" % sys.version_info[:2]; \
+	d = [p for p in sys.path if p.startswith("$(PREFIX)/lib/" + v + "/") and \
+	p.endswith("dist-packages")]; print(d[0] if d else "$(PREFIX)/lib/" + v + "/site-packages")')
+
+install: all install-python
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(DATADIR) $(DESTDIR)$(SYSTEMDUNITDIR)
+	install -m 755 daemon/admitd $(DESTDIR)$(SBINDIR)/admitd
+	install -m 644 conf/admitd.conf $(DESTDIR)$(DATADIR)/admitd.conf.example
+	install -m 644 conf/minimal.conf $(DESTDIR)$(DATADIR)/minimal.conf.example
+	install -m 644 conf/kubernetes-sidecar.yaml $(DESTDIR)$(DATADIR)/kubernetes-sidecar.yaml
+	sed -e 's|/usr/local/sbin/|$(SBINDIR)/|g' -e 's|/usr/local/share/admitd/|$(DATADIR)/|g' \
+	  systemd/admitd.service > $(DESTDIR)$(SYSTEMDUNITDIR)/admitd.service.tmp
+	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/admitd.service.tmp
+	mv $(DESTDIR)$(SYSTEMDUNITDIR)/admitd.service.tmp $(DESTDIR)$(SYSTEMDUNITDIR)/admitd.service
+
+install-python:
+	install -d $(DESTDIR)$(PYTHON_SITEDIR)/admit
+	install -m 644 client/python/admit/*.py client/python/admit/py.typed \
+	  $(DESTDIR)$(PYTHON_SITEDIR)/admit/
 
 clean:
 	rm -f daemon/admitd daemon/libadmitd.a daemon/scripts_gen.c daemon/*.o daemon/*.d \

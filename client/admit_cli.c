@@ -38,6 +38,7 @@ enum cli_exit {
 	EXIT_SOFTWARE = 70,    /* EX_SOFTWARE */
 	EXIT_TEMPFAIL = 75,    /* EX_TEMPFAIL */
 	EXIT_PROTOCOL = 76,    /* EX_PROTOCOL */
+	EXIT_NOPERM = 77,      /* EX_NOPERM */
 	EXIT_CONFIG = 78,      /* EX_CONFIG */
 	EXIT_BUDGET = 79,      /* past sysexits: admit's own */
 	EXIT_TIMEOUT = 80,
@@ -60,6 +61,8 @@ static const struct cli_exit_doc {
 	{ 75, "limited or too_many_waiters: try again later; the retry-after in seconds "
 	      "is printed on stdout (EX_TEMPFAIL)" },
 	{ 76, "the daemon's reply was not understood (EX_PROTOCOL)" },
+	{ 77, "forbidden: the daemon does not serve this user (allow_uids, allow_gids) "
+	      "(EX_NOPERM)" },
 	{ 78, "unknown scope (EX_CONFIG)" },
 	{ 79, "budget exceeded: the wait needed is longer than --timeout; retry-after "
 	      "printed on stdout" },
@@ -251,6 +254,7 @@ static int cli_exit_code(int err)
 	case ADMIT_E_IO:
 	case ADMIT_E_DEADLINE: return EXIT_UNAVAILABLE;
 	case ADMIT_E_PROTO: return EXIT_PROTOCOL;
+	case ADMIT_E_FORBIDDEN: return EXIT_NOPERM;
 	default: return EXIT_SOFTWARE;
 	}
 }

@@ -24,6 +24,7 @@
 #include <event2/event_struct.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/queue.h>
 
 #define MUST_CHECK __attribute__((warn_unused_result))
@@ -85,6 +86,7 @@ struct lease_ttlq {
 	struct lease_list leases;
 	struct event *ev;
 	bool armed;
+	int64_t armed_for; /* the deadline the timer was set for */
 };
 
 /* lease: lease.c. Admission granted; released by op, by close, or by TTL. */
@@ -107,28 +109,58 @@ struct lease {
 	size_t nreserve;
 };
 
-/* kq: scope.c (table, life) and waitq.c (queue, pump). One key of one scope. */
+/*
+ * kq: scope.c (table, life, LRU) and waitq.c (queue, pump). One key of one
+ * scope. Its in-process limiter state (local mode, or Redis fallback)
+ * follows it in the same block: kq_lim(). A kq with nothing held and no
+ * refs is idle: it sits on its daemon's LRU list (idle_link), whence
+ * max_keys evicts it. held and refs change only through kq_hold/kq_unhold
+ * and kq_ref/kq_unref, which keep that list right.
+ */
 struct kq {
 	struct scope_rt *sc;
 	const char *key; /* the key table's copy: lives as long as kq */
 	struct waiter_list waiters;
+	TAILQ_ENTRY(kq) idle_link; /* on ad->idle_keys iff idle (tqe_prev NULL: not) */
 	uint32_t nwait;
 	int32_t held;		/* leases of this key held through this daemon */
 	int32_t pending;	/* attempts in flight naming this key (any queue's head) */
-	int32_t refs;		/* waiters naming this key as any target: not swept */
-	struct lim_state *lim;	/* in-process limiter (local mode, or Redis fallback) */
+	int32_t refs;		/* waiters (and pends) naming this key: not swept, not evicted */
 	struct event *retry_ev; /* the head's next attempt */
 	int64_t wake_at;	/* when retry_ev fires; 0 when not armed */
+	uint32_t lim_cap;	/* rules the state inline in the entry has room for */
+	bool lim_ext;		/* lim is a separate allocation (a reload added rules) */
 	bool slot_wait;		/* the head waits for a lease slot (a release may end it) */
 	bool busy;		/* a backend decision for the head is in flight */
 	bool in_pump;
 };
+TAILQ_HEAD(kq_list, kq);
 
-/* scope_rt: scope.c. */
+/* Where a kq's limiter state starts in its block (8-byte aligned). */
+#define KQ_LIM_OFF ((sizeof(struct kq) + 7) & ~(size_t)7)
+
+/* kq_lim - the key's in-process limiter state (never NULL): in its entry,
+ * or, once a reload gave its scope more rules than the entry has room for,
+ * where the pointer stored in the entry in its place says. */
+static inline struct lim_state *kq_lim(struct kq *kq)
+{
+	void *in = (char *)kq + KQ_LIM_OFF;
+	struct lim_state *ext;
+
+	if (!kq->lim_ext)
+		return (struct lim_state *)in;
+	memcpy(&ext, in, sizeof(ext));
+	return ext;
+}
+
+/* scope_rt: scope.c. A scope a reload removed is "retired": it stays, alone
+ * in its allocation, until its keys have nothing held, queued or in flight. */
 struct scope_rt {
 	struct admitd *ad;
-	const struct conf_scope *cs;
+	const struct conf_scope *cs; /* in ad->conf; a retired one's, in the conf it came from */
 	size_t idx;
+	bool retired;
+	struct scope_rt *retired_next;
 	struct htab *keys; /* key -> struct kq */
 	size_t sweep_at;   /* where the idle-key sweep goes on (a bucket) */
 	int64_t leases;	   /* held through this daemon, all keys */
@@ -181,8 +213,12 @@ struct admitd {
 	struct conf *conf;
 	struct scope_rt *scopes;
 	size_t nscopes;
-	struct htab *leases;			       /* id -> struct lease */
+	struct scope_rt *retired; /* scopes a reload removed, still holding leases */
+	struct htab *leases;	  /* id -> struct lease */
 	SLIST_HEAD(lease_ttlq_list, lease_ttlq) ttlqs; /* lease.c: one per lease_ttl seen */
+	size_t nleases;		  /* entries of leases (max_leases bounds it) */
+	struct kq_list idle_keys; /* idle kqs of every scope, least recently used first */
+	size_t nkeys;		  /* kqs of every scope (max_keys bounds it) */
 	struct conn_list conns;
 	size_t nconns;
 	uint64_t next_conn_id;
@@ -193,28 +229,103 @@ struct admitd {
 	struct http *http; /* NULL when metrics is off */
 	int64_t start_ms;
 	bool shutting_down;
-	/* For admitd_reloads_total and admitd_key_evictions_total: conf reload
-	 * counts its outcomes here and the key table its evictions (0 until
-	 * those exist). */
-	uint64_t reloads_ok, reloads_error, key_evictions;
+	/* Reloads (reload.c) and the service manager (sdnotify.c). */
+	const char *conf_path;	 /* -c, re-read by a reload */
+	const char *socket_arg;	 /* --socket, applied over every conf read */
+	const char *redis_arg;	 /* --redis, likewise */
+	struct reload *reload;	 /* confs and backends a reload replaced, the conf watch */
+	struct sdnotify *notify; /* NULL when not run by a service manager */
+	struct event *watchdog_ev;
+	uint64_t reloads_ok;	/* reloads applied (admitd_reloads_total{result="ok"}) */
+	uint64_t reloads_error; /* reloads refused: the old conf kept running */
+	uint64_t key_evictions; /* idle keys kq_get forgot to stay within max_keys */
 };
 
 /* scope.c */
 bool scopes_init(struct admitd *ad) MUST_CHECK;
 void scopes_free(struct admitd *ad);
 struct scope_rt *scope_find(struct admitd *ad, const char *name);
-struct kq *kq_get(struct scope_rt *sc, const char *key);
+/*
+ * kq_get - the key's kq, created when new (the key table owns it). A new
+ * key past max_keys first evicts the least recently used idle key (its
+ * in-process state is forgotten). NULL when memory runs out, or when every
+ * key kept is in use: then *full (when not NULL) is set true. A kq that is
+ * not referenced (kq_ref, kq_hold) may be evicted by the next kq_get.
+ */
+struct kq *kq_get(struct scope_rt *sc, const char *key, bool *full);
+/*
+ * kq_ref, kq_unref - a waiter or a pending reply names kq (refs).
+ * kq_hold, kq_unhold - a lease of kq is held through this daemon (held).
+ * Inline: each acquire+release makes about four of these calls. A kq is
+ * on idle_keys iff both counts are 0; kq_idle_out marks it off the list.
+ */
+static inline void kq_idle_out(struct kq *kq)
+{
+	TAILQ_REMOVE(&kq->sc->ad->idle_keys, kq, idle_link);
+	kq->idle_link.tqe_prev = NULL;
+}
+
+static inline void kq_idle_in(struct kq *kq)
+{
+	TAILQ_INSERT_TAIL(&kq->sc->ad->idle_keys, kq, idle_link);
+}
+
+static inline void kq_ref(struct kq *kq)
+{
+	if (kq->refs++ == 0 && kq->held == 0)
+		kq_idle_out(kq);
+}
+
+static inline void kq_unref(struct kq *kq)
+{
+	if (--kq->refs == 0 && kq->held == 0)
+		kq_idle_in(kq);
+}
+
+static inline void kq_hold(struct kq *kq)
+{
+	if (kq->held++ == 0 && kq->refs == 0)
+		kq_idle_out(kq);
+}
+
+static inline void kq_unhold(struct kq *kq)
+{
+	if (--kq->held == 0 && kq->refs == 0)
+		kq_idle_in(kq);
+}
 /* kq_sweep - free the kqs with nothing queued, held or remembered: one
  * slice of each scope's table per call (the whole table in ten calls). */
 void kq_sweep(struct admitd *ad);
 /* kq_shutdown_all - answer every waiter `shutting_down`. */
 void kq_shutdown_all(struct admitd *ad);
+/*
+ * scopes_reload - nc's scopes replace the running ones (ad->conf is still
+ * the old conf). A scope of the same name keeps its keys, their waiters,
+ * leases and counters, and each key's limiter state where the limit did not
+ * change (lim_state_carry); a new scope starts empty; a removed one is
+ * retired: its waiters are answered unknown_scope, its leases stay
+ * releasable. Waiters, leases and pending replies are re-pointed at nc's
+ * classes (a waiter whose class is gone is answered bad_request). false,
+ * with nothing changed, when memory ran out. Call scopes_wake once ad->conf
+ * is nc.
+ */
+bool scopes_reload(struct admitd *ad, const struct conf *nc) MUST_CHECK;
+/* scopes_wake - after a reload: every queue's head asks again now. */
+void scopes_wake(struct admitd *ad);
+/* scopes_points_into - does a retired scope still use a scope of conf c? */
+bool scopes_points_into(const struct admitd *ad, const struct conf *c);
 
 /* waitq.c */
 void waitq_add(struct waiter *w);
 void waitq_pump(struct kq *kq);
 void waitq_cancel(struct waiter *w);
 void waitq_shutdown(struct kq *kq);
+/*
+ * waitq_abort - answer w with error e now and drop it from its queue (a
+ * decision in flight finds it gone). The queue is not pumped: the caller
+ * does, once it is done walking queues.
+ */
+void waitq_abort(struct waiter *w, enum admit_err e, const char *msg);
 /* waitq_free_kq - free what kq owns (its waiters, timer, limiter state); kq
  * itself is its key table's entry, freed by htab_del or htab_free. */
 void waitq_free_kq(struct kq *kq);
@@ -229,6 +340,15 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 void lease_conn_closed(struct conn *c);
 void lease_free_all(struct admitd *ad);
 void lease_make_id(char *buf);
+/*
+ * lease_full - max_leases leases are held: true, with why in msg (len
+ * bytes, written only then). Inline: three checks per acquire.
+ */
+bool lease_full_msg(const struct admitd *ad, char *msg, size_t len);
+static inline bool lease_full(const struct admitd *ad, char *msg, size_t len)
+{
+	return (int64_t)ad->nleases >= ad->conf->max_leases && lease_full_msg(ad, msg, len);
+}
 
 /* conn.c */
 void conn_new(struct admitd *ad, int fd);

@@ -1055,6 +1055,7 @@ void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms)
 struct rb_op_ctx {
 	struct backend *b;
 	struct kq *kq;
+	const struct conf_scope *cs; /* kq's scope's conf when sent (a reload may replace it) */
 	const struct conf_class *cls;
 	eng_insp_cb *insp_cb;
 	eng_reset_cb *reset_cb;
@@ -1064,12 +1065,21 @@ struct rb_op_ctx {
 static void rb_inspect_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct rb_op_ctx *x = arg;
-	const struct conf_scope *cs = x->kq->sc->cs;
+	const struct conf_scope *cs = x->cs;
 	const struct conf_plan *pl = conf_plan_of(cs, x->cls);
-	struct strat_state *rules = calloc(cs->nrules ? cs->nrules : 1, sizeof(*rules));
+	struct strat_state *rules = NULL;
 	size_t i, j;
 	struct eng_insp in = { .via = VIA_REDIS };
-	bool ok =
+	bool ok;
+
+	if (cs != x->kq->sc->cs) {
+		/* A reload replaced the scope while the call was out: the reply is
+		 * laid out for rules the caller no longer has. */
+		eng_inspect_local(x->kq, VIA_FALLBACK, x->insp_cb, x->arg);
+		goto out;
+	}
+	rules = calloc(cs->nrules ? cs->nrules : 1, sizeof(*rules));
+	ok =
 	    rules != NULL && st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n >= 6;
 
 	for (i = 0; ok && i < reply->n; i++)
@@ -1118,7 +1128,8 @@ bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *
 	}
 	rargs_int(&a, cs->quota > 0 ? cs->quota_window_ms : 0);
 	rargs_int(&a, (int64_t)pl->nrules);
-	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .cls = cls, .insp_cb = cb, .arg = arg };
+	*x =
+	    (struct rb_op_ctx){ .b = b, .kq = kq, .cs = cs, .cls = cls, .insp_cb = cb, .arg = arg };
 	ok = !a.oom && rb_eval(b, cs, kq->key, b->s_inspect, &a, nkeys, rb_inspect_cb, x) == 0;
 	if (ok)
 		b->calls[RB_OP_INSPECT]++;

@@ -38,10 +38,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <ini.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CONF_FILE_MAX	(1024 * 1024) /* a conf larger than this is a mistake */
 #define CONF_SOCKET_MAX 107	      /* sizeof(sun_path) - 1 */
@@ -67,6 +70,9 @@ enum conf_type {
 	CT_DIVISOR,   /* scope: fallback_divisor, fallback_divisor_auto */
 	CT_RULE,      /* scope: appends to rules */
 	CT_CLASS,     /* scope: appends to classes */
+	CT_UIDS,      /* struct conf_ids: user names or uids, space separated */
+	CT_GIDS,      /* struct conf_ids: group names or gids, space separated */
+	CT_GROUP,     /* int64 gid: one group name or gid */
 	CT__COUNT
 };
 
@@ -74,6 +80,13 @@ enum conf_type {
 #define CONF_F_ARG	    0x02 /* "key NAME = ..." allowed */
 #define CONF_F_ARG_REQUIRED 0x04
 #define CONF_F_EMPTY_NULL   0x08 /* an empty value means "unset" (NULL) */
+/* How a reload applies a changed [admitd] key (conf_reload_keys). A key with
+ * neither flag needs a restart, and the running value is kept: a key added
+ * without thought for reloads is safe by default. (A key of a type with no
+ * comparison, CS_OTHER, allow_uids and allow_gids, is taken from the new conf
+ * without a word: both are read at each accept.) */
+#define CONF_F_LIVE  0x10 /* read where it is used: the new value applies at once */
+#define CONF_F_REDIS 0x20 /* the Redis connections are remade with it */
 
 struct conf_key {
 	const char *name;
@@ -97,51 +110,76 @@ static const struct conf_key conf_admitd_keys[] = {
 	  "path of the Unix socket clients connect to" },
 	{ "socket_mode", CT_OCTAL, ADMITD_OFF(socket_mode), "0660", 0, 0777, 0,
 	  "permissions of the socket (octal)" },
-	{ "redis", CT_URL, ADMITD_OFF(redis), NULL, 0, 0, CONF_F_EMPTY_NULL,
+	{ "redis", CT_URL, ADMITD_OFF(redis), NULL, 0, 0, CONF_F_EMPTY_NULL | CONF_F_REDIS,
 	  "redis://[user[:pass]@]host[:port][/db], rediss://... (TLS), unix:///path, "
 	  "redis+sentinel://H1:P1,H2:P2/MASTER[?db=N&tls=1] or "
 	  "redis+cluster://H1:P1,H2:P2[?tls=1]; "
 	  "absent or empty: local mode" },
 	{ "prefix", CT_PREFIX, ADMITD_OFF(prefix), "admitd", 0, 0, 0,
 	  "namespace of every Redis key (PREFIX:{SCOPE:KEY}:...)" },
-	{ "max_line", CT_SIZE, ADMITD_OFF(max_line), "64KiB", 1024, 16 * 1024 * 1024, 0,
+	{ "max_line", CT_SIZE, ADMITD_OFF(max_line), "64KiB", 1024, 16 * 1024 * 1024, CONF_F_LIVE,
 	  "longest request line; longer gets line_too_long and the connection closes" },
-	{ "max_connections", CT_INT, ADMITD_OFF(max_connections), "1024", 1, 1000000, 0,
+	{ "max_connections", CT_INT, ADMITD_OFF(max_connections), "1024", 1, 1000000, CONF_F_LIVE,
 	  "client connections served at once" },
 	{ "client_write_timeout", CT_DURATION, ADMITD_OFF(client_write_timeout_ms), "10s", 100,
-	  MS_HOUR, 0,
+	  MS_HOUR, CONF_F_LIVE,
 	  "a client with replies pending that takes none of them for this long is disconnected" },
-	{ "redis_pool", CT_INT, ADMITD_OFF(redis_pool), "2", 1, 64, 0, "connections to Redis" },
-	{ "fallback_pods", CT_INT, ADMITD_OFF(fallback_pods), "3", 1, 1000000, 0,
+	{ "redis_pool", CT_INT, ADMITD_OFF(redis_pool), "2", 1, 64, CONF_F_REDIS,
+	  "connections to Redis" },
+	{ "fallback_pods", CT_INT, ADMITD_OFF(fallback_pods), "1", 1, 1000000, CONF_F_LIVE,
 	  "fallback_divisor = auto divides by this until a heartbeat has counted the daemons "
 	  "alive (a daemon started during an outage has seen none)" },
-	{ "redis_timeout", CT_DURATION, ADMITD_OFF(redis_timeout_ms), "250ms", 1, MS_MIN, 0,
+	{ "redis_timeout", CT_DURATION, ADMITD_OFF(redis_timeout_ms), "250ms", 1, MS_MIN,
+	  CONF_F_REDIS,
 	  "per Redis operation and connect; past it the request is served by fail_mode" },
 	{ "redis_password_file", CT_STRING, ADMITD_OFF(redis_password_file), NULL, 0, 0,
-	  CONF_F_EMPTY_NULL, "file holding the Redis password (AUTH); unset: no AUTH" },
-	{ "redis_user", CT_STRING, ADMITD_OFF(redis_user), NULL, 0, 0, CONF_F_EMPTY_NULL,
-	  "Redis ACL user for AUTH; unset: the default user" },
+	  CONF_F_EMPTY_NULL | CONF_F_REDIS,
+	  "file holding the Redis password (AUTH); unset: no AUTH" },
+	{ "redis_user", CT_STRING, ADMITD_OFF(redis_user), NULL, 0, 0,
+	  CONF_F_EMPTY_NULL | CONF_F_REDIS, "Redis ACL user for AUTH; unset: the default user" },
 	{ "sentinel_password_file", CT_STRING, ADMITD_OFF(sentinel_password_file), NULL, 0, 0,
-	  CONF_F_EMPTY_NULL, "file holding the sentinels' password (AUTH); unset: no AUTH" },
+	  CONF_F_EMPTY_NULL | CONF_F_REDIS,
+	  "file holding the sentinels' password (AUTH); unset: no AUTH" },
 	{ "redis_tls_ca_file", CT_STRING, ADMITD_OFF(redis_tls_ca_file), NULL, 0, 0,
-	  CONF_F_EMPTY_NULL,
+	  CONF_F_EMPTY_NULL | CONF_F_REDIS,
 	  "PEM CA certificates the Redis server's chain must lead to; unset: "
 	  "the system store" },
 	{ "redis_tls_cert_file", CT_STRING, ADMITD_OFF(redis_tls_cert_file), NULL, 0, 0,
-	  CONF_F_EMPTY_NULL, "PEM client certificate (chain) for servers that ask for one" },
+	  CONF_F_EMPTY_NULL | CONF_F_REDIS,
+	  "PEM client certificate (chain) for servers that ask for one" },
 	{ "redis_tls_key_file", CT_STRING, ADMITD_OFF(redis_tls_key_file), NULL, 0, 0,
-	  CONF_F_EMPTY_NULL, "PEM key of redis_tls_cert_file; unset: in the certificate file" },
+	  CONF_F_EMPTY_NULL | CONF_F_REDIS,
+	  "PEM key of redis_tls_cert_file; unset: in the certificate file" },
 	{ "redis_tls_server_name", CT_STRING, ADMITD_OFF(redis_tls_server_name), NULL, 0, 0,
-	  CONF_F_EMPTY_NULL,
+	  CONF_F_EMPTY_NULL | CONF_F_REDIS,
 	  "name the server certificate must show (and SNI); unset: the host "
 	  "connected to" },
-	{ "redis_tls_verify", CT_BOOL, ADMITD_OFF(redis_tls_verify), "yes", 0, 0, 0,
+	{ "redis_tls_verify", CT_BOOL, ADMITD_OFF(redis_tls_verify), "yes", 0, 0, CONF_F_REDIS,
 	  "verify the server certificate's chain and name; `no` accepts any certificate" },
-	{ "log_level", CT_LOG_LEVEL, ADMITD_OFF(log_level), "info", 0, 0, 0,
+	{ "log_level", CT_LOG_LEVEL, ADMITD_OFF(log_level), "info", 0, 0, CONF_F_LIVE,
 	  "least severe level logged" },
+	{ "watch_conf", CT_BOOL, ADMITD_OFF(watch_conf), "no", 0, 0, CONF_F_LIVE,
+	  "reload when the conf file changes, as on SIGHUP (its directory is watched, so a "
+	  "Kubernetes ConfigMap's symlink swap is seen)" },
 	{ "metrics", CT_HOSTPORT, ADMITD_OFF(metrics), NULL, 0, 0, CONF_F_EMPTY_NULL,
 	  "HOST:PORT serving /metrics (Prometheus), /healthz and /readyz over HTTP; absent or "
 	  "empty: off" },
+	{ "socket_group", CT_GROUP, ADMITD_OFF(socket_group), NULL, 0, 0, 0,
+	  "group the socket is given (with socket_mode 0660: the group's members may connect); "
+	  "unset: the daemon's group" },
+	{ "allow_uids", CT_UIDS, ADMITD_OFF(allow_uids), NULL, 0, 0, CONF_F_LIVE,
+	  "only peers running as one of these users may connect (checked with SO_PEERCRED); "
+	  "refused: one forbidden line, then closed; unset: anyone the socket's mode lets in" },
+	{ "allow_gids", CT_GIDS, ADMITD_OFF(allow_gids), NULL, 0, 0, CONF_F_LIVE,
+	  "... or whose group or a supplementary group is one of these (with allow_uids: "
+	  "either lets a peer in)" },
+	{ "max_keys", CT_INT, ADMITD_OFF(max_keys), "1000000", 1, 1000000000, CONF_F_LIVE,
+	  "keys of all scopes kept in memory; when full, the least recently used key with "
+	  "nothing held or waiting is forgotten (its in-process state with it); when none can "
+	  "be, a new key is refused unavailable" },
+	{ "max_leases", CT_INT, ADMITD_OFF(max_leases), "100000", 1, 100000000, CONF_F_LIVE,
+	  "leases held through this daemon at once (detached ones included); beyond it an "
+	  "acquire is refused unavailable" },
 	{ NULL, 0, 0, NULL, 0, 0, 0, NULL },
 };
 
@@ -173,9 +211,9 @@ static const struct conf_key conf_scope_keys[] = {
 	  "a lease never released frees its slot after this" },
 	{ "concurrency_retry", CT_DURATION, SCOPE_OFF(concurrency_retry_ms), "25ms", 1, MS_MIN, 0,
 	  "how soon a waiter asks again when a cluster-wide cap is full" },
-	{ "fallback_divisor", CT_DIVISOR, SCOPE_OFF(fallback_divisor), "1", 1, 1000000, 0,
+	{ "fallback_divisor", CT_DIVISOR, SCOPE_OFF(fallback_divisor), "auto", 1, 1000000, 0,
 	  "while Redis is unreachable, limits are divided by this; auto: by the daemons seen "
-	  "alive before the outage" },
+	  "alive before the outage (fallback_pods before any was seen)" },
 	{ "key", CT_STRING, SCOPE_OFF(default_key), NULL, 0, 0, 0,
 	  "key used when a request gives neither key nor url" },
 	{ "shadow", CT_BOOL, SCOPE_OFF(shadow), "no", 0, 0, 0,
@@ -576,28 +614,143 @@ oom:
 	return "out of memory";
 }
 
+/* How a type stores its value, for comparing two confs (conf_reload_keys). */
+enum conf_store { CS_OTHER = 0, CS_STRING, CS_INT, CS_INT64, CS_DOUBLE, CS_BOOL, CS_ENUM };
+
+/* Longest user or group name looked up, and the getpw/getgr buffer. */
+#define CONF_ID_NAME_MAX 256
+#define CONF_ID_BUF	 (64 * 1024)
+
+/*
+ * One user or group: digits are an id as is (it need not exist: a
+ * container's uids often have no name), anything else a name looked up now
+ * (NSS: /etc/passwd, /etc/group), so a typo fails at load, not at accept.
+ */
+static const char *conf_id_resolve(struct conf_ctx *x, bool group, const char *word, uint32_t *out)
+{
+	char *buf = NULL;
+	const char *e = NULL;
+	int64_t v;
+	int rc;
+
+	if (isdigit((unsigned char)*word)) {
+		if (cv_int(word, &v) != NULL || v > 4294967294LL)
+			return conf_fmt(x, "\"%.64s\" is not a %s id (0 to 4294967294)", word,
+					group ? "group" : "user");
+		*out = (uint32_t)v;
+		return NULL;
+	}
+	if ((buf = malloc(CONF_ID_BUF)) == NULL)
+		return "out of memory";
+	if (group) {
+		struct group gr, *res = NULL;
+		rc = getgrnam_r(word, &gr, buf, CONF_ID_BUF, &res);
+		if (res != NULL)
+			*out = (uint32_t)gr.gr_gid;
+		else
+			e = rc != 0 ? conf_fmt(x, "cannot look up group \"%.64s\": %s", word,
+					       strerror(rc))
+				    : conf_fmt(x, "no group \"%.64s\"", word);
+	} else {
+		struct passwd pw, *res = NULL;
+		rc = getpwnam_r(word, &pw, buf, CONF_ID_BUF, &res);
+		if (res != NULL)
+			*out = (uint32_t)pw.pw_uid;
+		else
+			e = rc != 0 ? conf_fmt(x, "cannot look up user \"%.64s\": %s", word,
+					       strerror(rc))
+				    : conf_fmt(x, "no user \"%.64s\"", word);
+	}
+	free(buf);
+	return e;
+}
+
+/* CT_UIDS, CT_GIDS: "root 1000 app" -> ids; every word must resolve. */
+static const char *conf_set_ids(struct conf_ctx *x, const struct conf_key *k, void *base,
+				const char *arg, const char *val)
+{
+	struct conf_ids *f = FIELD(base, k, struct conf_ids), ids = { 0 };
+	bool group = k->type == CT_GIDS;
+	char word[CONF_ID_NAME_MAX];
+	const char *p = val, *e = NULL;
+
+	(void)arg;
+	while (*p != '\0') {
+		size_t len = strcspn(p, " \t");
+		uint32_t *grown;
+
+		if (len >= sizeof(word)) {
+			e = "a name is too long";
+			goto fail;
+		}
+		memcpy(word, p, len);
+		word[len] = '\0';
+		p += len;
+		p += strspn(p, " \t");
+		if ((grown = realloc(ids.ids, (ids.n + 1) * sizeof(*grown))) == NULL) {
+			e = "out of memory";
+			goto fail;
+		}
+		ids.ids = grown;
+		if ((e = conf_id_resolve(x, group, word, &ids.ids[ids.n])) != NULL)
+			goto fail;
+		ids.n++;
+	}
+	if (ids.n == 0) {
+		e = group ? "needs at least one group (leave the key out to allow any)"
+			  : "needs at least one user (leave the key out to allow any)";
+		goto fail;
+	}
+	free(f->ids);
+	*f = ids;
+	return NULL;
+fail:
+	free(ids.ids);
+	return e;
+}
+
+/* CT_GROUP: one group name or gid. */
+static const char *conf_set_group(struct conf_ctx *x, const struct conf_key *k, void *base,
+				  const char *arg, const char *val)
+{
+	uint32_t gid;
+	const char *e;
+
+	(void)arg;
+	if (*val == '\0' || strpbrk(val, " \t") != NULL)
+		return "must be one group name or gid";
+	if ((e = conf_id_resolve(x, true, val, &gid)) != NULL)
+		return e;
+	*FIELD(base, k, int64_t) = gid;
+	return NULL;
+}
+
 static const struct {
 	const char *doc; /* for conf_dump_keys */
 	conf_setter set;
+	enum conf_store store;
 } conf_types[CT__COUNT] = {
-	[CT_STRING] = { "text", conf_set_string },
-	[CT_SOCKET] = { "path", conf_set_socket },
-	[CT_URL] = { "URL", conf_set_url },
-	[CT_HOSTPORT] = { "HOST:PORT", conf_set_hostport },
-	[CT_PREFIX] = { "text", conf_set_prefix },
-	[CT_NAME] = { "name", conf_set_name },
-	[CT_OCTAL] = { "octal mode", conf_set_octal },
-	[CT_INT] = { "integer", conf_set_int64 },
-	[CT_SIZE] = { "size", conf_set_int64 },
-	[CT_DURATION] = { "duration", conf_set_int64 },
-	[CT_DOUBLE] = { "decimal", conf_set_double },
-	[CT_BOOL] = { "yes/no", conf_set_bool },
-	[CT_LOG_LEVEL] = { "debug, info, warn or error", conf_set_log_level },
-	[CT_FAIL_MODE] = { "fallback, open or closed", conf_set_fail_mode },
+	[CT_STRING] = { "text", conf_set_string, CS_STRING },
+	[CT_SOCKET] = { "path", conf_set_socket, CS_STRING },
+	[CT_URL] = { "URL", conf_set_url, CS_STRING },
+	[CT_HOSTPORT] = { "HOST:PORT", conf_set_hostport, CS_STRING },
+	[CT_PREFIX] = { "text", conf_set_prefix, CS_STRING },
+	[CT_NAME] = { "name", conf_set_name, CS_STRING },
+	[CT_OCTAL] = { "octal mode", conf_set_octal, CS_INT },
+	[CT_INT] = { "integer", conf_set_int64, CS_INT64 },
+	[CT_SIZE] = { "size", conf_set_int64, CS_INT64 },
+	[CT_DURATION] = { "duration", conf_set_int64, CS_INT64 },
+	[CT_DOUBLE] = { "decimal", conf_set_double, CS_DOUBLE },
+	[CT_BOOL] = { "yes/no", conf_set_bool, CS_BOOL },
+	[CT_LOG_LEVEL] = { "debug, info, warn or error", conf_set_log_level, CS_STRING },
+	[CT_FAIL_MODE] = { "fallback, open or closed", conf_set_fail_mode, CS_ENUM },
 	[CT_QUOTA] = { "Q/W", conf_set_quota },
 	[CT_DIVISOR] = { "decimal or auto", conf_set_divisor },
 	[CT_RULE] = { "rule, repeatable", conf_set_rule },
 	[CT_CLASS] = { "class, repeatable", conf_set_class },
+	[CT_UIDS] = { "users (names or uids)", conf_set_ids },
+	[CT_GIDS] = { "groups (names or gids)", conf_set_ids },
+	[CT_GROUP] = { "group (name or gid)", conf_set_group, CS_INT64 },
 };
 
 /* ---- the generic walker ------------------------------------------------ */
@@ -957,6 +1110,7 @@ static struct conf *conf_parse(const char *text, size_t len, const char *name, F
 		conf_err(&x, 0, "out of memory");
 		goto done;
 	}
+	x.c->socket_group = -1;
 	conf_defaults(&x, conf_admitd_keys, x.c);
 	rc = ini_parse_stream(conf_reader, &x, conf_ini_handler, &x);
 	if (rc < 0)
@@ -1057,7 +1211,70 @@ void conf_free(struct conf *c)
 	free(c->redis_tls_server_name);
 	free(c->log_level);
 	free(c->metrics);
+	free(c->allow_uids.ids);
+	free(c->allow_gids.ids);
 	free(c);
+}
+
+/* Do two [admitd] values of key k differ? false for a type with no comparison. */
+static bool conf_key_differs(const struct conf_key *k, const struct conf *a, const struct conf *b)
+{
+	switch (conf_types[k->type].store) {
+	case CS_STRING: {
+		const char *x = *FIELD(a, k, char *), *y = *FIELD(b, k, char *);
+		return (x == NULL) != (y == NULL) || (x != NULL && strcmp(x, y) != 0);
+	}
+	case CS_INT: return *FIELD(a, k, int) != *FIELD(b, k, int);
+	case CS_INT64: return *FIELD(a, k, int64_t) != *FIELD(b, k, int64_t);
+	case CS_DOUBLE: return *FIELD(a, k, double) != *FIELD(b, k, double);
+	case CS_BOOL: return *FIELD(a, k, bool) != *FIELD(b, k, bool);
+	case CS_ENUM: return *FIELD(a, k, enum conf_fail_mode) != *FIELD(b, k, enum conf_fail_mode);
+	case CS_OTHER: break;
+	}
+	return false;
+}
+
+/* Give nw the value old runs with (a key that needs a restart). */
+static bool conf_key_keep(const struct conf_key *k, const struct conf *old, struct conf *nw)
+{
+	char **dst, *v = NULL;
+	const char *src;
+
+	switch (conf_types[k->type].store) {
+	case CS_STRING:
+		src = *FIELD(old, k, char *);
+		dst = FIELD(nw, k, char *);
+		if (src != NULL && (v = strdup(src)) == NULL)
+			return false;
+		free(*dst);
+		*dst = v;
+		return true;
+	case CS_INT: *FIELD(nw, k, int) = *FIELD(old, k, int); return true;
+	case CS_INT64: *FIELD(nw, k, int64_t) = *FIELD(old, k, int64_t); return true;
+	case CS_DOUBLE: *FIELD(nw, k, double) = *FIELD(old, k, double); return true;
+	case CS_BOOL: *FIELD(nw, k, bool) = *FIELD(old, k, bool); return true;
+	case CS_ENUM:
+		*FIELD(nw, k, enum conf_fail_mode) = *FIELD(old, k, enum conf_fail_mode);
+		return true;
+	case CS_OTHER: break;
+	}
+	return true;
+}
+
+bool conf_reload_keys(const struct conf *old, struct conf *nw, conf_change_cb *cb, void *arg)
+{
+	for (const struct conf_key *k = conf_admitd_keys; k->name != NULL; k++) {
+		enum conf_change how = (k->flags & CONF_F_LIVE)	   ? CONF_CHANGE_LIVE
+				       : (k->flags & CONF_F_REDIS) ? CONF_CHANGE_REDIS
+								   : CONF_CHANGE_RESTART;
+
+		if (!conf_key_differs(k, old, nw))
+			continue;
+		if (how == CONF_CHANGE_RESTART && !conf_key_keep(k, old, nw))
+			return false;
+		cb(arg, k->name, how);
+	}
+	return true;
 }
 
 const struct conf_scope *conf_scope_find(const struct conf *c, const char *name)

@@ -96,6 +96,12 @@ struct conf_scope {
 	struct conf_plan *plans; /* nclasses + 1: one per class, then the one of no class */
 };
 
+/* A list of uids or gids (allow_uids, allow_gids), names resolved at load. */
+struct conf_ids {
+	uint32_t *ids; /* owned */
+	size_t n;      /* 0: the key is absent (anyone the socket's mode lets in) */
+};
+
 struct conf {
 	char *path;
 	char *socket;			 /* default ADMIT_DEFAULT_SOCKET */
@@ -106,7 +112,7 @@ struct conf {
 	int64_t max_connections;	 /* default 1024 */
 	int64_t client_write_timeout_ms; /* default 10s */
 	int64_t redis_pool;		 /* default 2 */
-	int64_t fallback_pods;		 /* default 3: auto's divisor before any heartbeat */
+	int64_t fallback_pods;		 /* default 1: auto's divisor before any heartbeat */
 	int64_t redis_timeout_ms;	 /* default 250ms */
 	char *redis_password_file;	 /* NULL = no AUTH */
 	char *redis_user;		 /* NULL = default user */
@@ -117,7 +123,13 @@ struct conf {
 	char *redis_tls_server_name;	 /* NULL = the host connected to */
 	bool redis_tls_verify;		 /* default yes */
 	char *log_level;		 /* debug, info, warn, error; default info */
+	bool watch_conf;		 /* reload when the file changes */
 	char *metrics;			 /* HOST:PORT of /metrics; NULL = off */
+	int64_t socket_group;		 /* gid the socket is chowned to; -1: left as created */
+	struct conf_ids allow_uids;	 /* peers let in by uid (SO_PEERCRED) */
+	struct conf_ids allow_gids;	 /* ... or by one of their groups */
+	int64_t max_keys;		 /* keys of all scopes kept at once; default 1,000,000 */
+	int64_t max_leases;		 /* leases held through this daemon; default 100,000 */
 	struct conf_scope *scopes;
 	size_t nscopes;
 };
@@ -133,6 +145,24 @@ struct conf *conf_load(const char *path, FILE *errf);
 struct conf *conf_load_string(const char *text, const char *name, FILE *errf);
 
 void conf_free(struct conf *c);
+
+/* How a reload applies a changed [admitd] key. */
+enum conf_change {
+	CONF_CHANGE_LIVE,    /* at once: the daemon reads it where it is used */
+	CONF_CHANGE_REDIS,   /* the Redis connections are remade */
+	CONF_CHANGE_RESTART, /* not applied: the running value is kept */
+};
+typedef void conf_change_cb(void *arg, const char *key, enum conf_change how);
+
+/*
+ * conf_reload_keys - compare the [admitd] keys of the running conf and a
+ * newly loaded one, through the option table: cb is called once per key
+ * whose value differs, with how the reload applies it; a key that needs a
+ * restart gets the running value back in nw, so nw describes what runs.
+ * [scope] keys are the scopes' business (scope.c). false only when memory
+ * ran out (nw is then half-reconciled: free it).
+ */
+bool conf_reload_keys(const struct conf *old, struct conf *nw, conf_change_cb *cb, void *arg);
 
 /* conf_plan_compile - fill s->plans and s->penalty_rule; false: out of memory. */
 bool conf_plan_compile(struct conf_scope *s);

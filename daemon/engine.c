@@ -21,9 +21,7 @@
 
 static struct lim_state *eng_lim(struct kq *kq)
 {
-	if (kq->lim == NULL)
-		kq->lim = lim_state_new(kq->sc->cs);
-	return kq->lim;
+	return kq_lim(kq);
 }
 
 void eng_merge(struct eng_res *res, struct scope_rt *sc, bool admitted, int64_t retry,
@@ -94,7 +92,7 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 		const struct conf_scope *cs = t[i].kq->sc->cs;
 		if (!d[i].admitted)
 			continue;
-		if (!lim_book(t[i].kq->lim, cs, div[i], now, &rq, ids)) {
+		if (!lim_book(kq_lim(t[i].kq), cs, div[i], now, &rq, ids)) {
 			/* Never admit what could not be booked (targets booked before
 			 * this one keep their booking until their windows pass). */
 			log_warn("cannot book: out of memory", "scope=%s", cs->name);
@@ -180,14 +178,10 @@ void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntoken
 	local_tokens = l->via != VIA_REDIS || (to_redis && !sent);
 	for (i = 0; i < l->nt; i++) {
 		struct kq *kq = l->t[i].kq;
-		struct lim_state *st = kq->lim;
-		if (st == NULL && local_tokens && ntokens > 0)
-			st = eng_lim(kq);
-		if (st != NULL)
-			lim_release_settle(st, kq->sc->cs,
-					   backend_divisor(l->ad->redis, kq->sc->cs), now, l->id,
-					   l->t[i].cls, local_tokens ? tokens : NULL,
-					   local_tokens ? ntokens : 0, l->reserve, l->nreserve);
+		lim_release_settle(kq_lim(kq), kq->sc->cs,
+				   backend_divisor(l->ad->redis, kq->sc->cs), now, l->id,
+				   l->t[i].cls, local_tokens ? tokens : NULL,
+				   local_tokens ? ntokens : 0, l->reserve, l->nreserve);
 	}
 }
 
@@ -211,9 +205,10 @@ void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
 		     const struct lim_tokens *tokens, size_t ntokens, eng_held_cb *cb, void *arg)
 {
 	struct be_target t[PROTO_MAX_TARGETS] = { { 0 } };
+	struct kq *pinned[PROTO_MAX_TARGETS];
 	struct lim_tokens rs[PROTO_MAX_TOKENS];
 	struct kq *kq;
-	bool held;
+	bool held, sent;
 	size_t i, nt = 0;
 
 	for (i = 0; i < ref->nreserve; i++) {
@@ -228,17 +223,23 @@ void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
 		if (ref->t[i].cls[0] != '\0' &&
 		    (cls = conf_class_find(sc->cs, ref->t[i].cls)) == NULL)
 			continue;
-		if ((kq = kq_get(sc, ref->t[i].key)) == NULL)
+		if ((kq = kq_get(sc, ref->t[i].key, NULL)) == NULL)
 			continue;
+		/* t[] points at kq's key: no later kq_get may evict it meanwhile */
+		kq_ref(kq);
+		pinned[nt] = kq;
 		t[nt] = (struct be_target){ .cs = sc->cs, .cls = cls, .key = kq->key };
 		nt++;
 	}
-	if (ad->redis != NULL && nt > 0 &&
-	    backend_release_ref(ad->redis, t, nt, ref->nonce, tokens, ntokens, rs, ref->nreserve,
-				cb, arg))
-		return;
-	held = eng_release_local(ad, t, nt, ref->nonce, tokens, ntokens, rs, ref->nreserve);
-	cb(arg, ad->redis != NULL && nt > 0 ? -1 : held ? 1 : 0);
+	sent = ad->redis != NULL && nt > 0 &&
+	       backend_release_ref(ad->redis, t, nt, ref->nonce, tokens, ntokens, rs, ref->nreserve,
+				   cb, arg);
+	if (!sent) {
+		held = eng_release_local(ad, t, nt, ref->nonce, tokens, ntokens, rs, ref->nreserve);
+		cb(arg, ad->redis != NULL && nt > 0 ? -1 : held ? 1 : 0);
+	}
+	for (i = 0; i < nt; i++)
+		kq_unref(pinned[i]);
 }
 
 bool eng_release_local(struct admitd *ad, const struct be_target *t, size_t nt, const char *nonce,
@@ -251,11 +252,16 @@ bool eng_release_local(struct admitd *ad, const struct be_target *t, size_t nt, 
 
 	for (i = 0; i < nt; i++) {
 		struct scope_rt *sc = scope_find(ad, t[i].cs->name);
-		struct kq *kq = sc != NULL ? kq_get(sc, t[i].key) : NULL;
+		struct kq *kq = sc != NULL ? kq_get(sc, t[i].key, NULL) : NULL;
 		struct lim_state *st = kq != NULL ? eng_lim(kq) : NULL;
+		const struct conf_class *cls = t[i].cls;
+		/* A target queued before a reload names the old conf: the key's
+		 * state is laid out for the running one, and so is its class. */
+		if (st != NULL && sc->cs != t[i].cs && cls != NULL)
+			cls = conf_class_find(sc->cs, cls->name);
 		if (st != NULL &&
-		    lim_release_settle(st, t[i].cs, backend_divisor(ad->redis, t[i].cs), now, nonce,
-				       t[i].cls, tokens, ntokens, reserve, nreserve))
+		    lim_release_settle(st, sc->cs, backend_divisor(ad->redis, sc->cs), now, nonce,
+				       cls, tokens, ntokens, reserve, nreserve))
 			held = true;
 	}
 	return held;
@@ -289,8 +295,7 @@ void eng_reset(struct kq *kq, eng_reset_cb *cb, void *arg)
 {
 	struct admitd *ad = kq->sc->ad;
 
-	if (kq->lim != NULL)
-		lim_reset(kq->lim);
+	lim_reset(kq_lim(kq));
 	/* The head may be sleeping out what was just lifted. */
 	if (kq->wake_at != 0 && kq->retry_ev != NULL) {
 		event_del(kq->retry_ev);

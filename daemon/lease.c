@@ -8,7 +8,9 @@
  * Owns: struct lease and its TTL timer, and the per-pod semaphore counts it
  * holds on its keys (kq->held). A lease ends exactly once: released by the
  * op, by its connection closing (unless detached), or by its TTL; a second
- * release finds nothing and answers held:false.
+ * release finds nothing and answers held:false. max_leases bounds how many
+ * are held at once (lease_full), so a flood of detached leases cannot grow
+ * the daemon without bound.
  */
 
 #include "admitd.h"
@@ -139,6 +141,7 @@ static bool lease_ttlq_arm(struct lease_ttlq *q, int64_t now)
 	if (evtimer_add(q->ev, &tv) != 0)
 		return false;
 	q->armed = true;
+	q->armed_for = head->deadline_ms;
 	return true;
 }
 
@@ -146,10 +149,14 @@ static void lease_ttl_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg
 {
 	struct lease_ttlq *q = arg;
 	int64_t now = clock_mono_ms();
+	/* The loop's cached clock, which the timer was set by, may run a little
+	 * behind ours: the deadline it was set for is due now, as the limiter,
+	 * reading the same deadline, already holds. */
+	int64_t due = now > q->armed_for ? now : q->armed_for;
 	struct lease *l;
 
 	q->armed = false;
-	while ((l = TAILQ_FIRST(&q->leases)) != NULL && l->deadline_ms <= now)
+	while ((l = TAILQ_FIRST(&q->leases)) != NULL && l->deadline_ms <= due)
 		lease_expire(l);
 	if (!lease_ttlq_arm(q, now))
 		log_ratelimited(LOG_SLOT_LEASE, 1000, "cannot arm the lease_ttl timer", NULL);
@@ -203,6 +210,19 @@ struct lease *lease_find(struct admitd *ad, const char *handle)
 	return htab_get(ad->leases, nonce);
 }
 
+bool lease_full_msg(const struct admitd *ad, char *msg, size_t len)
+{
+	int64_t max = ad->conf->max_leases;
+
+	snprintf(msg, len,
+		 "max_leases (%lld) reached: that many leases are held through this daemon "
+		 "(detached ones included); release some, or wait for their lease_ttl",
+		 (long long)max);
+	log_ratelimited(LOG_SLOT_LEASES, 1000, "max_leases reached: acquires refused",
+			"max_leases=%lld", (long long)max);
+	return true;
+}
+
 struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 {
 	struct lease *l = calloc(1, sizeof(*l));
@@ -234,8 +254,9 @@ struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 		htab_del(ad->leases, l->id);
 		goto fail;
 	}
+	ad->nleases++;
 	for (i = 0; i < l->nt; i++) {
-		l->t[i].kq->held++;
+		kq_hold(l->t[i].kq);
 		l->t[i].kq->sc->leases++;
 	}
 	if (via == VIA_REDIS)
@@ -267,13 +288,14 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 	if (l->backend_booked || l->redis_maybe || ntokens > 0)
 		eng_release(l, tk, i);
 	htab_del(l->ad->leases, l->id);
+	l->ad->nleases--;
 	if (l->conn != NULL)
 		TAILQ_REMOVE(&l->conn->leases, l, conn_link);
 	TAILQ_REMOVE(&l->ttlq->leases, l, ttl_link); /* its timer may fire early: harmless */
 	free(l->handle);
 	free(l->reserve);
 	for (i = 0; i < l->nt; i++) {
-		l->t[i].kq->held--;
+		kq_unhold(l->t[i].kq);
 		l->t[i].kq->sc->leases--;
 	}
 	/*

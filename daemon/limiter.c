@@ -111,6 +111,88 @@ void lim_state_free(struct lim_state *st)
 	free(st);
 }
 
+bool lim_rule_same(const struct conf_rule *a, const struct conf_rule *b)
+{
+	if (a->meter != b->meter || (a->meter_key == NULL) != (b->meter_key == NULL) ||
+	    (a->meter_key != NULL && strcmp(a->meter_key, b->meter_key) != 0))
+		return false;
+	return a->sp.kind == b->sp.kind && a->sp.amount == b->sp.amount &&
+	       a->sp.window_ms == b->sp.window_ms && a->sp.burst == b->sp.burst;
+}
+
+/* Same meter (and meter key) and strategy: the same counter, maybe resized. */
+static bool lim_rule_kin(const struct conf_rule *a, const struct conf_rule *b)
+{
+	return a->meter == b->meter && a->sp.kind == b->sp.kind &&
+	       (a->meter_key == NULL) == (b->meter_key == NULL) &&
+	       (a->meter_key == NULL || strcmp(a->meter_key, b->meter_key) == 0);
+}
+
+/* How many of rules[0..n) are the same as r. */
+static size_t lim_count_same(const struct conf_rule *rules, size_t n, const struct conf_rule *r)
+{
+	size_t i, k = 0;
+
+	for (i = 0; i < n; i++)
+		k += lim_rule_same(&rules[i], r);
+	return k;
+}
+
+/* The old rule an unchanged new rule i takes its counter from: the n-th new
+ * rule alike some others takes the n-th old one alike it (each old counter
+ * goes to one new rule at most, with no allocation); SIZE_MAX: none. */
+static size_t lim_carry_same(const struct conf_scope *ncs, size_t i, const struct conf_scope *ocs)
+{
+	size_t rank = lim_count_same(ncs->rules, i, &ncs->rules[i]), j;
+
+	for (j = 0; j < ocs->nrules; j++)
+		if (lim_rule_same(&ocs->rules[j], &ncs->rules[i]) && rank-- == 0)
+			return j;
+	return SIZE_MAX;
+}
+
+/* Does an unchanged new rule take old rule j's counter? */
+static bool lim_carry_taken(const struct conf_scope *ocs, size_t j, const struct conf_scope *ncs)
+{
+	return lim_count_same(ocs->rules, j, &ocs->rules[j]) <
+	       lim_count_same(ncs->rules, ncs->nrules, &ocs->rules[j]);
+}
+
+void lim_state_carry(struct lim_state *dst, const struct conf_scope *ncs, struct lim_state *src,
+		     const struct conf_scope *ocs)
+{
+	size_t i, j;
+
+	dst->penalty_until = src->penalty_until;
+	dst->last_ms = src->last_ms;
+	dst->leases = src->leases;
+	dst->nleases = src->nleases;
+	dst->leases_cap = src->leases_cap;
+	src->leases = NULL;
+	src->nleases = src->leases_cap = 0;
+	if (ocs->min_delay_ms == ncs->min_delay_ms &&
+	    ocs->cluster_concurrency == ncs->cluster_concurrency)
+		dst->next_at = src->next_at;
+	if (ocs->quota == ncs->quota && ocs->quota_window_ms == ncs->quota_window_ms) {
+		dst->quota = src->quota;
+		dst->quota_head = src->quota_head;
+		dst->quota_n = src->quota_n;
+		dst->quota_cap = src->quota_cap;
+		src->quota = NULL;
+		src->quota_head = src->quota_n = src->quota_cap = 0;
+	}
+	for (i = 0; i < ncs->nrules && i < dst->nrules; i++) {
+		j = lim_carry_same(ncs, i, ocs);
+		/* Not unchanged: the rule in its place goes on, resized, when it
+		 * counts the same way and no unchanged rule took it. */
+		if (j == SIZE_MAX && i < ocs->nrules &&
+		    lim_rule_kin(&ocs->rules[i], &ncs->rules[i]) && !lim_carry_taken(ocs, i, ncs))
+			j = i;
+		if (j != SIZE_MAX && j < src->nrules)
+			dst->rules[i] = src->rules[j];
+	}
+}
+
 static int64_t lim_quota_at(const struct lim_state *st, size_t i)
 {
 	return st->quota[(st->quota_head + i) % st->quota_cap];

@@ -120,6 +120,33 @@ size_t lim_state_size(const struct conf_scope *cs);
 void lim_state_init(struct lim_state *st, const struct conf_scope *cs);
 void lim_state_clear(struct lim_state *st);
 
+/*
+ * lim_rule_same - do two rules limit alike: the same meter (and meter key),
+ * strategy, amount, window and burst? Names, text and lines do not count
+ * (`600/1m` and `600/60s` are the same rule).
+ */
+bool lim_rule_same(const struct conf_rule *a, const struct conf_rule *b);
+
+/*
+ * lim_state_carry - a reload: dst (fresh, lim_state_init'ed for ncs) takes
+ * over what src held under ocs, so that a reload refills nothing:
+ * - an unchanged rule (lim_rule_same), wherever it moved, keeps its
+ *   counter (the n-th of several alike takes the n-th old one alike);
+ * - a changed rule keeps the counter of the rule it replaced at its
+ *   position when that one counts the same way (meter, meter key and
+ *   strategy) and no unchanged rule took it: the usage goes on under the
+ *   new amount, window or burst, as in Redis, where a rule's state lives
+ *   under its position;
+ * - any other rule starts as a new key's would;
+ * - the quota instants stay when quota and its window are the same, the
+ *   pacing instant when min_delay and cluster_concurrency are;
+ * - the leases in flight and a penalty are facts, not limits: always kept.
+ * Arrays are moved, not copied: src keeps only what was not taken
+ * (lim_state_clear it).
+ */
+void lim_state_carry(struct lim_state *dst, const struct conf_scope *ncs, struct lim_state *src,
+		     const struct conf_scope *ocs);
+
 /* lim_tracks_leases - true when the scope keeps the set of leases in flight. */
 bool lim_tracks_leases(const struct conf_scope *cs);
 

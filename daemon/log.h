@@ -63,6 +63,10 @@ void fatal(const char *msg, const char *fmt, ...) __attribute__((format(printf, 
 #define LOG_SLOT_REDIS_CONN 5
 #define LOG_SLOT_REDIS_CALL 6
 #define LOG_SLOT_HTTP	    7
-#define LOG_SLOT__COUNT	    8
+#define LOG_SLOT_NOTIFY	    8
+#define LOG_SLOT_FORBIDDEN  9
+#define LOG_SLOT_KEYS	    10
+#define LOG_SLOT_LEASES	    11
+#define LOG_SLOT__COUNT	    12
 
 #endif

@@ -15,6 +15,8 @@
 #include "clock.h"
 #include "http.h"
 #include "log.h"
+#include "reload.h"
+#include "sdnotify.h"
 #include "server.h"
 
 #include <event2/event.h>
@@ -45,14 +47,44 @@ static void usage(FILE *out)
 		     "      --help-conf    every conf key with its default\n");
 }
 
-/* Every 100 ms: a slice of the idle-key sweep; every second, the conns. */
+/* The backend state STATUS= last showed (a static string), NULL before READY=1. */
+static const char *admitd_told;
+
+/* The backend's state, as the service manager's STATUS= shows it. */
+static const char *admitd_state(struct admitd *ad)
+{
+	int64_t since;
+
+	return ad->redis != NULL ? backend_state(ad->redis, &since) : "local";
+}
+
+/*
+ * Every 100 ms: a slice of the idle-key sweep, what replaced confs and
+ * backends can let go, and STATUS= when the backend's state changed; every
+ * second, the conns.
+ */
 static void admitd_gc_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 {
 	static unsigned tick;
+	struct admitd *ad = arg;
+	const char *state = admitd_state(ad);
 
 	if (tick++ % 10 == 0)
-		conn_sweep(arg);
-	kq_sweep(arg);
+		conn_sweep(ad);
+	kq_sweep(ad);
+	reload_tick(ad);
+	if (ad->notify != NULL && !ad->shutting_down && admitd_told != NULL &&
+	    strcmp(admitd_told, state) != 0 &&
+	    sdnotify_send(ad->notify, "STATUS=backend=%s%s", state, reload_status(ad)))
+		admitd_told = state;
+}
+
+/* WATCHDOG=1 at half the interval the service manager asked for. */
+static void admitd_watchdog_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+{
+	struct admitd *ad = arg;
+
+	(void)sdnotify_send(ad->notify, "WATCHDOG=1");
 }
 
 static void admitd_exit_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
@@ -77,6 +109,7 @@ static void admitd_signal_cb(evutil_socket_t sig, short what UNUSED, void *arg)
 		return;
 	}
 	log_info("shutting down", "signal=%d", (int)sig);
+	(void)sdnotify_send(ad->notify, "STOPPING=1\nSTATUS=stopping: draining clients");
 	ad->shutting_down = true;
 	server_free(ad->server);
 	ad->server = NULL;
@@ -87,11 +120,10 @@ static void admitd_signal_cb(evutil_socket_t sig, short what UNUSED, void *arg)
 		event_active(ad->exit_ev, EV_TIMEOUT, 0);
 }
 
-/* SIGHUP: the conf is read once; say so instead of dying of the default action. */
-static void admitd_sighup_cb(evutil_socket_t sig UNUSED, short what UNUSED, void *arg UNUSED)
+/* SIGHUP: read the conf again (reload.c). */
+static void admitd_sighup_cb(evutil_socket_t sig UNUSED, short what UNUSED, void *arg)
 {
-	log_warn("SIGHUP ignored: conf reload is not supported, restart admitd to apply changes",
-		 NULL);
+	reload_run(arg, "SIGHUP");
 }
 
 /*
@@ -121,17 +153,6 @@ static void admitd_drain_redis(struct admitd *ad)
 	if (!backend_idle(ad->redis))
 		log_warn("stopping before redis answered every release", "waited_ms=%lld",
 			 (long long)ad->conf->redis_timeout_ms);
-}
-
-static bool admitd_override(char **field, const char *value)
-{
-	char *v = strdup(value);
-
-	if (v == NULL)
-		return false;
-	free(*field);
-	*field = v;
-	return true;
 }
 
 int main(int argc, char **argv)
@@ -174,6 +195,9 @@ int main(int argc, char **argv)
 
 	memset(&ad, 0, sizeof(ad));
 	TAILQ_INIT(&ad.conns);
+	ad.conf_path = conf_path;
+	ad.socket_arg = socket_arg;
+	ad.redis_arg = redis_arg;
 	ad.conf = conf_load(conf_path, stderr);
 	if (ad.conf == NULL)
 		return ADMITD_EXIT_CONF;
@@ -182,13 +206,14 @@ int main(int argc, char **argv)
 		conf_free(ad.conf);
 		return 0;
 	}
-	if ((socket_arg && !admitd_override(&ad.conf->socket, socket_arg)) ||
-	    (redis_arg && !admitd_override(&ad.conf->redis, redis_arg)))
+	if (!reload_args(&ad, ad.conf))
 		fatal("out of memory", NULL);
 	if (ad.conf->log_level != NULL && !log_set_level_name(ad.conf->log_level))
 		fatal("bad log_level", "log_level=%s", ad.conf->log_level);
 
 	signal(SIGPIPE, SIG_IGN);
+	if (!sdnotify_open(&ad.notify))
+		log_warn("not telling the service manager anything", NULL);
 	ad.start_ms = clock_mono_ms();
 	ad.base = event_base_new();
 	ad.leases = htab_new();
@@ -228,8 +253,21 @@ int main(int argc, char **argv)
 		}
 	}
 	ad.server = server_new(&ad);
-	if (ad.server == NULL)
+	if (ad.server == NULL || !reload_init(&ad))
 		goto out;
+	if (sdnotify_watchdog_usec(ad.notify) > 0) {
+		uint64_t half = sdnotify_watchdog_usec(ad.notify) / 2;
+		if (half < 1000)
+			half = 1000; /* a timer, not a busy loop */
+		struct timeval every = { (time_t)(half / 1000000), (suseconds_t)(half % 1000000) };
+		ad.watchdog_ev = event_new(ad.base, -1, EV_PERSIST, admitd_watchdog_cb, &ad);
+		if (ad.watchdog_ev == NULL || event_add(ad.watchdog_ev, &every) != 0)
+			fatal("cannot set up the watchdog timer", NULL);
+		(void)sdnotify_send(ad.notify, "WATCHDOG=1");
+	}
+	/* The socket accepts: ready, as far as the service manager is concerned. */
+	admitd_told = admitd_state(&ad);
+	(void)sdnotify_send(ad.notify, "READY=1\nSTATUS=backend=%s", admitd_told);
 	{
 		int64_t since;
 		const char *state = ad.redis ? backend_state(ad.redis, &since) : "local";
@@ -258,8 +296,10 @@ out:
 	ad.http = NULL;
 	backend_free(ad.redis);
 	ad.redis = NULL;
+	reload_free_backends(&ad);
 	scopes_free(&ad);
 	lease_free_all(&ad);
+	reload_free(&ad);
 	if (sigterm)
 		event_free(sigterm);
 	if (sigint)
@@ -270,6 +310,9 @@ out:
 		event_free(ad.gc_ev);
 	if (ad.exit_ev)
 		event_free(ad.exit_ev);
+	if (ad.watchdog_ev)
+		event_free(ad.watchdog_ev);
+	sdnotify_close(ad.notify);
 	event_base_free(ad.base);
 	conf_free(ad.conf);
 	return rc;

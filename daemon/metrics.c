@@ -143,11 +143,7 @@ METRICS_SCOPE_FIELD(m_waiters, sc->waiting > 0 ? sc->waiting : 0)
 
 static void m_keys(struct mw *w, const struct admitd *ad, const char *name)
 {
-	size_t i, n = 0;
-
-	for (i = 0; i < ad->nscopes; i++)
-		n += htab_count(ad->scopes[i].keys);
-	mw_printf(w, "%s %zu\n", name, n);
+	mw_printf(w, "%s %zu\n", name, ad->nkeys);
 }
 
 static void m_evictions(struct mw *w, const struct admitd *ad, const char *name)

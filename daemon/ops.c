@@ -46,7 +46,8 @@ static void ops_error(struct conn *c, const struct request *rq, enum admit_err e
 static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *out)
 {
 	char msg[256];
-	size_t i, j;
+	size_t i, j, npinned = 0;
+	bool full = false;
 
 	for (i = 0; i < rq->ntargets; i++) {
 		struct proto_target *pt = &rq->targets[i];
@@ -56,7 +57,7 @@ static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *ou
 		if (sc == NULL) {
 			snprintf(msg, sizeof(msg), "no scope \"%s\" in the conf", pt->scope);
 			ops_error(c, rq, ADMIT_E_UNKNOWN_SCOPE, msg);
-			return false;
+			goto fail;
 		}
 		if (!pt->has_key) {
 			if (sc->cs->default_key == NULL) {
@@ -64,7 +65,7 @@ static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *ou
 					 "scope \"%s\" has no default key: give \"key\" or \"url\"",
 					 pt->scope);
 				ops_error(c, rq, ADMIT_E_BAD_REQUEST, msg);
-				return false;
+				goto fail;
 			}
 			key = sc->cs->default_key;
 		}
@@ -76,14 +77,19 @@ static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *ou
 				snprintf(msg, sizeof(msg), "scope \"%s\" has no class \"%s\"",
 					 pt->scope, cname);
 				ops_error(c, rq, ADMIT_E_BAD_REQUEST, msg);
-				return false;
+				goto fail;
 			}
 		}
 		out[i].cost = pt->cost;
-		out[i].kq = kq_get(sc, key);
+		out[i].kq = kq_get(sc, key, &full);
 		if (out[i].kq == NULL) {
-			ops_error(c, rq, ADMIT_E_UNAVAILABLE, "out of memory");
-			return false;
+			if (full)
+				snprintf(msg, sizeof(msg),
+					 "max_keys (%lld) reached and every key kept is held or "
+					 "waited on: a new key is refused until one is released",
+					 (long long)c->ad->conf->max_keys);
+			ops_error(c, rq, ADMIT_E_UNAVAILABLE, full ? msg : "out of memory");
+			goto fail;
 		}
 		for (j = 0; j < i; j++) {
 			/* Booked twice in process, refused by itself in Redis: say so. */
@@ -92,15 +98,27 @@ static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *ou
 					 "scope \"%s\" key \"%.200s\" is named twice", pt->scope,
 					 out[i].kq->key);
 				ops_error(c, rq, ADMIT_E_BAD_REQUEST, msg);
-				return false;
+				goto fail;
 			}
 		}
+		/* The next target's kq_get must not evict this one. */
+		if (i + 1 < rq->ntargets) {
+			kq_ref(out[i].kq);
+			npinned++;
+		}
 	}
+	for (j = 0; j < npinned; j++)
+		kq_unref(out[j].kq);
 	return true;
+fail:
+	for (j = 0; j < npinned; j++)
+		kq_unref(out[j].kq);
+	return false;
 }
 
 static void op_acquire(struct conn *c, struct request *rq)
 {
+	char msg[256];
 	const struct conf_scope *cs;
 	struct lim_tokens rs[PROTO_MAX_TOKENS];
 	struct waiter *w;
@@ -109,6 +127,17 @@ static void op_acquire(struct conn *c, struct request *rq)
 
 	if (c->ad->shutting_down) {
 		ops_error(c, rq, ADMIT_E_SHUTTING_DOWN, NULL);
+		return;
+	}
+	/* Refused before it makes a key or a waiter: a flood of acquires past
+	 * max_leases costs nothing kept (waitq_pump checks again for waiters). */
+	if (lease_full(c->ad, msg, sizeof(msg))) {
+		struct scope_rt *sc = scope_find(c->ad, rq->targets[0].scope);
+		if (sc != NULL) {
+			sc->refused++;
+			sc->outcome[ADMIT_E_UNAVAILABLE]++;
+		}
+		ops_error(c, rq, ADMIT_E_UNAVAILABLE, msg);
 		return;
 	}
 	w = calloc(1, sizeof(*w));
@@ -180,7 +209,7 @@ static void ops_pend_done(struct op_pend *p, struct preply *r)
 		preply_free(r);
 	}
 	if (p->kq != NULL)
-		p->kq->refs--;
+		kq_unref(p->kq);
 	free(p->id);
 	free(p);
 }
@@ -307,6 +336,15 @@ static void op_status(struct conn *c, struct request *rq)
 	preply_str(r, "backend", state);
 	preply_int(r, "backend_since_s", (now - since) / 1000);
 	preply_int(r, "connections", (int64_t)ad->nconns);
+	preply_push(r, "reloads");
+	preply_int(r, "ok", (int64_t)ad->reloads_ok);
+	preply_int(r, "error", (int64_t)ad->reloads_error);
+	preply_pop(r);
+	preply_int(r, "keys", (int64_t)ad->nkeys);
+	preply_int(r, "max_keys", ad->conf->max_keys);
+	preply_int(r, "key_evictions", (int64_t)ad->key_evictions);
+	preply_int(r, "leases", (int64_t)ad->nleases);
+	preply_int(r, "max_leases", ad->conf->max_leases);
 	if (ad->redis != NULL)
 		backend_status(ad->redis, r);
 	preply_list(r, "wait_bounds_ms");
@@ -432,7 +470,7 @@ static struct op_pend *ops_key_pend(struct conn *c, struct request *rq)
 		return NULL;
 	p->kq = t[0].kq;
 	p->cls = t[0].cls;
-	p->kq->refs++;
+	kq_ref(p->kq);
 	return p;
 }
 

@@ -8,13 +8,27 @@
  * Owns: the scope_rt array and every struct kq (created on first use of a
  * key, freed by the sweep once nothing is queued or held on it and its
  * in-process limiter state is indistinguishable from a fresh one, so memory
- * follows the keys in use, not the keys ever seen).
+ * follows the keys in use, not the keys ever seen), and the LRU list of idle
+ * kqs that bounds them: past max_keys a new key evicts the least recently
+ * used kq with nothing held or waiting, forgetting its in-process state (as
+ * nginx's limit_req zones forget their oldest node when full). A kq leaves
+ * the list while held or referenced and goes back to its tail when the last
+ * hold or ref ends, and a lookup of an idle kq moves it to the tail: every
+ * touch is O(1), and the list's head is always evictable. And the mapping
+ * of all of them onto a reloaded conf: scopes matched by name, each key's
+ * limiter state carried limit by limit, classes re-pointed by name, removed
+ * scopes retired (each in its own allocation, with the conf it came from kept
+ * by reload.c) until their last lease is released.
  */
 
 #include "admitd.h"
 
 #include "clock.h"
+#include "log.h"
 
+#include <event2/event.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,13 +37,12 @@
 #define KQ_SWEEP_SLICES 10
 #define KQ_SWEEP_MIN	64
 
-/* Where a kq's limiter state starts in its block (8-byte aligned). */
-#define KQ_LIM_OFF ((sizeof(struct kq) + 7) & ~(size_t)7)
-
 bool scopes_init(struct admitd *ad)
 {
 	size_t i;
 
+	TAILQ_INIT(&ad->idle_keys);
+	ad->nkeys = 0;
 	ad->nscopes = ad->conf->nscopes;
 	ad->scopes = calloc(ad->nscopes ? ad->nscopes : 1, sizeof(*ad->scopes));
 	if (ad->scopes == NULL)
@@ -50,18 +63,29 @@ static void kq_free_cb(void *arg UNUSED, const char *key UNUSED, void *val)
 	waitq_free_kq(val);
 }
 
+static void scope_free_keys(struct scope_rt *sc)
+{
+	if (sc->keys == NULL)
+		return;
+	htab_each(sc->keys, kq_free_cb, NULL);
+	htab_free(sc->keys);
+	sc->keys = NULL;
+}
+
 void scopes_free(struct admitd *ad)
 {
 	size_t i;
 
-	for (i = 0; i < ad->nscopes; i++) {
-		if (ad->scopes[i].keys == NULL)
-			continue;
-		htab_each(ad->scopes[i].keys, kq_free_cb, NULL);
-		htab_free(ad->scopes[i].keys);
-	}
+	for (i = 0; i < ad->nscopes; i++)
+		scope_free_keys(&ad->scopes[i]);
 	free(ad->scopes);
 	ad->scopes = NULL;
+	while (ad->retired != NULL) {
+		struct scope_rt *r = ad->retired;
+		ad->retired = r->retired_next;
+		scope_free_keys(r);
+		free(r);
+	}
 }
 
 struct scope_rt *scope_find(struct admitd *ad, const char *name)
@@ -74,13 +98,53 @@ struct scope_rt *scope_find(struct admitd *ad, const char *name)
 	return NULL;
 }
 
-struct kq *kq_get(struct scope_rt *sc, const char *key)
+static bool kq_idle_listed(const struct kq *kq)
 {
+	return kq->idle_link.tqe_prev != NULL;
+}
+
+/* Free an idle kq and its table entry. */
+static void kq_free(struct kq *kq)
+{
+	struct admitd *ad = kq->sc->ad;
+
+	if (kq_idle_listed(kq))
+		kq_idle_out(kq);
+	waitq_free_kq(kq);
+	ad->nkeys--;
+	htab_del(kq->sc->keys, kq->key); /* frees kq, which lives in the entry */
+}
+
+struct kq *kq_get(struct scope_rt *sc, const char *key, bool *full)
+{
+	struct admitd *ad = sc->ad;
 	struct kq *kq = htab_get(sc->keys, key);
 	const char *kq_key;
 
-	if (kq != NULL)
+	if (kq != NULL) {
+		if (kq_idle_listed(kq)) { /* most recently used now */
+			kq_idle_out(kq);
+			kq_idle_in(kq);
+		}
 		return kq;
+	}
+	/* A loop, not one eviction: after a reload that lowered max_keys the
+	 * table shrinks to it at the next new key. */
+	while ((int64_t)ad->nkeys >= ad->conf->max_keys) {
+		struct kq *victim = TAILQ_FIRST(&ad->idle_keys);
+		if (victim == NULL) {
+			if (full != NULL)
+				*full = true;
+			log_ratelimited(
+			    LOG_SLOT_KEYS, 1000,
+			    "max_keys reached and every key is in use: new keys refused",
+			    "max_keys=%lld", (long long)ad->conf->max_keys);
+			return NULL;
+		}
+		log_debug("key evicted", "scope=%s key=\"%s\"", victim->sc->cs->name, victim->key);
+		kq_free(victim);
+		ad->key_evictions++;
+	}
 	/* One allocation: the table's entry, its key, the kq and its limiter
 	 * state (about 250 bytes for a one-rule scope and a host name). */
 	kq = htab_put_inline(sc->keys, key, KQ_LIM_OFF + lim_state_size(sc->cs), &kq_key);
@@ -88,9 +152,12 @@ struct kq *kq_get(struct scope_rt *sc, const char *key)
 		return NULL;
 	kq->key = kq_key;
 	kq->sc = sc;
-	kq->lim = (struct lim_state *)(void *)((char *)kq + KQ_LIM_OFF);
-	lim_state_init(kq->lim, sc->cs);
+	kq->lim_ext = false;
+	kq->lim_cap = (uint32_t)sc->cs->nrules;
+	lim_state_init(kq_lim(kq), sc->cs);
 	TAILQ_INIT(&kq->waiters);
+	kq_idle_in(kq);
+	ad->nkeys++;
 	return kq;
 }
 
@@ -104,18 +171,50 @@ static void kq_sweep_one(void *arg, const char *key, void *val)
 	struct sweep_ctx *sw = arg;
 	struct kq *kq = val;
 
+	(void)key;
 	if (kq->nwait > 0 || kq->held > 0 || kq->busy || kq->refs > 0 || kq->pending > 0)
 		return;
-	if (kq->lim != NULL && !lim_idle(kq->lim, sw->sc->cs, sw->now))
+	if (!lim_idle(kq_lim(kq), sw->sc->cs, sw->now))
 		return;
-	waitq_free_kq(kq);
-	htab_del(sw->sc->keys, key); /* frees kq, which lives in the entry */
+	kq_free(kq);
+}
+
+/* A retired scope's key goes as soon as nothing names it: its limits are gone. */
+static void kq_sweep_retired_one(void *arg UNUSED, const char *key UNUSED, void *val)
+{
+	struct kq *kq = val;
+
+	if (kq->nwait > 0 || kq->held > 0 || kq->busy || kq->refs > 0 || kq->pending > 0)
+		return;
+	kq_free(kq); /* off the idle list too; kq->sc is the retired scope, its table */
+}
+
+/* Free the retired scopes whose last key went. */
+static void kq_sweep_retired(struct admitd *ad)
+{
+	struct scope_rt **pp = &ad->retired;
+
+	while (*pp != NULL) {
+		struct scope_rt *r = *pp;
+		htab_each(r->keys, kq_sweep_retired_one, NULL);
+		if (htab_count(r->keys) > 0) {
+			pp = &r->retired_next;
+			continue;
+		}
+		log_info("removed scope finished", "scope=%s", r->cs->name);
+		*pp = r->retired_next;
+		htab_free(r->keys);
+		free(r);
+	}
 }
 
 void kq_sweep(struct admitd *ad)
 {
 	struct sweep_ctx sw = { .now = clock_mono_ms() };
 	size_t i;
+
+	if (ad->retired != NULL)
+		kq_sweep_retired(ad);
 
 	/* A slice of each table per tick: every key is looked at about once in
 	 * KQ_SWEEP_SLICES ticks, and no tick walks a million keys at once. */
@@ -139,4 +238,344 @@ void kq_shutdown_all(struct admitd *ad)
 
 	for (i = 0; i < ad->nscopes; i++)
 		htab_each(ad->scopes[i].keys, kq_shutdown_cb, NULL);
+}
+
+/* ---- reload ------------------------------------------------------------ */
+
+/* What scopes_reload prepares before it changes anything. */
+struct scope_swap {
+	const struct conf *nc;
+	struct scope_rt *ns;	   /* nc's scopes, to become ad->scopes */
+	size_t *from;		   /* ns[i] is old scope from[i]; SIZE_MAX: new */
+	struct scope_rt **retire;  /* by old index: the allocation it retires into */
+	struct lim_state **ext;	   /* states for keys outgrowing their entry, in walk order */
+	size_t next, used;	   /* how many there are, how many were handed out */
+	struct lim_state *scratch; /* in-place carries go through this */
+	/* the scope being walked */
+	struct scope_rt *sc;
+	const struct conf_scope *ocs, *ncs;
+};
+
+static void *kq_lim_inline(struct kq *kq)
+{
+	return (char *)kq + KQ_LIM_OFF;
+}
+
+static void scope_swap_count_ext(void *arg, const char *key UNUSED, void *val)
+{
+	struct scope_swap *p = arg;
+	struct kq *kq = val;
+
+	if (p->ncs->nrules > kq->lim_cap)
+		p->next++;
+}
+
+/* One kept key: re-pointed at its new scope, its limiter state carried. */
+static void scope_swap_carry_kq(void *arg, const char *key UNUSED, void *val)
+{
+	struct scope_swap *p = arg;
+	struct kq *kq = val;
+	struct lim_state *old = kq_lim(kq), *dst;
+	bool ext = p->ncs->nrules > kq->lim_cap;
+
+	/* The same walk as scope_swap_count_ext's, so there is one state each. */
+	dst = ext ? p->ext[p->used++] : p->scratch;
+	lim_state_init(dst, p->ncs);
+	lim_state_carry(dst, p->ncs, old, p->ocs);
+	if (kq->lim_ext)
+		lim_state_free(old);
+	else
+		lim_state_clear(old); /* what was not carried */
+	if (ext)		      /* the entry keeps a pointer to it where the state was */
+		memcpy(kq_lim_inline(kq), &dst, sizeof(dst));
+	else
+		memcpy(kq_lim_inline(kq), dst, lim_state_size(p->ncs)); /* its arrays move too */
+	kq->lim_ext = ext;
+	kq->sc = p->sc;
+}
+
+static void scope_swap_repoint_kq(void *arg, const char *key UNUSED, void *val)
+{
+	struct kq *kq = val;
+
+	kq->sc = arg;
+}
+
+/* The class of the same name in cs (*gone set when there is none). */
+static const struct conf_class *scope_swap_cls(const struct conf_scope *cs,
+					       const struct conf_class *cls, bool *gone)
+{
+	const struct conf_class *n;
+
+	if (cls == NULL)
+		return NULL;
+	n = conf_class_find(cs, cls->name);
+	if (n == NULL && gone != NULL)
+		*gone = true;
+	return n;
+}
+
+/*
+ * A waiter's last refusal names a rule: when the text is the old conf's,
+ * the same text in the new one, or NULL (its timeout then blames the head
+ * or the queue). Static names are kept.
+ */
+static const char *scope_swap_rule_text(const struct conf *oc, const struct conf *nc, const char *s)
+{
+	size_t i, j;
+
+	if (s == NULL)
+		return NULL;
+	for (i = 0; i < oc->nscopes; i++) {
+		const struct conf_scope *o = &oc->scopes[i], *n;
+		bool ours = s == o->quota_text;
+
+		for (j = 0; !ours && j < o->nrules; j++)
+			ours = s == o->rules[j].text || s == o->rules[j].name;
+		if (!ours)
+			continue;
+		if ((n = conf_scope_find(nc, o->name)) == NULL)
+			return NULL;
+		if (n->quota_text != NULL && strcmp(n->quota_text, s) == 0)
+			return n->quota_text;
+		for (j = 0; j < n->nrules; j++) {
+			if (strcmp(n->rules[j].text, s) == 0)
+				return n->rules[j].text;
+			if (n->rules[j].name != NULL && strcmp(n->rules[j].name, s) == 0)
+				return n->rules[j].name;
+		}
+		return NULL;
+	}
+	return s;
+}
+
+struct scope_swap_walk {
+	const struct conf *oc, *nc;
+};
+
+/*
+ * The waiters queued on one key: re-pointed at the new conf (a retired
+ * scope's target keeps its class: that conf stays with it), and answered
+ * when they cannot go on because a scope or class they name is gone. A
+ * waiter whose client left is only waiting for its decision: re-pointed.
+ */
+static void scope_swap_waiters(void *arg, const char *key UNUSED, void *val)
+{
+	struct scope_swap_walk *rw = arg;
+	struct kq *kq = val;
+	struct waiter *w, *nx;
+	char msg[200];
+
+	for (w = TAILQ_FIRST(&kq->waiters); w != NULL; w = nx) {
+		const char *gone_scope = NULL, *gone_class = NULL;
+		size_t i;
+
+		nx = TAILQ_NEXT(w, kq_link);
+		for (i = 0; i < w->nt; i++) {
+			struct scope_rt *sc = w->t[i].kq->sc;
+			const char *name = w->t[i].cls ? w->t[i].cls->name : "";
+			bool gone = false;
+
+			if (sc->retired) {
+				if (gone_scope == NULL)
+					gone_scope = sc->cs->name;
+				continue;
+			}
+			if (gone_class == NULL && w->t[i].cls != NULL &&
+			    conf_class_find(sc->cs, name) == NULL) {
+				snprintf(
+				    msg, sizeof(msg),
+				    "scope \"%s\" has no class \"%s\" since the conf was reloaded",
+				    sc->cs->name, name);
+				gone_class = msg;
+			}
+			w->t[i].cls = scope_swap_cls(sc->cs, w->t[i].cls, &gone);
+		}
+		w->last_rule = scope_swap_rule_text(rw->oc, rw->nc, w->last_rule);
+		if (w->conn == NULL)
+			continue;
+		if (gone_scope != NULL) {
+			snprintf(msg, sizeof(msg),
+				 "no scope \"%s\" in the conf since it was reloaded", gone_scope);
+			waitq_abort(w, ADMIT_E_UNKNOWN_SCOPE, msg);
+		} else if (gone_class != NULL) {
+			waitq_abort(w, ADMIT_E_BAD_REQUEST, gone_class);
+		}
+	}
+}
+
+/* A lease's targets in kept scopes: the class of the same name, or none
+ * (the unnamed rules) when it is gone. */
+static void scope_swap_lease(void *arg UNUSED, const char *key UNUSED, void *val)
+{
+	struct lease *l = val;
+	size_t i;
+
+	for (i = 0; i < l->nt; i++)
+		if (!l->t[i].kq->sc->retired)
+			l->t[i].cls = scope_swap_cls(l->t[i].kq->sc->cs, l->t[i].cls, NULL);
+}
+
+static void scope_swap_free(struct scope_swap *p, size_t nold)
+{
+	size_t i;
+
+	for (i = p->used; p->ext != NULL && i < p->next; i++)
+		free(p->ext[i]);
+	free(p->ext);
+	for (i = 0; p->retire != NULL && i < nold; i++)
+		free(p->retire[i]);
+	free(p->retire);
+	/* a new scope's table (from[] is SIZE_MAX for it; not yet set: 0, and no table) */
+	for (i = 0; p->ns != NULL && p->from != NULL && i < p->nc->nscopes; i++)
+		if (p->from[i] == SIZE_MAX && p->ns[i].keys != NULL)
+			htab_free(p->ns[i].keys);
+	free(p->ns);
+	free(p->from);
+	free(p->scratch);
+}
+
+/* Everything that can fail, before anything changes. */
+static bool scope_swap_prepare(struct admitd *ad, struct scope_swap *p)
+{
+	const struct conf *nc = p->nc;
+	size_t i, j, nmax = 1, size;
+	bool *kept = calloc(ad->nscopes + 1, sizeof(*kept)), ok = false;
+
+	p->ns = calloc(nc->nscopes + 1, sizeof(*p->ns));
+	p->from = calloc(nc->nscopes + 1, sizeof(*p->from));
+	p->retire = calloc(ad->nscopes + 1, sizeof(*p->retire));
+	if (kept == NULL || p->ns == NULL || p->from == NULL || p->retire == NULL)
+		goto done;
+	for (i = 0; i < nc->nscopes; i++) {
+		p->from[i] = SIZE_MAX;
+		if (nc->scopes[i].nrules > nmax)
+			nmax = nc->scopes[i].nrules;
+		for (j = 0; j < ad->nscopes; j++)
+			if (strcmp(ad->scopes[j].cs->name, nc->scopes[i].name) == 0)
+				break;
+		if (j < ad->nscopes) {
+			p->from[i] = j;
+			kept[j] = true;
+			p->ncs = &nc->scopes[i];
+			htab_each(ad->scopes[j].keys, scope_swap_count_ext, p);
+		} else if ((p->ns[i].keys = htab_new()) == NULL) {
+			goto done;
+		}
+	}
+	for (j = 0; j < ad->nscopes; j++)
+		if (!kept[j] && (p->retire[j] = malloc(sizeof(**p->retire))) == NULL)
+			goto done;
+	/* Each state is sized for the largest scope: which key takes which
+	 * is only known on the walk that carries them. */
+	size = sizeof(struct lim_state) + nmax * sizeof(struct strat_state);
+	if (p->next > 0 && (p->ext = calloc(p->next, sizeof(*p->ext))) == NULL)
+		goto done;
+	for (i = 0; i < p->next; i++) {
+		if ((p->ext[i] = calloc(1, size)) == NULL) {
+			p->next = i; /* free only these */
+			goto done;
+		}
+	}
+	ok = (p->scratch = calloc(1, size)) != NULL;
+done:
+	free(kept);
+	return ok;
+}
+
+bool scopes_reload(struct admitd *ad, const struct conf *nc)
+{
+	struct scope_swap p = { .nc = nc };
+	struct scope_swap_walk rw = { .oc = ad->conf, .nc = nc };
+	struct scope_rt *r;
+	struct conn *c;
+	struct op_pend *pd;
+	size_t i, j, nold = ad->nscopes;
+
+	if (!scope_swap_prepare(ad, &p)) {
+		scope_swap_free(&p, nold);
+		return false;
+	}
+	/* Nothing fails from here on. */
+	for (i = 0; i < nc->nscopes; i++) {
+		struct scope_rt *sc = &p.ns[i];
+
+		if (p.from[i] != SIZE_MAX) {
+			*sc = ad->scopes[p.from[i]]; /* its keys and counters */
+			p.ocs = sc->cs;
+		}
+		sc->ad = ad;
+		sc->cs = &nc->scopes[i];
+		sc->idx = i;
+		sc->retired = false;
+		sc->retired_next = NULL;
+		if (p.from[i] != SIZE_MAX) {
+			p.sc = sc;
+			p.ncs = sc->cs;
+			htab_each(sc->keys, scope_swap_carry_kq, &p);
+		}
+	}
+	for (j = 0; j < nold; j++) {
+		if ((r = p.retire[j]) == NULL)
+			continue;
+		p.retire[j] = NULL;
+		*r = ad->scopes[j];
+		r->retired = true;
+		r->retired_next = ad->retired;
+		ad->retired = r;
+		htab_each(r->keys, scope_swap_repoint_kq, r);
+		log_info("scope removed: its waiters are answered, its leases stay releasable",
+			 "scope=%s leases=%lld waiting=%lld", r->cs->name, (long long)r->leases,
+			 (long long)r->waiting);
+	}
+	free(ad->scopes);
+	ad->scopes = p.ns;
+	ad->nscopes = nc->nscopes;
+	p.ns = NULL;
+	for (i = 0; i < ad->nscopes; i++)
+		htab_each(ad->scopes[i].keys, scope_swap_waiters, &rw);
+	for (r = ad->retired; r != NULL; r = r->retired_next)
+		htab_each(r->keys, scope_swap_waiters, &rw);
+	htab_each(ad->leases, scope_swap_lease, NULL);
+	for (c = TAILQ_FIRST(&ad->conns); c != NULL; c = TAILQ_NEXT(c, link)) {
+		for (pd = TAILQ_FIRST(&c->pends); pd != NULL; pd = TAILQ_NEXT(pd, conn_link))
+			if (pd->kq != NULL && !pd->kq->sc->retired)
+				pd->cls = scope_swap_cls(pd->kq->sc->cs, pd->cls, NULL);
+	}
+	scope_swap_free(&p, nold);
+	return true;
+}
+
+static void scope_wake_kq(void *arg UNUSED, const char *key UNUSED, void *val)
+{
+	struct kq *kq = val;
+
+	if (TAILQ_EMPTY(&kq->waiters) || kq->busy)
+		return;
+	/* A head asleep on a refusal asks again now: a raised limit may admit it. */
+	if (kq->wake_at != 0 && kq->retry_ev != NULL && event_del(kq->retry_ev) != 0) {
+		log_warn("cannot wake a waiting key after the reload: it asks at its time",
+			 "scope=%s", kq->sc->cs->name);
+		return;
+	}
+	kq->wake_at = 0;
+	waitq_pump(kq);
+}
+
+void scopes_wake(struct admitd *ad)
+{
+	size_t i;
+
+	for (i = 0; i < ad->nscopes; i++)
+		htab_each(ad->scopes[i].keys, scope_wake_kq, NULL);
+}
+
+bool scopes_points_into(const struct admitd *ad, const struct conf *c)
+{
+	const struct scope_rt *r;
+
+	for (r = ad->retired; r != NULL; r = r->retired_next)
+		if (r->cs >= c->scopes && r->cs < c->scopes + c->nscopes)
+			return true;
+	return false;
 }

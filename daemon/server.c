@@ -8,13 +8,17 @@
  * Owns: the listening fd (through an evconnlistener) and the socket file.
  * Creates the socket OpenSMTPD-style: a connect() probe first, so a second
  * admitd does not steal a live daemon's socket, then unlink of a stale one,
- * bind under a umask, explicit chmod. Accepting pauses briefly when the
- * process runs out of descriptors, and connections beyond max_connections
- * are closed at once.
+ * bind under a umask, explicit chown (socket_group) and chmod. Accepting
+ * pauses briefly when the process runs out of descriptors, connections
+ * beyond max_connections are closed at once, and a peer outside allow_uids
+ * and allow_gids (its credentials read with SO_PEERCRED, its supplementary
+ * groups with SO_PEERGROUPS) gets one `forbidden` line and is closed before
+ * it is a connection at all.
  */
 
 #include "server.h"
 
+#include "clock.h"
 #include "log.h"
 
 #include <errno.h>
@@ -27,23 +31,174 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+/* A refused peer, read from until it closes (or SERVER_REFUSED_LINGER_MS). */
+struct refused {
+	TAILQ_ENTRY(refused) link;
+	struct server *s;
+	struct event *ev;
+	int64_t until; /* closed then, even if the peer keeps writing (mono ms) */
+	int fd;
+};
+TAILQ_HEAD(refused_list, refused);
+
 struct server {
 	struct admitd *ad;
 	struct evconnlistener *lev;
 	struct event *resume_ev;
 	char *path;
+	struct refused_list refused; /* lingering refused peers */
+	size_t nrefused;
 };
+
+/* Refused peers lingered on at once at most (each holds an fd), and how long. */
+#define SERVER_REFUSED_MAX	 64
+#define SERVER_REFUSED_LINGER_MS 1000
+
+/* Supplementary groups read from a peer at most; more are not looked at. */
+#define SERVER_PEER_GROUPS 256
+
+static bool server_id_listed(const struct conf_ids *ids, uint32_t id)
+{
+	size_t i;
+
+	for (i = 0; i < ids->n; i++)
+		if (ids->ids[i] == id)
+			return true;
+	return false;
+}
+
+/*
+ * May the peer on fd connect? Always, without allow_uids and allow_gids;
+ * else when its uid is in allow_uids, or its gid or one of its
+ * supplementary groups in allow_gids. Credentials that cannot be read
+ * refuse. *cred is the peer's (for the log).
+ */
+static bool server_peer_allowed(const struct conf *cf, int fd, struct ucred *cred)
+{
+	gid_t groups[SERVER_PEER_GROUPS];
+	socklen_t len = sizeof(*cred);
+	size_t i;
+
+	memset(cred, 0, sizeof(*cred));
+	cred->pid = -1;
+	if (cf->allow_uids.n == 0 && cf->allow_gids.n == 0)
+		return true;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) != 0 || len != sizeof(*cred)) {
+		log_ratelimited(LOG_SLOT_FORBIDDEN, 1000,
+				"cannot read a peer's credentials: refused", "err=\"%s\"",
+				strerror(errno));
+		return false;
+	}
+	if (server_id_listed(&cf->allow_uids, cred->uid) ||
+	    server_id_listed(&cf->allow_gids, cred->gid))
+		return true;
+	if (cf->allow_gids.n == 0)
+		return false;
+	/* The groups the peer's process had at connect(); ERANGE: more than we
+	 * look at (the first SERVER_PEER_GROUPS are not filled then). */
+	len = sizeof(groups);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0)
+		return false;
+	for (i = 0; i < len / sizeof(groups[0]); i++)
+		if (server_id_listed(&cf->allow_gids, groups[i]))
+			return true;
+	return false;
+}
+
+/* Read and drop what a refused peer sends; false once it is gone. */
+static bool server_refused_drain(int fd)
+{
+	char sink[4096];
+	int i;
+
+	for (i = 0; i < 16; i++) {
+		ssize_t r = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+		if (r > 0)
+			continue;
+		return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+	}
+	return true;
+}
+
+static void server_refused_free(struct refused *rf)
+{
+	TAILQ_REMOVE(&rf->s->refused, rf, link);
+	rf->s->nrefused--;
+	event_free(rf->ev);
+	evutil_closesocket(rf->fd);
+	free(rf);
+}
+
+static void server_refused_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct refused *rf = arg;
+
+	if ((what & EV_TIMEOUT) || !server_refused_drain(fd) || clock_mono_ms() >= rf->until)
+		server_refused_free(rf);
+}
+
+/*
+ * Refuse a peer: one line, then EOF. The line fits an empty socket buffer,
+ * so a non-blocking send writes it whole; shutdown(SHUT_WR) ends it. The
+ * fd stays open a moment, its input read and dropped, until the peer
+ * closes: a peer that writes first neither gets EPIPE nor loses the line
+ * (closing a Unix socket with unread input would also turn the peer's EOF
+ * into ECONNRESET). Past SERVER_REFUSED_MAX lingering peers, what is there
+ * is read and the fd closed at once.
+ */
+static void server_refuse(struct server *s, int fd, const struct ucred *cred)
+{
+	struct timeval linger = { SERVER_REFUSED_LINGER_MS / 1000,
+				  (SERVER_REFUSED_LINGER_MS % 1000) * 1000 };
+	struct refused *rf = NULL;
+	static const char line[] = "{\"ok\":false,\"error\":\"forbidden\",\"message\":"
+				   "\"this peer may not connect: its uid and groups are not in "
+				   "allow_uids or allow_gids\"}\n";
+
+	log_ratelimited(
+	    LOG_SLOT_FORBIDDEN, 1000, "connection refused: peer not in allow_uids/allow_gids",
+	    "uid=%u gid=%u pid=%d", (unsigned)cred->uid, (unsigned)cred->gid, (int)cred->pid);
+	if (send(fd, line, sizeof(line) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+	    (ssize_t)(sizeof(line) - 1))
+		log_debug("cannot tell a refused peer", "err=\"%s\"", strerror(errno));
+	if (shutdown(fd, SHUT_WR) != 0)
+		log_debug("shutdown of a refused peer failed", "err=\"%s\"", strerror(errno));
+	if (!server_refused_drain(fd))
+		goto close;
+	if (s->nrefused >= SERVER_REFUSED_MAX || (rf = calloc(1, sizeof(*rf))) == NULL)
+		goto close;
+	rf->s = s;
+	rf->fd = fd;
+	rf->until = clock_mono_ms() + SERVER_REFUSED_LINGER_MS;
+	rf->ev = event_new(s->ad->base, fd, EV_READ | EV_PERSIST, server_refused_cb, rf);
+	if (rf->ev == NULL || event_add(rf->ev, &linger) != 0) {
+		if (rf->ev != NULL)
+			event_free(rf->ev);
+		free(rf);
+		goto close;
+	}
+	TAILQ_INSERT_TAIL(&s->refused, rf, link);
+	s->nrefused++;
+	return;
+close:
+	evutil_closesocket(fd);
+}
 
 static void server_accept_cb(struct evconnlistener *lev UNUSED, evutil_socket_t fd,
 			     struct sockaddr *sa UNUSED, int salen UNUSED, void *arg)
 {
 	struct server *s = arg;
+	struct ucred cred;
 
 	if (s->ad->shutting_down || (int64_t)s->ad->nconns >= s->ad->conf->max_connections) {
 		log_ratelimited(LOG_SLOT_ACCEPT, 1000,
 				"connection refused: max_connections reached",
 				"max_connections=%lld", (long long)s->ad->conf->max_connections);
 		evutil_closesocket(fd);
+		return;
+	}
+	if (!server_peer_allowed(s->ad->conf, fd, &cred)) {
+		server_refuse(s, fd, &cred);
 		return;
 	}
 	conn_new(s->ad, fd);
@@ -109,6 +264,7 @@ struct server *server_new(struct admitd *ad)
 		goto fail;
 	}
 	s->ad = ad;
+	TAILQ_INIT(&s->refused);
 	if (unlink(path) != 0 && errno != ENOENT) {
 		errpos = "unlink";
 		goto fail;
@@ -125,6 +281,11 @@ struct server *server_new(struct admitd *ad)
 		goto fail;
 	}
 	umask(old_umask);
+	if (ad->conf->socket_group >= 0 &&
+	    chown(path, (uid_t)-1, (gid_t)ad->conf->socket_group) != 0) {
+		errpos = "chown";
+		goto fail;
+	}
 	if (chmod(path, (mode_t)ad->conf->socket_mode) != 0) {
 		errpos = "chmod";
 		goto fail;
@@ -164,6 +325,8 @@ void server_free(struct server *s)
 		return;
 	evconnlistener_free(s->lev);
 	event_free(s->resume_ev);
+	while (!TAILQ_EMPTY(&s->refused))
+		server_refused_free(TAILQ_FIRST(&s->refused));
 	unlink(s->path);
 	free(s->path);
 	free(s);

@@ -13,8 +13,9 @@
 
 /*
  * server_new - create the socket at ad->conf->socket (refusing to steal it
- * from a live daemon, replacing a stale one), chmod it to socket_mode and
- * start accepting. NULL with a logged error on failure.
+ * from a live daemon, replacing a stale one), chown it to socket_group
+ * when set, chmod it to socket_mode and start accepting (peers outside
+ * allow_uids/allow_gids are refused at accept). NULL with a logged error on failure.
  */
 struct server *server_new(struct admitd *ad);
 

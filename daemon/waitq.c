@@ -79,7 +79,7 @@ static void waitq_remove(struct waiter *w)
 	size_t i;
 
 	for (i = 0; i < w->nt; i++) {
-		w->t[i].kq->refs--;
+		kq_unref(w->t[i].kq);
 		if (waitq_first_of_scope(w, i))
 			w->t[i].kq->sc->waiting--;
 	}
@@ -144,7 +144,10 @@ static void waitq_exceeds(struct waiter *w, const struct eng_res *res)
 
 static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now)
 {
-	struct lease *l = lease_new(w->t[0].kq->sc->ad, w, res->via);
+	struct admitd *ad = w->t[0].kq->sc->ad;
+	char full[256];
+	bool over = lease_full(ad, full, sizeof(full));
+	struct lease *l = lease_new(ad, w, res->via);
 	struct preply *r;
 	size_t i;
 
@@ -155,6 +158,14 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 	l->backend_booked = res->booked;
 	l->redis_maybe = res->redis_maybe;
 	l->redis_after = res->redis_after;
+	if (over) {
+		/* Decided while others were in flight, and the table filled
+		 * meanwhile: what was booked goes straight back. */
+		lease_release(l, NULL, 0);
+		if (w->conn != NULL)
+			waitq_fail(w, ADMIT_E_UNAVAILABLE, 0, NULL, full);
+		return;
+	}
 	if (w->conn == NULL) {
 		/* Nobody to tell: give it straight back. Its acquire was already
 		 * counted as canceled or timed out, never also as admitted. */
@@ -249,7 +260,7 @@ void waitq_add(struct waiter *w)
 	/* Every target's kq stays alive while w names it (the sweep skips it);
 	 * w waits in every target's scope, and each scope's max_waiters holds. */
 	for (i = 0; i < w->nt; i++) {
-		w->t[i].kq->refs++;
+		kq_ref(w->t[i].kq);
 		if (waitq_first_of_scope(w, i) &&
 		    ++w->t[i].kq->sc->waiting > w->t[i].kq->sc->cs->max_waiters)
 			too_many = true;
@@ -325,10 +336,16 @@ void waitq_pump(struct kq *kq)
 	kq->in_pump = true;
 	while (!kq->busy && !TAILQ_EMPTY(&kq->waiters) && kq->wake_at == 0) {
 		struct waiter *w = waitq_head(kq);
+		char full[256];
 		const char *rule = NULL;
 		bool own = true;
 		size_t i;
 
+		if (lease_full(kq->sc->ad, full, sizeof(full))) {
+			waitq_fail(w, ADMIT_E_UNAVAILABLE, 0, NULL, full);
+			waitq_remove(w);
+			continue;
+		}
 		if (!waitq_sem_free(w, &own, &rule)) {
 			int64_t retry = kq->sc->cs->concurrency_retry_ms;
 			w->last_rule = rule;
@@ -532,6 +549,14 @@ void waitq_shutdown(struct kq *kq)
 	}
 }
 
+void waitq_abort(struct waiter *w, enum admit_err e, const char *msg)
+{
+	waitq_fail(w, e, 0, NULL, msg);
+	waitq_unlink_conn(w);
+	if (!waitq_in_flight(w))
+		waitq_remove(w);
+}
+
 void waitq_free_kq(struct kq *kq)
 {
 	while (!TAILQ_EMPTY(&kq->waiters)) {
@@ -542,8 +567,14 @@ void waitq_free_kq(struct kq *kq)
 	if (kq->retry_ev != NULL)
 		event_free(kq->retry_ev);
 	kq->retry_ev = NULL;
-	if (kq->lim != NULL)
-		lim_state_clear(kq->lim);
+	if (kq->lim_ext) {
+		lim_state_free(kq_lim(kq));
+		kq->lim_ext = false;
+		/* what is left in the entry is an empty state: freeing it twice is a no-op */
+		memset((char *)kq + KQ_LIM_OFF, 0, sizeof(struct lim_state));
+	} else {
+		lim_state_clear(kq_lim(kq));
+	}
 	/* kq itself, its key and its limiter state live in its key table's entry
 	 * (htab_put_inline) */
 }

@@ -33,7 +33,8 @@
 	ACTION(SHUTTING_DOWN, "shutting_down", "the daemon is stopping")            \
 	ACTION(UNAVAILABLE, "unavailable", "the limiter backend cannot decide")     \
 	ACTION(EXCEEDS_LIMIT, "exceeds_limit",                                      \
-	       "no wait can admit it: it asks more than the limit holds")
+	       "no wait can admit it: it asks more than the limit holds")           \
+	ACTION(FORBIDDEN, "forbidden", "this peer may not connect (allow_uids, allow_gids)")
 
 enum admit_err {
 	ADMIT_OK = 0,

@@ -450,7 +450,13 @@ class MemoryTest(FaultCase):
 class DivisorAutoTest(FaultCase):
 
     def test_divisor_auto_is_pods_seen(self):
-        conf = "[scope q]\nquota = 30/1s\nfallback_divisor = auto\n"
+        self.check_pods_seen("[scope q]\nquota = 30/1s\nfallback_divisor = auto\n")
+
+    def test_default_divisor_is_auto(self):
+        # a fleet that never set fallback_divisor does not admit 3x its budget
+        self.check_pods_seen("[scope q]\nquota = 30/1s\n")
+
+    def check_pods_seen(self, conf):
         with Pods(conf) as cl:
             end = now() + 5.0
             while cl.redis.command("ZCARD", "admitd:pods") != 3:

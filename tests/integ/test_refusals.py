@@ -13,7 +13,8 @@ front, the operator's reset and inspect, and outages that show.
   reports the key's state as the deciding limiter sees it.
 - Outages: the state is logged at start; every call that could not reach
   Redis is counted; a frozen Redis logs its dropped connections rate-limited;
-  a daemon started during an outage divides `auto` by fallback_pods.
+  a daemon started during an outage divides `auto` by fallback_pods (1 by
+  default: one that never saw its peers divides by 1).
 
 Each runs in local mode and, where Redis changes the path, on Redis.
 """
@@ -286,21 +287,30 @@ quota = 30/1m
 fallback_divisor = auto
 """
 
-    def test_started_during_an_outage(self):
-        cl = Pods(self.CONF, n=1, admitd_extra="redis_timeout = 100ms\n", start_redis=False)
+    def started_during_an_outage(self, conf, extra, admitted):
+        cl = Pods(conf, n=1, admitd_extra="redis_timeout = 100ms\n" + extra,
+                     start_redis=False)
         with cl:
             d = cl.daemons[0]
             err = d.stderr_text()
             self.assertIn("state=fallback", err)
             self.assertIn("redis is down", err)
             c = d.connect()
-            got = [c.request(acquire_req("q", "k", timeout_ms=0)) for _ in range(15)]
+            got = [c.request(acquire_req("q", "k", timeout_ms=0)) for _ in range(40)]
             ok = [r for r in got if r.get("ok")]
-            # no pod seen yet: auto divides by fallback_pods (3): 30/3 = 10
-            self.assertEqual(len(ok), 10, got)
+            self.assertEqual(len(ok), admitted, got)
             self.assertEqual({r["backend"] for r in ok}, {"fallback"})
             st = status(d)
-            self.assertGreaterEqual(st["redis"]["errors"]["acquire"], 15, st)
+            self.assertGreaterEqual(st["redis"]["errors"]["acquire"], 40, st)
+
+    def test_started_during_an_outage(self):
+        # no pod seen yet: auto divides by fallback_pods (3): 30/3 = 10
+        self.started_during_an_outage(self.CONF, "fallback_pods = 3\n", 10)
+
+    def test_started_during_an_outage_default_divides_by_one(self):
+        # the defaults (fallback_divisor auto, fallback_pods 1): a daemon that
+        # never saw its peers divides by 1
+        self.started_during_an_outage("[scope q]\nquota = 30/1m\n", "", 30)
 
     def test_every_call_that_missed_redis_counts(self):
         with Pods(self.CONF, n=1, admitd_extra="redis_timeout = 100ms\n") as cl:

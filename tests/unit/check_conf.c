@@ -101,6 +101,13 @@ START_TEST(test_admitd_defaults)
 	ck_assert_ptr_null(c->redis_password_file);
 	ck_assert_ptr_null(c->redis_user);
 	ck_assert_str_eq(c->log_level, "info");
+	ck_assert_int_eq(c->fallback_pods, 1);
+	ck_assert(!c->watch_conf);
+	ck_assert_int_eq(c->socket_group, -1);
+	ck_assert_uint_eq(c->allow_uids.n, 0);
+	ck_assert_uint_eq(c->allow_gids.n, 0);
+	ck_assert_int_eq(c->max_keys, 1000000);
+	ck_assert_int_eq(c->max_leases, 100000);
 	ck_assert_uint_eq(c->nscopes, 0);
 	conf_free(c);
 }
@@ -135,6 +142,31 @@ START_TEST(test_redis_topology_keys)
 	c = load("[admitd]\nredis = redis+cluster://n1:7000,n2:7001,n3:7002\n");
 	ck_assert_msg(c != NULL, "%s", errtext);
 	ck_assert_str_eq(c->redis, "redis+cluster://n1:7000,n2:7001,n3:7002");
+	conf_free(c);
+}
+END_TEST
+
+/* Users and groups: numbers as they are, names looked up (root is 0 everywhere). */
+START_TEST(test_access_and_bounds_keys)
+{
+	struct conf *c = load("[admitd]\n"
+			      "allow_uids = root 4321  7\n"
+			      "allow_gids = 0 99\n"
+			      "socket_group = root\n"
+			      "max_keys = 5\n"
+			      "max_leases = 1\n");
+
+	ck_assert_msg(c != NULL, "%s", errtext);
+	ck_assert_uint_eq(c->allow_uids.n, 3);
+	ck_assert_uint_eq(c->allow_uids.ids[0], 0);
+	ck_assert_uint_eq(c->allow_uids.ids[1], 4321);
+	ck_assert_uint_eq(c->allow_uids.ids[2], 7);
+	ck_assert_uint_eq(c->allow_gids.n, 2);
+	ck_assert_uint_eq(c->allow_gids.ids[0], 0);
+	ck_assert_uint_eq(c->allow_gids.ids[1], 99);
+	ck_assert_int_eq(c->socket_group, 0);
+	ck_assert_int_eq(c->max_keys, 5);
+	ck_assert_int_eq(c->max_leases, 1);
 	conf_free(c);
 }
 END_TEST
@@ -228,8 +260,10 @@ START_TEST(test_scope_defaults)
 	ck_assert_int_eq(s->timeout_ms, 30000);
 	ck_assert_int_eq(s->lease_ttl_ms, 60000);
 	ck_assert_int_eq(s->concurrency_retry_ms, 25);
+	/* auto by default: a fleet that never set it does not admit N times
+	 * the budget in an outage */
 	ck_assert_double_eq(s->fallback_divisor, 1);
-	ck_assert(!s->fallback_divisor_auto);
+	ck_assert(s->fallback_divisor_auto);
 	ck_assert_ptr_null(s->default_key);
 	ck_assert(!s->shadow);
 	ck_assert_int_eq(s->fail_mode, FAIL_FALLBACK);
@@ -551,6 +585,20 @@ static const struct {
 	{ "[admitd]\nmax_connections = 10x\n",
 	  "t.conf:2: max_connections: trailing characters after the number\n" },
 	{ "[admitd]\nredis_pool = 65\n", "t.conf:2: redis_pool: must be between 1 and 64\n" },
+	{ "[admitd]\nallow_uids =\n",
+	  "t.conf:2: allow_uids: needs at least one user (leave the key out to allow any)\n" },
+	{ "[admitd]\nallow_uids = 4294967295\n",
+	  "t.conf:2: allow_uids: \"4294967295\" is not a user id (0 to 4294967294)\n" },
+	{ "[admitd]\nallow_uids = 12x\n",
+	  "t.conf:2: allow_uids: \"12x\" is not a user id (0 to 4294967294)\n" },
+	{ "[admitd]\nallow_uids = root no-such-user-x\n",
+	  "t.conf:2: allow_uids: no user \"no-such-user-x\"\n" },
+	{ "[admitd]\nallow_gids = no-such-group-x\n",
+	  "t.conf:2: allow_gids: no group \"no-such-group-x\"\n" },
+	{ "[admitd]\nsocket_group = 0 1\n",
+	  "t.conf:2: socket_group: must be one group name or gid\n" },
+	{ "[admitd]\nmax_keys = 0\n", "t.conf:2: max_keys: must be between 1 and 1000000000\n" },
+	{ "[admitd]\nmax_leases = 0\n", "t.conf:2: max_leases: must be between 1 and 100000000\n" },
 	{ "[admitd]\nredis_timeout = 250\n",
 	  "t.conf:2: redis_timeout: a duration needs a unit (ms, s, m, h)\n" },
 	{ "[admitd]\nredis_timeout = 0\n",
@@ -850,6 +898,12 @@ START_TEST(test_dump_keys)
 		"redis_password_file",
 		"redis_user",
 		"log_level",
+		"watch_conf",
+		"socket_group",
+		"allow_uids",
+		"allow_gids",
+		"max_keys",
+		"max_leases",
 		"max_concurrent",
 		"min_delay",
 		"cluster_concurrency",
@@ -888,6 +942,45 @@ START_TEST(test_dump_keys)
 }
 END_TEST
 
+/* What conf_reload_keys reports, one "key:how" per line. */
+static char reload_seen[512];
+
+static void reload_seen_cb(void *arg, const char *key, enum conf_change how)
+{
+	static const char *const hows[] = { "live", "redis", "restart" };
+	size_t n = strlen(reload_seen);
+
+	(void)arg;
+	snprintf(reload_seen + n, sizeof(reload_seen) - n, "%s:%s\n", key, hows[how]);
+}
+
+START_TEST(test_reload_keys)
+{
+	struct conf *old = load("[admitd]\nsocket = /run/a.sock\nredis = redis://h:1\n"
+				"max_connections = 10\nprefix = p1\n");
+	struct conf *nw = load("[admitd]\nsocket = /run/b.sock\nredis = redis://h:2\n"
+			       "max_connections = 20\nprefix = p1\nlog_level = debug\n"
+			       "watch_conf = yes\n");
+
+	ck_assert_ptr_nonnull(old);
+	ck_assert_ptr_nonnull(nw);
+	reload_seen[0] = '\0';
+	ck_assert(conf_reload_keys(old, nw, reload_seen_cb, NULL));
+	ck_assert_str_eq(reload_seen, "socket:restart\nredis:redis\nmax_connections:live\n"
+				      "log_level:live\nwatch_conf:live\n");
+	/* a key that needs a restart keeps the running value; the others are new */
+	ck_assert_str_eq(nw->socket, "/run/a.sock");
+	ck_assert_str_eq(nw->redis, "redis://h:2");
+	ck_assert_int_eq(nw->max_connections, 20);
+	/* nothing differs any more but what applies */
+	reload_seen[0] = '\0';
+	ck_assert(conf_reload_keys(nw, nw, reload_seen_cb, NULL));
+	ck_assert_str_eq(reload_seen, "");
+	conf_free(old);
+	conf_free(nw);
+}
+END_TEST
+
 static Suite *conf_suite(void)
 {
 	Suite *s = suite_create("conf");
@@ -898,6 +991,7 @@ static Suite *conf_suite(void)
 	tcase_add_test(tc, test_admitd_keys);
 	tcase_add_test(tc, test_redis_topology_keys);
 	tcase_add_test(tc, test_admitd_variants);
+	tcase_add_test(tc, test_access_and_bounds_keys);
 	tcase_add_test(tc, test_scope_defaults);
 	tcase_add_test(tc, test_scope_keys);
 	tcase_add_test(tc, test_auto_divisor);
@@ -914,6 +1008,7 @@ static Suite *conf_suite(void)
 	tcase_add_test(tc, test_load_file_errors);
 	tcase_add_test(tc, test_example_confs);
 	tcase_add_test(tc, test_dump_keys);
+	tcase_add_test(tc, test_reload_keys);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -10,7 +10,9 @@
  * now+retry-1), penalties only extend, a refusal books nothing anywhere,
  * the longest wait names the refusal (ties: conf order), classes and
  * floor, token meters overdrawn at release, the fallback divisor, lim_idle
- * and lim_release_books.
+ * and lim_release_books; and what a reload carries over (lim_state_carry):
+ * the state of unchanged limits, whatever their place or spelling; a rule
+ * changed in place goes on from its usage; another strategy starts fresh.
  */
 
 #include "limiter.h"
@@ -647,6 +649,74 @@ START_TEST(test_release_books)
 }
 END_TEST
 
+/*
+ * A reload: the old rule 2/1m is now written 2/60s and comes second; a new
+ * rule comes first; the quota changed. Only the 2/1m counter carries over
+ * (the key used its 2 at 0: still refused until the window ends), the new
+ * rule and the changed quota start fresh, and the lease in flight and the
+ * penalty are kept.
+ */
+START_TEST(test_carry_unchanged_limits)
+{
+	struct conf *ocf;
+	const struct conf_scope *ocs;
+	struct lim_state *ost;
+
+	use("rule = requests fixed-window 2/1m\nrule = requests fixed-window 5/1m\n"
+	    "quota = 4/1m\ncluster_concurrency = 10\n");
+	admit(0, "a");
+	admit(0, "b");
+	refused(chk(1), "requests fixed-window 2/1m", 59999);
+	lim_penalize(st, 0, 500);
+	/* keep the old conf and state; load the new ones */
+	ocf = cf;
+	ocs = cs;
+	ost = st;
+	cf = NULL;
+	st = NULL;
+	use("rule = requests fixed-window 100/1m\nrule = requests fixed-window 2/60s\n"
+	    "quota = 3/1m\ncluster_concurrency = 10\n");
+	lim_state_carry(st, cs, ost, ocs);
+	lim_state_clear(ost);
+	free(ost);
+	conf_free(ocf);
+	ck_assert_uint_eq(st->nleases, 2);
+	ck_assert_int_eq(st->penalty_until, 500);
+	refused(chk(1), "requests fixed-window 2/60s", 59999);
+	ck_assert_int_eq(st->rules[0].a, 0);
+	ck_assert_int_eq(st->quota_n, 0);
+}
+END_TEST
+
+/* A rule changed in place counts on: 2 used of a raised 4 leave 2; the
+ * next rule, of another strategy in its place, starts fresh. */
+START_TEST(test_carry_changed_in_place)
+{
+	struct conf *ocf;
+	const struct conf_scope *ocs;
+	struct lim_state *ost;
+
+	use("rule = requests fixed-window 2/1m\nrule = requests 2/1m\n");
+	admit(0, "a");
+	admit(0, "b");
+	ocf = cf;
+	ocs = cs;
+	ost = st;
+	cf = NULL;
+	st = NULL;
+	use("rule = requests fixed-window 4/1m\nrule = requests sliding-window 3/1m\n");
+	lim_state_carry(st, cs, ost, ocs);
+	lim_state_clear(ost);
+	free(ost);
+	conf_free(ocf);
+	ck_assert_int_eq(st->rules[1].a, 0);
+	ck_assert_int_eq(st->rules[1].b, 0);
+	admit(1, "c");
+	admit(1, "d");
+	refused(chk(1), "requests fixed-window 4/1m", 59999);
+}
+END_TEST
+
 static Suite *limiter_suite(void)
 {
 	Suite *s = suite_create("limiter");
@@ -676,6 +746,8 @@ static Suite *limiter_suite(void)
 	tcase_add_test(tc, test_idle_windows);
 	tcase_add_test(tc, test_idle_is_fresh);
 	tcase_add_test(tc, test_release_books);
+	tcase_add_test(tc, test_carry_unchanged_limits);
+	tcase_add_test(tc, test_carry_changed_in_place);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -30,6 +30,8 @@ SOCKET_ENV = "ADMITD_SOCKET"
 # connection closed, taking its non-detached leases with it.
 DEFAULT_MAX_LINE = 64 * 1024
 LINE_TOO_LONG = "line_too_long"
+# The one line a peer outside allow_uids/allow_gids gets, at connect.
+FORBIDDEN = "forbidden"
 
 # What the wire says for a reply that is not a JSON object.
 BAD_REPLY = "bad_reply"
@@ -483,9 +485,15 @@ class Pending(object):
 
 def closes_connection(reply):
     """Whether the daemon closes the connection after this reply: an
-    id-less line_too_long. The connection is then dead for new requests
-    (and its non-detached leases gone) even before its EOF is read."""
-    return reply.get("id") is None and reply.get("error") == LINE_TOO_LONG
+    id-less line_too_long or forbidden. The connection is then dead for new
+    requests (and its non-detached leases gone) even before its EOF is read."""
+    return reply.get("id") is None and reply.get("error") in (LINE_TOO_LONG, FORBIDDEN)
+
+
+def refusal(reply):
+    """Whether this is the daemon refusing the connection itself (forbidden):
+    every request on it, sent or not, fails with it."""
+    return reply.get("id") is None and reply.get("error") == FORBIDDEN
 
 
 def lease_of(reply):

@@ -34,7 +34,7 @@ import time
 import weakref
 
 from . import _proto
-from .errors import Unavailable, unreachable
+from .errors import Unavailable, error_from_reply, unreachable
 
 __all__ = ["Client", "Lease"]
 
@@ -102,6 +102,7 @@ class _Conn(object):
         self.wlock = threading.Lock()  # one writer at a time, in queue order
         self.pending = _proto.Pending()
         self.dead = None  # the reason, once the connection is gone
+        self.refused = None  # the daemon's forbidden line, when it refused us
         self.ids = itertools.count(1)
         self.reader = threading.Thread(
             target=self._read_loop, name="admit-reader:%s" % path, daemon=True
@@ -115,6 +116,8 @@ class _Conn(object):
         waiter always gets an answer (a write error included)."""
         with self.wlock:
             with self.lock:
+                if self.refused is not None:
+                    raise error_from_reply(self.refused)
                 if self.dead is not None:
                     raise Unavailable("unavailable", self.dead)
                 self.pending.add(rid, waiter, len(line))
@@ -164,6 +167,11 @@ class _Conn(object):
         self.close()
 
     def _dispatch(self, reply):
+        if _proto.refusal(reply):
+            with self.lock:
+                self.refused = reply
+            self._die("admitd refused the connection: %s" % reply.get("message", ""))
+            return
         with self.lock:
             waiter, orphan_lease = self.pending.take(reply)
             if waiter is not None:
@@ -205,7 +213,7 @@ class _Conn(object):
             self.dead = reason
             waiters = self.pending.clear()
         for w in waiters:
-            w.reply = _proto.lost(reason)
+            w.reply = self.refused if self.refused is not None else _proto.lost(reason)
             w.event.set()
         try:
             self.sock.shutdown(_socket.SHUT_RDWR)

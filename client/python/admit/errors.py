@@ -79,6 +79,11 @@ class TooManyWaiters(AdmitError):
     """The scope's wait queue is full."""
 
 
+class Forbidden(AdmitError):
+    """The daemon does not serve this process's user or groups (allow_uids,
+    allow_gids): it said so in one line and closed the connection."""
+
+
 class ExceedsLimit(AdmitError):
     """No wait can admit the request: it asks more than a rule holds (its
     cost is larger than the rule's capacity). Do not retry it. ``rule`` is
@@ -110,6 +115,7 @@ _BY_CODE = {
     "shutting_down": ShuttingDown,
     "too_many_waiters": TooManyWaiters,
     "exceeds_limit": ExceedsLimit,
+    "forbidden": Forbidden,
 }
 
 
