@@ -35,6 +35,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "redis_url.h"
 #include "rpool.h"
 #include "scripts.h"
 
@@ -84,6 +85,7 @@ struct backend {
 	struct rpool_conf pc;
 	char *password;
 	char *sentinel_password;
+	char url_log[512]; /* conf redis with the password hidden, for log lines */
 	bool up;
 	bool closing; /* inside backend_free: calls complete, nothing new is sent */
 	int64_t since_ms;
@@ -1543,10 +1545,10 @@ static void rb_state_cb(void *arg, bool up)
 	b->since_ms = clock_mono_ms();
 	if (!up) {
 		log_warn("redis is down: serving from the in-process fallback", "redis=\"%s\"",
-			 b->pc.url);
+			 b->url_log);
 		return;
 	}
-	log_info("redis is up: limits are shared", "redis=\"%s\"", b->pc.url);
+	log_info("redis is up: limits are shared", "redis=\"%s\"", b->url_log);
 	if (rpool_clock(b->pool, &b->offset_ms))
 		b->offset_known = true;
 	/* The pods alive, at once, not a beat later; then what Redis is owed. */
@@ -1763,6 +1765,7 @@ struct backend *backend_new(struct admitd *ad)
 						     "sentinel_password_file")) == NULL)
 		goto fail;
 	b->pc.url = ad->conf->redis;
+	redis_url_redact(ad->conf->redis, b->url_log, sizeof(b->url_log));
 	b->pc.pool_size = (int)ad->conf->redis_pool;
 	b->pc.timeout_ms = ad->conf->redis_timeout_ms;
 	b->pc.user = ad->conf->redis_user;
@@ -1779,7 +1782,7 @@ struct backend *backend_new(struct admitd *ad)
 	b->pool = rpool_new(ad->base, &b->pc, script_sources, script_count, rb_state_cb, b, err,
 			    sizeof(err));
 	if (b->pool == NULL) {
-		log_error("bad redis setting", "redis=\"%s\" err=\"%s\"", ad->conf->redis, err);
+		log_error("bad redis setting", "redis=\"%s\" err=\"%s\"", b->url_log, err);
 		goto fail;
 	}
 	b->hb_ev = event_new(ad->base, -1, EV_PERSIST, rb_hb_cb, b);

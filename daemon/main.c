@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "http.h"
 #include "log.h"
+#include "redis_url.h"
 #include "reload.h"
 #include "sdnotify.h"
 #include "server.h"
@@ -274,10 +275,13 @@ int main(int argc, char **argv)
 		log_info("admitd started",
 			 "version=%s socket=\"%s\" backend=%s state=%s scopes=%zu", ADMITD_VERSION,
 			 ad.conf->socket, ad.redis ? "redis" : "local", state, ad.nscopes);
-		if (ad.redis != NULL && !backend_up(ad.redis))
+		if (ad.redis != NULL && !backend_up(ad.redis)) {
+			char url[512];
+			redis_url_redact(ad.conf->redis, url, sizeof(url));
 			log_warn("redis is down: serving from the in-process fallback until it "
 				 "answers",
-				 "redis=\"%s\"", ad.conf->redis);
+				 "redis=\"%s\"", url);
+		}
 	}
 	event_base_dispatch(ad.base);
 	rc = 0;

@@ -417,3 +417,29 @@ int redis_url_parse(const char *url, struct redis_url *out, char *err, size_t er
 			"must start with redis://, rediss://, unix://, "
 			"redis+sentinel:// or redis+cluster://");
 }
+
+void redis_url_redact(const char *url, char *out, size_t outlen)
+{
+	const char *sep, *auth, *end, *at = NULL, *colon;
+
+	if (outlen == 0)
+		return;
+	if (url == NULL) {
+		out[0] = '\0';
+		return;
+	}
+	sep = strstr(url, "://");
+	auth = sep != NULL ? sep + 3 : url;
+	/* The authority ends at the first '/' or '?'; its last '@' ends the
+	 * userinfo (a password may hold '@', as the parser allows). */
+	end = auth + strcspn(auth, "/?");
+	for (const char *p = auth; p < end; p++)
+		if (*p == '@')
+			at = p;
+	colon = at != NULL ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+	if (colon == NULL) {
+		snprintf(out, outlen, "%s", url);
+		return;
+	}
+	snprintf(out, outlen, "%.*s***%s", (int)(colon + 1 - url), url, at);
+}

@@ -58,4 +58,11 @@ struct redis_url {
  */
 int redis_url_parse(const char *url, struct redis_url *out, char *err, size_t errlen);
 
+/*
+ * redis_url_redact - url for a log line: the password of its userinfo
+ * replaced by "***" (the user, hosts and the rest kept), truncated to
+ * fit out[outlen]. Works on any string, valid URL or not.
+ */
+void redis_url_redact(const char *url, char *out, size_t outlen);
+
 #endif

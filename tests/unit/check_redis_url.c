@@ -237,6 +237,36 @@ START_TEST(test_no_secret_in_errors)
 }
 END_TEST
 
+/* Log lines show the URL with the password replaced, and nothing else changed. */
+START_TEST(test_redact)
+{
+	static const char *const cases[][2] = {
+		{ "redis://h:6379/2", "redis://h:6379/2" },
+		{ "redis://u:hunter2@h:6379", "redis://u:***@h:6379" },
+		{ "redis://:hunter2@h", "redis://:***@h" },
+		{ "redis://alice@h", "redis://alice@h" },
+		{ "redis://u:p@ss@h/1", "redis://u:***@h/1" },
+		{ "unix://:hunter2@/run/r.sock?db=1", "unix://:***@/run/r.sock?db=1" },
+		{ "redis+cluster://:hunter2@n1:7000,n2:7001?tls=1",
+		  "redis+cluster://:***@n1:7000,n2:7001?tls=1" },
+		{ "redis+sentinel://u:hunter2@s1,s2/m?db=2",
+		  "redis+sentinel://u:***@s1,s2/m?db=2" },
+		{ "rediss://h/0?x=a@b:c", "rediss://h/0?x=a@b:c" }, /* '@' after the authority */
+		{ "", "" },
+	};
+	char out[128];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		redis_url_redact(cases[i][0], out, sizeof(out));
+		ck_assert_str_eq(out, cases[i][1]);
+	}
+	redis_url_redact("redis://u:hunter2@h", out, 12); /* truncated, still no secret */
+	ck_assert_str_eq(out, "redis://u:*");
+	redis_url_redact(NULL, out, sizeof(out));
+	ck_assert_str_eq(out, "");
+}
+END_TEST
+
 /* A tiny error buffer truncates, never overflows; NULL is allowed. */
 START_TEST(test_small_err_buffer)
 {
@@ -260,6 +290,7 @@ static Suite *redis_url_suite(void)
 	tcase_add_loop_test(tc, test_bad, 0, (int)(sizeof(bad) / sizeof(bad[0])));
 	tcase_add_test(tc, test_long_fields);
 	tcase_add_test(tc, test_topologies);
+	tcase_add_test(tc, test_redact);
 	tcase_add_test(tc, test_no_secret_in_errors);
 	tcase_add_test(tc, test_small_err_buffer);
 	suite_add_tcase(s, tc);
