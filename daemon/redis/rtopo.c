@@ -41,6 +41,12 @@
 #define RT_REFRESH_MS	  2000 /* CLUSTER SLOTS when nothing asked for it sooner */
 #define RT_MIN_GAP_MS	  100  /* between two asks */
 #define RT_CLUSTER_GROWTH 1024 /* ranges in a CLUSTER SLOTS reply we accept */
+/*
+ * After +selected-slave: how long the selected replica stays the master in
+ * use while it is not promoted yet (ROLE says slave), whatever a sentinel
+ * still answers; a failover that has not finished by then is asked anew.
+ */
+#define RT_FAILOVER_MS 5000
 
 enum { KC_AUTH = 1, KC_ADDR, KC_SUB, KC_SLOTS };
 
@@ -59,6 +65,7 @@ struct rp_topo_ctl {
 	struct event *tick;  /* CLUSTER: periodic refresh */
 	int64_t backoff_ms;
 	int64_t last_ask_ms;
+	int64_t failover_until; /* SENTINEL: moving to a selected replica until then */
 };
 
 static void ctl_connect(struct rp_topo_ctl *t);
@@ -177,9 +184,11 @@ static void ctl_connect(struct rp_topo_ctl *t)
 	}
 	if (p->topo == TOPO_SENTINEL) {
 		const char *ask[3] = { "SENTINEL", "get-master-addr-by-name", p->url.master };
-		const char *sub[2] = { "SUBSCRIBE", "+switch-master" };
+		/* One reply is waited for; the second channel's confirmation
+		 * comes as a push and is ignored. */
+		const char *sub[3] = { "SUBSCRIBE", "+switch-master", "+selected-slave" };
 		ok = ok && rp_send_argv(t->rc, 3, ask, KC_ADDR, NULL) &&
-		     rp_send_argv(t->rc, 2, sub, KC_SUB, NULL);
+		     rp_send_argv(t->rc, 3, sub, KC_SUB, NULL);
 	} else {
 		t->stale = false;
 		ok = ok && ctl_send_slots(t);
@@ -236,6 +245,10 @@ static void sentinel_addr_reply(struct rp_topo_ctl *t, const struct rval *v)
 		port = strtol(v->a[1].s, &end, 10);
 		if (*end == '\0' && port > 0 && port <= 65535 && v->a[0].len > 0 &&
 		    v->a[0].len < REDIS_URL_HOST_MAX) {
+			/* Mid-failover a sentinel still names the old master
+			 * until the replica is reconfigured: keep the selected one. */
+			if (clock_mono_ms() < t->failover_until)
+				return;
 			sentinel_use(p, v->a[0].s, (int)port, "sentinel");
 			return;
 		}
@@ -247,19 +260,45 @@ static void sentinel_addr_reply(struct rp_topo_ctl *t, const struct rval *v)
 	ctl_drop(t, NULL, true, false);
 }
 
-/* "+switch-master" payload: "NAME OLDIP OLDPORT NEWIP NEWPORT". */
+/*
+ * Sentinel events. "+switch-master NAME OLDIP OLDPORT NEWIP NEWPORT": the
+ * failover is done. "+selected-slave slave IP:PORT IP PORT @ NAME MIP MPORT":
+ * a failover has picked that replica and is about to promote it. A sentinel
+ * announces +switch-master only once it has seen the promotion in the
+ * replica's INFO (about a second later); meanwhile the old master still
+ * takes writes that its demotion will throw away. So admitd stops writing
+ * to the old master at +selected-slave and uses the replica as soon as its
+ * ROLE says master (its connections retry the handshake until then; no
+ * master is ready meanwhile, so requests are served by fail_mode).
+ */
 static void ctl_on_push(void *owner, struct rval *v)
 {
 	struct rp_topo_ctl *t = owner;
 	struct rpool *p = t->p;
 	char name[REDIS_URL_NAME_MAX], oh[REDIS_URL_HOST_MAX], nh[REDIS_URL_HOST_MAX];
+	char kind[16], id[REDIS_URL_HOST_MAX + 8], at[2];
 	int op, np;
 
-	if (v->type == RV_ARR && v->n == 3 && v->a[0].type == RV_STR &&
-	    strcmp(v->a[0].s, "message") == 0 && v->a[2].type == RV_STR &&
+	if (v->type != RV_ARR || v->n != 3 || v->a[0].type != RV_STR || v->a[1].type != RV_STR ||
+	    v->a[2].type != RV_STR || strcmp(v->a[0].s, "message") != 0) {
+		rval_free(v);
+		return;
+	}
+	if (strcmp(v->a[1].s, "+switch-master") == 0 &&
 	    sscanf(v->a[2].s, "%127s %255s %d %255s %d", name, oh, &op, nh, &np) == 5 &&
-	    strcmp(name, p->url.master) == 0 && np > 0 && np <= 65535)
+	    strcmp(name, p->url.master) == 0 && np > 0 && np <= 65535) {
+		t->failover_until = 0;
 		sentinel_use(p, nh, np, "switch-master");
+	} else if (strcmp(v->a[1].s, "+selected-slave") == 0 &&
+		   sscanf(v->a[2].s, "%15s %263s %255s %d %1s %127s", kind, id, nh, &np, at,
+			  name) == 6 &&
+		   strcmp(at, "@") == 0 && strcmp(name, p->url.master) == 0 && np > 0 &&
+		   np <= 65535) {
+		log_warn("redis failover: a replica was selected; no writes to the old master",
+			 "replica=%s:%d", nh, np);
+		t->failover_until = clock_mono_ms() + RT_FAILOVER_MS;
+		sentinel_use(p, nh, np, "selected-slave");
+	}
 	rval_free(v);
 }
 
@@ -465,16 +504,22 @@ bool topo_start(struct rpool *p)
 	return true;
 }
 
+/* SENTINEL: waiting for the selected replica's promotion (nothing to ask). */
+static bool failing_over(const struct rpool *p)
+{
+	return p->topo == TOPO_SENTINEL && clock_mono_ms() < p->ctl->failover_until;
+}
+
 void topo_node_lost(struct rpool *p, struct rp_node *n)
 {
 	(void)n;
-	if (p->ctl != NULL)
+	if (p->ctl != NULL && !failing_over(p))
 		ctl_kick(p->ctl);
 }
 
 void topo_stale(struct rpool *p)
 {
-	if (p->ctl == NULL)
+	if (p->ctl == NULL || failing_over(p))
 		return;
 	if (p->topo == TOPO_SENTINEL)
 		p->ctl->drop_master = true;
