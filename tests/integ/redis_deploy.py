@@ -25,6 +25,7 @@ import time
 
 from . import harness
 from .harness import START_DEADLINE, RedisError, RedisServer, RespConn, _TempDir, _wait_until, now
+from .redis_util import Pods, wait_backend
 
 # -------------------------------------------------------------- probes ----
 
@@ -840,6 +841,28 @@ def has_failed(test):
         return False
     return any(t is test or getattr(t, "test_case", None) is test
                for t, _ in list(result.failures) + list(result.errors))
+
+
+def start_pods(test, conf, deploy, n=1, extra="", keep=(), wait=True):
+    """n daemons on deploy (anything with a url) for one test, stopped by its
+    cleanup. A failed test keeps every daemon's files and, given keep (a
+    callable returning servers), those servers' too. wait: each is on Redis
+    before this returns."""
+    p = Pods(conf, n=n, admitd_extra=extra, redis=deploy, start_redis=False)
+    p.__enter__()
+
+    def stop():
+        failed = has_failed(test)
+        if failed:
+            for x in keep():
+                x.tmp.keep()
+        p.cleanup(failed)
+
+    test.addCleanup(stop)
+    if wait:
+        for d in p.daemons:
+            wait_backend(d, "redis", 10.0)
+    return p
 
 
 # ---------------------------------------------------------------- conf ----

@@ -35,7 +35,7 @@ import unittest
 from . import harness
 from .harness import SLACK, acquire_req, late_allowance, max_overlap, now
 from .redis_deploy import (ConfCheckMixin, RedisClusterDeploy, _bindable, admitd_slot,
-                           has_failed, key_slot, what_is_missing)
+                           key_slot, start_pods, what_is_missing)
 from .redis_util import (LAG, Pods, hammer, key_name, load, per_window, span_excess, status,
                          wait_backend)
 
@@ -95,20 +95,8 @@ class ClusterCase(unittest.TestCase):
     def pods(self, n=None, extra=None):
         """n daemons on redis+cluster://, each on Redis before it returns;
         extra: their [admitd] lines (default EXTRA)."""
-        p = Pods(CONF, n=n or self.N_DAEMONS, admitd_extra=EXTRA if extra is None else extra,
-                 redis=self.rc, start_redis=False)
-        p.__enter__()
-        self.addCleanup(self._stop, p)
-        for d in p.daemons:
-            wait_backend(d, "redis", 10.0)
-        return p
-
-    def _stop(self, p):
-        failed = has_failed(self)
-        if failed:
-            for n in self.rc.nodes:
-                n.tmp.keep()
-        p.cleanup(failed)
+        return start_pods(self, CONF, self.rc, n=n or self.N_DAEMONS,
+                         extra=EXTRA if extra is None else extra, keep=lambda: self.rc.nodes)
 
     def owner(self, scope, key):
         return self.rc.slot_owner(admitd_slot(scope, key))
@@ -200,10 +188,7 @@ class InvariantsTest(ClusterCase):
         # Seeded with the third node only: the map it reads there routes
         # keys of all three masters to their owners.
         seed = types.SimpleNamespace(url="redis+cluster://" + self.rc.nodes[2].addr)
-        p = Pods(CONF, n=1, admitd_extra=EXTRA, redis=seed, start_redis=False)
-        p.__enter__()
-        self.addCleanup(self._stop, p)
-        wait_backend(p.daemons[0], "redis", 10.0)
+        p = start_pods(self, CONF, seed, extra=EXTRA, keep=lambda: self.rc.nodes)
         by = self.rc.keys_by_master("tb", 1, prefix="seed")
         with p.daemons[0].connect() as c:
             for i in range(3):

@@ -27,7 +27,7 @@ import unittest
 
 from . import harness
 from .harness import late_allowance, now
-from .redis_deploy import ConfCheckMixin, SentinelDeploy, role, has_failed, what_is_missing
+from .redis_deploy import ConfCheckMixin, SentinelDeploy, role, start_pods, what_is_missing
 from .redis_util import (LAG, Pods, key_name, load, per_window, span_excess, status,
                          wait_backend, window_excess, write_secret)
 
@@ -110,19 +110,8 @@ class FailoverTest(unittest.TestCase):
         cls.sd.cleanup(failed=False)
 
     def pods(self):
-        p = Pods(CONF, n=PODS, admitd_extra=EXTRA, redis=self.sd, start_redis=False)
-        p.__enter__()
-        self.addCleanup(self._stop, p)
-        for d in p.daemons:
-            wait_backend(d, "redis", 10.0)
-        return p
-
-    def _stop(self, p):
-        failed = has_failed(self)
-        if failed:
-            for x in self.sd.servers + self.sd.sentinels:
-                x.tmp.keep()
-        p.cleanup(failed)
+        return start_pods(self, CONF, self.sd, n=PODS, extra=EXTRA,
+                         keep=lambda: self.sd.servers + self.sd.sentinels)
 
     def check_switch(self, p, replies, old, new, t_prom):
         t_end = max(x[2] for x in replies)
@@ -162,11 +151,9 @@ class FailoverTest(unittest.TestCase):
 
     def test_status_names_the_master(self):
         m = self.sd.heal()
-        p = Pods(CONF, n=1, admitd_extra=EXTRA, redis=self.sd, start_redis=False)
-        p.__enter__()
-        self.addCleanup(self._stop, p)
+        p = start_pods(self, CONF, self.sd, extra=EXTRA,
+                      keep=lambda: self.sd.servers + self.sd.sentinels)
         d = p.daemons[0]
-        wait_backend(d, "redis", 10.0)
         topo = status(d)["redis"]["topology"]
         self.assertEqual(topo["kind"], "sentinel", topo)
         self.assertEqual([x["addr"] for x in topo["nodes"]], ["127.0.0.1:%d" % m.port], topo)

@@ -32,7 +32,7 @@ import unittest
 from . import harness
 from .harness import _TempDir, acquire_req, max_overlap, now
 from .redis_deploy import (ConfCheckMixin, RedisClusterDeploy, SentinelDeploy, TlsFiles, TlsRedis,
-                           has_failed, what_is_missing)
+                           has_failed, start_pods, what_is_missing)
 from .redis_util import (Pods, hammer, key_name, load, per_window, span_excess, status,
                          wait_backend)
 
@@ -109,13 +109,7 @@ class TlsCase(unittest.TestCase):
         return "\n".join(lines) + "\n"
 
     def pods(self, srv, n=1, **kw):
-        p = Pods(CONF, n=n, admitd_extra=self.tls_conf(**kw), redis=srv, start_redis=False)
-        p.__enter__()
-        self.addCleanup(self._stop, p)
-        return p
-
-    def _stop(self, p):
-        p.cleanup(has_failed(self))
+        return start_pods(self, CONF, srv, n=n, extra=self.tls_conf(**kw), wait=False)
 
 
 @unittest.skipIf(harness.VALGRIND, "timing invariants; run under ASan instead of valgrind")
