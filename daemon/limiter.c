@@ -63,16 +63,6 @@ bool lim_release_books(const struct conf_scope *cs, const struct conf_class *cls
 	return conf_plan_of(cs, cls)->release_books;
 }
 
-bool lim_rule_applies(const struct conf_scope *cs, size_t i, const struct conf_class *cls)
-{
-	const struct conf_plan *pl = conf_plan_of(cs, cls);
-
-	for (size_t k = 0; k < pl->nrules; k++)
-		if (pl->rules[k] == i)
-			return true;
-	return false;
-}
-
 size_t lim_state_size(const struct conf_scope *cs)
 {
 	return sizeof(struct lim_state) + cs->nrules * sizeof(struct strat_state);

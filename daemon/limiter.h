@@ -235,7 +235,4 @@ bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now);
 /* lim_rule_params - a rule's strategy params with the divisor applied. */
 struct strat_params lim_rule_params(const struct conf_rule *r, double div);
 
-/* lim_rule_applies - does rule index i apply to class cls? */
-bool lim_rule_applies(const struct conf_scope *cs, size_t i, const struct conf_class *cls);
-
 #endif

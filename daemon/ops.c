@@ -408,8 +408,9 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 	const struct conf_scope *cs = p->kq->sc->cs;
 	struct preply *r = preply_new(p->id, true);
 	double div = in->via == VIA_FALLBACK ? backend_divisor(p->kq->sc->ad->redis, cs) : 1.0;
+	const struct conf_plan *pl = conf_plan_of(cs, p->cls);
 	int64_t floor = p->cls ? p->cls->floor : 0;
-	size_t i;
+	size_t k;
 
 	preply_str(r, "backend", via_name(in->via));
 	preply_str(r, "scope", cs->name);
@@ -433,15 +434,14 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 		preply_pop(r);
 	}
 	preply_list(r, "rules");
-	for (i = 0; i < cs->nrules; i++) {
+	for (k = 0; k < pl->nrules; k++) {
+		size_t i = pl->rules[k];
 		const struct conf_rule *rule = &cs->rules[i];
 		struct strat_params sp = lim_rule_params(rule, div);
 		static const struct strat_state fresh;
 		const struct strat_state *st = in->rules ? &in->rules[i] : &fresh;
 		int64_t cap = lim_which_limit(cs, p->cls, (long)i, div);
 		struct strat_result full;
-		if (!lim_rule_applies(cs, i, p->cls))
-			continue;
 		preply_item(r);
 		preply_str(r, "rule", rule->text);
 		preply_int(r, "capacity", cap);
