@@ -19,11 +19,6 @@
 
 #include <event2/event.h>
 
-static struct lim_state *eng_lim(struct kq *kq)
-{
-	return kq_lim(kq);
-}
-
 void eng_merge(struct eng_res *res, struct scope_rt *sc, bool admitted, int64_t retry,
 	       const char *rule, bool slot, int64_t limit)
 {
@@ -68,7 +63,7 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 				      .count = 1,
 				      .reserve = reserve,
 				      .nreserve = nreserve };
-		struct lim_state *st = eng_lim(t[i].kq);
+		struct lim_state *st = kq_lim(t[i].kq);
 		div[i] = via == VIA_FALLBACK ? backend_divisor(ad->redis, t[i].kq->sc->cs) : 1.0;
 		if (st == NULL) {
 			res.admitted = false;
@@ -191,10 +186,9 @@ void eng_mirror(struct lease *l)
 
 	for (i = 0; i < l->nt; i++) {
 		const struct conf_scope *cs = l->t[i].kq->sc->cs;
-		struct lim_state *st;
-		if (!lim_tracks_leases(cs) || (st = eng_lim(l->t[i].kq)) == NULL)
+		if (!lim_tracks_leases(cs))
 			continue;
-		if (!lim_lease_add(st, l->id, l->deadline_ms))
+		if (!lim_lease_add(kq_lim(l->t[i].kq), l->id, l->deadline_ms))
 			log_ratelimited(LOG_SLOT_FALLBACK, 1000,
 					"cannot mirror a Redis lease: out of memory", "scope=%s",
 					cs->name);
@@ -253,7 +247,7 @@ bool eng_release_local(struct admitd *ad, const struct be_target *t, size_t nt, 
 	for (i = 0; i < nt; i++) {
 		struct scope_rt *sc = scope_find(ad, t[i].cs->name);
 		struct kq *kq = sc != NULL ? kq_get(sc, t[i].key, NULL) : NULL;
-		struct lim_state *st = kq != NULL ? eng_lim(kq) : NULL;
+		struct lim_state *st = kq != NULL ? kq_lim(kq) : NULL;
 		const struct conf_class *cls = t[i].cls;
 		/* A target queued before a reload names the old conf: the key's
 		 * state is laid out for the running one, and so is its class. */
@@ -278,7 +272,7 @@ void eng_inspect(struct kq *kq, const struct conf_class *cls, eng_insp_cb *cb, v
 
 void eng_inspect_local(struct kq *kq, enum via via, eng_insp_cb *cb, void *arg)
 {
-	struct lim_state *st = eng_lim(kq);
+	struct lim_state *st = kq_lim(kq);
 	struct eng_insp in = { .via = via };
 
 	in.now = clock_mono_ms();
@@ -311,7 +305,7 @@ void eng_reset(struct kq *kq, eng_reset_cb *cb, void *arg)
 
 void eng_penalize(struct kq *kq, int64_t delay_ms)
 {
-	struct lim_state *st = eng_lim(kq);
+	struct lim_state *st = kq_lim(kq);
 
 	/* The in-process state is held back too: it serves if Redis goes away. */
 	if (st != NULL)
