@@ -219,7 +219,24 @@ class ClusterNode(RedisServer):
         return out
 
 
-class RedisClusterDeploy:
+class _Deployment:
+    """A set of servers used as a context manager: start() them all, and on
+    a failure while starting or inside the block, cleanup(failed=True)
+    keeps every log and temp dir."""
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup(True)
+            raise
+
+    def __exit__(self, exc_type, exc, tb):
+        self.cleanup(failed=exc_type is not None)
+        return False
+
+
+class RedisClusterDeploy(_Deployment):
     """n masters (no replicas) made one Redis Cluster with
     `redis-cli --cluster create`. .nodes (ClusterNode), .url
     (redis+cluster://seeds), slot_owner(slot), keys_by_master(scope, n),
@@ -407,17 +424,6 @@ class RedisClusterDeploy:
         for n in self.nodes:
             n.cleanup(failed)
 
-    def __enter__(self):
-        try:
-            return self.start()
-        except BaseException:
-            self.cleanup(True)
-            raise
-
-    def __exit__(self, exc_type, exc, tb):
-        self.cleanup(failed=exc_type is not None)
-        return False
-
 
 # ------------------------------------------------------------ sentinel ----
 
@@ -526,7 +532,7 @@ def role(server):
         return None
 
 
-class SentinelDeploy:
+class SentinelDeploy(_Deployment):
     """A master, a replica of it and three sentinels watching it (quorum 2,
     down-after-milliseconds down_after_ms, failover-timeout
     failover_timeout_ms). .url (redis+sentinel://sentinels/NAME), .master()
@@ -709,17 +715,6 @@ class SentinelDeploy:
             s.cleanup(failed)
         for r in self.servers:
             r.cleanup(failed)
-
-    def __enter__(self):
-        try:
-            return self.start()
-        except BaseException:
-            self.cleanup(True)
-            raise
-
-    def __exit__(self, exc_type, exc, tb):
-        self.cleanup(failed=exc_type is not None)
-        return False
 
 
 # ----------------------------------------------------------------- TLS ----
