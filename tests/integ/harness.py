@@ -755,7 +755,9 @@ class Admitd:
             cmd += ["--redis", self.redis_url]
         cmd += self.args
         if VALGRIND:
-            cmd = VALGRIND_CMD + cmd
+            # -q: no banner, which would echo the command line (a --redis URL's
+            # password) into the daemon's log; errors still come, marked VGBEGIN.
+            cmd = VALGRIND_CMD + ["-q"] + cmd
         return cmd
 
     def start(self):
