@@ -107,6 +107,12 @@ struct lease {
 	struct target_rt t[PROTO_MAX_TARGETS];
 	struct lim_tokens *reserve; /* taken from its waiter: settled at release */
 	size_t nreserve;
+	/*
+	 * Its TTL ended, but a release may still report its tokens (a call
+	 * that outlived lease_ttl): it holds no slot, only what a release
+	 * settles, for one more lease_ttl (then it is forgotten).
+	 */
+	bool expired;
 };
 
 /*
@@ -332,9 +338,22 @@ void waitq_free_kq(struct kq *kq);
 
 /* lease.c */
 struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via);
-/* lease_find - the lease this daemon holds under a handle (or a bare nonce). */
-struct lease *lease_find(struct admitd *ad, const char *handle);
-/* lease_release - tokens may be NULL; frees the lease. */
+/*
+ * lease_resolve - what a handle a client sent back names: a lease this
+ * daemon issued and has not settled (returned, its own record: the
+ * handle's contents are not read), else, when the handle is one
+ * (lease_id_parse), its parsed form in *ref and NULL with *foreign true;
+ * else NULL with *foreign false (not a handle at all). A bare nonce finds
+ * this daemon's own lease only.
+ */
+struct lease_ref;
+struct lease *lease_resolve(struct admitd *ad, const char *handle, struct lease_ref *ref,
+			    bool *foreign);
+/*
+ * lease_release - settle and end l: tokens may be NULL. A held lease frees
+ * its slots; an expired one (its TTL ended while its tokens could still
+ * be reported) charges them. Frees the lease.
+ */
 void lease_release(struct lease *l, const struct proto_token *tokens, size_t ntokens);
 /* lease_detach_conn - the connection closes: release or orphan its leases. */
 void lease_conn_closed(struct conn *c);

@@ -39,10 +39,12 @@ bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n
 			   void *arg);
 
 /*
- * backend_release - release l in Redis and charge its tokens there. true
- * when sent now; false when Redis cannot take it now: it is queued (tokens
- * included) and sent once Redis answers again, and the caller charges the
- * tokens in process.
+ * backend_release - release l (a lease this daemon issued) in Redis and
+ * charge its tokens there, through its settlement record: once, even when
+ * the call is sent again after an unknown outcome. true when sent now;
+ * false when Redis cannot take it now: it is queued (tokens included) and
+ * sent once Redis answers again, and the caller charges the tokens in
+ * process.
  */
 bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens *tokens,
 		     size_t ntokens);
@@ -55,11 +57,11 @@ struct be_target {
 };
 
 /*
- * backend_release_ref - release whatever Redis holds under nonce on these
- * targets, charging tokens. true when sent: cb(arg, held) runs later from
- * the loop (held -1 when the outcome is unknown; it is then reconciled).
- * false when queued: cb is not called, the caller answers and charges the
- * tokens in process.
+ * backend_release_ref - settle, through its settlement records, the lease
+ * nonce (issued elsewhere) on these targets: only a record that holds
+ * exactly the reservation claimed is settled, once. true when sent: cb
+ * runs later from the loop. false when Redis cannot take it now: nothing
+ * is sent or kept (nothing can vouch for the handle), cb is not called.
  */
 /*
  * eng_release_local - release nonce in process on these targets and charge
@@ -72,7 +74,7 @@ bool eng_release_local(struct admitd *ad, const struct be_target *t, size_t nt, 
 
 bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt, const char *nonce,
 			 const struct lim_tokens *tokens, size_t ntokens,
-			 const struct lim_tokens *reserve, size_t nreserve, eng_held_cb *cb,
+			 const struct lim_tokens *reserve, size_t nreserve, eng_settled_cb *cb,
 			 void *arg);
 
 /*

@@ -50,12 +50,18 @@
 #define RB_POD_WINDOW_MS 5000
 #define RB_HEARTBEAT_MS	 1000
 /* The release queue: checked every tick, at most BATCH sends a tick. */
-#define RB_QUEUE_TICK_MS  50
-#define RB_QUEUE_BATCH	  1024
-#define RB_QUEUE_MAX	  100000
-#define RB_QUEUE_ATTEMPTS 20
+#define RB_QUEUE_TICK_MS   50
+#define RB_QUEUE_BATCH	   1024
+#define RB_QUEUE_MAX	   100000
+#define RB_QUEUE_MAX_BYTES (64 * 1024 * 1024)
+#define RB_QUEUE_ATTEMPTS  20
 /* Waited past a late call's not_after before reconciling it (clock steps). */
 #define RB_CLOCK_MARGIN_MS 50
+/*
+ * How long a lease's settlement record outlives the lease: tokens reported
+ * that much after lease_ttl (a call that outlived its lease) still settle.
+ */
+#define RB_GRACE_MS(cs) ((cs)->lease_ttl_ms)
 /* Nodes listed by `status` (a Cluster of more masters shows the first ones). */
 #define RB_STATUS_NODES 64
 
@@ -100,6 +106,7 @@ struct backend {
 	uint64_t calls[RB_OP__COUNT];  /* calls the pool took, by operation (metrics) */
 	struct rb_rel_list queue;      /* owed to Redis, oldest first */
 	size_t nqueued;
+	size_t queued_bytes; /* what the queue's records hold (rb_rel.bytes) */
 	struct event *queue_ev;
 	uint64_t reconciled, rebooked, dropped;
 	uint64_t beats; /* heartbeats answered */
@@ -316,6 +323,25 @@ static void rb_penalty_key(struct rargs *a, const struct backend *b, const struc
 }
 
 /*
+ * A lease's settlement record, PREFIX:{SCOPE:KEY}:k:NONCE (acquire.lua
+ * writes it, release.lua settles through it); with lease_id NULL, the
+ * prefix acquire.lua appends each admitted lease's id to.
+ */
+static void rb_record_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+			  const char *key, const char *lease_id)
+{
+	const char *parts[7] = { b->ad->conf->prefix,
+				 ":{",
+				 cs->name,
+				 ":",
+				 key,
+				 "}:k:",
+				 lease_id != NULL ? lease_id : "" };
+
+	rargs_cat(a, parts, 7);
+}
+
+/*
  * The pool connection a (scope, key)'s calls go on, so that they run in
  * the order this daemon sent them (an acquire, its release, an inspect).
  * Not a secret: a crafted key can only choose a connection.
@@ -398,6 +424,10 @@ static void rb_acquire_args(struct rargs *a, struct backend *b, const struct tar
 		rb_penalty_key(a, b, cs, t->kq->key);
 		(*nkeys)++;
 	}
+	if (pl->release_books) { /* the settlement records' prefix: the last key */
+		rb_record_key(a, b, cs, t->kq->key, NULL);
+		(*nkeys)++;
+	}
 	rargs_str(a, lease_id);
 	rargs_int(a, (int64_t)count);
 	rargs_int(a, t->cost);
@@ -426,6 +456,12 @@ static void rb_acquire_args(struct rargs *a, struct backend *b, const struct tar
 		     : pl->penalty_extra ? (int64_t)pl->nrules + 1
 					 : 0);
 	rargs_int(a, not_after);
+	if (pl->release_books) {
+		char claim[LEASE_ID_CLAIM_MAX];
+		lease_id_claim(reserve, nreserve, claim, sizeof(claim));
+		rargs_int(a, cs->lease_ttl_ms + RB_GRACE_MS(cs));
+		rargs_str(a, claim);
+	}
 }
 
 /* The modes of release.lua (see its header). */
@@ -443,6 +479,8 @@ static const char *const rb_mode_names[] = { "release", "rollback", "reconcile",
 struct rb_settle {
 	const struct lim_tokens *tokens, *reserve;
 	size_t ntokens, nreserve;
+	bool own;	   /* sent by the daemon that issued the lease */
+	const char *claim; /* the reservation the handle names (lease_id_claim) */
 };
 
 static void rb_release_args(struct rargs *a, const struct backend *b, const struct be_target *t,
@@ -454,12 +492,8 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 	size_t i;
 
 	*nkeys = rb_keys(a, b, cs, t->key, pl);
-	if (pl->tracks_leases) { /* the released leases, for rebooks to see */
-		rb_key(a, b, cs, t->key, "x", -1);
-		(*nkeys)++;
-		if (mode == RB_M_RELEASE)
-			x1 = cs->lease_ttl_ms;
-	}
+	rb_record_key(a, b, cs, t->key, lease_id); /* its settlement record */
+	(*nkeys)++;
 	rargs_str(a, lease_id);
 	rargs_str(a, rb_mode_names[mode]);
 	rargs_int(a, pl->serialized ? 1 : 0);
@@ -485,6 +519,9 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 	rargs_int(a, x1);
 	rargs_int(a, x2);
 	rargs_int(a, pl->penalty_in + 1);
+	rargs_int(a, se->own ? 1 : 0);
+	rargs_str(a, se->claim != NULL ? se->claim : "");
+	rargs_int(a, RB_GRACE_MS(cs));
 }
 
 /* ---- failures ---- */
@@ -535,6 +572,17 @@ static void rb_ff_cb(void *arg, enum rp_status st, const struct rval *reply)
 /* ---- releases, reconciliations, rebooks: one lease on its targets ---- */
 
 /*
+ * One target of a queued call, by name: a record may wait through reloads,
+ * so it never points into a conf; each send resolves it against the
+ * running one (rb_tgt_resolve). The three strings share one allocation.
+ */
+struct rb_tgt {
+	char *scope;
+	const char *cls; /* NULL: none */
+	const char *key;
+};
+
+/*
  * struct rb_rel - one release.lua call per target of one lease, in flight
  * or queued. Owns copies of everything it sends (the lease and its keys may
  * be gone by the time Redis can take it).
@@ -545,9 +593,12 @@ struct rb_rel {
 	enum rb_mode mode;
 	enum rb_op op;
 	char nonce[LIM_LEASE_ID_LEN + 1];
+	bool own;     /* this daemon issued the lease (it knows what was booked) */
+	char *claim;  /* the reservation its handle names, owned; NULL: none */
+	size_t bytes; /* what it holds, counted against the queue's bound */
 	size_t nt;
-	struct be_target t[PROTO_MAX_TARGETS]; /* keys owned */
-	int64_t cost[PROTO_MAX_TARGETS];       /* rollback: the request units to refund */
+	struct rb_tgt t[PROTO_MAX_TARGETS];
+	int64_t cost[PROTO_MAX_TARGETS]; /* rollback: the request units to refund */
 	int64_t x1[PROTO_MAX_TARGETS], x2[PROTO_MAX_TARGETS];
 	size_t ntokens;
 	struct lim_tokens *tokens; /* owned copy (names too), or NULL */
@@ -560,7 +611,9 @@ struct rb_rel {
 	bool unknown; /* a target's outcome is unknown */
 	bool gone;    /* rebook: released meanwhile through another daemon */
 	int held;     /* some target answered 1 */
-	eng_held_cb *cb;
+	bool settled; /* release: some target settled (answered 0 or 1) */
+	bool repeat;  /* release: some target had been settled before (-2) */
+	eng_settled_cb *cb;
 	void *cb_arg;
 };
 
@@ -569,10 +622,24 @@ static void rb_rel_free(struct rb_rel *r)
 	size_t i;
 
 	for (i = 0; i < r->nt; i++)
-		free((char *)r->t[i].key);
+		free(r->t[i].scope);
 	free(r->tokens);
 	free(r->reserve);
+	free(r->claim);
 	free(r);
+}
+
+/* Target g in the running conf; false when its scope is no longer there. */
+static bool rb_tgt_resolve(const struct backend *b, const struct rb_tgt *g, struct be_target *out)
+{
+	struct scope_rt *sc = scope_find(b->ad, g->scope);
+
+	if (sc == NULL)
+		return false;
+	out->cs = sc->cs;
+	out->cls = g->cls != NULL ? conf_class_find(sc->cs, g->cls) : NULL;
+	out->key = g->key;
+	return true;
 }
 
 /* A new record for nonce; targets added by rb_rel_target. */
@@ -583,6 +650,7 @@ static struct rb_rel *rb_rel_new(struct backend *b, enum rb_mode mode, enum rb_o
 
 	if (r == NULL)
 		return NULL;
+	r->bytes = sizeof(*r);
 	r->b = b;
 	r->mode = mode;
 	r->op = op;
@@ -593,27 +661,43 @@ static struct rb_rel *rb_rel_new(struct backend *b, enum rb_mode mode, enum rb_o
 static bool rb_rel_target(struct rb_rel *r, const struct conf_scope *cs,
 			  const struct conf_class *cls, const char *key)
 {
-	char *k = strdup(key);
+	size_t ls = strlen(cs->name) + 1, lc = cls != NULL ? strlen(cls->name) + 1 : 0;
+	size_t lk = strlen(key) + 1;
+	char *p = malloc(ls + lc + lk);
 
-	if (k == NULL)
+	if (p == NULL)
 		return false;
-	r->t[r->nt].cs = cs;
-	r->t[r->nt].cls = cls;
-	r->t[r->nt].key = k;
+	memcpy(p, cs->name, ls);
+	if (cls != NULL)
+		memcpy(p + ls, cls->name, lc);
+	memcpy(p + ls + lc, key, lk);
+	r->t[r->nt].scope = p;
+	r->t[r->nt].cls = cls != NULL ? p + ls : NULL;
+	r->t[r->nt].key = p + ls + lc;
+	r->bytes += ls + lc + lk;
 	r->nt++;
 	return true;
 }
 
 /* Does this target need the call at all (a release with nothing to book costs none)? */
-static bool rb_rel_needed(const struct rb_rel *r, size_t i)
+static bool rb_rel_needed(const struct rb_rel *r, const struct be_target *t)
 {
-	const struct conf_scope *cs = r->t[i].cs;
-
 	switch (r->mode) {
-	case RB_M_RELEASE: return lim_release_books(cs, r->t[i].cls);
+	case RB_M_RELEASE: return lim_release_books(t->cs, t->cls);
 	case RB_M_ROLLBACK: return true;
-	default: return lim_tracks_leases(cs);
+	default: return lim_tracks_leases(t->cs);
 	}
+}
+
+/* The record's targets in the running conf (those whose scope is gone drop out). */
+static size_t rb_rel_resolve(const struct rb_rel *r, struct be_target *out)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < r->nt; i++)
+		if (rb_tgt_resolve(r->b, &r->t[i], &out[n]))
+			n++;
+	return n;
 }
 
 static void rb_queue(struct backend *b, struct rb_rel *r, int64_t not_before);
@@ -626,34 +710,44 @@ static void rb_rel_done(struct rb_rel *r)
 	log_debug("redis call done", "lease=%.8s mode=%s held=%d unknown=%d", r->nonce,
 		  rb_mode_names[r->mode], r->held, (int)r->unknown);
 	if (r->cb != NULL) {
-		r->cb(r->cb_arg, r->unknown ? -1 : r->held);
+		struct eng_settled st = { .held = r->held == 1,
+					  .settled = r->settled,
+					  .repeat = r->repeat && !r->settled,
+					  .unknown = r->unknown };
+		r->cb(r->cb_arg, &st);
 		r->cb = NULL;
 	}
 	if (r->mode == RB_M_REBOOK) {
 		rb_rebooked(r);
 		return;
 	}
-	if (r->unknown && !b->closing) {
-		/* It may or may not have run: what it may have left in flight is
-		 * released again (idempotent). Tokens are never sent twice: they
-		 * are charged in process instead (they may be lost to Redis). */
-		if (r->mode == RB_M_RELEASE && r->ntokens > 0)
-			eng_release_local(b->ad, r->t, r->nt, r->nonce, r->tokens, r->ntokens,
-					  r->reserve, r->nreserve);
-		free(r->tokens);
-		r->tokens = NULL;
+	if (r->unknown && !b->closing && r->mode == RB_M_RELEASE && r->own) {
+		/*
+		 * It may or may not have run. A release settles through the
+		 * lease's record, once, so it is simply sent again, tokens and
+		 * all. Meanwhile the fallback counts its tokens (stricter, never
+		 * looser). A release of another daemon's lease is not kept: its
+		 * client was told the outcome is unknown, and may ask again.
+		 */
+		if (r->ntokens > 0) {
+			struct be_target t[PROTO_MAX_TARGETS];
+			size_t n = rb_rel_resolve(r, t);
+			eng_release_local(b->ad, t, n, r->nonce, r->tokens, r->ntokens, r->reserve,
+					  r->nreserve);
+		}
+		r->unknown = false;
+		rb_queue(b, r, clock_mono_ms() + b->ad->conf->redis_timeout_ms);
+		return;
+	}
+	if (r->unknown && !b->closing && r->mode != RB_M_RELEASE) {
+		/* What it may have left in flight is released again (idempotent). */
 		r->mode = RB_M_RECONCILE;
-		r->ntokens = 0;
 		r->unknown = false;
 		rb_queue(b, r, clock_mono_ms() + b->ad->conf->redis_timeout_ms);
 		return;
 	}
 	rb_rel_free(r);
 }
-
-struct rb_rel_part {
-	struct rb_rel *r;
-};
 
 static void rb_rel_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
@@ -664,6 +758,10 @@ static void rb_rel_cb(void *arg, enum rp_status st, const struct rval *reply)
 			r->held = 1;
 		else if (reply->i == -1)
 			r->gone = true;
+		if (r->mode == RB_M_RELEASE && reply->i >= 0)
+			r->settled = true;
+		else if (r->mode == RB_M_RELEASE && reply->i == -2)
+			r->repeat = true;
 	} else {
 		if (st != RP_SHUTDOWN)
 			rb_failed(r->b, r->op, st, reply);
@@ -686,7 +784,9 @@ static bool rb_rel_send(struct rb_rel *r)
 	struct rb_settle se = { .tokens = r->tokens,
 				.reserve = r->reserve,
 				.ntokens = r->ntokens,
-				.nreserve = r->nreserve };
+				.nreserve = r->nreserve,
+				.own = r->own,
+				.claim = r->claim };
 	size_t i, n = 0, sent;
 	int script = b->s_release;
 	bool ok = true;
@@ -695,14 +795,15 @@ static bool rb_rel_send(struct rb_rel *r)
 		return false;
 	memset(a, 0, sizeof(a));
 	for (i = 0; i < r->nt; i++) {
+		struct be_target t;
 		size_t nkeys = 0;
-		if (!rb_rel_needed(r, i))
+		if (!rb_tgt_resolve(b, &r->t[i], &t) || !rb_rel_needed(r, &t))
 			continue;
-		rb_release_args(&a[n], b, &r->t[i], r->nonce, r->mode, r->cost[i], &se, r->x1[i],
+		rb_release_args(&a[n], b, &t, r->nonce, r->mode, r->cost[i], &se, r->x1[i],
 				r->x2[i], &nkeys);
 		if (a[n].oom)
 			ok = false;
-		calls[n] = (struct rpool_call){ .affinity = rb_affinity(r->t[i].cs, r->t[i].key),
+		calls[n] = (struct rpool_call){ .affinity = rb_affinity(t.cs, t.key),
 						.script = (size_t)script,
 						.nkeys = nkeys,
 						.argc = a[n].n,
@@ -715,6 +816,8 @@ static bool rb_rel_send(struct rb_rel *r)
 	r->held = 0;
 	r->gone = false;
 	r->unknown = false;
+	r->settled = false;
+	r->repeat = false;
 	/*
 	 * Each target on its key's connection, after what this daemon sent for
 	 * that key before (all in this loop pass: one round trip of wall time).
@@ -751,15 +854,19 @@ static void rb_queue(struct backend *b, struct rb_rel *r, int64_t not_before)
 		rb_rel_free(r);
 		return;
 	}
-	if (b->nqueued >= RB_QUEUE_MAX) {
+	/* Only what this daemon booked gets here (a handle it did not issue
+	 * is never queued), so the bound is reached only by a long outage. */
+	while (!TAILQ_EMPTY(&b->queue) &&
+	       (b->nqueued >= RB_QUEUE_MAX || b->queued_bytes + r->bytes > RB_QUEUE_MAX_BYTES)) {
 		struct rb_rel *old = TAILQ_FIRST(&b->queue);
 		TAILQ_REMOVE(&b->queue, old, link);
 		b->nqueued--;
+		b->queued_bytes -= old->bytes;
 		b->dropped++;
 		log_ratelimited(LOG_SLOT_RECONCILE, 1000,
 				"redis release queue full: dropping the oldest (it expires by "
 				"lease_ttl)",
-				"max=%d", RB_QUEUE_MAX);
+				"max=%d max_bytes=%d", RB_QUEUE_MAX, RB_QUEUE_MAX_BYTES);
 		rb_rel_free(old);
 	}
 	r->not_before = not_before;
@@ -768,6 +875,7 @@ static void rb_queue(struct backend *b, struct rb_rel *r, int64_t not_before)
 		  rb_mode_names[r->mode], (long long)(not_before - clock_mono_ms()));
 	TAILQ_INSERT_TAIL(&b->queue, r, link);
 	b->nqueued++;
+	b->queued_bytes += r->bytes;
 	if (!evtimer_pending(b->queue_ev, NULL) && evtimer_add(b->queue_ev, &tv) != 0)
 		log_ratelimited(LOG_SLOT_RECONCILE, 1000, "cannot arm the release queue timer",
 				NULL);
@@ -789,6 +897,7 @@ static void rb_queue_run(struct backend *b, bool all_due)
 			break;
 		TAILQ_REMOVE(&b->queue, r, link);
 		b->nqueued--;
+		b->queued_bytes -= r->bytes;
 		if (r->attempts >= RB_QUEUE_ATTEMPTS) {
 			log_ratelimited(LOG_SLOT_RECONCILE, 1000,
 					"redis release failed too often: given up (it expires by "
@@ -803,6 +912,7 @@ static void rb_queue_run(struct backend *b, bool all_due)
 			r->attempts--;
 			TAILQ_INSERT_HEAD(&b->queue, r, link);
 			b->nqueued++;
+			b->queued_bytes += r->bytes;
 			break;
 		}
 		sent++;
@@ -849,6 +959,26 @@ bool backend_idle(const struct backend *b)
 	return TAILQ_EMPTY(&b->queue);
 }
 
+/*
+ * What r settles: copies of the tokens reported and of the reservation,
+ * and the reservation as its settlement record holds it (the claim).
+ * false when memory runs out.
+ */
+static bool rb_rel_settle(struct rb_rel *r, const struct lim_tokens *tokens, size_t ntokens,
+			  const struct lim_tokens *reserve, size_t nreserve)
+{
+	char claim[LEASE_ID_CLAIM_MAX];
+
+	r->tokens = lim_tokens_dup(tokens, ntokens, &r->ntokens);
+	r->reserve = lim_tokens_dup(reserve, nreserve, &r->nreserve);
+	lease_id_claim(reserve, nreserve, claim, sizeof(claim));
+	if (claim[0] != '\0' && (r->claim = strdup(claim)) == NULL)
+		return false;
+	r->bytes +=
+	    (ntokens + nreserve) * (sizeof(struct lim_tokens) + PROTO_NAME_MAX + 1) + strlen(claim);
+	return r->ntokens == ntokens && r->nreserve == nreserve;
+}
+
 /* A release record for lease l (targets that need a call only). */
 static struct rb_rel *rb_rel_of(struct backend *b, const struct lease *l, enum rb_mode mode,
 				enum rb_op op)
@@ -863,7 +993,11 @@ static struct rb_rel *rb_rel_of(struct backend *b, const struct lease *l, enum r
 			rb_rel_free(r);
 			return NULL;
 		}
-	r->reserve = lim_tokens_dup(l->reserve, l->nreserve, &r->nreserve);
+	r->own = true;
+	if (!rb_rel_settle(r, NULL, 0, l->reserve, l->nreserve)) {
+		rb_rel_free(r);
+		return NULL;
+	}
 	return r;
 }
 
@@ -876,11 +1010,16 @@ bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens
 	if (b->closing)
 		return false;
 	r = rb_rel_of(b, l, RB_M_RELEASE, RB_OP_RELEASE);
+	if (r != NULL &&
+	    (r->tokens = lim_tokens_dup(tokens, ntokens, &r->ntokens), r->ntokens) != ntokens) {
+		rb_rel_free(r);
+		r = NULL;
+	}
 	if (r == NULL) {
 		rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
 		return false;
 	}
-	r->tokens = lim_tokens_dup(tokens, ntokens, &r->ntokens);
+	r->bytes += ntokens * (sizeof(struct lim_tokens) + PROTO_NAME_MAX + 1);
 	/* A lease a late script may still book must not be released before
 	 * that script's bound: the release could land first. */
 	if (l->redis_maybe && l->redis_after > now) {
@@ -896,27 +1035,28 @@ bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens
 
 bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt, const char *nonce,
 			 const struct lim_tokens *tokens, size_t ntokens,
-			 const struct lim_tokens *reserve, size_t nreserve, eng_held_cb *cb,
+			 const struct lim_tokens *reserve, size_t nreserve, eng_settled_cb *cb,
 			 void *arg)
 {
-	struct rb_rel *r = rb_rel_new(b, RB_M_RELEASE, RB_OP_RELEASE, nonce);
+	struct rb_rel *r;
 	size_t i;
 
-	if (r == NULL)
+	if (b->closing || !b->up || !rpool_up(b->pool))
+		return false; /* never queued: nothing can vouch for it now */
+	if ((r = rb_rel_new(b, RB_M_RELEASE, RB_OP_RELEASE, nonce)) == NULL)
 		return false;
 	for (i = 0; i < nt; i++)
-		if (!rb_rel_target(r, t[i].cs, t[i].cls, t[i].key)) {
-			rb_rel_free(r);
-			return false;
-		}
-	r->tokens = lim_tokens_dup(tokens, ntokens, &r->ntokens);
-	r->reserve = lim_tokens_dup(reserve, nreserve, &r->nreserve);
+		if (!rb_rel_target(r, t[i].cs, t[i].cls, t[i].key))
+			goto fail;
+	if (!rb_rel_settle(r, tokens, ntokens, reserve, nreserve))
+		goto fail;
 	r->cb = cb;
 	r->cb_arg = arg;
 	if (rb_rel_send(r))
 		return true;
 	b->errors[RB_OP_RELEASE]++;
-	rb_queue(b, r, 0);
+fail:
+	rb_rel_free(r);
 	return false;
 }
 
@@ -966,7 +1106,7 @@ static void rb_rebook_one(void *arg, const char *key UNUSED, void *val)
 	size_t i;
 	bool any = false;
 
-	if (l->via == VIA_LOCAL || l->deadline_ms <= now)
+	if (l->via == VIA_LOCAL || l->expired || l->deadline_ms <= now)
 		return;
 	for (i = 0; i < l->nt; i++)
 		if (lim_tracks_leases(l->t[i].kq->sc->cs))
@@ -1205,7 +1345,7 @@ static void rb_acq_finish(struct rb_acq *q)
 }
 
 /* A rollback answered (or was queued after an unknown outcome). */
-static void rb_rollback_done(void *arg, int held UNUSED)
+static void rb_rollback_done(void *arg, const struct eng_settled *st UNUSED)
 {
 	struct rb_acq *q = arg;
 
@@ -1252,7 +1392,7 @@ static void rb_rollback(struct rb_acq *q, bool wait)
 			rb_queue(q->b, r, 0); /* undone once Redis takes calls again */
 		}
 	}
-	rb_rollback_done(q, 0);
+	rb_rollback_done(q, NULL);
 }
 
 /* All targets answered (or failed): combine, roll back partial admissions. */

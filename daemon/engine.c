@@ -160,7 +160,7 @@ struct eng_res eng_fallback(struct admitd *ad, struct waiter *w, const char *lea
 void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntokens)
 {
 	int64_t now = clock_mono_ms();
-	bool to_redis = false, sent = false, local_tokens;
+	bool to_redis = false, sent = false, local_tokens, own = true;
 	size_t i;
 
 	if (l->ad->redis != NULL)
@@ -169,14 +169,19 @@ void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntoken
 	if (to_redis)
 		sent = backend_release(l->ad->redis, l, tokens, ntokens);
 	/* The in-process state pays for its own admissions, and for Redis's
-	 * while Redis cannot be told (the fallback then knows what was spent). */
-	local_tokens = l->via != VIA_REDIS || (to_redis && !sent);
+	 * whenever Redis is not told now: it is down (the fallback then knows
+	 * what was spent), or a reload went to local mode. */
+	local_tokens = l->via != VIA_REDIS || !sent;
+	/* A reservation booked in Redis was never booked here: the tokens are
+	 * charged whole, not settled against it. */
+	if (l->via == VIA_REDIS)
+		own = false;
 	for (i = 0; i < l->nt; i++) {
 		struct kq *kq = l->t[i].kq;
-		lim_release_settle(kq_lim(kq), kq->sc->cs,
-				   backend_divisor(l->ad->redis, kq->sc->cs), now, l->id,
-				   l->t[i].cls, local_tokens ? tokens : NULL,
-				   local_tokens ? ntokens : 0, l->reserve, l->nreserve);
+		lim_release_settle(
+		    kq_lim(kq), kq->sc->cs, backend_divisor(l->ad->redis, kq->sc->cs), now, l->id,
+		    l->t[i].cls, local_tokens ? tokens : NULL, local_tokens ? ntokens : 0,
+		    own ? l->reserve : NULL, own ? l->nreserve : 0);
 	}
 }
 
@@ -196,13 +201,13 @@ void eng_mirror(struct lease *l)
 }
 
 void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
-		     const struct lim_tokens *tokens, size_t ntokens, eng_held_cb *cb, void *arg)
+		     const struct lim_tokens *tokens, size_t ntokens, eng_settled_cb *cb, void *arg)
 {
 	struct be_target t[PROTO_MAX_TARGETS] = { { 0 } };
 	struct kq *pinned[PROTO_MAX_TARGETS];
 	struct lim_tokens rs[PROTO_MAX_TOKENS];
+	struct eng_settled none = { .unavailable = ad->redis != NULL };
 	struct kq *kq;
-	bool held, sent;
 	size_t i, nt = 0;
 
 	for (i = 0; i < ref->nreserve; i++) {
@@ -225,13 +230,12 @@ void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
 		t[nt] = (struct be_target){ .cs = sc->cs, .cls = cls, .key = kq->key };
 		nt++;
 	}
-	sent = ad->redis != NULL && nt > 0 &&
-	       backend_release_ref(ad->redis, t, nt, ref->nonce, tokens, ntokens, rs, ref->nreserve,
-				   cb, arg);
-	if (!sent) {
-		held = eng_release_local(ad, t, nt, ref->nonce, tokens, ntokens, rs, ref->nreserve);
-		cb(arg, ad->redis != NULL && nt > 0 ? -1 : held ? 1 : 0);
-	}
+	if (nt == 0 || ad->redis == NULL)
+		none.unavailable = false; /* nothing could ever vouch for it here */
+	if (nt == 0 || ad->redis == NULL ||
+	    !backend_release_ref(ad->redis, t, nt, ref->nonce, tokens, ntokens, rs, ref->nreserve,
+				 cb, arg))
+		cb(arg, &none);
 	for (i = 0; i < nt; i++)
 		kq_unref(pinned[i]);
 }

@@ -87,18 +87,29 @@ void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntoken
  */
 void eng_mirror(struct lease *l);
 
+/* What a release by handle settled (eng_release_ref). */
+struct eng_settled {
+	bool held;	  /* the lease was still in flight */
+	bool settled;	  /* this release settled it: the first one */
+	bool repeat;	  /* it was settled before: nothing changed */
+	bool unknown;	  /* Redis took the call but its answer was lost: ask again */
+	bool unavailable; /* Redis cannot be asked now: nothing changed */
+};
+typedef void eng_settled_cb(void *arg, const struct eng_settled *s);
+
 /*
- * eng_release_ref - release, by its handle, a lease this daemon does not
- * hold (another daemon's, a previous run's, or one whose TTL ended): its
- * tokens are charged to its rules, and in Redis mode whatever Redis still
- * holds under its nonce is released. cb(arg, held) runs exactly once, now
- * or from the loop: held 1 or 0 as the limiter answered, -1 when Redis
- * could not be asked now (the release is queued until it can).
+ * eng_release_ref - release, by its handle, a lease this daemon did not
+ * issue (another daemon's, or this daemon's before a restart). Only Redis
+ * can vouch for such a handle: the lease's settlement record there is
+ * settled once (its slot freed, its tokens charged against what it
+ * booked), and a handle with no record, or one settled before, changes
+ * nothing. In local mode, or while Redis cannot be asked, nothing changes
+ * and nothing is queued. cb runs exactly once, now or from the loop.
  */
-typedef void eng_held_cb(void *arg, int held);
 struct be_target;
 void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
-		     const struct lim_tokens *tokens, size_t ntokens, eng_held_cb *cb, void *arg);
+		     const struct lim_tokens *tokens, size_t ntokens, eng_settled_cb *cb,
+		     void *arg);
 
 /* What inspect reports of one key, on the deciding limiter's clock. */
 struct eng_insp {

@@ -6,11 +6,15 @@
  * lease.c - leases: ids, the lease table, TTL expiry, detach.
  *
  * Owns: struct lease and its TTL timer, and the per-pod semaphore counts it
- * holds on its keys (kq->held). A lease ends exactly once: released by the
- * op, by its connection closing (unless detached), or by its TTL; a second
- * release finds nothing and answers held:false. max_leases bounds how many
- * are held at once (lease_full), so a flood of detached leases cannot grow
- * the daemon without bound.
+ * holds on its keys (kq->held). The lease table is this daemon's record of
+ * what it issued: a release settles what the table says was booked, never
+ * what the handle says. A lease is settled exactly once: released by the
+ * op, by its connection closing (unless detached), or by its TTL. A lease
+ * whose tokens a release could still charge outlives its TTL by one more
+ * lease_ttl as `expired` (no slot held; a release then charges the tokens);
+ * the others end at their TTL. A second release finds nothing and changes
+ * nothing. max_leases bounds the table (expired leases included), so a
+ * flood of detached leases cannot grow the daemon without bound.
  */
 
 #include "admitd.h"
@@ -106,9 +110,61 @@ void lease_make_id(char *buf)
 	buf[LIM_LEASE_ID_LEN] = '\0';
 }
 
+static struct lease_ttlq *lease_ttlq_of(struct admitd *ad, int64_t ttl);
+static bool lease_ttlq_arm(struct lease_ttlq *q, int64_t now);
+static void lease_unslot(struct lease *l);
+
+/* May a release of l still charge tokens (a token rule applies to a target)? */
+static bool lease_charges_late(const struct lease *l)
+{
+	size_t i;
+
+	for (i = 0; i < l->nt; i++)
+		if (lim_meters_tokens(l->t[i].kq->sc->cs, l->t[i].cls, NULL))
+			return true;
+	return false;
+}
+
+/*
+ * The TTL ended on a lease whose tokens a release may still report: it
+ * gives up its slots and stays, expired, for one more TTL. false when it
+ * cannot (no timer): it ends now.
+ */
+static bool lease_keep_expired(struct lease *l)
+{
+	int64_t now = clock_mono_ms(), ttl = l->ttlq->ttl_ms;
+	struct lease_ttlq *q = lease_ttlq_of(l->ad, ttl);
+	size_t i;
+
+	if (q == NULL)
+		return false;
+	TAILQ_REMOVE(&l->ttlq->leases, l, ttl_link);
+	l->ttlq = q;
+	l->deadline_ms = now + ttl;
+	TAILQ_INSERT_TAIL(&q->leases, l, ttl_link);
+	if (!lease_ttlq_arm(q, now))
+		return false; /* lease_release takes it off q */
+	l->expired = true;
+	if (l->conn != NULL) { /* its connection's close settles nothing now */
+		TAILQ_REMOVE(&l->conn->leases, l, conn_link);
+		l->conn = NULL;
+	}
+	for (i = 0; i < l->nt; i++)
+		kq_ref(l->t[i].kq); /* the key stays while the lease may settle */
+	lease_unslot(l);
+	return true;
+}
+
 static void lease_expire(struct lease *l)
 {
 	size_t i;
+
+	if (l->expired) { /* no release came within the grace: forgotten */
+		l->backend_booked = false;
+		l->redis_maybe = false;
+		lease_release(l, NULL, 0);
+		return;
+	}
 
 	/* One line per lease would flood the log when many expire: debug each,
 	 * warn at most once a second, count them all (status: "expired"). */
@@ -119,8 +175,9 @@ static void lease_expire(struct lease *l)
 	for (i = 0; i < l->nt; i++)
 		if (i == 0 || l->t[i].kq->sc != l->t[0].kq->sc)
 			l->t[i].kq->sc->expired++;
-	/* The backend state expires by itself at the same deadline: book nothing.
-	 * Tokens reported later are still charged (op_release, by the handle). */
+	/* The backend's lease set expires by itself at the same deadline. */
+	if (lease_charges_late(l) && lease_keep_expired(l))
+		return;
 	l->backend_booked = false;
 	l->redis_maybe = false;
 	lease_release(l, NULL, 0);
@@ -199,15 +256,21 @@ static char *lease_handle(const struct lease *l)
 	return lease_id_make(&sp);
 }
 
-struct lease *lease_find(struct admitd *ad, const char *handle)
+struct lease *lease_resolve(struct admitd *ad, const char *handle, struct lease_ref *ref,
+			    bool *foreign)
 {
 	char nonce[LIM_LEASE_ID_LEN + 1];
+	struct lease *l;
 
+	*foreign = false;
 	if (strlen(handle) < LIM_LEASE_ID_LEN || !lease_id_nonce_ok(handle, LIM_LEASE_ID_LEN))
 		return NULL;
 	memcpy(nonce, handle, LIM_LEASE_ID_LEN);
 	nonce[LIM_LEASE_ID_LEN] = '\0';
-	return htab_get(ad->leases, nonce);
+	if ((l = htab_get(ad->leases, nonce)) != NULL)
+		return l;
+	*foreign = lease_id_parse(handle, ref);
+	return NULL;
 }
 
 bool lease_full_msg(const struct admitd *ad, char *msg, size_t len)
@@ -294,6 +357,20 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 	TAILQ_REMOVE(&l->ttlq->leases, l, ttl_link); /* its timer may fire early: harmless */
 	free(l->handle);
 	free(l->reserve);
+	if (l->expired) {
+		for (i = 0; i < l->nt; i++)
+			kq_unref(l->t[i].kq);
+	} else {
+		lease_unslot(l);
+	}
+	free(l);
+}
+
+/* l's slots are free (it ended, or expired): the keys' heads may go. */
+static void lease_unslot(struct lease *l)
+{
+	size_t i;
+
 	for (i = 0; i < l->nt; i++) {
 		kq_unhold(l->t[i].kq);
 		l->t[i].kq->sc->leases--;
@@ -312,7 +389,6 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 		}
 		waitq_pump(kq);
 	}
-	free(l);
 }
 
 void lease_conn_closed(struct conn *c)

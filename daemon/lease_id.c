@@ -44,6 +44,24 @@ bool lease_id_nonce_ok(const char *s, size_t len)
 	return true;
 }
 
+void lease_id_claim(const struct lim_tokens *r, size_t n, char *buf, size_t len)
+{
+	size_t i, off = 0;
+
+	if (len == 0)
+		return;
+	buf[0] = '\0';
+	for (i = 0; i < n; i++) {
+		int k = snprintf(buf + off, len - off, "%s%s=%lld", i > 0 ? "," : "", r[i].name,
+				 (long long)r[i].n);
+		if (k < 0 || (size_t)k >= len - off) {
+			buf[off] = '\0'; /* never a partial pair */
+			return;
+		}
+		off += (size_t)k;
+	}
+}
+
 /* Append s and its NUL to buf at *off; false when s is longer than max. */
 static bool lease_put(unsigned char *buf, size_t *off, const char *s, size_t max)
 {
@@ -169,6 +187,9 @@ bool lease_id_parse(const char *handle, struct lease_ref *ref)
 		}
 		if (n + 3 > sizeof(raw))
 			return false;
+		/* Canonical: the bits past the last whole byte are zero. */
+		if ((left == 2 && (v & 0xffff) != 0) || (left == 3 && (v & 0xff) != 0))
+			return false;
 		raw[n++] = (unsigned char)(v >> 16);
 		if (left > 2)
 			raw[n++] = (unsigned char)(v >> 8);
@@ -202,7 +223,8 @@ bool lease_id_parse(const char *handle, struct lease_ref *ref)
 			tk = &ref->reserve[ref->nreserve++];
 			if (!lease_take(raw, n, &off, tk->name, PROTO_NAME_MAX) ||
 			    !lease_take(raw, n, &off, num, LEASE_ID_COUNT_MAX - 1) ||
-			    tk->name[0] == '\0' || num[0] < '0' || num[0] > '9')
+			    tk->name[0] == '\0' || num[0] < '0' || num[0] > '9' ||
+			    (num[0] == '0' && num[1] != '\0'))
 				return false;
 			tk->n = strtoll(num, &end, 10);
 			if (*end != '\0' || tk->n < 0 || tk->n > PROTO_MAX_COST)

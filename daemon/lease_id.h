@@ -67,9 +67,21 @@ char *lease_id_format(const struct lease_ref *ref);
 
 /*
  * lease_id_parse - fill ref from a handle; false when it is not one (any
- * malformation: length, alphabet, version, field sizes, target count).
+ * malformation: length, alphabet, non-canonical base64 (bits set past the
+ * last byte), version, field sizes, target count, a count with leading
+ * zeros). A handle is accepted only in the one form lease_id_make gives.
  */
 bool lease_id_parse(const char *handle, struct lease_ref *ref);
+
+/*
+ * lease_id_claim - the reservation r[0..n) as one string, "name=n,name=n"
+ * in order ("" for none): what a lease's settlement record holds, so that a
+ * release through a daemon that did not issue the lease settles only the
+ * reservation that was booked. Always NUL-terminated; len of
+ * LEASE_ID_CLAIM_MAX holds any reservation a request can make.
+ */
+#define LEASE_ID_CLAIM_MAX (PROTO_MAX_TOKENS * (PROTO_NAME_MAX + 2 + LEASE_ID_COUNT_MAX) + 1)
+void lease_id_claim(const struct lim_tokens *r, size_t n, char *buf, size_t len);
 
 /* lease_id_nonce_ok - is s exactly 32 lowercase hex digits? */
 bool lease_id_nonce_ok(const char *s, size_t len);

@@ -63,6 +63,20 @@ bool lim_release_books(const struct conf_scope *cs, const struct conf_class *cls
 	return conf_plan_of(cs, cls)->release_books;
 }
 
+bool lim_meters_tokens(const struct conf_scope *cs, const struct conf_class *cls, const char *name)
+{
+	const struct conf_plan *pl = conf_plan_of(cs, cls);
+	size_t i;
+
+	for (i = 0; i < pl->nrules; i++) {
+		const struct conf_rule *r = &cs->rules[pl->rules[i]];
+		if (r->meter == METER_TOKENS || (r->meter == METER_TOKENS_KEY &&
+						 (name == NULL || strcmp(r->meter_key, name) == 0)))
+			return true;
+	}
+	return false;
+}
+
 size_t lim_state_size(const struct conf_scope *cs)
 {
 	return sizeof(struct lim_state) + cs->nrules * sizeof(struct strat_state);

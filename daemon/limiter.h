@@ -157,6 +157,13 @@ bool lim_tracks_leases(const struct conf_scope *cs);
  */
 bool lim_release_books(const struct conf_scope *cs, const struct conf_class *cls);
 
+/*
+ * lim_meters_tokens - does a token rule that applies to cls meter tokens
+ * reported as `name` (NULL: any name)? A release (or a reservation) may
+ * name only meters that some target of its lease counts.
+ */
+bool lim_meters_tokens(const struct conf_scope *cs, const struct conf_class *cls, const char *name);
+
 /* lim_serialized - min_delay > 0 without cluster_concurrency: one at a time. */
 bool lim_serialized(const struct conf_scope *cs);
 

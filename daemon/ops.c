@@ -40,8 +40,40 @@ static void ops_error(struct conn *c, const struct request *rq, enum admit_err e
 }
 
 /*
+ * The first of tk[0..ntk) that no token rule of the targets (cs[i], cls[i])
+ * meters, or NULL: a name nothing counts (a typo, "ouput") would be
+ * accepted and never charged, so it is refused.
+ */
+static const char *ops_meter_unknown(const struct conf_scope *const *cs,
+				     const struct conf_class *const *cls, size_t n,
+				     const struct proto_token *tk, size_t ntk)
+{
+	size_t i, j;
+
+	for (j = 0; j < ntk; j++) {
+		for (i = 0; i < n && !lim_meters_tokens(cs[i], cls[i], tk[j].name); i++)
+			;
+		if (i == n)
+			return tk[j].name;
+	}
+	return NULL;
+}
+
+static void ops_meter_error(struct conn *c, const struct request *rq, const char *field,
+			    const char *name)
+{
+	char msg[256];
+
+	snprintf(msg, sizeof(msg),
+		 "%s: no token rule of the named scopes meters \"%s\" (nothing would be charged)",
+		 field, name);
+	ops_error(c, rq, ADMIT_E_BAD_REQUEST, msg);
+}
+
+/*
  * Resolve a request's targets against the conf. false (after replying)
- * when a scope, key or class is wrong, or memory runs out.
+ * when a scope, key or class is wrong, a reservation names a meter none of
+ * them counts, or memory runs out.
  */
 static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *out)
 {
@@ -105,6 +137,20 @@ static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *ou
 		if (i + 1 < rq->ntargets) {
 			kq_ref(out[i].kq);
 			npinned++;
+		}
+	}
+	if (rq->nreserve > 0) {
+		const struct conf_scope *cs[PROTO_MAX_TARGETS];
+		const struct conf_class *cl[PROTO_MAX_TARGETS];
+		const char *bad;
+		for (i = 0; i < rq->ntargets; i++) {
+			cs[i] = out[i].kq->sc->cs;
+			cl[i] = out[i].cls;
+		}
+		bad = ops_meter_unknown(cs, cl, rq->ntargets, rq->reserve, rq->nreserve);
+		if (bad != NULL) {
+			ops_meter_error(c, rq, "reserve", bad);
+			goto fail;
 		}
 	}
 	for (j = 0; j < npinned; j++)
@@ -214,16 +260,39 @@ static void ops_pend_done(struct op_pend *p, struct preply *r)
 	free(p);
 }
 
-/* The answer to a release of a lease this daemon did not hold. */
-static void op_release_ref_done(void *arg, int held)
+/* A release that changed nothing: say why, as a repeat answers. */
+static void ops_release_nothing(struct preply *r, bool repeat)
+{
+	preply_bool(r, "held", false);
+	preply_bool(r, "settled", false);
+	if (repeat)
+		preply_bool(r, "repeat", true);
+	preply_str(r, "message",
+		   repeat ? "already released: nothing changed"
+			  : "no lease to settle under this handle (already released, expired a "
+			    "lease_ttl ago, or never issued): nothing changed");
+}
+
+/* The answer to a release of a lease this daemon did not issue. */
+static void op_release_ref_done(void *arg, const struct eng_settled *st)
 {
 	struct op_pend *p = arg;
-	struct preply *r = preply_new(p->id, true);
+	struct preply *r;
 
-	preply_bool(r, "held", held == 1);
-	/* Redis could not be asked: it will be, once it answers again. */
-	if (held < 0)
-		preply_bool(r, "deferred", true);
+	if (st->unavailable || st->unknown) {
+		r = preply_error(p->id, ADMIT_E_UNAVAILABLE,
+				 st->unknown
+				     ? "redis took the release but its answer was lost: "
+				       "release again (a repeat changes nothing)"
+				     : "redis cannot be asked now, and only it can vouch for "
+				       "a lease another admitd issued: release again later");
+	} else {
+		r = preply_new(p->id, true);
+		if (st->settled)
+			preply_bool(r, "held", st->held);
+		else
+			ops_release_nothing(r, st->repeat);
+	}
 	ops_pend_done(p, r);
 }
 
@@ -241,43 +310,67 @@ static void ops_count_release(struct scope_rt *const *scs, size_t n)
 }
 
 /*
- * release: a lease this daemon holds is released at once. Any other handle
- * names the lease's targets (lease_id.h): a lease issued by another daemon
- * or a previous run, or one whose TTL ended; its tokens are charged and
- * Redis releases what it still holds under it (the reply waits for Redis).
- * A string that is no handle at all releases nothing: held false.
+ * release: the handle is resolved (lease.c): a lease this daemon issued is
+ * settled from its own record, at once; a handle of another daemon's lease
+ * (or of this one's before a restart) is settled through Redis, which
+ * alone can vouch for it (engine.c); anything else changes nothing. Token
+ * names no target meters are refused before anything is settled.
  */
 static void op_release(struct conn *c, struct request *rq)
 {
-	struct lease *l = lease_find(c->ad, rq->lease);
-	struct lim_tokens tk[PROTO_MAX_TOKENS];
-	struct lease_ref *ref = NULL;
-	struct op_pend *p = NULL;
+	const struct conf_scope *cs[PROTO_MAX_TARGETS];
+	const struct conf_class *cl[PROTO_MAX_TARGETS];
 	struct scope_rt *scs[PROTO_MAX_TARGETS];
+	struct lim_tokens tk[PROTO_MAX_TOKENS];
+	struct lease_ref *ref = malloc(sizeof(*ref));
+	struct op_pend *p;
 	struct preply *r;
-	size_t i;
+	struct lease *l;
+	const char *bad;
+	bool foreign;
+	size_t i, n = 0;
 
-	if (l != NULL) {
-		for (i = 0; i < l->nt; i++)
-			scs[i] = l->t[i].kq->sc;
-		ops_count_release(scs, l->nt);
-		lease_release(l, rq->tokens, rq->ntokens);
-	} else if ((ref = malloc(sizeof(*ref))) == NULL || (p = calloc(1, sizeof(*p))) == NULL) {
-		free(ref);
+	if (ref == NULL) {
 		ops_error(c, rq, ADMIT_E_UNAVAILABLE, "out of memory");
 		return;
 	}
-	if (l != NULL || !lease_id_parse(rq->lease, ref)) {
+	l = lease_resolve(c->ad, rq->lease, ref, &foreign);
+	if (l != NULL) {
+		for (i = 0; i < l->nt; i++) {
+			scs[i] = l->t[i].kq->sc;
+			cs[n] = scs[i]->cs;
+			cl[n++] = l->t[i].cls;
+		}
+	} else if (foreign) {
+		for (i = 0; i < ref->nt; i++) {
+			scs[i] = scope_find(c->ad, ref->t[i].scope);
+			if (scs[i] == NULL)
+				continue;
+			cs[n] = scs[i]->cs;
+			cl[n] = ref->t[i].cls[0] ? conf_class_find(cs[n], ref->t[i].cls) : NULL;
+			n++;
+		}
+	}
+	if ((l != NULL || foreign) &&
+	    (bad = ops_meter_unknown(cs, cl, n, rq->tokens, rq->ntokens)) != NULL) {
 		free(ref);
-		free(p);
+		ops_meter_error(c, rq, "tokens", bad);
+		return;
+	}
+	if (l != NULL || !foreign) {
+		free(ref);
 		r = preply_new(rq->id, true);
-		preply_bool(r, "held", l != NULL);
+		if (l != NULL) {
+			bool held = !l->expired;
+			ops_count_release(scs, l->nt);
+			lease_release(l, rq->tokens, rq->ntokens);
+			preply_bool(r, "held", held);
+		} else {
+			ops_release_nothing(r, false);
+		}
 		conn_send_reply(c, r);
 		return;
 	}
-	free(p);
-	for (i = 0; i < ref->nt; i++)
-		scs[i] = scope_find(c->ad, ref->t[i].scope);
 	ops_count_release(scs, ref->nt);
 	if ((p = ops_pend(c, rq)) == NULL) {
 		free(ref);

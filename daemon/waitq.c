@@ -401,6 +401,18 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 	} else if (res->retry_after_ms < 0) {
 		waitq_exceeds(w, res);
 		waitq_remove(w);
+	} else if (w->try_only && res->slot_wait && res->rule != NULL &&
+		   strcmp(res->rule, LIM_RULE_MIN_DELAY) == 0) {
+		/* min_delay from completion while a lease is held: the earliest
+		 * admission is its release plus min_delay, so a retry sooner
+		 * than min_delay can only be refused again. */
+		int64_t retry = res->retry_after_ms > kq->sc->cs->min_delay_ms
+				    ? res->retry_after_ms
+				    : kq->sc->cs->min_delay_ms;
+		waitq_fail(w, ADMIT_E_LIMITED, retry, res->rule,
+			   "a lease of this key is held, and min_delay counts from its release: "
+			   "not admitted before it is released, plus min_delay");
+		waitq_remove(w);
 	} else if (w->try_only) {
 		waitq_fail(w, ADMIT_E_LIMITED, res->retry_after_ms, res->rule, NULL);
 		waitq_remove(w);

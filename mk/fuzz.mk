@@ -1,4 +1,6 @@
-# mk/fuzz.mk - `make fuzz`: the protocol codec under libFuzzer.
+# mk/fuzz.mk - `make fuzz`: the protocol codec under libFuzzer;
+# `make fuzz-lease`: the lease handle decoder (tests/fuzz/fuzz_lease_id.c,
+# built from daemon/lease_id.c alone, seeded with handles of every shape).
 #
 # tests/fuzz/fuzz_proto is built with clang from daemon/proto.c and proto_fast.c alone (the
 # codec needs nothing else but jansson), with -fsanitize=fuzzer,address,undefined,
@@ -30,7 +32,30 @@ FUZZ_SEED_PY := import json,os,sys; d=sys.argv[1]; \
   [open(os.path.join(d,"vec%03d"%i),"w").write(s if isinstance(s,str) else \
    json.dumps(s,separators=(",",":"))) for i,s in enumerate(sends)]
 
-.PHONY: fuzz fuzz-build clean-fuzz
+.PHONY: fuzz fuzz-build fuzz-lease clean-fuzz
+
+FUZZ_LEASE_BIN    := tests/fuzz/fuzz_lease_id
+FUZZ_LEASE_CORPUS := $(FUZZ_DIR)/lease-corpus
+
+$(FUZZ_LEASE_BIN): tests/fuzz/fuzz_lease_id.c daemon/lease_id.c daemon/lease_id.h
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Idaemon/strategy $(CFLAGS) $(LDFLAGS) -o $@ \
+	  tests/fuzz/fuzz_lease_id.c daemon/lease_id.c
+
+# Seeds: real handles (one target, several, a class, reservations).
+FUZZ_LEASE_SEED_PY := import base64,os,sys; d=sys.argv[1]; \
+  h=lambda t,r: "0123456789abcdef0123456789abcdef."+base64.urlsafe_b64encode(bytes([1])+ \
+    b"".join(s.encode()+b"\0"+c.encode()+b"\0"+k.encode()+b"\0" for s,c,k in t)+ \
+    ((b"\0"+b"".join(n.encode()+b"\0"+str(v).encode()+b"\0" for n,v in r)) if r else b"") \
+    ).decode().rstrip("="); \
+  seeds=[h([("llm","","k")],[]),h([("a","c","x"),("b","","y")],[("output",1000)]), \
+    h([("s","","")],[("in",0),("out",99)])]; \
+  [open(os.path.join(d,"seed%d"%i),"w").write(x) for i,x in enumerate(seeds)]
+
+fuzz-lease: $(FUZZ_LEASE_BIN)
+	mkdir -p $(FUZZ_LEASE_CORPUS)
+	$(PYTHON) -c '$(FUZZ_LEASE_SEED_PY)' $(FUZZ_LEASE_CORPUS)
+	./$(FUZZ_LEASE_BIN) -max_len=2048 -max_total_time=$(FUZZ_TIME) \
+	  -artifact_prefix=$(FUZZ_DIR)/ -print_final_stats=1 $(FUZZ_ARGS) $(FUZZ_LEASE_CORPUS)
 
 fuzz-build: $(FUZZ_BIN)
 
@@ -49,5 +74,5 @@ fuzz: $(FUZZ_BIN) $(FUZZ_DIR)/seed.stamp
 
 clean: clean-fuzz
 clean-fuzz:
-	rm -f $(FUZZ_BIN)
+	rm -f $(FUZZ_BIN) $(FUZZ_LEASE_BIN)
 	rm -rf $(FUZZ_DIR)

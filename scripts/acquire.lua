@@ -21,6 +21,11 @@
 --       bucket script (TIME, HMGET, HSET, PEXPIRE)
 --       then not_after: a Redis time (ms) after which the caller has given up on
 --       this call (it timed out and decided otherwise): book nothing then; 0: none
+--       then rec_ttl rec: when rec_ttl > 0 (a release of this lease settles
+--       something), each admitted lease gets its settlement record, the
+--       string 'L' .. rec (rec: the reservation, "name=n,..."), under the last
+--       KEYS entry followed by the lease id, for rec_ttl ms: a release settles
+--       only a lease that has one, exactly once (release.lua)
 -- lease_ids: `count` lease ids, comma-separated, of the first `count`
 -- waiters of the key (FIFO); each admitted one is booked under its own id.
 -- Returns {admitted (how many of the first count: 0..count), retry_after_ms,
@@ -53,6 +58,8 @@ local track = ARGV[12] == '1'
 local nrules = tonumber(ARGV[13])
 local pen = tonumber(ARGV[14 + nrules * 7]) or 0
 local not_after = tonumber(ARGV[15 + nrules * 7]) or 0
+local rec_ttl = tonumber(ARGV[16 + nrules * 7]) or 0
+local rec = ARGV[17 + nrules * 7] or ''
 
 -- A call that Redis runs late (it was frozen, or the reply could not make the
 -- caller's timeout) must not book a lease nobody will release.
@@ -204,6 +211,12 @@ if track then
 		redis.call('ZADD', lk, now + lease_ttl, ids[k])
 	end
 	redis.call('PEXPIRE', lk, lease_ttl)
+end
+if rec_ttl > 0 then
+	local rkp = KEYS[#KEYS]
+	for k = 1, count do
+		redis.call('SET', rkp .. ids[k], 'L' .. rec, 'PX', rec_ttl)
+	end
 end
 local next_before, next_booked = next_at, 0
 if cluster > 0 and min_delay > 0 and now + min_delay > next_at then

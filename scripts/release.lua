@@ -19,19 +19,36 @@
 --              (Redis came back empty, or the lease was granted in fallback),
 --              for the time it has left, unless Redis already has it.
 --
+-- Settlement records. An admission whose release settles something (a
+-- lease set, completion-anchored pacing, token meters) left the record
+-- KEYS[4 + nrules] (acquire.lua): 'L' .. the reservation it booked. A
+-- release settles only through it, once: it turns the record into the
+-- tombstone 'D' (kept for the record's TTL), so a repeat finds 'D' and
+-- changes nothing, and a handle that was never issued finds no record and
+-- changes nothing either. `own` says the daemon that issued the lease sends
+-- it (it knows what it booked): a missing record (Redis lost its data) is
+-- then settled anyway; from any other daemon the record must be there and
+-- hold exactly the reservation the handle claims.
+--
 -- KEYS[1] state hash  KEYS[2] quota zset  KEYS[3] leases zset  KEYS[4..] rule hashes
--- (the same KEYS as acquire.lua), then the released-leases zset
--- KEYS[4 + nrules] for scopes that keep a lease set
+-- (the same KEYS as acquire.lua), then the lease's settlement record
+-- KEYS[4 + nrules]
 -- ARGV: lease_id mode serialized min_delay_ms nrules
 --       then per rule: kind amount window_ms burst charge
 --       then x1 x2: rollback: the next_at the admission booked and the one it
 --       replaced; rebook: the ms the lease has left and not_after (a Redis
---       time after which the caller has given up on this call; 0: none);
---       release: lease_ttl, how long the release is remembered
+--       time after which the caller has given up on this call; 0: none)
 --       then pen: i when rule i's hash holds the key's penalty (acquire.lua),
 --       whose TTL a charge here must not cut below the penalty's end; else 0
--- Returns 1 when the lease was (release, rollback, reconcile) or now is
--- (rebook) in flight, else 0; -1 for a rebook of a lease released since.
+--       then own (1: from the issuing daemon), claim (the reservation the
+--       handle names, "name=n,..."), grace (how long a record outlives the
+--       lease: rebook makes one that lives x1 + grace)
+-- Returns, release: 1 when the lease was in flight, 0 when it was settled
+-- but no longer in flight, -2 when it was settled before (a repeat), -3
+-- when there is no record of it (never issued, or long gone): -2 and -3
+-- changed nothing. Rollback, reconcile: 1 when it was in flight, else 0.
+-- Rebook: 1 when it now is in flight, 0 when too late, -1 when it was
+-- released meanwhile.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -46,29 +63,40 @@ local nrules = tonumber(ARGV[5])
 local x1 = tonumber(ARGV[6 + nrules * 5]) or 0
 local x2 = tonumber(ARGV[7 + nrules * 5]) or 0
 local pen = tonumber(ARGV[8 + nrules * 5]) or 0
-local sk, qk, lk = KEYS[1], KEYS[2], KEYS[3]
-local xk = KEYS[4 + nrules] -- released leases (lease id -> until when it matters)
+local own = ARGV[9 + nrules * 5] == '1'
+local claim = ARGV[10 + nrules * 5] or ''
+local grace = tonumber(ARGV[11 + nrules * 5]) or 0
+local sk, qk, lk, rk = KEYS[1], KEYS[2], KEYS[3], KEYS[4 + nrules]
 
 redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
-if xk then redis.call('ZREMRANGEBYSCORE', xk, '-inf', now) end
 
 if mode == 'rebook' then
 	if x1 <= 0 or (x2 > 0 and now > x2) then return 0 end
+	local rec = redis.call('GET', rk)
 	-- Released meanwhile (through another daemon): never put back.
-	if xk and redis.call('ZSCORE', xk, lease_id) then return -1 end
+	if rec == 'D' then return -1 end
+	if not rec then redis.call('SET', rk, 'L' .. claim, 'PX', x1 + grace) end
 	redis.call('ZADD', lk, 'NX', now + x1, lease_id)
 	if redis.call('PTTL', lk) < x1 then redis.call('PEXPIRE', lk, x1) end
 	return 1
 end
 
+if mode == 'release' then
+	local rec = redis.call('GET', rk)
+	if rec == 'D' then return -2 end
+	if not rec then
+		if not own then return -3 end
+		redis.call('SET', rk, 'D', 'PX', grace > 0 and grace or 1000)
+	else
+		if not own and rec ~= 'L' .. claim then return -3 end
+		redis.call('SET', rk, 'D', 'KEEPTTL')
+	end
+else
+	redis.call('DEL', rk)
+end
+
 local held = redis.call('ZREM', lk, lease_id)
 if mode == 'reconcile' then return held end
--- A release is remembered for lease_ttl (x1), so that the daemon that
--- issued the lease, not knowing, cannot book it again after an outage.
-if mode == 'release' and xk and x1 > 0 then
-	redis.call('ZADD', xk, now + x1, lease_id)
-	if redis.call('PTTL', xk) < x1 then redis.call('PEXPIRE', xk, x1) end
-end
 
 if mode == 'rollback' then
 	redis.call('ZREM', qk, lease_id .. ':1')

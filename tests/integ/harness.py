@@ -1055,6 +1055,16 @@ class DaemonCase(unittest.TestCase):
         return reply["lease"]
 
 
+def settled_nothing(r, repeat=False):
+    """Is r the reply of a release that changed nothing (a repeat when
+    repeat is True: Redis saw the lease settled before)?"""
+    want = {"ok": True, "held": False, "settled": False}
+    if repeat:
+        want["repeat"] = True
+    return {k: r.get(k) for k in ("ok", "held", "settled", "repeat") if k in r} == want \
+        and bool(r.get("message"))
+
+
 def acquire_req(scope, key=None, **kw):
     r = {"op": "acquire", "scope": scope}
     if key is not None:

@@ -325,6 +325,12 @@ class ReloadUnderLoadTest(ReloadCase):
                         counts["ok"] += 1
                         rel = c.request({"op": "release", "lease": r["lease"],
                                          "tokens": {"output": 3}}, timeout=IO_TIMEOUT)
+                        if rel.get("error") == "bad_request" and \
+                                'meters "output"' in rel.get("message", ""):
+                            # the conf in force has no token rule there: the
+                            # release is refused whole, and goes without them
+                            rel = c.request({"op": "release", "lease": r["lease"]},
+                                            timeout=IO_TIMEOUT)
                         if rel.get("ok") is not True or "held" not in rel:
                             bad.append(rel)
                     elif r.get("error") not in self.ERRORS:

@@ -32,7 +32,7 @@ import time
 
 from .harness import (EPS, IO_TIMEOUT, SLACK, DaemonCase, acquire_req, closer_than,
                       crowded_window, late_allowance, max_overlap, now, run_clients,
-                      unstalled)
+                      settled_nothing, unstalled)
 
 CONF = """
 [scope conc]
@@ -391,7 +391,8 @@ class PacingTest(ScopeCase):
         # to reading the reply.)
         self.assertNotLate(lo_b - t_a_recv, ttl + SLACK, since=t_a_recv)
         # The expired lease's late release is a no-op and pushes nothing.
-        self.assertEqual(a.request({"op": "release", "lease": lease}), {"ok": True, "held": False})
+        r = a.request({"op": "release", "lease": lease})
+        self.assertTrue(settled_nothing(r), r)
         self.assertRefused(b.request(acquire_req("pace", k, timeout_ms=0)), "limited")
 
     def test_budget_exceeded_answered_at_once(self):
@@ -717,8 +718,19 @@ class TokenMeterTest(ScopeCase):
         k = self.key()
         c = self.conn()
         lease = self.assertAdmitted(c.request(acquire_req("tokname", k, timeout_ms=0)))
-        c.request({"op": "release", "lease": lease, "tokens": {"input": 100000, "output": 200}})
-        # input is not this meter: still 300 output tokens left.
+        # input is no meter of this scope: a typo would never be charged,
+        # so the release is refused whole and settles nothing ...
+        r = c.request({"op": "release", "lease": lease, "tokens": {"input": 100000, "output": 200}})
+        self.assertEqual(r.get("error"), "bad_request", r)
+        self.assertIn('"input"', r.get("message", ""))
+        r = c.request({"op": "acquire", "scope": "tokname", "key": k, "timeout_ms": 0,
+                       "reserve": {"inptu": 1}})
+        self.assertEqual(r.get("error"), "bad_request", r)
+        self.assertIn('"inptu"', r.get("message", ""))
+        # ... and the lease is still there to release with its real count.
+        self.assertEqual(c.request({"op": "release", "lease": lease, "tokens": {"output": 200}}),
+                         {"ok": True, "held": True})
+        # still 300 output tokens left.
         lease = self.assertAdmitted(c.request(acquire_req("tokname", k, timeout_ms=0)))
         c.request({"op": "release", "lease": lease, "tokens": {"output": 400}})
         r = c.request(acquire_req("tokname", k, timeout_ms=0))

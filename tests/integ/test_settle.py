@@ -1,0 +1,347 @@
+"""test_settle.py - a lease is settled exactly once, and only as issued.
+
+A handle is what a client sends back: input, never authority. These tests
+release the same lease again and again (from the issuing daemon, through
+another one, after a restart), release handles that were never issued or
+whose reservation was edited, and flood a Redis outage with forged
+releases, against the real daemon and real redis-server processes; every
+budget is read back (inspect's `remaining`, a refusal) and must be what
+one settlement of what was booked leaves.
+"""
+
+import base64
+import os
+import signal
+import time
+import unittest
+
+from . import harness
+from .harness import Admitd, acquire_req, settled_nothing
+from .redis_util import Pods, key_name, status, wait_backend
+
+TOKENS = """
+[scope llm]
+rule = tokens.output fixed-window 5000/1h
+lease_ttl = 30s
+"""
+
+
+def wait_for(cond, deadline, what, log=None):
+    return harness._wait_until(cond, deadline, what, log)
+
+
+def remaining(c, scope, key, rule_prefix="tokens.output"):
+    ins = c.request({"op": "inspect", "scope": scope, "key": key})
+    assert ins.get("ok"), ins
+    return [x for x in ins["rules"] if x["rule"].startswith(rule_prefix)][0]["remaining"]
+
+
+def handle(nonce, targets, reserve=()):
+    """A lease handle as the daemon makes one (lease_id.h): any contents."""
+    raw = bytearray([1])
+    for scope, cls, key in targets:
+        for f in (scope, cls, key):
+            raw += f.encode() + b"\0"
+    if reserve:
+        raw += b"\0"
+        for name, n in reserve:
+            raw += name.encode() + b"\0" + str(n).encode() + b"\0"
+    return nonce + "." + base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
+
+
+def decode(h):
+    """(nonce, targets, reserve) of a handle."""
+    nonce, b = h.split(".")
+    raw = base64.urlsafe_b64decode(b + "=" * (-len(b) % 4))
+    fields = raw[1:].split(b"\0")
+    targets, i = [], 0
+    while i < len(fields) and fields[i] != b"":
+        targets.append(tuple(f.decode() for f in fields[i:i + 3]))
+        i += 3
+    rest = [f.decode() for f in fields[i + 1:] if f != b""]
+    return nonce, targets, list(zip(rest[0::2], (int(x) for x in rest[1::2])))
+
+
+class LocalSettleTest(unittest.TestCase):
+    """In process: the daemon's own lease table is the record."""
+
+    def test_a_repeated_release_refunds_nothing(self):
+        with Admitd(TOKENS) as d:
+            c = d.connect()
+            r = c.request(acquire_req("llm", "k", reserve={"output": 1000}, detach=True))
+            self.assertIs(r.get("ok"), True, r)
+            self.assertEqual(remaining(c, "llm", "k"), 4000)
+            self.assertEqual(c.request({"op": "release", "lease": r["lease"],
+                                        "tokens": {"output": 1000}}), {"ok": True, "held": True})
+            self.assertEqual(remaining(c, "llm", "k"), 4000)
+            for _ in range(3):
+                rel = c.request({"op": "release", "lease": r["lease"], "tokens": {"output": 0}})
+                self.assertTrue(settled_nothing(rel), rel)
+                # from another connection too
+                with d.connect() as c2:
+                    rel = c2.request({"op": "release", "lease": r["lease"]})
+                    self.assertTrue(settled_nothing(rel), rel)
+            self.assertEqual(remaining(c, "llm", "k"), 4000)
+
+    def test_a_repeat_without_reservation_charges_once(self):
+        with Admitd(TOKENS) as d:
+            c = d.connect()
+            r = c.request(acquire_req("llm", "k", detach=True))
+            for _ in range(4):
+                c.request({"op": "release", "lease": r["lease"], "tokens": {"output": 600}})
+            self.assertEqual(remaining(c, "llm", "k"), 4400)
+
+    def test_a_forged_handle_refunds_nothing(self):
+        with Admitd(TOKENS) as d:
+            c = d.connect()
+            r = c.request(acquire_req("llm", "k", reserve={"output": 5000}, detach=True))
+            self.assertIs(r.get("ok"), True, r)
+            self.assertEqual(remaining(c, "llm", "k"), 0)
+            forged = handle(os.urandom(16).hex(), [("llm", "", "k")], [("output", 10 ** 9)])
+            rel = c.request({"op": "release", "lease": forged, "tokens": {"output": 0}})
+            self.assertTrue(settled_nothing(rel), rel)
+            # the real one's nonce with an edited reservation: this daemon
+            # settles from its own record, whatever the handle claims
+            nonce, targets, _ = decode(r["lease"])
+            edited = handle(nonce, targets, [("output", 10 ** 9)])
+            self.assertEqual(c.request({"op": "release", "lease": edited,
+                                        "tokens": {"output": 5000}}), {"ok": True, "held": True})
+            self.assertEqual(remaining(c, "llm", "k"), 0)
+            st = c.request({"op": "status"})
+            self.assertEqual(st["scopes"]["llm"]["leases"], 0, st)
+
+    def test_a_late_release_settles_once(self):
+        # A call that outlives lease_ttl: its tokens still settle, once.
+        conf = TOKENS.replace("lease_ttl = 30s", "lease_ttl = 300ms")
+        with Admitd(conf) as d:
+            c = d.connect()
+            r = c.request(acquire_req("llm", "k", reserve={"output": 1000}))
+            time.sleep(0.45)
+            self.assertEqual(c.request({"op": "release", "lease": r["lease"],
+                                        "tokens": {"output": 100}}), {"ok": True, "held": False})
+            self.assertEqual(remaining(c, "llm", "k"), 4900)
+            rel = c.request({"op": "release", "lease": r["lease"], "tokens": {"output": 0}})
+            self.assertTrue(settled_nothing(rel), rel)
+            self.assertEqual(remaining(c, "llm", "k"), 4900)
+
+    def test_a_release_past_the_grace_changes_nothing(self):
+        conf = TOKENS.replace("lease_ttl = 30s", "lease_ttl = 200ms")
+        with Admitd(conf) as d:
+            c = d.connect()
+            r = c.request(acquire_req("llm", "k", reserve={"output": 1000}))
+            time.sleep(0.6)  # lease_ttl, then one more lease_ttl of grace
+            rel = c.request({"op": "release", "lease": r["lease"], "tokens": {"output": 0}})
+            self.assertTrue(settled_nothing(rel), rel)
+            self.assertEqual(remaining(c, "llm", "k"), 4000)  # the reservation stays booked
+
+
+@unittest.skipIf(harness.VALGRIND, "timing seams; run under ASan instead of valgrind")
+class RedisSettleTest(unittest.TestCase):
+    """On Redis: the settlement record under the key's hash tag decides."""
+    EXTRA = "redis_timeout = 200ms\n"
+
+    def test_releases_through_two_daemons_settle_once(self):
+        with Pods(TOKENS, n=2, admitd_extra=self.EXTRA) as cl:
+            a, b = cl.daemons
+            ca, cb = a.connect(), b.connect()
+            r = ca.request(acquire_req("llm", "k", reserve={"output": 1000}, detach=True))
+            self.assertEqual((r.get("ok"), r.get("backend")), (True, "redis"), r)
+            lease = r["lease"]
+            self.assertEqual(ca.request({"op": "release", "lease": lease,
+                                         "tokens": {"output": 1000}}), {"ok": True, "held": True})
+            wait_for(lambda: remaining(cb, "llm", "k") == 4000, 3.0, "the release settled")
+            for c in (ca, cb, ca, cb, ca, cb, cb):
+                rel = c.request({"op": "release", "lease": lease, "tokens": {"output": 0}})
+                self.assertTrue(settled_nothing(rel, repeat=True), rel)
+            self.assertEqual(remaining(cb, "llm", "k"), 4000)
+            self.assertEqual(remaining(ca, "llm", "k"), 4000)
+
+    def test_a_release_through_another_daemon_settles_once(self):
+        with Pods(TOKENS, n=2, admitd_extra=self.EXTRA) as cl:
+            a, b = cl.daemons
+            ca, cb = a.connect(), b.connect()
+            r = ca.request(acquire_req("llm", "k", reserve={"output": 1000}, detach=True))
+            lease = r["lease"]
+            # b did not issue it: Redis's record vouches for it, once
+            self.assertEqual(cb.request({"op": "release", "lease": lease,
+                                         "tokens": {"output": 10}}), {"ok": True, "held": False})
+            self.assertEqual(remaining(cb, "llm", "k"), 4990)
+            # the issuer, which still holds it, finds it settled: a repeat
+            rel = ca.request({"op": "release", "lease": lease, "tokens": {"output": 0}})
+            self.assertEqual(rel, {"ok": True, "held": True})  # its own slot here
+            time.sleep(0.2)
+            self.assertEqual(remaining(cb, "llm", "k"), 4990)
+
+    def test_forged_handles_settle_nothing_in_redis(self):
+        with Pods(TOKENS, n=2, admitd_extra=self.EXTRA) as cl:
+            a, b = cl.daemons
+            ca, cb = a.connect(), b.connect()
+            r = ca.request(acquire_req("llm", "k", reserve={"output": 5000}, detach=True))
+            self.assertIs(r.get("ok"), True, r)
+            self.assertEqual(remaining(cb, "llm", "k"), 0)
+            forged = handle(os.urandom(16).hex(), [("llm", "", "k")], [("output", 10 ** 9)])
+            rel = cb.request({"op": "release", "lease": forged, "tokens": {"output": 0}})
+            self.assertTrue(settled_nothing(rel), rel)
+            # a real nonce with an edited reservation, through a daemon that
+            # must ask Redis: the record holds what was booked, not this
+            nonce, targets, _ = decode(r["lease"])
+            edited = handle(nonce, targets, [("output", 10 ** 9)])
+            rel = cb.request({"op": "release", "lease": edited, "tokens": {"output": 0}})
+            self.assertTrue(settled_nothing(rel), rel)
+            self.assertEqual(remaining(cb, "llm", "k"), 0)
+            # the real handle still settles: 4000 of 5000 used
+            self.assertEqual(cb.request({"op": "release", "lease": r["lease"],
+                                         "tokens": {"output": 4000}}), {"ok": True, "held": False})
+            self.assertEqual(remaining(cb, "llm", "k"), 1000)
+            self.assertEqual(status(b)["redis"].get("queued", 0), 0)
+
+    def test_a_repeat_after_a_restart_settles_nothing(self):
+        with Pods(TOKENS, n=1, admitd_extra=self.EXTRA) as cl:
+            a = cl.daemons[0]
+            with a.connect() as c:
+                r = c.request(acquire_req("llm", "k", reserve={"output": 1000}, detach=True))
+            a.stop()
+            a.start()
+            wait_backend(a, "redis", 5)
+            with a.connect() as c:
+                self.assertEqual(c.request({"op": "release", "lease": r["lease"],
+                                            "tokens": {"output": 200}}),
+                                 {"ok": True, "held": False})
+                self.assertEqual(remaining(c, "llm", "k"), 4800)
+                a.proc.send_signal(signal.SIGTERM)
+                a.proc.wait(10)
+            a.start()
+            wait_backend(a, "redis", 5)
+            with a.connect() as c:
+                rel = c.request({"op": "release", "lease": r["lease"], "tokens": {"output": 0}})
+                self.assertTrue(settled_nothing(rel, repeat=True), rel)
+                self.assertEqual(remaining(c, "llm", "k"), 4800)
+
+    def test_a_cap_slot_is_freed_once(self):
+        conf = "[scope cap]\ncluster_concurrency = 1\nlease_ttl = 30s\n"
+        with Pods(conf, n=2, admitd_extra=self.EXTRA) as cl:
+            a, b = cl.daemons
+            ca, cb = a.connect(), b.connect()
+            first = ca.request(acquire_req("cap", "k", detach=True))
+            self.assertEqual(cb.request({"op": "release", "lease": first["lease"]}),
+                             {"ok": True, "held": True})
+            second = cb.request(acquire_req("cap", "k", detach=True, timeout_ms=0))
+            self.assertIs(second.get("ok"), True, second)
+            # the first lease's handle again, through either: the second holder keeps its slot
+            for c in (cb, ca):
+                rel = c.request({"op": "release", "lease": first["lease"]})
+                if c is ca:  # its issuer still had it: only its own record goes
+                    self.assertEqual(rel, {"ok": True, "held": True})
+                else:
+                    self.assertTrue(settled_nothing(rel, repeat=True), rel)
+            time.sleep(0.2)
+            self.assertEqual(int(cl.redis.command("ZCARD", key_name("admitd", "cap", "k", "l"))),
+                             1)
+            r = cb.request(acquire_req("cap", "k", timeout_ms=0))
+            self.assertIs(r.get("ok"), False, r)
+
+
+@unittest.skipIf(harness.VALGRIND, "timing seams; run under ASan instead of valgrind")
+class OutageQueueTest(unittest.TestCase):
+    EXTRA = "redis_timeout = 100ms\n"
+
+    def test_forged_releases_in_an_outage_are_never_queued(self):
+        conf = "[scope cap]\ncluster_concurrency = 2\nlease_ttl = 30s\n"
+        with Pods(conf, n=1, admitd_extra=self.EXTRA) as cl:
+            a = cl.daemons[0]
+            c = a.connect()
+            r = c.request(acquire_req("cap", "k", detach=True))
+            self.assertEqual((r.get("ok"), r.get("backend")), (True, "redis"), r)
+            cl.redis.pause()
+            try:
+                wait_backend(a, "fallback", 5)
+                self.assertEqual(c.request({"op": "release", "lease": r["lease"]}),
+                                 {"ok": True, "held": True})
+                self.assertEqual(status(a)["redis"]["queued"], 1)
+                # 20,000 handles never issued, pipelined 500 at a time
+                n, errors = 20000, 0
+                for base in range(0, n, 500):
+                    c.send("".join(harness.json.dumps({
+                        "op": "release", "id": i,
+                        "lease": handle(os.urandom(16).hex(), [("cap", "", "k%d" % i)])}) + "\n"
+                        for i in range(base, base + 500)))
+                    for _ in range(500):
+                        errors += c.recv().get("error") == "unavailable"
+                self.assertEqual(errors, n)
+                st = status(a)
+                self.assertEqual(st["redis"]["queued"], 1, st["redis"])
+            finally:
+                cl.redis.resume()
+            wait_backend(a, "redis", 5)
+            wait_for(lambda: int(cl.redis.command(
+                "ZCARD", key_name("admitd", "cap", "k", "l"))) == 0, 3.0,
+                "the queued real release sent", a.stderr_text)
+            self.assertEqual(status(a)["redis"].get("dropped", 0), 0)
+
+
+def reload(d, text):
+    """Rewrite d's conf and SIGHUP it; wait until it says it reloaded."""
+    before = d.stderr_text().count('msg="conf reloaded')
+    tmp = d.conf_path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.rename(tmp, d.conf_path)
+    d.conf_text = text
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: d.stderr_text().count('msg="conf reloaded') > before, 10.0,
+             "the conf reloaded", d.stderr_text)
+
+
+@unittest.skipIf(harness.VALGRIND, "timing seams; run under ASan instead of valgrind")
+class ReloadSettleTest(unittest.TestCase):
+    EXTRA = "redis_timeout = 100ms\n"
+
+    def test_a_release_queued_across_two_reloads(self):
+        # Reload, a detached lease, Redis down, its release queued, another
+        # reload (the first conf can go), Redis back: the queued release
+        # names its scope, not the freed conf, and reaches Redis.
+        conf = "[scope cap]\ncluster_concurrency = 2\nlease_ttl = 30s\n"
+        with Pods(conf, n=1, admitd_extra=self.EXTRA) as cl:
+            a = cl.daemons[0]
+            reload(a, a.conf_text + "jitter = 0.1\n")
+            c = a.connect()
+            r = c.request(acquire_req("cap", "k", detach=True))
+            self.assertEqual((r.get("ok"), r.get("backend")), (True, "redis"), r)
+            cl.redis.pause()
+            try:
+                wait_backend(a, "fallback", 5)
+                self.assertEqual(c.request({"op": "release", "lease": r["lease"]}),
+                                 {"ok": True, "held": True})
+                self.assertEqual(status(a)["redis"]["queued"], 1)
+                reload(a, a.conf_text.replace("jitter = 0.1", "jitter = 0.2"))
+                time.sleep(0.3)  # the replaced confs are freed on the next ticks
+            finally:
+                cl.redis.resume()
+            wait_backend(a, "redis", 5)
+            wait_for(lambda: int(cl.redis.command(
+                "ZCARD", key_name("admitd", "cap", "k", "l"))) == 0, 3.0,
+                "the queued release sent", a.stderr_text)
+            self.assertIsNone(a.proc.poll())
+            self.assertEqual(c.request({"op": "ping"}), {"ok": True})
+
+    def test_tokens_released_after_a_reload_to_local_mode_are_charged(self):
+        rs = harness.RedisServer().start()
+        self.addCleanup(rs.cleanup)
+        d = Admitd("[admitd]\n" + TOKENS)
+        head = "[admitd]\nsocket = %s\n" % d.sock_path
+        d.conf_text = head + "redis = %s\n%s" % (rs.url, self.EXTRA) + TOKENS
+        with open(d.conf_path, "w") as f:
+            f.write(d.conf_text)
+        with d:
+            c = d.connect()
+            r = c.request(acquire_req("llm", "k", reserve={"output": 100}, detach=True))
+            self.assertEqual((r.get("ok"), r.get("backend")), (True, "redis"), r)
+            reload(d, head + TOKENS)
+            self.assertEqual(c.request({"op": "status"})["backend"], "local")
+            self.assertEqual(c.request({"op": "release", "lease": r["lease"],
+                                        "tokens": {"output": 3000}}), {"ok": True, "held": True})
+            # Redis was not told: this daemon now decides, and counts them
+            self.assertEqual(remaining(c, "llm", "k"), 2000)
+
+if __name__ == "__main__":
+    unittest.main()
