@@ -84,7 +84,8 @@ enum conf_type {
  * neither flag needs a restart, and the running value is kept: a key added
  * without thought for reloads is safe by default. (A key of a type with no
  * comparison, CS_OTHER, allow_uids and allow_gids, is taken from the new conf
- * without a word: both are read at each accept.) */
+ * without a word: both are read at each accept, and a reload checks the open
+ * connections against them.) */
 #define CONF_F_LIVE  0x10 /* read where it is used: the new value applies at once */
 #define CONF_F_REDIS 0x20 /* the Redis connections are remade with it */
 
