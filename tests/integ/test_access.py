@@ -34,18 +34,22 @@ NOGROUP = grp.getgrnam("nogroup").gr_gid
 OTHER = 4321  # a uid and gid with no name
 STAY_OPEN_S = 0.3  # a served peer's connection is still open this long after its reply
 
-# Run as the peer: connect, send a ping, print every line until EOF as JSON.
-# The first line may take IO_TIMEOUT; after it, the connection counts as
-# left open when nothing comes for STAY_OPEN_S.
+# Run as the peer: connect, send a ping (or argv[4]), print every line until
+# EOF as JSON. The first line may take IO_TIMEOUT; after it, the connection
+# counts as left open when nothing comes for STAY_OPEN_S. With argv[5]
+# ("hold"), the first line is printed at once, alone, and the rest may take
+# IO_TIMEOUT too.
 PEER = r"""
 import json, socket, sys
 first, stay_open = float(sys.argv[2]), float(sys.argv[3])
+req = sys.argv[4].encode() if len(sys.argv) > 4 else b'{"op":"ping","id":1}'
+hold = len(sys.argv) > 5
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.settimeout(first)
 s.connect(sys.argv[1])
 buf, end, sent = b"", "eof", "ok"
 try:
-    s.sendall(b'{"op":"ping","id":1}\n')
+    s.sendall(req + b"\n")
 except BrokenPipeError:
     sent = "epipe"
 while True:
@@ -60,10 +64,14 @@ while True:
     if not d:
         break
     buf += d
-    if b"\n" in buf:
+    if b"\n" in buf and hold:
+        line, buf = buf.split(b"\n", 1)
+        print(line.decode(), flush=True)
+        hold = False
+    elif b"\n" in buf and len(sys.argv) <= 5:
         s.settimeout(stay_open)
 print(json.dumps({"lines": [l.decode() for l in buf.split(b"\n") if l], "end": end,
-                  "sent": sent}))
+                  "sent": sent}), flush=True)
 """
 
 CONF = """
@@ -78,36 +86,6 @@ socket_mode = 0666
 HELD_CONF = CONF + """
 [scope held]
 max_concurrent = 1
-"""
-
-# Run as the peer: acquire held/k, print the reply, then print every line
-# until EOF (or IO_TIMEOUT) and how the connection ended, as JSON.
-HOLDER = r"""
-import json, socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.settimeout(float(sys.argv[2]))
-s.connect(sys.argv[1])
-s.sendall(b'{"op":"acquire","scope":"held","key":"k","timeout_ms":0,"id":1}\n')
-buf = b""
-while b"\n" not in buf:
-    buf += s.recv(65536)
-first, buf = buf.split(b"\n", 1)
-print(first.decode(), flush=True)
-end = "eof"
-while True:
-    try:
-        d = s.recv(65536)
-    except ConnectionResetError:
-        end = "reset"
-        break
-    except socket.timeout:
-        end = "open"
-        break
-    if not d:
-        break
-    buf += d
-print(json.dumps({"lines": [l.decode() for l in buf.split(b"\n") if l], "end": end}),
-      flush=True)
 """
 
 GROUPS_300 = [5000 + i for i in range(300)]  # gids with no name
@@ -217,7 +195,8 @@ class AccessTest(unittest.TestCase):
                     "the first reload", d.stderr_text)
         holder = subprocess.Popen(
             ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOGROUP), "--clear-groups",
-             "/usr/bin/python3", "-c", HOLDER, d.sock_path, str(IO_TIMEOUT)],
+             "/usr/bin/python3", "-c", PEER, d.sock_path, str(IO_TIMEOUT), str(IO_TIMEOUT),
+             json.dumps(acquire_req("held", "k", timeout_ms=0, id=1)), "hold"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.addCleanup(holder.kill)
         first = json.loads(holder.stdout.readline())
