@@ -172,14 +172,12 @@ static bool http_fds_spare(void)
 	return open_fds + reserve <= rl.rlim_cur;
 }
 
-/* A connection's deadline from now: at accept, and once a reply is queued. */
+/* A connection's deadline from now: at accept, and once a reply is queued.
+ * Should the timer fail, evhttp's idle timeout still ends a silent client. */
 static void http_conn_arm(struct http_conn *hc)
 {
-	if (event_add(hc->deadline_ev, &hc->h->deadline) != 0 && hc->evcon != NULL) {
-		log_ratelimited(LOG_SLOT_HTTP, 1000, "cannot time an http connection: closing",
-				NULL);
-		evhttp_connection_free(hc->evcon); /* http_close_cb frees hc */
-	}
+	if (event_add(hc->deadline_ev, &hc->h->deadline) != 0)
+		log_ratelimited(LOG_SLOT_HTTP, 1000, "cannot time an http connection", NULL);
 }
 
 static void http_conn_forget(struct http_conn *hc)
