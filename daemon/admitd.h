@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
 
 #define MUST_CHECK __attribute__((warn_unused_result))
 #define UNUSED	   __attribute__((unused))
@@ -206,6 +207,8 @@ struct conn {
 	struct waiter_list waiters;
 	struct lease_list leases;
 	struct op_pend_list pends; /* replies owed (ops.c) */
+	struct ucred peer;	   /* the peer's credentials, read at accept (server.c) */
+	bool peer_known;	   /* ... when they could be read */
 	bool closing;		   /* close once the output is flushed */
 	bool half_closed;	   /* the peer finished sending: close after its last waiter */
 	bool reads_paused;	   /* backpressure: too much output unread (not closing) */
@@ -370,7 +373,14 @@ static inline bool lease_full(const struct admitd *ad, char *msg, size_t len)
 }
 
 /* conn.c */
-void conn_new(struct admitd *ad, int fd);
+/* conn_new - serve fd; cred: the peer's credentials read at accept, or NULL. */
+void conn_new(struct admitd *ad, int fd, const struct ucred *cred);
+/*
+ * conn_revoke - the peer may no longer be served: one `forbidden` line
+ * (message msg), its waiters cancelled at once, then closed after the flush
+ * (its leases released as on any close). Safe anywhere: it never frees c.
+ */
+void conn_revoke(struct conn *c, const char *msg);
 void conn_send(struct conn *c, const char *line, size_t len);
 void conn_send_reply(struct conn *c, struct preply *r);
 /* conn_sweep - drop half-closed connections whose peer has gone entirely. */

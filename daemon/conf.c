@@ -84,7 +84,8 @@ enum conf_type {
  * neither flag needs a restart, and the running value is kept: a key added
  * without thought for reloads is safe by default. (A key of a type with no
  * comparison, CS_OTHER, allow_uids and allow_gids, is taken from the new conf
- * without a word: both are read at each accept.) */
+ * without a word: both are read at each accept, and a reload checks the open
+ * connections against them.) */
 #define CONF_F_LIVE  0x10 /* read where it is used: the new value applies at once */
 #define CONF_F_REDIS 0x20 /* the Redis connections are remade with it */
 
@@ -164,6 +165,10 @@ static const struct conf_key conf_admitd_keys[] = {
 	{ "metrics", CT_HOSTPORT, ADMITD_OFF(metrics), NULL, 0, 0, CONF_F_EMPTY_NULL,
 	  "HOST:PORT serving /metrics (Prometheus), /healthz and /readyz over HTTP; absent or "
 	  "empty: off" },
+	{ "metrics_timeout", CT_DURATION, ADMITD_OFF(metrics_timeout_ms), "10s", 100, MS_MIN, 0,
+	  "an HTTP client must send each request whole within this of connecting or of its "
+	  "previous reply (taking that reply included), however slowly it trickles; else it is "
+	  "closed" },
 	{ "socket_group", CT_GROUP, ADMITD_OFF(socket_group), NULL, 0, 0, 0,
 	  "group the socket is given (with socket_mode 0660: the group's members may connect); "
 	  "unset: the daemon's group" },

@@ -125,6 +125,7 @@ struct conf {
 	char *log_level;		 /* debug, info, warn, error; default info */
 	bool watch_conf;		 /* reload when the file changes */
 	char *metrics;			 /* HOST:PORT of /metrics; NULL = off */
+	int64_t metrics_timeout_ms;	 /* an HTTP exchange's absolute deadline; default 10s */
 	int64_t socket_group;		 /* gid the socket is chowned to; -1: left as created */
 	struct conf_ids allow_uids;	 /* peers let in by uid (SO_PEERCRED) */
 	struct conf_ids allow_gids;	 /* ... or by one of their groups */

@@ -294,7 +294,7 @@ static void conn_read_cb(struct bufferevent *bev UNUSED, void *arg)
 		conn_read_lines(c);
 }
 
-void conn_new(struct admitd *ad, int fd)
+void conn_new(struct admitd *ad, int fd, const struct ucred *cred)
 {
 	struct conn *c = calloc(1, sizeof(*c));
 	int64_t wto_ms = ad->conf->client_write_timeout_ms;
@@ -318,6 +318,13 @@ void conn_new(struct admitd *ad, int fd)
 	}
 	c->ad = ad;
 	c->id = ++ad->next_conn_id;
+	c->peer.pid = -1;
+	c->peer.uid = (uid_t)-1;
+	c->peer.gid = (gid_t)-1;
+	if (cred != NULL) {
+		c->peer = *cred;
+		c->peer_known = true;
+	}
 	TAILQ_INIT(&c->waiters);
 	TAILQ_INIT(&c->leases);
 	TAILQ_INIT(&c->pends);
@@ -371,6 +378,18 @@ void conn_send_reply(struct conn *c, struct preply *r)
 	if (line != NULL)
 		conn_send(c, line, len);
 	free(line);
+}
+
+void conn_revoke(struct conn *c, const char *msg)
+{
+	if (c->closing)
+		return;
+	conn_send_reply(c, preply_error(NULL, ADMIT_E_FORBIDDEN, msg));
+	conn_close_after_flush(c);
+	/* After the close is set: a waiter the cancel lets in behind one of
+	 * these is this connection's to release when it is freed. */
+	while (!TAILQ_EMPTY(&c->waiters))
+		waitq_cancel(TAILQ_FIRST(&c->waiters));
 }
 
 void conn_close_all(struct admitd *ad)

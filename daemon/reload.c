@@ -32,6 +32,7 @@
 #include "confwatch.h"
 #include "log.h"
 #include "sdnotify.h"
+#include "server.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +233,7 @@ void reload_run(struct admitd *ad, const char *why)
 	if (nc->log_level != NULL && !log_set_level_name(nc->log_level))
 		log_warn("bad log_level kept the previous level", "log_level=%s", nc->log_level);
 	reload_watch_apply(ad);
+	server_recheck_peers(ad);
 	rl->refused = false;
 	ad->reloads_ok++;
 	/* not the URL: it may hold a password */

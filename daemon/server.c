@@ -5,15 +5,20 @@
 /*
  * server.c - the Unix listening socket.
  *
- * Owns: the listening fd (through an evconnlistener) and the socket file.
- * Creates the socket OpenSMTPD-style: a connect() probe first, so a second
- * admitd does not steal a live daemon's socket, then unlink of a stale one,
- * bind under a umask, explicit chown (socket_group) and chmod. Accepting
- * pauses briefly when the process runs out of descriptors, connections
- * beyond max_connections are closed at once, and a peer outside allow_uids
- * and allow_gids (its credentials read with SO_PEERCRED, its supplementary
+ * Owns: the listening fd (through an evconnlistener), the socket file and
+ * a spare descriptor. Creates the socket OpenSMTPD-style: a connect() probe
+ * first, so a second admitd does not steal a live daemon's socket, then
+ * unlink of a stale one, bind under a umask, explicit chown (socket_group)
+ * and chmod. When the process runs out of descriptors (EMFILE), the spare
+ * is closed so that the peers waiting can be accepted, told `unavailable`
+ * and closed, then it is opened again: a full process answers at once
+ * instead of leaving clients in the backlog. Connections beyond
+ * max_connections are closed at once, and a peer outside allow_uids and
+ * allow_gids (its credentials read with SO_PEERCRED, its supplementary
  * groups with SO_PEERGROUPS) gets one `forbidden` line and is closed before
- * it is a connection at all.
+ * it is a connection at all. Every connection keeps the credentials read at
+ * its accept, so that a reload narrowing the lists can close the open
+ * connections of the peers it no longer lets in (server_recheck_peers).
  */
 
 #include "server.h"
@@ -22,8 +27,11 @@
 #include "log.h"
 
 #include <errno.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -48,13 +56,18 @@ struct server {
 	char *path;
 	struct refused_list refused; /* lingering refused peers */
 	size_t nrefused;
+	int spare_fd; /* kept open to be given up when accept() fails with EMFILE; -1: none */
 };
 
 /* Refused peers lingered on at once at most (each holds an fd), and how long. */
 #define SERVER_REFUSED_MAX	 64
 #define SERVER_REFUSED_LINGER_MS 1000
 
-/* Supplementary groups read from a peer at most; more are not looked at. */
+/* Peers turned away at most per EMFILE before the spare is taken back. */
+#define SERVER_SHED_BATCH 16
+
+/* Supplementary groups read into a stack buffer; a peer with more is read
+ * again into a buffer of the size the kernel reports, up to NGROUPS_MAX. */
 #define SERVER_PEER_GROUPS 256
 
 static bool server_id_listed(const struct conf_ids *ids, uint32_t id)
@@ -68,41 +81,64 @@ static bool server_id_listed(const struct conf_ids *ids, uint32_t id)
 }
 
 /*
- * May the peer on fd connect? Always, without allow_uids and allow_gids;
- * else when its uid is in allow_uids, or its gid or one of its
- * supplementary groups in allow_gids. Credentials that cannot be read
- * refuse. *cred is the peer's (for the log).
+ * Is one of the peer's supplementary groups (those its process had at
+ * connect(), SO_PEERGROUPS) in allow_gids? With more than the stack buffer
+ * holds the kernel fails with ERANGE and says in len how many bytes it
+ * needs: the call is made again with that much. Groups that cannot be read
+ * are not in the list.
  */
-static bool server_peer_allowed(const struct conf *cf, int fd, struct ucred *cred)
+static bool server_peer_groups_listed(const struct conf_ids *allow, int fd)
 {
-	gid_t groups[SERVER_PEER_GROUPS];
-	socklen_t len = sizeof(*cred);
+	gid_t stack[SERVER_PEER_GROUPS], *groups = stack, *big = NULL;
+	socklen_t len = sizeof(stack);
+	bool listed = false;
 	size_t i;
 
-	memset(cred, 0, sizeof(*cred));
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
+		if (errno != ERANGE || len <= sizeof(stack) ||
+		    len > (socklen_t)(NGROUPS_MAX * sizeof(gid_t)) || (big = malloc(len)) == NULL)
+			goto done;
+		groups = big;
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0)
+			goto done;
+	}
+	for (i = 0; i < len / sizeof(groups[0]) && !listed; i++)
+		listed = server_id_listed(allow, groups[i]);
+done:
+	free(big);
+	return listed;
+}
+
+/* The peer's credentials as of its connect() (SO_PEERCRED); false when they
+ * cannot be read (cred then names nobody: pid -1, uid and gid -1). */
+static bool server_peer_cred(int fd, struct ucred *cred)
+{
+	socklen_t len = sizeof(*cred);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) == 0 && len == sizeof(*cred))
+		return true;
 	cred->pid = -1;
+	cred->uid = (uid_t)-1;
+	cred->gid = (gid_t)-1;
+	return false;
+}
+
+/*
+ * May a peer with these credentials (known: they could be read) on fd be
+ * served under cf? Always, without allow_uids and allow_gids; else when its
+ * uid is in allow_uids, or its gid or one of its supplementary groups in
+ * allow_gids. Credentials that could not be read are refused.
+ */
+static bool server_peer_allowed(const struct conf *cf, int fd, const struct ucred *cred, bool known)
+{
 	if (cf->allow_uids.n == 0 && cf->allow_gids.n == 0)
 		return true;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) != 0 || len != sizeof(*cred)) {
-		log_ratelimited(LOG_SLOT_FORBIDDEN, 1000,
-				"cannot read a peer's credentials: refused", "err=\"%s\"",
-				strerror(errno));
+	if (!known)
 		return false;
-	}
 	if (server_id_listed(&cf->allow_uids, cred->uid) ||
 	    server_id_listed(&cf->allow_gids, cred->gid))
 		return true;
-	if (cf->allow_gids.n == 0)
-		return false;
-	/* The groups the peer's process had at connect(); ERANGE: more than we
-	 * look at (the first SERVER_PEER_GROUPS are not filled then). */
-	len = sizeof(groups);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0)
-		return false;
-	for (i = 0; i < len / sizeof(groups[0]); i++)
-		if (server_id_listed(&cf->allow_gids, groups[i]))
-			return true;
-	return false;
+	return cf->allow_gids.n > 0 && server_peer_groups_listed(&cf->allow_gids, fd);
 }
 
 /* Read and drop what a refused peer sends; false once it is gone. */
@@ -189,6 +225,7 @@ static void server_accept_cb(struct evconnlistener *lev UNUSED, evutil_socket_t 
 {
 	struct server *s = arg;
 	struct ucred cred;
+	bool known;
 
 	if (s->ad->shutting_down || (int64_t)s->ad->nconns >= s->ad->conf->max_connections) {
 		log_ratelimited(LOG_SLOT_ACCEPT, 1000,
@@ -197,11 +234,18 @@ static void server_accept_cb(struct evconnlistener *lev UNUSED, evutil_socket_t 
 		evutil_closesocket(fd);
 		return;
 	}
-	if (!server_peer_allowed(s->ad->conf, fd, &cred)) {
+	/* Read at each accept, lists or not: a reload that sets them checks
+	 * the connections already open against what was recorded here. */
+	known = server_peer_cred(fd, &cred);
+	if (!known && (s->ad->conf->allow_uids.n > 0 || s->ad->conf->allow_gids.n > 0))
+		log_ratelimited(LOG_SLOT_FORBIDDEN, 1000,
+				"cannot read a peer's credentials: refused", "err=\"%s\"",
+				strerror(errno));
+	if (!server_peer_allowed(s->ad->conf, fd, &cred, known)) {
 		server_refuse(s, fd, &cred);
 		return;
 	}
-	conn_new(s->ad, fd);
+	conn_new(s->ad, fd, known ? &cred : NULL);
 }
 
 static void server_resume_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
@@ -209,6 +253,44 @@ static void server_resume_cb(evutil_socket_t fd UNUSED, short what UNUSED, void 
 	struct server *s = arg;
 
 	evconnlistener_enable(s->lev);
+}
+
+/* The spare descriptor: /dev/null, held so that EMFILE can be answered. */
+static int server_spare_open(void)
+{
+	return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/*
+ * Out of descriptors: give up the spare, so that one accept() can succeed,
+ * and turn away the waiting peers one at a time, each told why in one line
+ * (a client sees `unavailable` at once instead of hanging in the backlog
+ * while the process stays full), then take the spare back. false when there
+ * is no spare, or it cannot be had back (accepting then pauses instead).
+ */
+static bool server_shed(struct server *s, evutil_socket_t lfd)
+{
+	static const char line[] = "{\"ok\":false,\"error\":\"unavailable\",\"message\":"
+				   "\"admitd is out of file descriptors: try again later\"}\n";
+	int i, fd, shed = 0;
+
+	if (s->spare_fd < 0)
+		return false;
+	close(s->spare_fd);
+	for (i = 0; i < SERVER_SHED_BATCH; i++) {
+		fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0)
+			break;
+		if (send(fd, line, sizeof(line) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+			log_debug("cannot tell a shed peer", "err=\"%s\"", strerror(errno));
+		close(fd);
+		shed++;
+	}
+	s->spare_fd = server_spare_open();
+	log_ratelimited(LOG_SLOT_ACCEPT, 1000,
+			"out of file descriptors: connections turned away unavailable",
+			"shed=%d conns=%zu", shed, s->ad->nconns);
+	return s->spare_fd >= 0;
 }
 
 static void server_error_cb(struct evconnlistener *lev, void *arg)
@@ -219,11 +301,32 @@ static void server_error_cb(struct evconnlistener *lev, void *arg)
 
 	if (err == EINTR || err == EWOULDBLOCK || err == ECONNABORTED)
 		return;
-	/* EMFILE/ENFILE: pause instead of spinning on a listener we cannot drain. */
+	if ((err == EMFILE || err == ENFILE) && server_shed(s, evconnlistener_get_fd(lev)))
+		return;
+	/* Else (no spare, ENOBUFS, ENOMEM): pause instead of spinning on a
+	 * listener we cannot drain. */
 	log_ratelimited(LOG_SLOT_ACCEPT, 1000, "accept failed, pausing", "err=\"%s\"",
 			strerror(err));
 	evconnlistener_disable(lev);
 	event_add(s->resume_ev, &tv);
+}
+
+void server_recheck_peers(struct admitd *ad)
+{
+	struct conn *c;
+
+	if (ad->conf->allow_uids.n == 0 && ad->conf->allow_gids.n == 0)
+		return;
+	for (c = TAILQ_FIRST(&ad->conns); c != NULL; c = TAILQ_NEXT(c, link)) {
+		if (c->closing || server_peer_allowed(ad->conf, bufferevent_getfd(c->bev), &c->peer,
+						      c->peer_known))
+			continue;
+		log_info("connection closed: a reload took its peer out of allow_uids/allow_gids",
+			 "conn=%llu uid=%u gid=%u pid=%d", (unsigned long long)c->id,
+			 (unsigned)c->peer.uid, (unsigned)c->peer.gid, (int)c->peer.pid);
+		conn_revoke(c, "this peer may no longer connect: a reload took its uid and groups "
+			       "out of allow_uids and allow_gids");
+	}
 }
 
 /* A socket file that accepts a connection belongs to a live daemon. */
@@ -258,13 +361,18 @@ struct server *server_new(struct admitd *ad)
 		log_error("another daemon is listening on the socket", "socket=\"%s\"", path);
 		return NULL;
 	}
-	s = calloc(1, sizeof(*s));
+	if ((s = calloc(1, sizeof(*s))) != NULL)
+		s->spare_fd = -1;
 	if (s == NULL || (s->path = strdup(path)) == NULL) {
 		errpos = "calloc";
 		goto fail;
 	}
 	s->ad = ad;
 	TAILQ_INIT(&s->refused);
+	if ((s->spare_fd = server_spare_open()) < 0) {
+		errpos = "open /dev/null (the spare descriptor)";
+		goto fail;
+	}
 	if (unlink(path) != 0 && errno != ENOENT) {
 		errpos = "unlink";
 		goto fail;
@@ -313,6 +421,8 @@ fail:
 			event_free(s->resume_ev);
 		if (s->lev)
 			evconnlistener_free(s->lev);
+		if (s->spare_fd >= 0)
+			close(s->spare_fd);
 		free(s->path);
 		free(s);
 	}
@@ -327,6 +437,8 @@ void server_free(struct server *s)
 	event_free(s->resume_ev);
 	while (!TAILQ_EMPTY(&s->refused))
 		server_refused_free(TAILQ_FIRST(&s->refused));
+	if (s->spare_fd >= 0)
+		close(s->spare_fd);
 	unlink(s->path);
 	free(s->path);
 	free(s);

@@ -21,6 +21,7 @@ import atexit
 import bisect
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -721,13 +722,15 @@ class Admitd:
     """The real daemon on a temp socket.
 
     conf: conf text; an [admitd] section is prepended when the text has none.
-    redis_url: passed as --redis. args: extra flags. start() polls until the
-    socket accepts; stop() SIGTERMs, asserts exit 0, and scans stderr for
+    redis_url: passed as --redis. args: extra flags. nofile: the daemon's
+    RLIMIT_NOFILE (soft and hard), set in the child before exec; None: this
+    process's. start() polls until the socket accepts; stop() SIGTERMs, asserts exit 0, and scans stderr for
     sanitizer/valgrind/assert reports (AssertionError with the log if any).
     """
 
-    def __init__(self, conf, redis_url=None, args=()):
+    def __init__(self, conf, redis_url=None, args=(), nofile=None):
         self.tmp = _TempDir("admitd-")
+        self.nofile = nofile
         self.sock_path = os.path.join(self.tmp.path, "admitd.sock")
         self.conf_path = os.path.join(self.tmp.path, "admitd.conf")
         self.err_path = os.path.join(self.tmp.path, "admitd.stderr")
@@ -765,8 +768,14 @@ class Admitd:
         env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
         env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
         err = open(self.err_path, "ab")
+        preexec = None
+        if self.nofile is not None:
+            n = self.nofile
+
+            def preexec():
+                resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
         self.proc = subprocess.Popen(self.command_line(), stdout=err, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env)
+                                     stdin=subprocess.DEVNULL, env=env, preexec_fn=preexec)
         err.close()
         STALLS.watch(self.proc.pid)
 

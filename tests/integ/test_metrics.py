@@ -7,7 +7,14 @@ counter of /metrics is read back exactly, as are the gauges (leases,
 waiters, connections, keys once the idle sweep has run) and the wait
 histogram's count and buckets; `promtool check metrics` finds nothing in
 the text; a real Prometheus started on loopback scrapes the daemon and
-its HTTP API answers the same values. /readyz is 503 while the daemon
+its HTTP API answers the same values. HTTP cannot starve the socket:
+under a low RLIMIT_NOFILE, 300 half-sent HTTP requests take at most 16
+descriptors (the rest wait in the backlog) while 120 socket clients are
+served at once; a client trickling one byte a second is closed at
+metrics_timeout (absolute, not restarted by its bytes), and a scrape
+queued behind 16 such clients is answered once they are closed; past the
+descriptor limit, socket clients are answered `unavailable` at once, not
+left hanging. /readyz is 503 while the daemon
 starts (a Redis that is down delays the socket by one redis_timeout) and
 while it drains (SIGTERM with a release still owed to a paused Redis),
 200 otherwise, fallback included; its body names the backend state.
@@ -487,6 +494,160 @@ class PrometheusTest(unittest.TestCase):
                     prom.kill()
                     prom.wait()
                 log.close()
+
+def daemon_fds(d):
+    return len(os.listdir("/proc/%d/fd" % d.pid))
+
+
+def half_sent(port, n):
+    """n TCP connections to port, each with a request line and no end of
+    headers (those the backlog has no room for are left connecting)."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        socks.append(s)
+    time.sleep(0.2)  # the handshakes the kernel completes
+    for s in socks:
+        try:
+            s.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        except OSError:
+            pass
+    return socks
+
+
+def read_rest(c):
+    """What a closed connection still holds to read."""
+    buf = c.buf
+    c.sock.settimeout(IO_TIMEOUT)
+    while True:
+        try:
+            d = c.sock.recv(65536)
+        except OSError:
+            return buf
+        if not d:
+            return buf
+        buf += d
+
+
+def close_all(socks):
+    for s in socks:
+        s.close()
+
+
+HTTP_MAX_CONNS = 16  # http.c
+
+
+class MetricsLimitsTest(unittest.TestCase):
+
+    def test_half_sent_requests_do_not_starve_the_socket(self):
+        with Admitd("[admitd]\nmetrics = 127.0.0.1:0\nmetrics_timeout = 1m\n\n[scope s]\n",
+                    nofile=256) as d:
+            port = metrics_port(d)
+            base = daemon_fds(d)
+            socks = half_sent(port, 300)
+            self.addCleanup(close_all, socks)
+            # Accepted until the cap, then the listener waits.
+            wait_for(lambda: daemon_fds(d) - base == HTTP_MAX_CONNS,
+                     "%d http connections" % HTTP_MAX_CONNS)
+            time.sleep(0.3)
+            self.assertEqual(daemon_fds(d) - base, HTTP_MAX_CONNS)
+            # 120 socket clients at once (within the listen backlog of 128),
+            # each answered at once.
+            t0 = time.monotonic()
+            conns = [d.connect() for _ in range(120)]
+            for i, c in enumerate(conns):
+                c.send(acquire_req("s", "k%d" % i, id=i))
+            for i, c in enumerate(conns):
+                r = c.recv()
+                self.assertEqual((r.get("ok"), r.get("id")), (True, i), r)
+            took = time.monotonic() - t0
+            self.assertLess(took, 2.0)
+            for c in conns:
+                c.close()
+            self.assertNotIn("accept failed", d.stderr_text())
+
+    def test_socket_clients_past_the_descriptor_limit_are_answered_unavailable(self):
+        with Admitd("[scope s]\n", nofile=64) as d:
+            t0 = time.monotonic()
+            conns = [d.connect() for _ in range(100)]
+            served = unavailable = 0
+            for i, c in enumerate(conns):
+                try:
+                    r = c.request({"op": "ping", "id": i})
+                except ConnectionError:
+                    # Turned away before the ping was sent or read: the
+                    # line waits in the socket, then EOF.
+                    r = json.loads(read_rest(c).split(b"\n")[0] or b"{}")
+                if r.get("ok") is True:
+                    served += 1
+                    continue
+                self.assertEqual(r.get("error"), "unavailable", r)
+                self.assertIn("out of file descriptors", r.get("message", ""))
+                unavailable += 1
+            took = time.monotonic() - t0
+            self.assertEqual(served + unavailable, 100)
+            self.assertGreater(unavailable, 0)
+            self.assertGreater(served, 30)
+            self.assertLess(took, 5.0)
+            for c in conns:
+                c.close()
+            # Descriptors free again: served as ever.
+            def served_again():
+                try:
+                    with d.connect() as c:
+                        return c.request({"op": "ping", "id": 1}) == {"ok": True, "id": 1}
+                except (ConnectionError, BrokenPipeError):
+                    return False
+            wait_for(served_again, "a ping served once the clients are gone")
+            self.assertIn("out of file descriptors: connections turned away unavailable",
+                          d.stderr_text())
+
+    def test_trickling_client_closed_at_the_absolute_deadline(self):
+        deadline = 2.0
+        with Admitd("[admitd]\nmetrics = 127.0.0.1:0\nmetrics_timeout = 2s\n\n"
+                    "[scope s]\n") as d:
+            port = metrics_port(d)
+            s = socket.create_connection(("127.0.0.1", port), timeout=IO_TIMEOUT)
+            self.addCleanup(s.close)
+            t0 = time.monotonic()
+            closed_at = None
+            for b in b"GET /metrics HTTP/1.1\r\nHost: trickle\r\nX-Slow: " + b"a" * 100:
+                try:
+                    s.send(bytes([b]))
+                except OSError:
+                    closed_at = time.monotonic()
+                    break
+                s.settimeout(1.0)  # one byte a second
+                try:
+                    got = s.recv(4096)
+                except socket.timeout:
+                    continue
+                except ConnectionResetError:
+                    got = b""
+                if not got:
+                    closed_at = time.monotonic()
+                    break
+                self.fail("a reply to a request never finished: %r" % got)
+                if time.monotonic() - t0 > deadline + 5:
+                    break
+            self.assertIsNotNone(closed_at, "the trickling client was never closed")
+            self.assertGreaterEqual(closed_at - t0, deadline - 0.05)
+            self.assertLess(closed_at - t0, deadline + 1.5)
+            # A scrape still works; one behind a full house of half-sent
+            # clients is answered once their deadline closes them.
+            self.assertIn("admitd_connections", scrape(port))
+            socks = half_sent(port, HTTP_MAX_CONNS)
+            self.addCleanup(close_all, socks)
+            t1 = time.monotonic()
+            code, body, _ = http_get(port, "/healthz")
+            waited = time.monotonic() - t1
+            self.assertEqual((code, body), (200, "ok\n"))
+            self.assertGreater(waited, deadline - 0.3)
+            self.assertLess(waited, deadline + 1.5)
+            self.assertIn("http client sent no whole request within metrics_timeout: closed",
+                          d.stderr_text())
 
 
 if __name__ == "__main__":
