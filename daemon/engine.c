@@ -201,19 +201,20 @@ void eng_mirror(struct lease *l)
 }
 
 void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
-		     const struct lim_tokens *tokens, size_t ntokens, eng_settled_cb *cb, void *arg)
+		     const struct lim_tokens *tokens, size_t ntokens, eng_settled_cb *cb,
+		     void *arg)
 {
 	struct be_target t[PROTO_MAX_TARGETS] = { { 0 } };
-	struct kq *pinned[PROTO_MAX_TARGETS];
 	struct lim_tokens rs[PROTO_MAX_TOKENS];
 	struct eng_settled none = { .unavailable = ad->redis != NULL };
-	struct kq *kq;
 	size_t i, nt = 0;
 
 	for (i = 0; i < ref->nreserve; i++) {
 		rs[i].name = ref->reserve[i].name;
 		rs[i].n = ref->reserve[i].n;
 	}
+	/* No key is made or looked up: Redis holds the record, and a full
+	 * max_keys must not make a target drop out. */
 	for (i = 0; i < ref->nt; i++) {
 		struct scope_rt *sc = scope_find(ad, ref->t[i].scope);
 		const struct conf_class *cls = NULL;
@@ -222,13 +223,7 @@ void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
 		if (ref->t[i].cls[0] != '\0' &&
 		    (cls = conf_class_find(sc->cs, ref->t[i].cls)) == NULL)
 			continue;
-		if ((kq = kq_get(sc, ref->t[i].key, NULL)) == NULL)
-			continue;
-		/* t[] points at kq's key: no later kq_get may evict it meanwhile */
-		kq_ref(kq);
-		pinned[nt] = kq;
-		t[nt] = (struct be_target){ .cs = sc->cs, .cls = cls, .key = kq->key };
-		nt++;
+		t[nt++] = (struct be_target){ .cs = sc->cs, .cls = cls, .key = ref->t[i].key };
 	}
 	if (nt == 0 || ad->redis == NULL)
 		none.unavailable = false; /* nothing could ever vouch for it here */
@@ -236,8 +231,6 @@ void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
 	    !backend_release_ref(ad->redis, t, nt, ref->nonce, tokens, ntokens, rs, ref->nreserve,
 				 cb, arg))
 		cb(arg, &none);
-	for (i = 0; i < nt; i++)
-		kq_unref(pinned[i]);
 }
 
 bool eng_release_local(struct admitd *ad, const struct be_target *t, size_t nt, const char *nonce,

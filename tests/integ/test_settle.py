@@ -217,6 +217,21 @@ class RedisSettleTest(unittest.TestCase):
                 self.assertTrue(settled_nothing(rel, repeat=True), rel)
                 self.assertEqual(remaining(c, "llm", "k"), 4800)
 
+    def test_a_release_through_a_daemon_whose_max_keys_is_full(self):
+        # b keeps no key of the lease (its table is full of held keys): the
+        # record in Redis is all the release needs, so it still settles.
+        with Pods(TOKENS, n=2, admitd_extra=self.EXTRA + "max_keys = 2\n") as cl:
+            a, b = cl.daemons
+            ca, cb = a.connect(), b.connect()
+            for k in ("f1", "f2"):
+                self.assertIs(cb.request(acquire_req("llm", k)).get("ok"), True)
+            full = cb.request(acquire_req("llm", "f3", timeout_ms=0))
+            self.assertEqual(full.get("error"), "unavailable", full)
+            r = ca.request(acquire_req("llm", "k", reserve={"output": 1000}, detach=True))
+            self.assertEqual(cb.request({"op": "release", "lease": r["lease"],
+                                         "tokens": {"output": 10}}), {"ok": True, "held": False})
+            self.assertEqual(remaining(ca, "llm", "k"), 4990)
+
     def test_a_cap_slot_is_freed_once(self):
         conf = "[scope cap]\ncluster_concurrency = 1\nlease_ttl = 30s\n"
         with Pods(conf, n=2, admitd_extra=self.EXTRA) as cl:
