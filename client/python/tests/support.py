@@ -54,6 +54,8 @@ timeout = 1s
 
 [scope tok]
 rule = tokens.input token-bucket 100/1h
+; output is metered too (a release may name only metered tokens), loosely
+rule = tokens.output token-bucket 1000000/1h
 timeout = 1s
 
 [scope cost]
