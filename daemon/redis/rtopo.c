@@ -40,7 +40,6 @@
 
 #define RT_REFRESH_MS	  2000 /* CLUSTER SLOTS when nothing asked for it sooner */
 #define RT_MIN_GAP_MS	  100  /* between two asks */
-#define RT_CLUSTER_GROWTH 1024 /* ranges in a CLUSTER SLOTS reply we accept */
 /*
  * After +selected-slave: how long the selected replica stays the master in
  * use while it is not promoted yet (ROLE says slave), whatever a sentinel
@@ -309,18 +308,26 @@ struct range {
 	struct rp_node *n;
 };
 
-/* A CLUSTER SLOTS reply into the map; false when it is malformed or empty. */
-static bool cluster_apply(struct rp_topo_ctl *t, const struct rval *v)
+/*
+ * A CLUSTER SLOTS reply into the map: NULL when applied, else why it is
+ * unusable (malformed, empty, OOM; the map is then unchanged). A valid map
+ * has at most SLOT_COUNT ranges (one a slot); any count up to that is
+ * taken, since years of resharding leave many small ranges.
+ */
+static const char *cluster_apply(struct rp_topo_ctl *t, const struct rval *v)
 {
 	struct rpool *p = t->p;
 	struct range *r;
+	const char *why = "malformed range";
 	size_t nr = 0;
 
-	if (v->type != RV_ARR || v->n == 0 || v->n > RT_CLUSTER_GROWTH)
-		return false;
+	if (v->type != RV_ARR || v->n == 0)
+		return "not a list of ranges";
+	if (v->n > SLOT_COUNT)
+		return "more ranges than slots";
 	r = calloc(v->n, sizeof(*r));
 	if (r == NULL)
-		return false;
+		return "out of memory";
 	for (size_t i = 0; i < v->n; i++) {
 		const struct rval *e = &v->a[i], *m;
 		const char *host;
@@ -338,8 +345,10 @@ static bool cluster_apply(struct rp_topo_ctl *t, const struct rval *v)
 		r[nr].start = e->a[0].i;
 		r[nr].end = e->a[1].i;
 		r[nr].n = node_get(p, host, (int)m->a[1].i);
-		if (r[nr].n == NULL)
+		if (r[nr].n == NULL) {
+			why = "out of memory";
 			goto bad;
+		}
 		nr++;
 	}
 	for (struct rp_node *n = p->nodes; n != NULL; n = n->next)
@@ -362,10 +371,10 @@ static bool cluster_apply(struct rp_topo_ctl *t, const struct rval *v)
 			 nr);
 	p->map_known = true;
 	run_schedule(p);
-	return true;
+	return NULL;
 bad:
 	free(r);
-	return false;
+	return why;
 }
 
 static void ctl_tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -386,6 +395,7 @@ static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v)
 {
 	struct rp_topo_ctl *t = owner;
 	struct rpool *p = t->p;
+	const char *why;
 	char buf[200];
 
 	(void)tag;
@@ -410,9 +420,11 @@ static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v)
 		break;
 	case KC_SLOTS:
 		t->slots_pending = false;
-		if (!cluster_apply(t, v)) {
+		why = cluster_apply(t, v);
+		if (why != NULL) {
 			log_ratelimited(LOG_SLOT_REDIS, 1000, "redis CLUSTER SLOTS: unusable reply",
-					"node=%s:%d", t->host, t->port);
+					"node=%s:%d ranges=%zu reason=\"%s\"", t->host, t->port,
+					v->type == RV_ARR ? v->n : 0, why);
 			ctl_drop(t, NULL, true, false);
 			break;
 		}

@@ -478,6 +478,62 @@ class ClusterAuthTest(unittest.TestCase):
         self.assertNotIn(secret, log)
 
 
+class _ManyRanges:
+    """A 3-master cluster whose slot map is many small ranges (LAYOUT:
+    slot -> master), built by hand with CLUSTER ADDSLOTS, as resharding
+    over years leaves one: every acquire must still go through Redis."""
+
+    LAYOUT = None
+    RANGES = 0
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rc = RedisClusterDeploy(3, layout=cls.LAYOUT)
+        cls.rc.__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.rc.cleanup(failed=False)
+
+    def test_every_master_is_used(self):
+        self.assertEqual(self.rc.ranges(), self.RANGES)
+        p = start_pods(self, CONF, self.rc, n=1, extra=EXTRA, keep=lambda: self.rc.nodes)
+        d = p.daemons[0]
+        self.assertEqual(status(d)["backend"], "redis")
+        # The map was read whole: each master with the slots LAYOUT gave it.
+        want = {n.addr: sum(1 for s in range(16384) if self.LAYOUT(s) == i)
+                for i, n in enumerate(self.rc.nodes)}
+        topo = status(d)["redis"]["topology"]
+        self.assertEqual({x["addr"]: x["slots"] for x in topo["nodes"]}, want, topo)
+        self.assertIn("ranges=%d" % self.RANGES, d.stderr_text())
+        # Keys of every master are booked on their owner, by Redis.
+        by = self.rc.keys_by_master("tb", 2, prefix="many")
+        with d.connect() as c:
+            for i in range(3):
+                for k in by[i]:
+                    r = c.request(acquire_req("tb", k, timeout_ms=0))
+                    self.assertIs(r.get("ok"), True, r)
+                    self.assertEqual(r.get("backend"), "redis", (i, r))
+                    self.assertEqual(self.rc.nodes[i].command(
+                        "ZCARD", key_name("admitd", "tb", k, "q")), 1, (i, k))
+        self.assertEqual(status(d)["scopes"]["tb"]["fallback_admitted"], 0)
+        self.assertNotIn("unusable reply", d.stderr_text())
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+class Ranges2048Test(_ManyRanges, unittest.TestCase):
+    # 2048 ranges of 8 slots, round robin over the masters.
+    LAYOUT = staticmethod(lambda s: (s // 8) % 3)
+    RANGES = 2048
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+class Ranges16384Test(_ManyRanges, unittest.TestCase):
+    # Every slot its own range, alternating masters: the largest valid map.
+    LAYOUT = staticmethod(lambda s: s % 3)
+    RANGES = 16384
+
+
 def _ints_named(obj, names):
     """Every integer value of a key called one of names anywhere in obj."""
     if isinstance(obj, dict):
