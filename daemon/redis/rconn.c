@@ -152,7 +152,10 @@ static void read_cb(struct bufferevent *bev, void *arg)
 			if (k == 0)
 				break;
 			if (k < 0) {
-				rconn_fail(c, "protocol error in reply");
+				char why[200];
+				snprintf(why, sizeof(why), "protocol error in reply: %s",
+					 resp_error(c->rd));
+				rconn_fail(c, why);
 				goto out;
 			}
 			if (ring_pop(c, &p))
