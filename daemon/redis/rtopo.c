@@ -38,8 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RT_REFRESH_MS	  2000 /* CLUSTER SLOTS when nothing asked for it sooner */
-#define RT_MIN_GAP_MS	  100  /* between two asks */
+#define RT_REFRESH_MS 2000 /* CLUSTER SLOTS when nothing asked for it sooner */
+#define RT_MIN_GAP_MS 100  /* between two asks */
 /*
  * After +selected-slave: how long the selected replica stays the master in
  * use while it is not promoted yet (ROLE says slave), whatever a sentinel
