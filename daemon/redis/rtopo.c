@@ -236,6 +236,7 @@ static void sentinel_use(struct rpool *p, const char *host, int port, const char
 static void sentinel_addr_reply(struct rp_topo_ctl *t, const struct rval *v)
 {
 	struct rpool *p = t->p;
+	const char *msg, *fix;
 	char buf[200];
 	long port;
 	char *end;
@@ -251,6 +252,12 @@ static void sentinel_addr_reply(struct rp_topo_ctl *t, const struct rval *v)
 			sentinel_use(p, v->a[0].s, (int)port, "sentinel");
 			return;
 		}
+	}
+	if (rp_auth_refusal(p, v, true, &msg, &fix)) {
+		log_ratelimited(LOG_SLOT_REDIS, 1000, msg, "sentinel=%s:%d fix=\"%s\" err=\"%s\"",
+				t->host, t->port, fix, log_safe(v->s, buf, sizeof(buf)));
+		ctl_drop(t, NULL, true, false);
+		return;
 	}
 	log_ratelimited(LOG_SLOT_REDIS, 1000, "sentinel does not name the master",
 			"sentinel=%s:%d master=\"%s\" reply=\"%s\"", t->host, t->port,
@@ -395,7 +402,7 @@ static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v)
 {
 	struct rp_topo_ctl *t = owner;
 	struct rpool *p = t->p;
-	const char *why;
+	const char *why, *msg, *fix;
 	char buf[200];
 
 	(void)tag;
@@ -404,9 +411,14 @@ static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v)
 		return;
 	}
 	if (v->type == RV_ERR && kind != KC_ADDR) {
-		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis control request failed",
-				"%s=%s:%d err=\"%s\"", topo_what(p), t->host, t->port,
-				log_safe(v->s, buf, sizeof(buf)));
+		if (rp_auth_refusal(p, v, p->topo == TOPO_SENTINEL, &msg, &fix))
+			log_ratelimited(LOG_SLOT_REDIS, 1000, msg, "%s=%s:%d fix=\"%s\" err=\"%s\"",
+					topo_what(p), t->host, t->port, fix,
+					log_safe(v->s, buf, sizeof(buf)));
+		else
+			log_ratelimited(LOG_SLOT_REDIS, 1000, "redis control request failed",
+					"%s=%s:%d err=\"%s\"", topo_what(p), t->host, t->port,
+					log_safe(v->s, buf, sizeof(buf)));
 		rval_free(v);
 		ctl_drop(t, NULL, true, false);
 		return;
