@@ -16,6 +16,12 @@
  * (a data connection lost, a node that says it is not the master, a
  * READONLY/LOADING/MASTERDOWN reply) the control connection is made anew:
  * its first reply is the current answer. Sentinels are tried in turn.
+ * A subscribed connection hears nothing while no failover happens, so a
+ * sentinel that vanished (stopped, partitioned, its host gone) would go
+ * unnoticed, and with it the next failover: it is PINGed every
+ * RT_PING_MS (PING is allowed in subscribed mode), and one not answered by
+ * the next PING drops it for the next sentinel. TCP keepalive (rconn.c)
+ * is the second net, for a host that is gone.
  *
  * Cluster: the control connection asks CLUSTER SLOTS of a seed (or of a
  * master it knows), on start, every RT_REFRESH_MS, and soon after a
@@ -40,6 +46,7 @@
 
 #define RT_REFRESH_MS 2000 /* CLUSTER SLOTS when nothing asked for it sooner */
 #define RT_MIN_GAP_MS 100  /* between two asks */
+#define RT_PING_MS    1000 /* SENTINEL: PING interval and answer deadline, at least */
 /*
  * After +selected-slave: how long the selected replica stays the master in
  * use while it is not promoted yet (ROLE says slave), whatever a sentinel
@@ -47,7 +54,7 @@
  */
 #define RT_FAILOVER_MS 5000
 
-enum { KC_AUTH = 1, KC_ADDR, KC_SUB, KC_SLOTS };
+enum { KC_AUTH = 1, KC_ADDR, KC_SUB, KC_SLOTS, KC_PING };
 
 struct rp_topo_ctl {
 	struct rpool *p;
@@ -56,12 +63,14 @@ struct rp_topo_ctl {
 	bool slots_pending;	       /* CLUSTER SLOTS sent, no reply yet */
 	bool stale;		       /* ask again soon */
 	bool drop_master;	       /* SENTINEL: drop the master's connections too */
+	bool ping_pending;	       /* SENTINEL: a PING sent and not answered yet */
 	unsigned tries;		       /* connect attempts: picks the address */
 	char host[REDIS_URL_HOST_MAX]; /* of rc */
 	int port;
 	struct event *timer; /* connect deadline, or reconnect backoff */
 	struct event *kick;  /* act on stale / lost, outside connection callbacks */
 	struct event *tick;  /* CLUSTER: periodic refresh */
+	struct event *ping;  /* SENTINEL: PING the subscribed connection */
 	int64_t backoff_ms;
 	int64_t last_ask_ms;
 	int64_t failover_until; /* SENTINEL: moving to a selected replica until then */
@@ -101,7 +110,9 @@ static void ctl_drop(struct rp_topo_ctl *t, const char *why, bool next_address, 
 	}
 	t->ready = false;
 	t->slots_pending = false;
+	t->ping_pending = false;
 	evtimer_del(t->timer);
+	evtimer_del(t->ping);
 	if (p->freeing)
 		return;
 	if (next_address)
@@ -209,6 +220,41 @@ static void ctl_timer_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* ---- Sentinel ---- */
+
+/* The PING interval, which is also the deadline of its answer. */
+static struct timeval ping_tv(const struct rpool *p)
+{
+	return ms_to_tv(p->timeout_ms > RT_PING_MS ? p->timeout_ms : RT_PING_MS);
+}
+
+/*
+ * The subscribed connection's PING: the previous one unanswered means the
+ * sentinel is gone (a stopped process keeps its sockets open, so TCP says
+ * nothing): drop it and subscribe to the next sentinel at once.
+ */
+static void ctl_ping_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct rp_topo_ctl *t = arg;
+	struct timeval tv = ping_tv(t->p);
+
+	(void)fd;
+	(void)what;
+	if (t->rc == NULL || !t->ready)
+		return;
+	if (t->ping_pending) {
+		log_warn("sentinel stopped answering: subscribing to the next one",
+			 "sentinel=%s:%d waited_ms=%lld", t->host, t->port,
+			 (long long)tv.tv_sec * 1000 + (long long)tv.tv_usec / 1000);
+		ctl_drop(t, "no answer to PING", true, true);
+		return;
+	}
+	if (!rp_send_argv(t->rc, 1, (const char *[]){ "PING" }, KC_PING, NULL)) {
+		ctl_drop(t, "cannot send PING", true, false);
+		return;
+	}
+	t->ping_pending = true;
+	evtimer_add(t->ping, &tv);
+}
 
 /* The master is at host:port from now on. */
 static void sentinel_use(struct rpool *p, const char *host, int port, const char *why)
@@ -425,10 +471,23 @@ static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v)
 	}
 	switch (kind) {
 	case KC_ADDR: sentinel_addr_reply(t, v); break;
-	case KC_SUB:
+	case KC_SUB: {
+		struct timeval tv = ping_tv(p);
 		t->ready = true;
 		t->backoff_ms = p->backoff_min_ms;
 		evtimer_del(t->timer);
+		evtimer_add(t->ping, &tv);
+		log_info("sentinel subscribed", "sentinel=%s:%d", t->host, t->port);
+		break;
+	}
+	case KC_PING:
+		/* Whatever comes first after a PING answers it: its pong, or an
+		 * event published meanwhile (the pong then comes as a push). */
+		t->ping_pending = false;
+		if (v->type == RV_ARR) {
+			ctl_on_push(t, v);
+			return;
+		}
 		break;
 	case KC_SLOTS:
 		t->slots_pending = false;
@@ -520,7 +579,8 @@ bool topo_start(struct rpool *p)
 	t->timer = evtimer_new(p->base, ctl_timer_cb, t);
 	t->kick = evtimer_new(p->base, ctl_kick_cb, t);
 	t->tick = evtimer_new(p->base, ctl_tick_cb, t);
-	if (t->timer == NULL || t->kick == NULL || t->tick == NULL)
+	t->ping = evtimer_new(p->base, ctl_ping_cb, t);
+	if (t->timer == NULL || t->kick == NULL || t->tick == NULL || t->ping == NULL)
 		return false;
 	if (p->topo == TOPO_CLUSTER && evtimer_add(t->tick, &tv) != 0)
 		return false;
@@ -565,5 +625,7 @@ void topo_free(struct rpool *p)
 		event_free(t->kick);
 	if (t->tick != NULL)
 		event_free(t->tick);
+	if (t->ping != NULL)
+		event_free(t->ping);
 	free(t);
 }

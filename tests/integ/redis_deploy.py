@@ -490,6 +490,7 @@ class SentinelServer:
         with open(self.conf_path, "w") as f:
             f.write("\n".join(lines) + "\n")
         self.proc = None
+        self.paused = False
 
     @property
     def addr(self):
@@ -537,8 +538,19 @@ class SentinelServer:
         finally:
             c.close()
 
+    def pause(self):
+        """SIGSTOP: the sentinel keeps its sockets open and answers nothing."""
+        self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
     def stop(self):
         if self.proc is not None:
+            if self.paused:
+                self.resume()
             harness._terminate(self.proc, harness.STOP_DEADLINE)
             self.proc = None
 
