@@ -25,9 +25,10 @@ struct resp_reader;
  * Bounds on one reply, past which it is a protocol error (resp_next -1):
  * what no reply of ours comes near, so a hostile or broken server cannot
  * make the reader allocate without bound. The largest reply we read is
- * CLUSTER SLOTS of a map of 16384 single-slot ranges: 16384 entries, about
- * 25 values and 1.7 KB each with two replicas a master (a value is 48 bytes
- * in memory, so RESP_MAX_VALUES is 48 MiB at most).
+ * CLUSTER SLOTS of a map of 16384 single-slot ranges: 16384 entries of 18
+ * values and about 250 bytes each with two replicas a master (4 MB; the
+ * bounds leave room for a dozen nodes a range). A value is 48 bytes in
+ * memory, so RESP_MAX_VALUES is 48 MiB at most, per connection.
  */
 #define RESP_MAX_ARRAY	65536	      /* elements of one array */
 #define RESP_MAX_VALUES (1024 * 1024) /* values in one reply, nested ones included */
