@@ -25,7 +25,8 @@
  *
  * Cluster: the control connection asks CLUSTER SLOTS of a seed (or of a
  * master it knows), on start, every RT_REFRESH_MS, and soon after a
- * MOVED or a lost node connection.
+ * MOVED or a lost node connection; one not answered within RT_REFRESH_MS
+ * (or redis_timeout, when longer) is asked of the next node.
  *
  * Nothing here runs user code; the changes that come from inside a
  * connection callback (topo_stale, topo_node_lost) are acted on from the
@@ -434,11 +435,20 @@ static void ctl_tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct rp_topo_ctl *t = arg;
 	struct timeval tv = ms_to_tv(RT_REFRESH_MS);
+	int64_t wait = t->p->timeout_ms;
 
 	(void)fd;
 	(void)what;
-	if (t->ready && !ctl_send_slots(t))
+	/* A node that stopped answering (a stopped process keeps its sockets
+	 * open) would hold the map as it was for good: ask another. */
+	if (t->ready && t->slots_pending &&
+	    clock_mono_ms() - t->last_ask_ms >= (wait > RT_REFRESH_MS ? wait : RT_REFRESH_MS)) {
+		log_warn("cluster node stopped answering CLUSTER SLOTS: asking another",
+			 "node=%s:%d", t->host, t->port);
+		ctl_drop(t, "no answer to CLUSTER SLOTS", true, true);
+	} else if (t->ready && !ctl_send_slots(t)) {
 		ctl_drop(t, "cannot send CLUSTER SLOTS", true, false);
+	}
 	evtimer_add(t->tick, &tv);
 }
 

@@ -534,6 +534,44 @@ class Ranges16384Test(_ManyRanges, unittest.TestCase):
     RANGES = 16384
 
 
+@unittest.skipIf(MISSING, MISSING or "")
+@unittest.skipIf(harness.VALGRIND, "timing bounds; run under ASan instead of valgrind")
+class ControlNodeStopsTest(unittest.TestCase):
+
+    def test_map_refreshed_when_the_asked_node_stops(self):
+        # Seeded with node 0 only: the slot map is asked there. Node 0 is
+        # then stopped (SIGSTOP: its sockets stay open, TCP says nothing),
+        # and a slot moves between nodes 1 and 2 by SETSLOT NODE, with no
+        # request that could bring a MOVED. The daemon must ask another
+        # node and see the move.
+        with RedisClusterDeploy(3) as rc:
+            seed = types.SimpleNamespace(url="redis+cluster://" + rc.nodes[0].addr)
+            p = start_pods(self, CONF, seed, n=1, extra=EXTRA, keep=lambda: rc.nodes)
+            d = p.daemons[0]
+
+            def slots():
+                return {x["addr"]: x["slots"] for x in status(d)["redis"]["topology"]["nodes"]}
+
+            before = slots()
+            src, dst = rc.nodes[1], rc.nodes[2]
+            slot = next(s for s, n in sorted(rc.slot_map().items()) if n is src
+                        and src.command("CLUSTER", "COUNTKEYSINSLOT", s) == 0)
+            rc.nodes[0].pause()
+            t0 = now()
+            for n in (dst, src):
+                self.assertEqual(n.command("CLUSTER", "SETSLOT", slot, "NODE", dst.node_id), "OK")
+            want = dict(before, **{src.addr: before[src.addr] - 1,
+                                   dst.addr: before[dst.addr] + 1})
+            harness._wait_until(lambda: slots() == want, 15.0, "the move seen", d.stderr_text)
+            t1 = now()
+            self.assertIn('cluster node stopped answering CLUSTER SLOTS: asking another" '
+                          'node=%s' % rc.nodes[0].addr, d.stderr_text())
+            # Unanswered at one refresh (2 s), left at the next; the next
+            # node answers at once.
+            self.assertLess(t1 - t0, 2 * 2.0 + 0.5 + late_allowance(t0, t1), d.stderr_text())
+            rc.nodes[0].resume()
+
+
 def _ints_named(obj, names):
     """Every integer value of a key called one of names anywhere in obj."""
     if isinstance(obj, dict):
