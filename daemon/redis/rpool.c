@@ -547,7 +547,8 @@ static bool conn_hs_reply(struct rp_conn *c, unsigned step, const struct rval *v
 	char buf[256];
 
 	if (rp_auth_refusal(p, v, false, &msg, &fix)) {
-		log_warn(msg, "node=%s conn=%d fix=\"%s\" err=\"%s\"", c->node->name, c->idx, fix,
+		log_warn(msg, "node=%s conn=%d step=%s fix=\"%s\" err=\"%s\"", c->node->name,
+			 c->idx, hs_names[step < HS_LOAD ? step : HS_LOAD], fix,
 			 log_safe(v->s, buf, sizeof(buf)));
 		return false;
 	}

@@ -538,14 +538,10 @@ class SentinelServer:
         finally:
             c.close()
 
-    def pause(self):
-        """SIGSTOP: the sentinel keeps its sockets open and answers nothing."""
-        self.proc.send_signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self):
-        self.proc.send_signal(signal.SIGCONT)
-        self.paused = False
+    # SIGSTOP/SIGCONT, as RedisServer's: the sentinel keeps its sockets open
+    # and answers nothing until resumed (stop() resumes it first).
+    pause = RedisServer.pause
+    resume = RedisServer.resume
 
     def stop(self):
         if self.proc is not None:
