@@ -19,7 +19,7 @@ import threading
 import unittest
 
 from . import harness
-from .harness import Admitd, acquire_req
+from .harness import VALGRIND, Admitd, _asan_build, acquire_req
 from .redis_util import status
 
 # A handshake deadline long enough that the byte bound, not the deadline,
@@ -35,7 +35,11 @@ quota = 5/1s
 RESP_MAX_BYTES = 32 << 20  # daemon/redis/resp.h
 POOL = 2  # redis_pool's default: connections that may each hold one reply
 STREAM_CAP = 256 << 20  # the fake gives up streaming here (1 GB announced)
-BASE = 24 << 20  # the daemon's own peak, with room (ASan's included)
+BASE = 24 << 20  # the daemon's own peak, with room
+# ASan keeps freed memory in quarantine and valgrind has its own heap: the
+# peaks are checked on the plain build only (as test_bounds.py does); the
+# rest (up, fallback, the bound named, the bytes read) is checked everywhere.
+RSS_CHECKED = not VALGRIND and not _asan_build()
 
 
 def _vm(pid, field):
@@ -151,12 +155,14 @@ class HostileServerTest(unittest.TestCase):
         _, peak = self.run_against(reply_huge_header, "array longer than any reply needs")
         # Refused at the header: nothing of 2^31 elements was allocated
         # (the daemon alone peaks at about 5 MiB).
-        self.assertLess(peak, BASE, peak)
+        if RSS_CHECKED:
+            self.assertLess(peak, BASE, peak)
 
     def test_too_many_values(self):
         _, peak = self.run_against(reply_too_many_values, "too many values in one reply")
         # At most 2^20 values (48 B each) per connection, freed on the drop.
-        self.assertLess(peak, BASE + POOL * (48 << 20), peak)
+        if RSS_CHECKED:
+            self.assertLess(peak, BASE + POOL * (48 << 20), peak)
 
     def test_endless_bulk(self):
         sent, peak = self.run_against(reply_endless_bulk, "reply longer than 32 MiB")
@@ -166,7 +172,8 @@ class HostileServerTest(unittest.TestCase):
             self.assertLess(n, RESP_MAX_BYTES + (16 << 20), sent)
         # Buffered: up to the bound per connection (a reader's buffer may
         # be twice what it holds while it grows).
-        self.assertLess(peak, BASE + POOL * 2 * RESP_MAX_BYTES, peak)
+        if RSS_CHECKED:
+            self.assertLess(peak, BASE + POOL * 2 * RESP_MAX_BYTES, peak)
 
 
 if __name__ == "__main__":
