@@ -10,6 +10,10 @@
  * buffer, which libevent writes when the loop next finds the socket
  * writable: everything queued in one pass leaves in one write.
  *
+ * Every TCP connection gets TCP keepalive (RCONN_KA_*): a connection that
+ * waits for nothing (idle in a pool, or subscribed to a sentinel) would
+ * otherwise never learn that its peer's host is gone.
+ *
  * Re-entrancy: an owner callback may call rconn_free. Inside our own
  * bufferevent callbacks that only marks the connection (in_cb counts the
  * depth) and the free happens when the outermost callback returns, so no
@@ -25,13 +29,18 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
-#define RCONN_MAX_IO (256 * 1024) /* bytes one read or one write may move */
+#define RCONN_MAX_IO   (256 * 1024) /* bytes one read or one write may move */
+#define RCONN_KA_IDLE  15	    /* s idle before the first keepalive probe */
+#define RCONN_KA_INTVL 5	    /* s between probes */
+#define RCONN_KA_CNT   3	    /* unanswered probes before the kernel gives up */
 
 struct pend {
 	int kind;
@@ -49,6 +58,7 @@ struct rconn {
 	bool free_pending;
 	bool closed;   /* on_event(!up) delivered: deliver nothing more */
 	bool starting; /* inside rconn_new: the owner does not know us yet */
+	bool tcp;      /* not a Unix socket: keepalive on connect */
 	char start_err[128];
 };
 
@@ -152,7 +162,10 @@ static void read_cb(struct bufferevent *bev, void *arg)
 			if (k == 0)
 				break;
 			if (k < 0) {
-				rconn_fail(c, "protocol error in reply");
+				char why[200];
+				snprintf(why, sizeof(why), "protocol error in reply: %s",
+					 resp_error(c->rd));
+				rconn_fail(c, why);
 				goto out;
 			}
 			if (ring_pop(c, &p))
@@ -167,6 +180,18 @@ out:
 	cb_leave(c);
 }
 
+/* Keepalive on a connected TCP socket; best effort (the loop works without). */
+static void keepalive_on(evutil_socket_t fd)
+{
+	int on = 1, idle = RCONN_KA_IDLE, intvl = RCONN_KA_INTVL, cnt = RCONN_KA_CNT;
+
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) != 0)
+		return;
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
 static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
 	struct rconn *c = arg;
@@ -174,6 +199,8 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 
 	c->in_cb++;
 	if (what & BEV_EVENT_CONNECTED) {
+		if (c->tcp)
+			keepalive_on(bufferevent_getfd(bev));
 		if (!c->closed)
 			c->ops->on_event(c->owner, true, NULL);
 	} else if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
@@ -205,6 +232,7 @@ struct rconn *rconn_new(struct event_base *base, const char *host, int port, con
 	if (c == NULL)
 		goto fail;
 	c->starting = true;
+	c->tcp = path == NULL;
 	c->ops = ops;
 	c->owner = owner;
 	errpos = "reader";

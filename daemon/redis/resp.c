@@ -15,12 +15,9 @@
 
 #include <hiredis/hiredis.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct resp_reader {
-	redisReader *r;
-};
 
 static void rval_clear(struct rval *v)
 {
@@ -81,40 +78,139 @@ bool rval_is_err(const struct rval *v, const char *word)
 	       (v->len == n || v->s[n] == ' ');
 }
 
-/* Deep copy of r into *v (zeroed by the caller); false on OOM. */
-static bool rval_fill(struct rval *v, const redisReply *r)
+/*
+ * The reader builds struct rval trees itself (hiredis's object functions),
+ * so it can refuse, while a reply is read, what no reply of ours needs: a
+ * hostile or broken server must not make us allocate without bound. hiredis
+ * allocates an array as soon as its header is read, before its elements
+ * arrive (`*2147483647` is 13 bytes), and buffers a bulk string whole; it
+ * bounds nesting (7) but neither of those. A refusal is a protocol error:
+ * the connection is dropped and its calls fail.
+ */
+
+struct resp_reader {
+	redisReader *r;
+	size_t values;	  /* in the reply being read: values allocated so far */
+	size_t bytes;	  /* fed since the last complete reply (its bytes, at least) */
+	const char *over; /* the bound the reply being read broke, or NULL */
+	char why[160];
+};
+
+/* Where the value of task goes: its slot in the parent array, or a new root. */
+static struct rval *rd_slot(const redisReadTask *task)
 {
-	switch (r->type) {
-	case REDIS_REPLY_INTEGER:
-		v->type = RV_INT;
-		v->i = r->integer;
-		return true;
-	case REDIS_REPLY_NIL: v->type = RV_NIL; return true;
-	case REDIS_REPLY_ARRAY:
-		v->type = RV_ARR;
-		if (r->elements == 0)
-			return true;
-		v->a = calloc(r->elements, sizeof(*v->a));
-		if (v->a == NULL)
-			return false;
-		v->n = r->elements;
-		for (size_t i = 0; i < r->elements; i++)
-			if (!rval_fill(&v->a[i], r->element[i]))
-				return false;
-		return true;
-	case REDIS_REPLY_STATUS: v->type = RV_STATUS; break;
-	case REDIS_REPLY_ERROR: v->type = RV_ERR; break;
-	default: /* REDIS_REPLY_STRING, and anything newer read as bytes */ v->type = RV_STR; break;
+	if (task->parent != NULL) {
+		struct rval *parent = task->parent->obj;
+		return &parent->a[task->idx];
 	}
-	v->s = malloc(r->len + 1);
-	if (v->s == NULL)
+	return calloc(1, sizeof(struct rval));
+}
+
+/* Count n more values against the bound; false (and the reason kept) when over. */
+static bool rd_charge(struct resp_reader *rd, size_t n)
+{
+	if (n > RESP_MAX_VALUES - rd->values) {
+		rd->over = "too many values in one reply";
 		return false;
-	if (r->len > 0)
-		memcpy(v->s, r->str, r->len);
-	v->s[r->len] = '\0';
-	v->len = r->len;
+	}
+	rd->values += n;
 	return true;
 }
+
+static void *rd_string(const redisReadTask *task, char *str, size_t len)
+{
+	struct resp_reader *rd = task->privdata;
+	struct rval *v;
+
+	if (!rd_charge(rd, task->parent == NULL))
+		return NULL;
+	v = rd_slot(task);
+	if (v == NULL)
+		return NULL;
+	v->type = task->type == REDIS_REPLY_STATUS  ? RV_STATUS
+		  : task->type == REDIS_REPLY_ERROR ? RV_ERR
+						    : RV_STR;
+	v->s = malloc(len + 1);
+	if (v->s == NULL) {
+		if (task->parent == NULL)
+			free(v);
+		return NULL;
+	}
+	if (len > 0)
+		memcpy(v->s, str, len);
+	v->s[len] = '\0';
+	v->len = len;
+	return v;
+}
+
+static void *rd_array(const redisReadTask *task, int elements)
+{
+	struct resp_reader *rd = task->privdata;
+	struct rval *v;
+
+	if (elements > RESP_MAX_ARRAY) {
+		rd->over = "array longer than any reply needs";
+		return NULL;
+	}
+	if (!rd_charge(rd, (size_t)elements + (task->parent == NULL)))
+		return NULL;
+	v = rd_slot(task);
+	if (v == NULL)
+		return NULL;
+	v->type = RV_ARR;
+	if (elements > 0) {
+		v->a = calloc((size_t)elements, sizeof(*v->a));
+		if (v->a == NULL) {
+			if (task->parent == NULL)
+				free(v);
+			return NULL;
+		}
+		v->n = (size_t)elements;
+	}
+	return v;
+}
+
+static void *rd_integer(const redisReadTask *task, long long value)
+{
+	struct resp_reader *rd = task->privdata;
+	struct rval *v;
+
+	if (!rd_charge(rd, task->parent == NULL))
+		return NULL;
+	v = rd_slot(task);
+	if (v != NULL) {
+		v->type = RV_INT;
+		v->i = value;
+	}
+	return v;
+}
+
+static void *rd_nil(const redisReadTask *task)
+{
+	struct resp_reader *rd = task->privdata;
+	struct rval *v;
+
+	if (!rd_charge(rd, task->parent == NULL))
+		return NULL;
+	v = rd_slot(task);
+	if (v != NULL)
+		v->type = RV_NIL;
+	return v;
+}
+
+/* hiredis frees only a root this way (a reply left unfinished by an error). */
+static void rd_free(void *obj)
+{
+	rval_free(obj);
+}
+
+static redisReplyObjectFunctions rd_fns = {
+	.createString = rd_string,
+	.createArray = rd_array,
+	.createInteger = rd_integer,
+	.createNil = rd_nil,
+	.freeObject = rd_free,
+};
 
 struct resp_reader *resp_reader_new(void)
 {
@@ -122,11 +218,12 @@ struct resp_reader *resp_reader_new(void)
 
 	if (r == NULL)
 		return NULL;
-	r->r = redisReaderCreate();
+	r->r = redisReaderCreateWithFunctions(&rd_fns);
 	if (r->r == NULL) {
 		free(r);
 		return NULL;
 	}
+	r->r->privdata = r;
 	return r;
 }
 
@@ -140,29 +237,42 @@ void resp_reader_free(struct resp_reader *r)
 
 int resp_feed(struct resp_reader *r, const char *buf, size_t len)
 {
-	return redisReaderFeed(r->r, buf, len) == REDIS_OK ? 0 : -1;
+	if (redisReaderFeed(r->r, buf, len) != REDIS_OK)
+		return -1;
+	r->bytes += len;
+	return 0;
 }
 
 int resp_next(struct resp_reader *r, struct rval **out)
 {
 	void *reply = NULL;
-	struct rval *v;
 
 	*out = NULL;
-	if (redisReaderGetReply(r->r, &reply) != REDIS_OK)
+	if (redisReaderGetReply(r->r, &reply) != REDIS_OK) {
+		snprintf(r->why, sizeof(r->why), "%s",
+			 r->over != NULL ? r->over : redisReaderGetError(r->r));
 		return -1;
-	if (reply == NULL)
-		return 0;
-	v = calloc(1, sizeof(*v));
-	if (v != NULL && !rval_fill(v, reply)) {
-		rval_free(v);
-		v = NULL;
 	}
-	freeReplyObject(reply);
-	if (v == NULL)
-		return -1;
-	*out = v;
+	if (reply == NULL) {
+		/* What is buffered is one unfinished reply (and its value
+		 * count, one unfinished tree): refuse it past the bound. */
+		if (r->bytes > RESP_MAX_BYTES) {
+			snprintf(r->why, sizeof(r->why), "reply longer than %d MiB",
+				 RESP_MAX_BYTES >> 20);
+			return -1;
+		}
+		return 0;
+	}
+	/* The bytes still buffered belong to the replies after this one. */
+	r->bytes = r->r->len - r->r->pos;
+	r->values = 0;
+	*out = reply;
 	return 1;
+}
+
+const char *resp_error(const struct resp_reader *r)
+{
+	return r->why[0] != '\0' ? r->why : "protocol error";
 }
 
 int resp_format(int argc, const char *const *argv, const size_t *lens, char **out, size_t *outlen)

@@ -21,6 +21,19 @@
 
 struct resp_reader;
 
+/*
+ * Bounds on one reply, past which it is a protocol error (resp_next -1):
+ * what no reply of ours comes near, so a hostile or broken server cannot
+ * make the reader allocate without bound. The largest reply we read is
+ * CLUSTER SLOTS of a map of 16384 single-slot ranges: 16384 entries of 18
+ * values and about 250 bytes each with two replicas a master (4 MB; the
+ * bounds leave room for a dozen nodes a range). A value is 48 bytes in
+ * memory, so RESP_MAX_VALUES is 48 MiB at most, per connection.
+ */
+#define RESP_MAX_ARRAY	65536	      /* elements of one array */
+#define RESP_MAX_VALUES (1024 * 1024) /* values in one reply, nested ones included */
+#define RESP_MAX_BYTES	(32 << 20)    /* bytes of one reply on the wire */
+
 /* resp_reader_new - a reader with nothing buffered, or NULL on OOM. */
 struct resp_reader *resp_reader_new(void);
 void resp_reader_free(struct resp_reader *r);
@@ -30,10 +43,14 @@ int resp_feed(struct resp_reader *r, const char *buf, size_t len);
 
 /*
  * resp_next - the next complete reply: 1 with *out set (the caller owns
- * it: rval_free), 0 when more bytes are needed, -1 on a protocol error or
- * OOM (the stream is unusable: close the connection).
+ * it: rval_free), 0 when more bytes are needed, -1 on a protocol error,
+ * a reply past a bound above, or OOM (the stream is unusable: close the
+ * connection; resp_error says why).
  */
 int resp_next(struct resp_reader *r, struct rval **out);
+
+/* resp_error - why resp_next last returned -1 (static or in r; no secrets). */
+const char *resp_error(const struct resp_reader *r);
 
 /*
  * resp_format - argv (binary-safe, lens may be NULL for C strings) as one

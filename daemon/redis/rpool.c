@@ -102,6 +102,32 @@ void run_schedule(struct rpool *p)
 	event_active(p->run_ev, EV_TIMEOUT, 0);
 }
 
+bool rp_auth_refusal(const struct rpool *p, const struct rval *v, bool sentinel, const char **msg,
+		     const char **fix)
+{
+	bool sent = (sentinel ? p->sentinel_password : p->password) != NULL;
+
+	if (v == NULL || v->type != RV_ERR)
+		return false;
+	if (rval_is_err(v, "NOAUTH") || strstr(v->s, "Protocol error: unauthenticated") != NULL) {
+		*msg = sentinel ? "the sentinel requires a password and none is set"
+				: "redis requires a password and none is set";
+		*fix = sentinel ? "set sentinel_password_file"
+				: "set redis_password_file, or the password in the redis URL "
+				  "(redis://:PASSWORD@host:port)";
+		return true;
+	}
+	if (sent && (rval_is_err(v, "WRONGPASS") || strstr(v->s, "invalid password") != NULL)) {
+		*msg =
+		    sentinel ? "the sentinel refused the password" : "redis refused the password";
+		*fix = sentinel ? "check sentinel_password_file"
+				: "check redis_password_file (or the redis URL's password) and "
+				  "redis_user";
+		return true;
+	}
+	return false;
+}
+
 bool rp_send_argv(struct rconn *rc, int argc, const char **argv, int kind, void *tag)
 {
 	char *cmd;
@@ -517,8 +543,15 @@ static void conn_on_push(void *owner, struct rval *v)
 static bool conn_hs_reply(struct rp_conn *c, unsigned step, const struct rval *v)
 {
 	struct rpool *p = c->node->pool;
+	const char *msg, *fix;
 	char buf[256];
 
+	if (rp_auth_refusal(p, v, false, &msg, &fix)) {
+		log_warn(msg, "node=%s conn=%d step=%s fix=\"%s\" err=\"%s\"", c->node->name,
+			 c->idx, hs_names[step < HS_LOAD ? step : HS_LOAD], fix,
+			 log_safe(v->s, buf, sizeof(buf)));
+		return false;
+	}
 	if (v->type == RV_ERR) {
 		/* The server's message never contains the secret we sent. */
 		log_warn("redis handshake failed", "node=%s conn=%d step=%s err=\"%s\"",

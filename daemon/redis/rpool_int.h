@@ -141,6 +141,18 @@ uint64_t rp_rand(struct rpool *p);
 const char *log_safe(const char *s, char *buf, size_t n);
 struct timeval;
 struct timeval ms_to_tv(int64_t ms);
+/*
+ * rp_auth_refusal - when error reply v says the server wants a password we
+ * did not send, or refused the one we sent, true with *msg (the log line's
+ * message) and *fix (what to set: the conf keys, the URL) filled; else
+ * false. sentinel: v came from a sentinel. Redis 7 refuses an argument
+ * longer than 16 KiB from an unauthenticated client before it parses the
+ * command ("Protocol error: unauthenticated bulk length"), so a SCRIPT LOAD
+ * sent without AUTH is answered that way, not with NOAUTH. Neither string
+ * holds a secret.
+ */
+bool rp_auth_refusal(const struct rpool *p, const struct rval *v, bool sentinel, const char **msg,
+		     const char **fix);
 /* Send a formatted copy of argv on rc as kind/tag; false on failure. */
 bool rp_send_argv(struct rconn *rc, int argc, const char **argv, int kind, void *tag);
 

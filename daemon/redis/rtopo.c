@@ -16,10 +16,17 @@
  * (a data connection lost, a node that says it is not the master, a
  * READONLY/LOADING/MASTERDOWN reply) the control connection is made anew:
  * its first reply is the current answer. Sentinels are tried in turn.
+ * A subscribed connection hears nothing while no failover happens, so a
+ * sentinel that vanished (stopped, partitioned, its host gone) would go
+ * unnoticed, and with it the next failover: it is PINGed every
+ * RT_PING_MS (PING is allowed in subscribed mode), and one not answered by
+ * the next PING drops it for the next sentinel. TCP keepalive (rconn.c)
+ * is the second net, for a host that is gone.
  *
  * Cluster: the control connection asks CLUSTER SLOTS of a seed (or of a
  * master it knows), on start, every RT_REFRESH_MS, and soon after a
- * MOVED or a lost node connection.
+ * MOVED or a lost node connection; one not answered within RT_REFRESH_MS
+ * (or redis_timeout, when longer) is asked of the next node.
  *
  * Nothing here runs user code; the changes that come from inside a
  * connection callback (topo_stale, topo_node_lost) are acted on from the
@@ -38,9 +45,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RT_REFRESH_MS	  2000 /* CLUSTER SLOTS when nothing asked for it sooner */
-#define RT_MIN_GAP_MS	  100  /* between two asks */
-#define RT_CLUSTER_GROWTH 1024 /* ranges in a CLUSTER SLOTS reply we accept */
+#define RT_REFRESH_MS 2000 /* CLUSTER SLOTS when nothing asked for it sooner */
+#define RT_MIN_GAP_MS 100  /* between two asks */
+#define RT_PING_MS    1000 /* SENTINEL: PING interval and answer deadline, at least */
 /*
  * After +selected-slave: how long the selected replica stays the master in
  * use while it is not promoted yet (ROLE says slave), whatever a sentinel
@@ -48,7 +55,7 @@
  */
 #define RT_FAILOVER_MS 5000
 
-enum { KC_AUTH = 1, KC_ADDR, KC_SUB, KC_SLOTS };
+enum { KC_AUTH = 1, KC_ADDR, KC_SUB, KC_SLOTS, KC_PING };
 
 struct rp_topo_ctl {
 	struct rpool *p;
@@ -57,12 +64,14 @@ struct rp_topo_ctl {
 	bool slots_pending;	       /* CLUSTER SLOTS sent, no reply yet */
 	bool stale;		       /* ask again soon */
 	bool drop_master;	       /* SENTINEL: drop the master's connections too */
+	bool ping_pending;	       /* SENTINEL: a PING sent and not answered yet */
 	unsigned tries;		       /* connect attempts: picks the address */
 	char host[REDIS_URL_HOST_MAX]; /* of rc */
 	int port;
 	struct event *timer; /* connect deadline, or reconnect backoff */
 	struct event *kick;  /* act on stale / lost, outside connection callbacks */
 	struct event *tick;  /* CLUSTER: periodic refresh */
+	struct event *ping;  /* SENTINEL: PING the subscribed connection */
 	int64_t backoff_ms;
 	int64_t last_ask_ms;
 	int64_t failover_until; /* SENTINEL: moving to a selected replica until then */
@@ -102,7 +111,9 @@ static void ctl_drop(struct rp_topo_ctl *t, const char *why, bool next_address, 
 	}
 	t->ready = false;
 	t->slots_pending = false;
+	t->ping_pending = false;
 	evtimer_del(t->timer);
+	evtimer_del(t->ping);
 	if (p->freeing)
 		return;
 	if (next_address)
@@ -211,6 +222,41 @@ static void ctl_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- Sentinel ---- */
 
+/* The PING interval, which is also the deadline of its answer. */
+static struct timeval ping_tv(const struct rpool *p)
+{
+	return ms_to_tv(p->timeout_ms > RT_PING_MS ? p->timeout_ms : RT_PING_MS);
+}
+
+/*
+ * The subscribed connection's PING: the previous one unanswered means the
+ * sentinel is gone (a stopped process keeps its sockets open, so TCP says
+ * nothing): drop it and subscribe to the next sentinel at once.
+ */
+static void ctl_ping_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct rp_topo_ctl *t = arg;
+	struct timeval tv = ping_tv(t->p);
+
+	(void)fd;
+	(void)what;
+	if (t->rc == NULL || !t->ready)
+		return;
+	if (t->ping_pending) {
+		log_warn("sentinel stopped answering: subscribing to the next one",
+			 "sentinel=%s:%d waited_ms=%lld", t->host, t->port,
+			 (long long)tv.tv_sec * 1000 + (long long)tv.tv_usec / 1000);
+		ctl_drop(t, "no answer to PING", true, true);
+		return;
+	}
+	if (!rp_send_argv(t->rc, 1, (const char *[]){ "PING" }, KC_PING, NULL)) {
+		ctl_drop(t, "cannot send PING", true, false);
+		return;
+	}
+	t->ping_pending = true;
+	evtimer_add(t->ping, &tv);
+}
+
 /* The master is at host:port from now on. */
 static void sentinel_use(struct rpool *p, const char *host, int port, const char *why)
 {
@@ -237,6 +283,7 @@ static void sentinel_use(struct rpool *p, const char *host, int port, const char
 static void sentinel_addr_reply(struct rp_topo_ctl *t, const struct rval *v)
 {
 	struct rpool *p = t->p;
+	const char *msg, *fix;
 	char buf[200];
 	long port;
 	char *end;
@@ -252,6 +299,12 @@ static void sentinel_addr_reply(struct rp_topo_ctl *t, const struct rval *v)
 			sentinel_use(p, v->a[0].s, (int)port, "sentinel");
 			return;
 		}
+	}
+	if (rp_auth_refusal(p, v, true, &msg, &fix)) {
+		log_ratelimited(LOG_SLOT_REDIS, 1000, msg, "sentinel=%s:%d fix=\"%s\" err=\"%s\"",
+				t->host, t->port, fix, log_safe(v->s, buf, sizeof(buf)));
+		ctl_drop(t, NULL, true, false);
+		return;
 	}
 	log_ratelimited(LOG_SLOT_REDIS, 1000, "sentinel does not name the master",
 			"sentinel=%s:%d master=\"%s\" reply=\"%s\"", t->host, t->port,
@@ -309,18 +362,26 @@ struct range {
 	struct rp_node *n;
 };
 
-/* A CLUSTER SLOTS reply into the map; false when it is malformed or empty. */
-static bool cluster_apply(struct rp_topo_ctl *t, const struct rval *v)
+/*
+ * A CLUSTER SLOTS reply into the map: NULL when applied, else why it is
+ * unusable (malformed, empty, OOM; the map is then unchanged). A valid map
+ * has at most SLOT_COUNT ranges (one a slot); any count up to that is
+ * taken, since years of resharding leave many small ranges.
+ */
+static const char *cluster_apply(struct rp_topo_ctl *t, const struct rval *v)
 {
 	struct rpool *p = t->p;
 	struct range *r;
+	const char *why = "malformed range";
 	size_t nr = 0;
 
-	if (v->type != RV_ARR || v->n == 0 || v->n > RT_CLUSTER_GROWTH)
-		return false;
+	if (v->type != RV_ARR || v->n == 0)
+		return "not a list of ranges";
+	if (v->n > SLOT_COUNT)
+		return "more ranges than slots";
 	r = calloc(v->n, sizeof(*r));
 	if (r == NULL)
-		return false;
+		return "out of memory";
 	for (size_t i = 0; i < v->n; i++) {
 		const struct rval *e = &v->a[i], *m;
 		const char *host;
@@ -338,8 +399,10 @@ static bool cluster_apply(struct rp_topo_ctl *t, const struct rval *v)
 		r[nr].start = e->a[0].i;
 		r[nr].end = e->a[1].i;
 		r[nr].n = node_get(p, host, (int)m->a[1].i);
-		if (r[nr].n == NULL)
+		if (r[nr].n == NULL) {
+			why = "out of memory";
 			goto bad;
+		}
 		nr++;
 	}
 	for (struct rp_node *n = p->nodes; n != NULL; n = n->next)
@@ -362,21 +425,30 @@ static bool cluster_apply(struct rp_topo_ctl *t, const struct rval *v)
 			 nr);
 	p->map_known = true;
 	run_schedule(p);
-	return true;
+	return NULL;
 bad:
 	free(r);
-	return false;
+	return why;
 }
 
 static void ctl_tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct rp_topo_ctl *t = arg;
 	struct timeval tv = ms_to_tv(RT_REFRESH_MS);
+	int64_t wait = t->p->timeout_ms;
 
 	(void)fd;
 	(void)what;
-	if (t->ready && !ctl_send_slots(t))
+	/* A node that stopped answering (a stopped process keeps its sockets
+	 * open) would hold the map as it was for good: ask another. */
+	if (t->ready && t->slots_pending &&
+	    clock_mono_ms() - t->last_ask_ms >= (wait > RT_REFRESH_MS ? wait : RT_REFRESH_MS)) {
+		log_warn("cluster node stopped answering CLUSTER SLOTS: asking another",
+			 "node=%s:%d", t->host, t->port);
+		ctl_drop(t, "no answer to CLUSTER SLOTS", true, true);
+	} else if (t->ready && !ctl_send_slots(t)) {
 		ctl_drop(t, "cannot send CLUSTER SLOTS", true, false);
+	}
 	evtimer_add(t->tick, &tv);
 }
 
@@ -386,6 +458,7 @@ static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v)
 {
 	struct rp_topo_ctl *t = owner;
 	struct rpool *p = t->p;
+	const char *why, *msg, *fix;
 	char buf[200];
 
 	(void)tag;
@@ -394,25 +467,45 @@ static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v)
 		return;
 	}
 	if (v->type == RV_ERR && kind != KC_ADDR) {
-		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis control request failed",
-				"%s=%s:%d err=\"%s\"", topo_what(p), t->host, t->port,
-				log_safe(v->s, buf, sizeof(buf)));
+		if (rp_auth_refusal(p, v, p->topo == TOPO_SENTINEL, &msg, &fix))
+			log_ratelimited(LOG_SLOT_REDIS, 1000, msg, "%s=%s:%d fix=\"%s\" err=\"%s\"",
+					topo_what(p), t->host, t->port, fix,
+					log_safe(v->s, buf, sizeof(buf)));
+		else
+			log_ratelimited(LOG_SLOT_REDIS, 1000, "redis control request failed",
+					"%s=%s:%d err=\"%s\"", topo_what(p), t->host, t->port,
+					log_safe(v->s, buf, sizeof(buf)));
 		rval_free(v);
 		ctl_drop(t, NULL, true, false);
 		return;
 	}
 	switch (kind) {
 	case KC_ADDR: sentinel_addr_reply(t, v); break;
-	case KC_SUB:
+	case KC_SUB: {
+		struct timeval tv = ping_tv(p);
 		t->ready = true;
 		t->backoff_ms = p->backoff_min_ms;
 		evtimer_del(t->timer);
+		evtimer_add(t->ping, &tv);
+		log_info("sentinel subscribed", "sentinel=%s:%d", t->host, t->port);
+		break;
+	}
+	case KC_PING:
+		/* Whatever comes first after a PING answers it: its pong, or an
+		 * event published meanwhile (the pong then comes as a push). */
+		t->ping_pending = false;
+		if (v->type == RV_ARR) {
+			ctl_on_push(t, v);
+			return;
+		}
 		break;
 	case KC_SLOTS:
 		t->slots_pending = false;
-		if (!cluster_apply(t, v)) {
+		why = cluster_apply(t, v);
+		if (why != NULL) {
 			log_ratelimited(LOG_SLOT_REDIS, 1000, "redis CLUSTER SLOTS: unusable reply",
-					"node=%s:%d", t->host, t->port);
+					"node=%s:%d ranges=%zu reason=\"%s\"", t->host, t->port,
+					v->type == RV_ARR ? v->n : 0, why);
 			ctl_drop(t, NULL, true, false);
 			break;
 		}
@@ -496,7 +589,8 @@ bool topo_start(struct rpool *p)
 	t->timer = evtimer_new(p->base, ctl_timer_cb, t);
 	t->kick = evtimer_new(p->base, ctl_kick_cb, t);
 	t->tick = evtimer_new(p->base, ctl_tick_cb, t);
-	if (t->timer == NULL || t->kick == NULL || t->tick == NULL)
+	t->ping = evtimer_new(p->base, ctl_ping_cb, t);
+	if (t->timer == NULL || t->kick == NULL || t->tick == NULL || t->ping == NULL)
 		return false;
 	if (p->topo == TOPO_CLUSTER && evtimer_add(t->tick, &tv) != 0)
 		return false;
@@ -541,5 +635,7 @@ void topo_free(struct rpool *p)
 		event_free(t->kick);
 	if (t->tick != NULL)
 		event_free(t->tick);
+	if (t->ping != NULL)
+		event_free(t->ping);
 	free(t);
 }

@@ -243,12 +243,15 @@ class RedisClusterDeploy(_Deployment):
     migrate_slot(), kill/restart of a node. A context manager: on a failure
     every log and temp dir is kept."""
 
-    def __init__(self, n=3, node_timeout_ms=2000, tls=None, password=None):
+    def __init__(self, n=3, node_timeout_ms=2000, tls=None, password=None, layout=None):
         """tls: a TlsFiles: the nodes speak TLS only (clients and bus), and
         .url asks for it (?tls=1). password: every node requires it
-        (requirepass); .url does not carry it."""
+        (requirepass); .url does not carry it. layout: slot -> node index,
+        for a map redis-cli would not make (many small ranges): each node
+        is given its slots by CLUSTER ADDSLOTS and the nodes MEET."""
         self.tls = tls
         self.password = password
+        self.layout = layout
         self.nodes = [ClusterNode(node_timeout_ms, tls=tls, password=password)
                       for _ in range(n)]
 
@@ -263,6 +266,8 @@ class RedisClusterDeploy(_Deployment):
     def start(self):
         for n in self.nodes:
             n.start()
+        if self.layout is not None:
+            return self._start_by_hand()
         tls = ["--tls", "--cacert", self.tls.path("ca.crt")] if self.tls else []
         if self.password:
             tls += ["--no-auth-warning", "-a", self.password]
@@ -276,6 +281,27 @@ class RedisClusterDeploy(_Deployment):
             n.node_id = n.command("CLUSTER", "MYID")
         self.wait_ok()
         return self
+
+    def _start_by_hand(self):
+        """The cluster of self.layout: ADDSLOTS per node (in one command
+        each), a distinct config epoch per node, MEET from the first."""
+        own = {i: [] for i in range(len(self.nodes))}
+        for s in range(16384):
+            own[self.layout(s)].append(s)
+        for i, n in enumerate(self.nodes):
+            n.command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
+            if own[i]:
+                n.command("CLUSTER", "ADDSLOTS", *own[i])
+        for n in self.nodes[1:]:
+            self.nodes[0].command("CLUSTER", "MEET", "127.0.0.1", n.port)
+        for n in self.nodes:
+            n.node_id = n.command("CLUSTER", "MYID")
+        self.wait_ok()
+        return self
+
+    def ranges(self, via=None):
+        """How many ranges CLUSTER SLOTS lists."""
+        return len((via or self.nodes[0]).command("CLUSTER", "SLOTS"))
 
     def wait_ok(self, deadline=30.0, nodes=None):
         """Every (given) node says cluster_state:ok, knows all nodes and sees
@@ -464,6 +490,7 @@ class SentinelServer:
         with open(self.conf_path, "w") as f:
             f.write("\n".join(lines) + "\n")
         self.proc = None
+        self.paused = False
 
     @property
     def addr(self):
@@ -511,8 +538,15 @@ class SentinelServer:
         finally:
             c.close()
 
+    # SIGSTOP/SIGCONT, as RedisServer's: the sentinel keeps its sockets open
+    # and answers nothing until resumed (stop() resumes it first).
+    pause = RedisServer.pause
+    resume = RedisServer.resume
+
     def stop(self):
         if self.proc is not None:
+            if self.paused:
+                self.resume()
             harness._terminate(self.proc, harness.STOP_DEADLINE)
             self.proc = None
 

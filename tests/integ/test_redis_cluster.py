@@ -478,6 +478,100 @@ class ClusterAuthTest(unittest.TestCase):
         self.assertNotIn(secret, log)
 
 
+class _ManyRanges:
+    """A 3-master cluster whose slot map is many small ranges (LAYOUT:
+    slot -> master), built by hand with CLUSTER ADDSLOTS, as resharding
+    over years leaves one: every acquire must still go through Redis."""
+
+    LAYOUT = None
+    RANGES = 0
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rc = RedisClusterDeploy(3, layout=cls.LAYOUT)
+        cls.rc.__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.rc.cleanup(failed=False)
+
+    def test_every_master_is_used(self):
+        self.assertEqual(self.rc.ranges(), self.RANGES)
+        p = start_pods(self, CONF, self.rc, n=1, extra=EXTRA, keep=lambda: self.rc.nodes)
+        d = p.daemons[0]
+        self.assertEqual(status(d)["backend"], "redis")
+        # The map was read whole: each master with the slots LAYOUT gave it.
+        want = {n.addr: sum(1 for s in range(16384) if self.LAYOUT(s) == i)
+                for i, n in enumerate(self.rc.nodes)}
+        topo = status(d)["redis"]["topology"]
+        self.assertEqual({x["addr"]: x["slots"] for x in topo["nodes"]}, want, topo)
+        self.assertIn("ranges=%d" % self.RANGES, d.stderr_text())
+        # Keys of every master are booked on their owner, by Redis.
+        by = self.rc.keys_by_master("tb", 2, prefix="many")
+        with d.connect() as c:
+            for i in range(3):
+                for k in by[i]:
+                    r = c.request(acquire_req("tb", k, timeout_ms=0))
+                    self.assertIs(r.get("ok"), True, r)
+                    self.assertEqual(r.get("backend"), "redis", (i, r))
+                    self.assertEqual(self.rc.nodes[i].command(
+                        "ZCARD", key_name("admitd", "tb", k, "q")), 1, (i, k))
+        self.assertEqual(status(d)["scopes"]["tb"]["fallback_admitted"], 0)
+        self.assertNotIn("unusable reply", d.stderr_text())
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+class Ranges2048Test(_ManyRanges, unittest.TestCase):
+    # 2048 ranges of 8 slots, round robin over the masters.
+    LAYOUT = staticmethod(lambda s: (s // 8) % 3)
+    RANGES = 2048
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+class Ranges16384Test(_ManyRanges, unittest.TestCase):
+    # Every slot its own range, alternating masters: the largest valid map.
+    LAYOUT = staticmethod(lambda s: s % 3)
+    RANGES = 16384
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+@unittest.skipIf(harness.VALGRIND, "timing bounds; run under ASan instead of valgrind")
+class ControlNodeStopsTest(unittest.TestCase):
+
+    def test_map_refreshed_when_the_asked_node_stops(self):
+        # Seeded with node 0 only: the slot map is asked there. Node 0 is
+        # then stopped (SIGSTOP: its sockets stay open, TCP says nothing),
+        # and a slot moves between nodes 1 and 2 by SETSLOT NODE, with no
+        # request that could bring a MOVED. The daemon must ask another
+        # node and see the move.
+        with RedisClusterDeploy(3) as rc:
+            seed = types.SimpleNamespace(url="redis+cluster://" + rc.nodes[0].addr)
+            p = start_pods(self, CONF, seed, n=1, extra=EXTRA, keep=lambda: rc.nodes)
+            d = p.daemons[0]
+
+            def slots():
+                return {x["addr"]: x["slots"] for x in status(d)["redis"]["topology"]["nodes"]}
+
+            before = slots()
+            src, dst = rc.nodes[1], rc.nodes[2]
+            slot = next(s for s, n in sorted(rc.slot_map().items()) if n is src
+                        and src.command("CLUSTER", "COUNTKEYSINSLOT", s) == 0)
+            rc.nodes[0].pause()
+            t0 = now()
+            for n in (dst, src):
+                self.assertEqual(n.command("CLUSTER", "SETSLOT", slot, "NODE", dst.node_id), "OK")
+            want = dict(before, **{src.addr: before[src.addr] - 1,
+                                   dst.addr: before[dst.addr] + 1})
+            harness._wait_until(lambda: slots() == want, 15.0, "the move seen", d.stderr_text)
+            t1 = now()
+            self.assertIn('cluster node stopped answering CLUSTER SLOTS: asking another" '
+                          'node=%s' % rc.nodes[0].addr, d.stderr_text())
+            # Unanswered at one refresh (2 s), left at the next; the next
+            # node answers at once.
+            self.assertLess(t1 - t0, 2 * 2.0 + 0.5 + late_allowance(t0, t1), d.stderr_text())
+            rc.nodes[0].resume()
+
+
 def _ints_named(obj, names):
     """Every integer value of a key called one of names anywhere in obj."""
     if isinstance(obj, dict):

@@ -15,12 +15,16 @@ plus one fallback budget (fallback_divisor = the three pods, so the three
 fallbacks together admit one limit's worth per window). Redis replicates
 asynchronously: what the old master booked in its last moments may be lost
 and granted again, which is what that allowance covers.
+A sentinel that stops answering (SIGSTOP of the one subscribed to) is
+noticed by PING within two seconds, left for another, and the next
+failover is heard there.
 Also: sentinels that require AUTH (sentinel_password_file), and
 `admitd -t` on malformed sentinel URLs and an empty master name.
 
 Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_redis_sentinel -v
 """
 
+import re
 import time
 import types
 import unittest
@@ -260,6 +264,70 @@ class SentinelAuthTest(unittest.TestCase):
                     "EXISTS", key_name("admitd", "big", "nopw", "q")), 0)
         # The password is never logged (the URL in a log line hides it).
         self.assertNotIn(secret, log)
+
+
+_SUBSCRIBED = re.compile(r'msg="sentinel subscribed" sentinel=127\.0\.0\.1:(\d+)')
+
+
+@unittest.skipIf(MISSING, MISSING or "")
+@unittest.skipIf(harness.VALGRIND, "timing bounds; run under ASan instead of valgrind")
+class SentinelVanishTest(unittest.TestCase):
+    """The sentinel the daemon is subscribed to stops (SIGSTOP: its sockets
+    stay open and TCP says nothing). The daemon must notice by its PINGs,
+    subscribe to another sentinel, and hear the next failover there."""
+
+    def test_stopped_sentinel_is_left_and_failover_followed(self):
+        with SentinelDeploy() as sd:
+            p = start_pods(self, CONF, sd, n=1, extra=EXTRA,
+                           keep=lambda: sd.servers + sd.sentinels)
+            d = p.daemons[0]
+
+            def subscribed():
+                ports = _SUBSCRIBED.findall(d.stderr_text())
+                return [int(x) for x in ports]
+
+            harness._wait_until(subscribed, 10.0, "sentinel subscribed", d.stderr_text)
+            first = subscribed()[-1]
+            gone = next(x for x in sd.sentinels if x.port == first)
+            gone.pause()
+            t0 = now()
+            stopped = 'msg="sentinel stopped answering: subscribing to the next one" ' \
+                      'sentinel=127.0.0.1:%d' % first
+            harness._wait_until(lambda: stopped in d.stderr_text(), 10.0, stopped,
+                                d.stderr_text)
+            t1 = now()
+            # A PING a second, each answered within the next: noticed within
+            # two intervals of the stop.
+            self.assertLess(t1 - t0, 2.0 + 0.1 + late_allowance(t0, t1), d.stderr_text())
+            harness._wait_until(lambda: len(subscribed()) >= 2, 5.0, "subscribed again",
+                                d.stderr_text)
+            now_on = subscribed()[-1]
+            self.assertNotEqual(now_on, first)
+            self.assertIn(now_on, [x.port for x in sd.sentinels])
+            # A failover asked of a running sentinel is followed through the
+            # new subscription (its events, not a new question after a failed
+            # write), and new writes land on the new master.
+            # (sd.master() asks every sentinel, the stopped one too.)
+            old = next(x for x in sd.servers if role(x) == "master")
+            asker = next(x for x in sd.sentinels if x is not gone)
+            asker.command("SENTINEL", "FAILOVER", sd.NAME)
+            new, t_prom = sd.wait_promoted(old)
+            moved = re.compile(r'msg="redis master changed" from=127\.0\.0\.1:%d '
+                               r'to=127\.0\.0\.1:%d reason=(selected-slave|switch-master)'
+                               % (old.port, new.port))
+            harness._wait_until(lambda: moved.search(d.stderr_text()), 10.0,
+                                "the switch heard on the subscription", d.stderr_text)
+
+            def on_new():
+                topo = status(d)["redis"]["topology"]
+                return [x["addr"] for x in topo["nodes"]] == ["127.0.0.1:%d" % new.port] \
+                    and status(d)["backend"] == "redis"
+            harness._wait_until(on_new, 10.0, "the daemon on the new master", d.stderr_text)
+            with d.connect() as c:
+                r = c.request(harness.acquire_req("big", "vanish", timeout_ms=0))
+            self.assertEqual(r.get("backend"), "redis", r)
+            self.assertEqual(new.command("ZCARD", key_name("admitd", "big", "vanish", "q")), 1)
+            self.assertTrue(p.alive(), p.logs())
 
 
 @unittest.skipIf(MISSING, MISSING or "")

@@ -330,7 +330,7 @@ class RpoolTest(unittest.TestCase):
             self.assertEqual(d.call("eval 0 1 k 1"), "conn rejected")
             d.finish()
             err = d.own_stderr()
-            self.assertIn("redis handshake failed", err)
+            self.assertIn("redis refused the password", err)
             self.assertIn("step=authenticating", err)
             self.assertRegex(err, r"WRONGPASS|invalid")
             for s in (wrong, secret, alice_pw):

@@ -5,8 +5,10 @@
 /*
  * check_resp.c - unit tests for the wire codec (daemon/redis/resp.c): the
  * bytes a command is formatted to, replies fed one byte at a time and in
- * batches, every reply type, a protocol error, and the error-word test the
- * pool routes on (MOVED, ASK, TRYAGAIN, NOSCRIPT).
+ * batches, every reply type, a protocol error, the error-word test the
+ * pool routes on (MOVED, ASK, TRYAGAIN, NOSCRIPT), and the bounds on one
+ * reply (array length, values, bytes) with the largest reply we read
+ * (CLUSTER SLOTS of 16384 ranges) inside them.
  */
 
 #include "resp.h"
@@ -113,6 +115,198 @@ START_TEST(test_reader_protocol_error)
 }
 END_TEST
 
+/* Feed all of buf (len bytes) and read: the first resp_next result that is not 1. */
+static int feed_and_drain(struct resp_reader *r, const char *buf, size_t len, size_t *replies)
+{
+	struct rval *v = NULL;
+	int k;
+
+	ck_assert_int_eq(resp_feed(r, buf, len), 0);
+	while ((k = resp_next(r, &v)) == 1) {
+		rval_free(v);
+		(*replies)++;
+	}
+	ck_assert_ptr_null(v);
+	return k;
+}
+
+/* Append the text of a RESP value made by fmt to a growing buffer. */
+struct sbuf {
+	char *p;
+	size_t len, cap;
+};
+
+static void sb_add(struct sbuf *b, const char *s, size_t n)
+{
+	if (b->len + n > b->cap) {
+		b->cap = (b->len + n) * 2;
+		b->p = realloc(b->p, b->cap);
+		ck_assert_ptr_nonnull(b->p);
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+}
+
+static void sb_fmt(struct sbuf *b, const char *fmt, long long x)
+{
+	char tmp[64];
+	int n = snprintf(tmp, sizeof(tmp), fmt, x);
+
+	sb_add(b, tmp, (size_t)n);
+}
+
+START_TEST(test_reader_refuses_huge_array_header)
+{
+	/* Refused at the header, before a byte of an element arrives (hiredis
+	 * alone would calloc 16 GiB of pointers here). */
+	static const char *const heads[] = { "*2147483647\r\n", "*65537\r\n",
+					     "*1\r\n*1\r\n*100000\r\n" };
+
+	for (size_t i = 0; i < sizeof(heads) / sizeof(heads[0]); i++) {
+		struct resp_reader *r = resp_reader_new();
+		size_t n = 0;
+
+		ck_assert_int_eq(feed_and_drain(r, heads[i], strlen(heads[i]), &n), -1);
+		ck_assert_uint_eq(n, 0);
+		ck_assert_msg(strstr(resp_error(r), "array longer") != NULL, "%s: %s", heads[i],
+			      resp_error(r));
+		resp_reader_free(r);
+	}
+}
+END_TEST
+
+START_TEST(test_reader_array_at_the_bound)
+{
+	struct resp_reader *r = resp_reader_new();
+	struct sbuf b = { 0 };
+	struct rval *v = NULL;
+
+	sb_fmt(&b, "*%lld\r\n", RESP_MAX_ARRAY);
+	for (int i = 0; i < RESP_MAX_ARRAY; i++)
+		sb_fmt(&b, ":%lld\r\n", i);
+	ck_assert_int_eq(resp_feed(r, b.p, b.len), 0);
+	ck_assert_int_eq(resp_next(r, &v), 1);
+	ck_assert_uint_eq(v->n, RESP_MAX_ARRAY);
+	ck_assert_int_eq(v->a[RESP_MAX_ARRAY - 1].i, RESP_MAX_ARRAY - 1);
+	rval_free(v);
+	resp_reader_free(r);
+	free(b.p);
+}
+END_TEST
+
+START_TEST(test_reader_refuses_too_many_values)
+{
+	/* Arrays each within the bound whose sum is not: 17 x 65536 > 2^20. */
+	struct resp_reader *r = resp_reader_new();
+	struct sbuf b = { 0 };
+	size_t n = 0;
+
+	sb_add(&b, "*17\r\n", 5);
+	for (int j = 0; j < 17; j++) {
+		sb_fmt(&b, "*%lld\r\n", RESP_MAX_ARRAY);
+		if (j < 16)
+			for (int i = 0; i < RESP_MAX_ARRAY; i++)
+				sb_add(&b, ":1\r\n", 4);
+	}
+	ck_assert_int_eq(feed_and_drain(r, b.p, b.len, &n), -1);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_msg(strstr(resp_error(r), "too many values") != NULL, "%s", resp_error(r));
+	resp_reader_free(r);
+	free(b.p);
+}
+END_TEST
+
+START_TEST(test_reader_refuses_endless_bulk)
+{
+	/* A bulk string announced at 1 GB: refused once more than
+	 * RESP_MAX_BYTES of it are buffered, not at 1 GB. */
+	struct resp_reader *r = resp_reader_new();
+	static char chunk[1 << 20];
+	size_t n = 0, fed = 0;
+	int k = 0;
+
+	memset(chunk, 'x', sizeof(chunk));
+	ck_assert_int_eq(feed_and_drain(r, "$1000000000\r\n", 13, &n), 0);
+	while (fed <= (size_t)RESP_MAX_BYTES + sizeof(chunk) && k == 0) {
+		k = feed_and_drain(r, chunk, sizeof(chunk), &n);
+		fed += sizeof(chunk);
+	}
+	ck_assert_int_eq(k, -1);
+	ck_assert_uint_le(fed, (size_t)RESP_MAX_BYTES + sizeof(chunk));
+	ck_assert_uint_gt(fed, (size_t)RESP_MAX_BYTES - sizeof(chunk));
+	ck_assert_msg(strstr(resp_error(r), "reply longer") != NULL, "%s", resp_error(r));
+	resp_reader_free(r);
+}
+END_TEST
+
+START_TEST(test_reader_many_replies_past_the_byte_bound)
+{
+	/* The bound is per reply: a pipeline of small replies longer than it
+	 * is read whole (in 256 KiB reads, as rconn.c feeds it: hiredis moves
+	 * what is left after each reply, so one huge feed would be slow). */
+	struct resp_reader *r = resp_reader_new();
+	struct sbuf b = { 0 };
+	char bulk[1024];
+	size_t n = 0, want = 0;
+
+	memset(bulk, 'y', sizeof(bulk));
+	while (b.len <= (size_t)RESP_MAX_BYTES + 4096) {
+		sb_add(&b, "$1024\r\n", 7);
+		sb_add(&b, bulk, sizeof(bulk));
+		sb_add(&b, "\r\n", 2);
+		want++;
+	}
+	for (size_t off = 0; off < b.len; off += 256 * 1024) {
+		size_t step = b.len - off < 256 * 1024 ? b.len - off : 256 * 1024;
+		ck_assert_int_eq(feed_and_drain(r, b.p + off, step, &n), 0);
+	}
+	ck_assert_uint_eq(n, want);
+	resp_reader_free(r);
+	free(b.p);
+}
+END_TEST
+
+START_TEST(test_reader_largest_cluster_slots)
+{
+	/* CLUSTER SLOTS of 16384 single-slot ranges, a master and two replicas
+	 * each (Redis 7 shape: ip, port, id, metadata), fed in 256 KiB reads
+	 * as rconn.c does: read whole. */
+	static const char id[] = "0123456789abcdef0123456789abcdef01234567";
+	struct resp_reader *r = resp_reader_new();
+	struct sbuf b = { 0 };
+	struct rval *v = NULL;
+	size_t off = 0;
+	int k = 0;
+
+	sb_add(&b, "*16384\r\n", 8);
+	for (int s = 0; s < 16384; s++) {
+		sb_fmt(&b, "*5\r\n:%lld\r\n", s);
+		sb_fmt(&b, ":%lld\r\n", s);
+		for (int node = 0; node < 3; node++) {
+			sb_add(&b, "*4\r\n$9\r\n127.0.0.1\r\n", 19);
+			sb_fmt(&b, ":%lld\r\n$40\r\n", 7000 + (s + node) % 3);
+			sb_add(&b, id, 40);
+			sb_add(&b, "\r\n*0\r\n", 6);
+		}
+	}
+	while (off < b.len && k == 0) {
+		size_t step = b.len - off < 256 * 1024 ? b.len - off : 256 * 1024;
+		ck_assert_int_eq(resp_feed(r, b.p + off, step), 0);
+		off += step;
+		k = resp_next(r, &v);
+	}
+	ck_assert_int_eq(k, 1);
+	ck_assert_uint_eq(off, b.len);
+	ck_assert_uint_eq(v->n, 16384);
+	ck_assert_int_eq(v->a[16383].a[1].i, 16383);
+	ck_assert_int_eq(v->a[16383].a[4].a[1].i, 7000 + (16383 + 2) % 3);
+	ck_assert_str_eq(v->a[5].a[2].a[2].s, id);
+	rval_free(v);
+	resp_reader_free(r);
+	free(b.p);
+}
+END_TEST
+
 START_TEST(test_err_words_and_copy)
 {
 	struct resp_reader *r = resp_reader_new();
@@ -150,6 +344,12 @@ static Suite *resp_suite(void)
 	tcase_add_test(tc, test_reader_split_and_batched);
 	tcase_add_test(tc, test_reader_protocol_error);
 	tcase_add_test(tc, test_err_words_and_copy);
+	tcase_add_test(tc, test_reader_refuses_huge_array_header);
+	tcase_add_test(tc, test_reader_array_at_the_bound);
+	tcase_add_test(tc, test_reader_refuses_too_many_values);
+	tcase_add_test(tc, test_reader_refuses_endless_bulk);
+	tcase_add_test(tc, test_reader_many_replies_past_the_byte_bound);
+	tcase_add_test(tc, test_reader_largest_cluster_slots);
 	suite_add_tcase(s, tc);
 	return s;
 }
