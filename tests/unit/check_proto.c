@@ -1030,11 +1030,17 @@ START_TEST(test_vectors_present)
 }
 END_TEST
 
-/* true when a target names no key: only ops.c knows whether the scope has a default key */
-static bool needs_default_key(const struct request *rq)
+/*
+ * true when only ops.c can refuse the request: a target names no key (does
+ * the scope have a default key?), or tokens or a reservation are named
+ * (does a rule of the scope meter them?)
+ */
+static bool needs_conf(const struct request *rq)
 {
 	size_t i;
 
+	if ((rq->op == OP_RELEASE && rq->ntokens > 0) || (rq->op == OP_ACQUIRE && rq->nreserve > 0))
+		return true;
 	if (rq->op != OP_ACQUIRE && rq->op != OP_PENALIZE)
 		return false;
 	for (i = 0; i < rq->ntargets; i++)
@@ -1056,7 +1062,7 @@ START_TEST(test_vectors_replay)
 		/* framing, decided by conn.c before the codec sees the line */
 	} else if (want == ADMIT_E_BAD_REQUEST || want == ADMIT_E_UNKNOWN_OP) {
 		if (e == ADMIT_OK)
-			ck_assert_msg(want == ADMIT_E_BAD_REQUEST && needs_default_key(&rq),
+			ck_assert_msg(want == ADMIT_E_BAD_REQUEST && needs_conf(&rq),
 				      "%s: decoded, the vector wants %s", v->name, v->err);
 		else
 			ck_assert_msg((int)e == want, "%s: got %s (%s), want %s", v->name,
