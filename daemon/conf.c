@@ -175,7 +175,7 @@ static const struct conf_key conf_admitd_keys[] = {
 	{ "allow_gids", CT_GIDS, ADMITD_OFF(allow_gids), NULL, 0, 0, CONF_F_LIVE,
 	  "... or whose group or a supplementary group is one of these (with allow_uids: "
 	  "either lets a peer in)" },
-	{ "max_keys", CT_INT, ADMITD_OFF(max_keys), "1000000", 1, 1000000000, CONF_F_LIVE,
+	{ "max_keys", CT_INT, ADMITD_OFF(max_keys), "100000", 1, 1000000000, CONF_F_LIVE,
 	  "keys of all scopes kept in memory; when full, the least recently used key with "
 	  "nothing held or waiting is forgotten (its in-process state with it); when none can "
 	  "be, a new key is refused unavailable" },

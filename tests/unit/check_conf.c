@@ -134,7 +134,7 @@ START_TEST(test_admitd_defaults)
 	ck_assert_int_eq(c->socket_group, -1);
 	ck_assert_uint_eq(c->allow_uids.n, 0);
 	ck_assert_uint_eq(c->allow_gids.n, 0);
-	ck_assert_int_eq(c->max_keys, 1000000);
+	ck_assert_int_eq(c->max_keys, 100000);
 	ck_assert_int_eq(c->max_leases, 100000);
 	ck_assert_uint_eq(c->nscopes, 1);
 	conf_free(c);
