@@ -713,8 +713,9 @@ static const struct {
 	  "t.conf:3: default_class: no class \"d\" in [scope a]\n" },
 	{ "[scope a]\ndefault_class = d\n",
 	  "t.conf:2: default_class: no class \"d\" in [scope a]\n" },
-	{ "[scope a]\ndefault_class = d e\n", "t.conf:2: default_class: not a valid name "
-					      "([A-Za-z0-9_.-], 1 to 64 characters)\n" }, /* an unknown key close to a known one of its section (two edits at most) names it */
+	{ "[scope a]\ndefault_class = d e\n",
+	  "t.conf:2: default_class: not a valid name ([A-Za-z0-9_.-], 1 to 64 characters)\n" },
+	/* an unknown key close to a known one of its section (two edits at most) names it */
 	{ "[scope a]\nmin_dealy = 1s\n",
 	  "t.conf:2: unknown key \"min_dealy\" in [scope a] (did you mean \"min_delay\"?)\n" },
 	{ "[scope a]\nmaxconcurrent = 1\n", "t.conf:2: unknown key \"maxconcurrent\" in [scope a] "
