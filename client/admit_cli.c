@@ -131,6 +131,10 @@ static const struct cli_opt {
 
 #define CLI_MAX_POS    4
 #define CLI_MAX_TOKENS ADMIT_MAX_TOKENS
+/* The protocol's bounds, checked here so that a refusal is worded in the
+ * units given on the command line, not in the daemon's milliseconds. */
+#define CLI_MAX_COST	1000000000LL
+#define CLI_MAX_WAIT_MS (24LL * 3600 * 1000)
 
 struct cli_args {
 	const char *val[O__COUNT];
@@ -381,11 +385,15 @@ static int cli_req(const struct cli_args *ar, struct cli_acq *q)
 	if (ar->set[O_COST]) {
 		if (cli_int(ar->val[O_COST], &cost) < 0)
 			return cli_usage_error("--cost %s: want an integer >= 0", ar->val[O_COST]);
+		if (cost > CLI_MAX_COST)
+			return cli_usage_error("--cost %s: at most 1000000000", ar->val[O_COST]);
 		rq->cost = cost == 0 ? ADMIT_COST_ZERO : cost;
 	}
 	if (ar->set[O_TIMEOUT] && cli_duration(ar->val[O_TIMEOUT], true, &rq->timeout_ms) < 0)
 		return cli_usage_error("--timeout %s: want a duration like 250ms, 5s, 1m",
 				       ar->val[O_TIMEOUT]);
+	if (ar->set[O_TIMEOUT] && rq->timeout_ms > CLI_MAX_WAIT_MS)
+		return cli_usage_error("--timeout %s: at most 24h (86400s)", ar->val[O_TIMEOUT]);
 	if (ar->set[O_RESERVE]) {
 		q->buf = strdup(ar->val[O_RESERVE]);
 		if (q->buf == NULL) {
@@ -489,6 +497,8 @@ static int cmd_penalize(struct admit *a, const struct cli_args *ar)
 	/* "30s" is ours to convert; "120" or a date goes as the header value */
 	if (cli_duration(hold, false, &ms) < 0)
 		ms = -1;
+	else if (ms > CLI_MAX_WAIT_MS)
+		return cli_usage_error("%s: a penalty is at most 24h (86400s)", hold);
 	admit_penalize(a, ar->pos[0], key, ar->val[O_URL], ms, ms < 0 ? hold : NULL, &r);
 	rc = r.err == ADMIT_OK ? EXIT_ADMITTED : cli_fail("penalize", &r);
 	admit_result_free(&r);

@@ -38,6 +38,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <ini.h>
 #include <pwd.h>
@@ -53,6 +54,7 @@
 
 enum conf_type {
 	CT_STRING,    /* any non-empty text */
+	CT_FILE,      /* a path the daemon reads: readable when the conf is loaded */
 	CT_SOCKET,    /* a Unix socket path that fits sun_path */
 	CT_URL,	      /* a Redis URL, or empty for local mode */
 	CT_HOSTPORT,  /* HOST:PORT of a TCP listener, or empty for none */
@@ -133,12 +135,12 @@ static const struct conf_key conf_admitd_keys[] = {
 	{ "redis_timeout", CT_DURATION, ADMITD_OFF(redis_timeout_ms), "250ms", 1, MS_MIN,
 	  CONF_F_REDIS,
 	  "per Redis operation and connect; past it the request is served by fail_mode" },
-	{ "redis_password_file", CT_STRING, ADMITD_OFF(redis_password_file), NULL, 0, 0,
+	{ "redis_password_file", CT_FILE, ADMITD_OFF(redis_password_file), NULL, 0, 0,
 	  CONF_F_EMPTY_NULL | CONF_F_REDIS,
 	  "file holding the Redis password (AUTH); unset: no AUTH" },
 	{ "redis_user", CT_STRING, ADMITD_OFF(redis_user), NULL, 0, 0,
 	  CONF_F_EMPTY_NULL | CONF_F_REDIS, "Redis ACL user for AUTH; unset: the default user" },
-	{ "sentinel_password_file", CT_STRING, ADMITD_OFF(sentinel_password_file), NULL, 0, 0,
+	{ "sentinel_password_file", CT_FILE, ADMITD_OFF(sentinel_password_file), NULL, 0, 0,
 	  CONF_F_EMPTY_NULL | CONF_F_REDIS,
 	  "file holding the sentinels' password (AUTH); unset: no AUTH" },
 	{ "redis_tls_ca_file", CT_STRING, ADMITD_OFF(redis_tls_ca_file), NULL, 0, 0,
@@ -178,7 +180,7 @@ static const struct conf_key conf_admitd_keys[] = {
 	{ "allow_gids", CT_GIDS, ADMITD_OFF(allow_gids), NULL, 0, 0, CONF_F_LIVE,
 	  "... or whose group or a supplementary group is one of these (with allow_uids: "
 	  "either lets a peer in)" },
-	{ "max_keys", CT_INT, ADMITD_OFF(max_keys), "1000000", 1, 1000000000, CONF_F_LIVE,
+	{ "max_keys", CT_INT, ADMITD_OFF(max_keys), "100000", 1, 1000000000, CONF_F_LIVE,
 	  "keys of all scopes kept in memory; when full, the least recently used key with "
 	  "nothing held or waiting is forgotten (its in-process state with it); when none can "
 	  "be, a new key is refused unavailable" },
@@ -253,6 +255,7 @@ struct conf_ctx {
 	enum conf_sect sect;
 	size_t scope;	 /* SECT_SCOPE: index into c->scopes */
 	int admitd_line; /* line of [admitd]; 0 = not seen */
+	int bad_headers; /* section headers refused (a scope's among them, maybe) */
 	int admitd_seen[CONF_ADMITD_NKEYS];
 	struct conf_pscope *ps; /* parallel to c->scopes */
 	const char *keyname;	/* the key being set, for messages */
@@ -339,6 +342,31 @@ static const char *conf_set_string(struct conf_ctx *x, const struct conf_key *k,
 {
 	(void)x;
 	(void)arg;
+	return conf_store_string(k, base, val);
+}
+
+/*
+ * CT_FILE: a secret the daemon reads once it runs. Read a byte of it now,
+ * as the loading user, so that `-t`, start-up and a reload all say which
+ * file is missing instead of the daemon exiting after it passed the check.
+ */
+static const char *conf_set_file(struct conf_ctx *x, const struct conf_key *k, void *base,
+				 const char *arg, const char *val)
+{
+	char byte;
+	int fd, err = 0;
+
+	(void)arg;
+	if (*val != '\0') {
+		if ((fd = open(val, O_RDONLY | O_CLOEXEC)) < 0)
+			err = errno;
+		else if (read(fd, &byte, 1) < 0)
+			err = errno; /* a directory opens, but does not read */
+		if (fd >= 0)
+			close(fd);
+		if (err != 0)
+			return conf_fmt(x, "cannot read %s: %s", val, strerror(err));
+	}
 	return conf_store_string(k, base, val);
 }
 
@@ -736,6 +764,7 @@ static const struct {
 	enum conf_store store;
 } conf_types[CT__COUNT] = {
 	[CT_STRING] = { "text", conf_set_string, CS_STRING },
+	[CT_FILE] = { "readable file", conf_set_file, CS_STRING },
 	[CT_SOCKET] = { "path", conf_set_socket, CS_STRING },
 	[CT_URL] = { "URL", conf_set_url, CS_STRING },
 	[CT_HOSTPORT] = { "HOST:PORT", conf_set_hostport, CS_STRING },
@@ -776,6 +805,88 @@ static void conf_defaults(struct conf_ctx *x, const struct conf_key *table, void
 	}
 }
 
+#define CONF_SUGGEST_MAX 2  /* edits (insert, delete, change, swap) a suggestion is away */
+#define CONF_SUGGEST_LEN 48 /* longer words are not compared */
+
+/*
+ * Edit distance of a[0..alen) and b with adjacent swaps counted as one edit
+ * (optimal string alignment), so "min_dealy" is one edit from "min_delay".
+ * Returns CONF_SUGGEST_MAX + 1 for a word too long to compare.
+ */
+static size_t conf_distance(const char *a, size_t alen, const char *b)
+{
+	size_t blen = strlen(b), d[3][CONF_SUGGEST_LEN + 1];
+
+	if (alen > CONF_SUGGEST_LEN || blen > CONF_SUGGEST_LEN)
+		return CONF_SUGGEST_MAX + 1;
+	/* rows i-2, i-1 and i of the usual table, by i % 3 */
+	for (size_t j = 0; j <= blen; j++)
+		d[0][j] = j;
+	for (size_t i = 1; i <= alen; i++) {
+		size_t *cur = d[i % 3], *up = d[(i - 1) % 3], *up2 = d[(i + 1) % 3];
+
+		cur[0] = i;
+		for (size_t j = 1; j <= blen; j++) {
+			size_t v = up[j - 1] + (a[i - 1] != b[j - 1]);
+
+			if (up[j] + 1 < v)
+				v = up[j] + 1;
+			if (cur[j - 1] + 1 < v)
+				v = cur[j - 1] + 1;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+			    up2[j - 2] + 1 < v)
+				v = up2[j - 2] + 1;
+			cur[j] = v;
+		}
+	}
+	return d[alen % 3][blen];
+}
+
+/*
+ * The key of `table` closest to the unknown word (at most CONF_SUGGEST_MAX
+ * edits away, and fewer edits than the word has letters, so that "x" is not
+ * taken for "key"), or NULL. The first of equally close keys wins.
+ */
+static const char *conf_suggest(const struct conf_key *table, const char *word, size_t wlen)
+{
+	const char *best = NULL;
+	size_t best_d = CONF_SUGGEST_MAX + 1;
+
+	for (const struct conf_key *k = table; k->name != NULL; k++) {
+		size_t d = conf_distance(word, wlen, k->name);
+
+		if (d < best_d && d < wlen) {
+			best = k->name;
+			best_d = d;
+		}
+	}
+	return best;
+}
+
+/* An unknown key, with a hint: a close key of this section, or the section the key is of. */
+static void conf_unknown_key(struct conf_ctx *x, const struct conf_key *table, const char *section,
+			     const char *keyname, const char *word, size_t wlen)
+{
+	const struct conf_key *other =
+	    table == conf_admitd_keys ? conf_scope_keys : conf_admitd_keys;
+	const char *close = conf_suggest(table, word, wlen);
+
+	if (close != NULL) {
+		conf_err(x, x->lineno, "unknown key \"%s\" in %s (did you mean \"%s\"?)", keyname,
+			 section, close);
+		return;
+	}
+	for (const struct conf_key *k = other; k->name != NULL; k++) {
+		if (strlen(k->name) == wlen && strncmp(k->name, word, wlen) == 0) {
+			conf_err(x, x->lineno, "unknown key \"%s\" in %s (%s is a key of %s)",
+				 keyname, section, k->name,
+				 other == conf_admitd_keys ? "[admitd]" : "[scope NAME]");
+			return;
+		}
+	}
+	conf_err(x, x->lineno, "unknown key \"%s\" in %s", keyname, section);
+}
+
 /*
  * Apply "name = value" from the current section through `table`. `name` is
  * "key" or "key ARG"; seen[] holds the line each key was first set at.
@@ -795,7 +906,7 @@ static void conf_apply(struct conf_ctx *x, const struct conf_key *table, int *se
 		if (strlen(k->name) == wlen && strncmp(k->name, name, wlen) == 0)
 			break;
 	if (k->name == NULL) {
-		conf_err(x, x->lineno, "unknown key \"%s\" in %s", keyname, section);
+		conf_unknown_key(x, table, section, keyname, name, wlen);
 		return;
 	}
 	if (*arg == '\0') {
@@ -989,14 +1100,18 @@ static char *conf_reader(char *buf, int num, void *stream)
 	if (num < 2 || len > (size_t)num - 2) {
 		conf_err(x, x->lineno, "line too long");
 		/* a section header we cannot read would file its keys wrongly */
-		if (*s == '[')
+		if (*s == '[') {
 			x->sect = SECT_IGNORED;
+			x->bad_headers++;
+		}
 		return buf;
 	}
 	memcpy(buf, s, len);
 	buf[len] = '\0';
 	if (*buf == '[') {
 		conf_section(x, buf);
+		if (x->sect == SECT_IGNORED)
+			x->bad_headers++;
 		buf[0] = '\0';
 	} else if (!conf_has_separator(buf)) {
 		conf_err(x, x->lineno, "expected \"key = value\" or \"[section]\"");
@@ -1123,6 +1238,14 @@ static struct conf *conf_parse(const char *text, size_t len, const char *name, F
 	for (size_t i = 0; i < x.c->nscopes; i++)
 		conf_validate_scope(&x, &x.c->scopes[i], &x.ps[i]);
 	conf_validate_redis(&x);
+	/* A daemon with no scope refuses every request: an empty or truncated
+	 * file (a reload caught between a truncate and a slow write) must not
+	 * pass. A section header that failed was reported already, and may
+	 * have been meant as the scope. */
+	if (x.c->nscopes == 0 && x.bad_headers == 0)
+		conf_err(&x, x.lineno,
+			 "no [scope NAME] section: a conf needs at least one scope (is the file "
+			 "empty or cut short?)");
 	for (size_t i = 0; i < x.c->nscopes && x.nerrors == 0; i++)
 		if (!conf_plan_compile(&x.c->scopes[i]))
 			conf_err(&x, 0, "out of memory");

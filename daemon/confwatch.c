@@ -16,6 +16,12 @@
  * symlinks and reported when its identity (device, inode) or its size or
  * mtime differ from the last look. A file that is gone for the moment (a
  * rename in progress) is looked at again at the next event.
+ *
+ * A conf that is a symlink into another directory (/etc/admitd.conf ->
+ * /srv/cfg/admitd.conf) changes where the symlink's directory sees
+ * nothing: the directory of the file it resolves to is watched as well,
+ * and resolved again after each look, so a retargeted symlink moves that
+ * second watch to the new file's directory.
  */
 
 #include "confwatch.h"
@@ -36,6 +42,8 @@
 
 struct confwatch {
 	int fd;
+	int wd_dir;  /* the conf path's own directory */
+	int wd_real; /* the directory of the file it resolves to; -1: the same, or none */
 	struct event *read_ev, *settle_ev;
 	char *path;
 	confwatch_cb *cb;
@@ -60,13 +68,52 @@ static bool confwatch_changed(struct confwatch *w)
 	return changed;
 }
 
+#define CONFWATCH_MASK                                                                      \
+	(IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_CREATE | IN_DELETE | IN_ATTRIB | \
+	 IN_MODIFY | IN_ONLYDIR)
+
+/*
+ * Watch the directory of the file the conf path resolves to, when it is
+ * not the path's own directory: a symlink into another directory. Drops
+ * the watch of a directory the symlink no longer leads to. A path that
+ * does not resolve for now keeps the watch it has.
+ */
+static void confwatch_follow(struct confwatch *w)
+{
+	char *real = realpath(w->path, NULL), *slash;
+	int wd;
+
+	if (real == NULL)
+		return;
+	slash = strrchr(real, '/');
+	if (slash == real)
+		slash[1] = '\0';
+	else if (slash != NULL)
+		*slash = '\0';
+	wd = inotify_add_watch(w->fd, real, CONFWATCH_MASK);
+	if (wd < 0)
+		log_warn("conf watch: cannot watch the directory the conf resolves to",
+			 "dir=\"%s\" err=\"%s\"", real, strerror(errno));
+	if (wd == w->wd_dir)
+		wd = -1; /* the same directory (inotify gives one wd per inode) */
+	if (w->wd_real >= 0 && w->wd_real != wd)
+		(void)inotify_rm_watch(w->fd, w->wd_real); /* fails when it is gone: fine */
+	if (wd >= 0 && wd != w->wd_real)
+		log_info("watching the directory the conf resolves to", "dir=\"%s\"", real);
+	w->wd_real = wd;
+	free(real);
+}
+
 static void confwatch_settle_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct confwatch *w = arg;
+	bool changed;
 
 	(void)fd;
 	(void)what;
-	if (confwatch_changed(w))
+	changed = confwatch_changed(w);
+	confwatch_follow(w);
+	if (changed)
 		w->cb(w->arg);
 }
 
@@ -85,7 +132,11 @@ static void confwatch_read_cb(evutil_socket_t fd, short what, void *arg)
 	while ((n = read(fd, buf, sizeof(buf))) > 0) {
 		for (char *p = buf; p < buf + n;) {
 			const struct inotify_event *ev = (const struct inotify_event *)(void *)p;
-			if (ev->mask & IN_IGNORED)
+			/* the resolved file's directory going (a ConfigMap's old
+			 * timestamped one) is routine: it is looked for again */
+			if (ev->wd == w->wd_real && (ev->mask & IN_IGNORED))
+				w->wd_real = -1;
+			else if (ev->wd == w->wd_dir && (ev->mask & IN_IGNORED))
 				log_warn("conf watch: the directory is gone, changes are no longer "
 					 "seen (SIGHUP still reloads)",
 					 "path=\"%s\"", w->path);
@@ -112,6 +163,7 @@ struct confwatch *confwatch_new(struct event_base *base, const char *path, confw
 		return NULL;
 	}
 	w->fd = -1;
+	w->wd_real = -1;
 	if ((w->path = strdup(path)) == NULL || (dir = strdup(path)) == NULL) {
 		errpos = "malloc";
 		goto fail;
@@ -129,9 +181,7 @@ struct confwatch *confwatch_new(struct event_base *base, const char *path, confw
 		errpos = "inotify_init1";
 		goto fail;
 	}
-	if (inotify_add_watch(w->fd, dir,
-			      IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_CREATE | IN_DELETE |
-				  IN_ATTRIB | IN_MODIFY | IN_ONLYDIR) < 0) {
+	if ((w->wd_dir = inotify_add_watch(w->fd, dir, CONFWATCH_MASK)) < 0) {
 		errpos = "inotify_add_watch";
 		goto fail;
 	}
@@ -143,6 +193,7 @@ struct confwatch *confwatch_new(struct event_base *base, const char *path, confw
 	}
 	(void)confwatch_changed(w); /* the file as loaded: the baseline */
 	log_info("watching the conf for changes", "dir=\"%s\"", dir);
+	confwatch_follow(w);
 	free(dir);
 	return w;
 fail:

@@ -61,8 +61,13 @@ static enum admit_err proto_str(json_t *o, const char *k, char *dst, size_t cap,
 	return ADMIT_OK;
 }
 
-static enum admit_err proto_int(json_t *o, const char *k, int64_t min, int64_t max, int64_t *dst,
-				bool *has, char *msg, size_t msglen)
+/*
+ * An integer field in min..max; absent is fine. unit names what the number
+ * counts ("ms" for a duration, NULL for a count), so that a refusal states
+ * the limit in the unit the field was given in.
+ */
+static enum admit_err proto_int(json_t *o, const char *k, int64_t min, int64_t max,
+				const char *unit, int64_t *dst, bool *has, char *msg, size_t msglen)
 {
 	json_t *v = json_object_get(o, k);
 
@@ -73,8 +78,8 @@ static enum admit_err proto_int(json_t *o, const char *k, int64_t min, int64_t m
 	if (!json_is_integer(v))
 		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"%s\" must be an integer", k);
 	if (json_integer_value(v) < min || json_integer_value(v) > max)
-		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"%s\" must be between %lld and %lld", k,
-			   (long long)min, (long long)max);
+		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"%s\" must be between %lld and %lld%s%s", k,
+			   (long long)min, (long long)max, unit ? " " : "", unit ? unit : "");
 	*dst = json_integer_value(v);
 	if (has)
 		*has = true;
@@ -109,7 +114,7 @@ static enum admit_err proto_target(json_t *o, struct proto_target *t, char *msg,
 	}
 	PROTO_TRY(proto_str(o, "class", t->cls, sizeof(t->cls), &t->has_cls, msg, msglen));
 	t->cost = 1;
-	PROTO_TRY(proto_int(o, "cost", 0, PROTO_MAX_COST, &t->cost, NULL, msg, msglen));
+	PROTO_TRY(proto_int(o, "cost", 0, PROTO_MAX_COST, NULL, &t->cost, NULL, msg, msglen));
 	return ADMIT_OK;
 }
 
@@ -170,7 +175,7 @@ static enum admit_err proto_penalty(json_t *root, struct request *rq, char *msg,
 	json_t *ra = json_object_get(root, "retry_after");
 	bool has_ms;
 
-	PROTO_TRY(proto_int(root, "retry_after_ms", 0, PROTO_MAX_TIMEOUT_MS, &rq->penalty_ms,
+	PROTO_TRY(proto_int(root, "retry_after_ms", 0, PROTO_MAX_TIMEOUT_MS, "ms", &rq->penalty_ms,
 			    &has_ms, msg, msglen));
 	if (has_ms)
 		return ADMIT_OK;
@@ -211,8 +216,8 @@ static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *m
 	switch (rq->op) {
 	case OP_ACQUIRE:
 		PROTO_TRY(proto_targets(root, rq, msg, msglen));
-		PROTO_TRY(proto_int(root, "timeout_ms", 0, PROTO_MAX_TIMEOUT_MS, &rq->timeout_ms,
-				    &rq->has_timeout, msg, msglen));
+		PROTO_TRY(proto_int(root, "timeout_ms", 0, PROTO_MAX_TIMEOUT_MS, "ms",
+				    &rq->timeout_ms, &rq->has_timeout, msg, msglen));
 		det = json_object_get(root, "detach");
 		if (det != NULL && !json_is_null(det) && !json_is_boolean(det))
 			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"detach\" must be true or false");
@@ -256,15 +261,115 @@ static void proto_request_init(struct request *rq)
 	rq->penalty_until_wall_ms = 0;
 }
 
+/* Does the integer token d[0..n) (digits, after an optional '-') fit int64? */
+static bool proto_fits_int64(const char *d, size_t n, bool neg)
+{
+	const char *lim = neg ? "9223372036854775808" : "9223372036854775807";
+
+	while (n > 1 && *d == '0') { /* invalid JSON anyway; jansson says so */
+		d++;
+		n--;
+	}
+	return n < 19 || (n == 19 && memcmp(d, lim, 19) <= 0);
+}
+
+/*
+ * jansson refuses a whole line for one integer beyond int64 (cost=2**63
+ * from Python), so neither its id nor the field at fault would be known.
+ * proto_clamp copies the line with every such integer outside a string
+ * clamped to INT64_MIN or INT64_MAX, which no field's range admits: decoded
+ * again, the copy is refused for the right field, with its id. *id_hit is
+ * set when a clamped integer was inside the top-level "id" (or a member
+ * whose name has an escape, which may spell "id"): that id cannot be echoed
+ * unchanged. Returns the malloc'd copy (same length or shorter), or NULL
+ * when there was nothing to clamp (or no memory).
+ */
+static char *proto_clamp(const char *line, size_t len, size_t *outlen, bool *id_hit)
+{
+	char *out = malloc(len + 1), *o = out;
+	const char *p = line, *end = line + len;
+	bool clamped = false, key_next = false, in_id = false;
+	int depth = 0;
+
+	*id_hit = false;
+	if (out == NULL)
+		return NULL;
+	while (p < end) {
+		if (*p == '"') {
+			const char *q = p + 1;
+			bool esc = false;
+
+			while (q < end && *q != '"') {
+				if (*q == '\\' && q + 1 < end) {
+					esc = true;
+					q++;
+				}
+				q++;
+			}
+			q = q < end ? q + 1 : end;
+			if (depth == 1 && key_next) {
+				in_id = esc || (q - p == 4 && memcmp(p, "\"id\"", 4) == 0);
+				key_next = false;
+			}
+			memcpy(o, p, (size_t)(q - p));
+			o += q - p;
+			p = q;
+		} else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+			const char *d = *p == '-' ? p + 1 : p, *q = d;
+
+			while (q < end && *q >= '0' && *q <= '9')
+				q++;
+			if (q > d && (q == end || (*q != '.' && *q != 'e' && *q != 'E')) &&
+			    !proto_fits_int64(d, (size_t)(q - d), *p == '-')) {
+				const char *v =
+				    *p == '-' ? "-9223372036854775808" : "9223372036854775807";
+
+				memcpy(o, v, strlen(v));
+				o += strlen(v);
+				clamped = true;
+				*id_hit = *id_hit || in_id;
+			} else {
+				memcpy(o, p, (size_t)(q - p));
+				o += q - p;
+			}
+			p = q == p ? p + 1 : q;
+		} else {
+			if (*p == '{' || *p == '[')
+				depth++;
+			else if (*p == '}' || *p == ']')
+				depth--;
+			if ((*p == '{' || *p == ',') && depth == 1)
+				key_next = true;
+			*o++ = *p++;
+		}
+	}
+	if (!clamped) {
+		free(out);
+		return NULL;
+	}
+	*o = '\0';
+	*outlen = (size_t)(o - out);
+	return out;
+}
+
 enum admit_err proto_decode_general(const char *line, size_t len, struct request *rq, char *msg,
 				    size_t msglen)
 {
 	json_error_t jerr;
 	json_t *root;
 	enum admit_err e;
+	char *clamped = NULL;
+	size_t clen;
+	bool id_hit = false;
 
 	proto_request_init(rq);
 	root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (root == NULL && (clamped = proto_clamp(line, len, &clen, &id_hit)) != NULL) {
+		json_error_t jerr2;
+
+		root = json_loadb(clamped, clen, JSON_REJECT_DUPLICATES, &jerr2);
+		free(clamped);
+	}
 	if (root == NULL)
 		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "invalid JSON: %s", jerr.text);
 	if (!json_is_object(root)) {
@@ -273,6 +378,14 @@ enum admit_err proto_decode_general(const char *line, size_t len, struct request
 	}
 	e = proto_decode_obj(root, rq, msg, msglen);
 	json_decref(root);
+	if (id_hit) {
+		/* a clamped id would be echoed as another value than the one sent */
+		free(rq->id);
+		rq->id = NULL;
+		if (e == ADMIT_OK)
+			PROTO_FAIL(ADMIT_E_BAD_REQUEST,
+				   "\"id\": an integer beyond 64 bits cannot be echoed");
+	}
 	return e;
 }
 

@@ -176,6 +176,18 @@ class TestCli(DaemonCase):
         self.assertExit(self.admit("try", "open", "k", "--timeout", "1s"), 64)
         self.assertExit(self.admit("acquire", "open", "k", "--timeout", "soon"), 64)
         self.assertExit(self.admit("acquire", "open", "k", "--cost", "-2"), 64)
+        # out of the protocol's range: refused here, in the unit given
+        for args, msg in ((("acquire", "open", "k", "--timeout", "25h"),
+                           "admit: --timeout 25h: at most 24h (86400s)\n"),
+                          (("acquire", "open", "k", "--timeout", "90000"),
+                           "admit: --timeout 90000: at most 24h (86400s)\n"),
+                          (("acquire", "open", "k", "--cost", "9223372036854775807"),
+                           "admit: --cost 9223372036854775807: at most 1000000000\n"),
+                          (("penalize", "open", "k", "1441m"),
+                           "admit: 1441m: a penalty is at most 24h (86400s)\n")):
+            code, _, err = self.admit(*args)
+            self.assertEqual(code, 64, args)
+            self.assertTrue(err.startswith(msg), (args, err))
         self.assertExit(self.admit("acquire", "open", "k", "--url", "http://x/"), 64)
         self.assertExit(self.admit("run", "open", "k"), 64)
         self.assertExit(self.admit("run", "open", "k", "--"), 64)

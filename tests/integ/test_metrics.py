@@ -283,7 +283,7 @@ class MetricsLocalTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "bad.conf")
             with open(path, "w") as f:
-                f.write("[admitd]\n; metrics\nmetrics = localhost:http\n")
+                f.write("[admitd]\n; metrics\nmetrics = localhost:http\n[scope s]\n")
             p = run_admitd(["-t", "-c", path])
         self.assertEqual(p.returncode, 2)
         self.assertEqual(p.stderr, "%s:3: metrics: the port is not a number\n" % path)

@@ -9,6 +9,9 @@ starts fresh; a conf with an error is refused whole, each problem logged as
 file:line: message, and the old limits stay enforced; a removed scope's
 waiter is answered unknown_scope while its lease stays releasable; the same
 reload through watch_conf after a Kubernetes ConfigMap-style symlink swap;
+a truncated conf (no scope left) is refused and acquires go on, by
+SIGHUP and through watch_conf's truncate-then-slow-write; watch_conf on a
+conf that is a symlink into another directory sees its target change;
 [admitd] keys that need a restart are logged and kept; a change of `redis`
 moves the next acquires to the new Redis. Each test runs its own daemon
 (its conf is rewritten) and waits for the daemon's own log line saying the
@@ -168,6 +171,29 @@ class ReloadTest(ReloadCase):
         self.assertEqual(self.metric_lines("admitd_reloads_total{"),
                          ['admitd_reloads_total{result="ok"} 1',
                           'admitd_reloads_total{result="error"} 1'])
+
+    def test_truncated_conf_refused_and_acquires_go_on(self):
+        self.start("[scope b]\nmax_concurrent = 1\nlease_ttl = 1m\n")
+        c = self.conn()
+        held = self.acq(c, "b", "k")
+        self.assertTrue(held["ok"], held)
+        for text, line in (("", ""), ("[admitd]\nsocket = %s\n" % self.d.sock_path, ":2")):
+            before = self.log_count("conf reload refused")
+            with open(self.d.conf_path, "w") as f:  # truncated in place
+                f.write(text)
+            self.d.proc.send_signal(signal.SIGHUP)
+            self.wait_log("conf reload refused", before)
+            self.assertRegex(self.d.stderr_text(),
+                             r"(?m)^%s%s: no \[scope NAME\] section" % (
+                                 re.escape(self.d.conf_path), line))
+            # the running conf goes on: the scope is there and its limit holds
+            r = self.acq(c, "b", "k")
+            self.assertEqual((r["ok"], r["error"], r["rule"]), (False, "limited", "max_concurrent"))
+            r = self.acq(c, "b", "other" + line)
+            self.assertTrue(r["ok"], r)
+        self.assertEqual(self.reloads(), {"ok": 0, "error": 2})
+        self.assertEqual(c.request({"op": "release", "lease": held["lease"]}),
+                         {"ok": True, "held": True})
 
     def test_removed_scope_answers_waiters_and_keeps_leases_releasable(self):
         self.start("[scope gone]\nmax_concurrent = 1\nlease_ttl = 1m\ntimeout = 20s\n"
@@ -422,6 +448,78 @@ class WatchConfTest(ReloadCase):
         self.assertTrue(self.acq(c, "s", "k")["ok"])
         self.assertEqual(self.acq(c, "s", "k")["error"], "limited")
         self.assertEqual(self.reloads(), {"ok": 1, "error": 1})
+
+
+class WatchConfEditTest(ReloadCase):
+    """watch_conf on a file edited in place, and on a symlink into another directory."""
+
+    def wait_reload(self, what, write):
+        before = self.log_count(what)
+        write()
+        self.wait_log(what, before)
+
+    def test_truncate_then_slow_write(self):
+        hdr = "watch_conf = yes\n"
+        self.start("[scope s]\nmax_concurrent = 1\nlease_ttl = 1m\n", extra=hdr)
+        c = self.conn()
+        held = self.acq(c, "s", "k")
+        self.assertTrue(held["ok"], held)
+        f = open(self.d.conf_path, "w")  # truncated: the watch sees an empty file
+        self.addCleanup(f.close)
+        self.wait_reload("conf reload refused", lambda: None)
+        self.assertEqual(self.acq(c, "s", "k")["error"], "limited")
+        self.assertTrue(self.acq(c, "s", "k2")["ok"])
+        # the writer finishes: the complete conf applies
+        self.wait_reload("conf reloaded", lambda: (
+            f.write(header(self.d, hdr) + "[scope s]\nmax_concurrent = 3\nlease_ttl = 1m\n"),
+            f.flush()))
+        self.assertTrue(self.acq(c, "s", "k")["ok"])
+        self.assertEqual(self.reloads(), {"ok": 1, "error": 1})
+        self.assertIn("cause=watch_conf", self.d.stderr_text())
+
+    def test_symlink_into_another_directory(self):
+        d = Admitd("[admitd]\n")
+        self.addCleanup(d.cleanup)
+        self.d = d
+        etc, srv, srv2 = (os.path.join(d.tmp.path, n) for n in ("etc", "srv", "srv2"))
+        for x in (etc, srv, srv2):
+            os.mkdir(x)
+        hdr = "[admitd]\nsocket = %s\nwatch_conf = yes\n" % d.sock_path
+        target = os.path.join(srv, "admitd.conf")
+        with open(target, "w") as f:
+            f.write(hdr + "[scope s]\nmax_concurrent = 1\nlease_ttl = 1m\n")
+        d.conf_path = os.path.join(etc, "admitd.conf")
+        os.symlink(target, d.conf_path)
+        d.start()
+        c = self.conn()
+        self.assertTrue(self.acq(c, "s", "k")["ok"])
+        self.assertEqual(self.acq(c, "s", "k")["error"], "limited")
+
+        # the target is rewritten where it is: nothing happens in etc/
+        def edit(path, n):
+            def go():
+                with open(path, "w") as f:
+                    f.write(hdr + "[scope s]\nmax_concurrent = %d\nlease_ttl = 1m\n" % n)
+            return go
+        self.wait_reload("conf reloaded", edit(target, 2))
+        self.assertTrue(self.acq(c, "s", "k")["ok"])
+        self.assertEqual(self.acq(c, "s", "k")["error"], "limited")
+
+        # the symlink is pointed at a file in a third directory, then that one is edited
+        target2 = os.path.join(srv2, "admitd.conf")
+        edit(target2, 3)()
+        tmp = d.conf_path + ".new"
+        self.wait_reload("conf reloaded", lambda: (os.symlink(target2, tmp),
+                                                  os.rename(tmp, d.conf_path)))
+        self.assertTrue(self.acq(c, "s", "k")["ok"])
+        self.assertEqual(self.acq(c, "s", "k")["error"], "limited")
+        self.wait_reload("conf reloaded", edit(target2, 4))
+        self.assertTrue(self.acq(c, "s", "k")["ok"])
+        self.assertEqual(self.acq(c, "s", "k")["error"], "limited")
+        self.assertEqual(self.reloads(), {"ok": 3, "error": 0})
+        self.assertRegex(d.stderr_text(), r'watching the directory the conf resolves to.*dir="%s"'
+                         % re.escape(os.path.realpath(srv2)))
+        self.assertNotIn("the directory is gone", d.stderr_text())
 
 
 if __name__ == "__main__":

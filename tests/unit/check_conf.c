@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
@@ -39,6 +40,24 @@ static struct conf *load(const char *text)
 	return c;
 }
 
+/*
+ * text, then "[scope t]" when it has no scope: for the tests of [admitd]
+ * keys, which a conf without a scope would fail for that alone
+ * (test_no_scope). Appended after the text, so its line numbers hold.
+ */
+static struct conf *load_scoped(const char *text)
+{
+	char *buf;
+	struct conf *c;
+
+	if (strstr(text, "[scope") != NULL)
+		return load(text);
+	ck_assert_int_ge(asprintf(&buf, "%s[scope t]\n", text), 0);
+	c = load(buf);
+	free(buf);
+	return c;
+}
+
 static void teardown(void)
 {
 	free(errtext);
@@ -51,6 +70,15 @@ static const char *srcdir(void)
 	const char *d = getenv("ADMITD_SRCDIR");
 
 	return d ? d : ".";
+}
+
+/* A file any test can read: a redis_password_file that exists. */
+static const char *readable_file(void)
+{
+	static char path[512];
+
+	snprintf(path, sizeof(path), "%s/conf/minimal.conf", srcdir());
+	return path;
 }
 
 static char *slurp(const char *rel)
@@ -83,7 +111,7 @@ static char *slurp(const char *rel)
 
 START_TEST(test_admitd_defaults)
 {
-	struct conf *c = load("");
+	struct conf *c = load_scoped("");
 
 	ck_assert_msg(c != NULL, "%s", errtext);
 	ck_assert_str_eq(errtext, "");
@@ -106,9 +134,9 @@ START_TEST(test_admitd_defaults)
 	ck_assert_int_eq(c->socket_group, -1);
 	ck_assert_uint_eq(c->allow_uids.n, 0);
 	ck_assert_uint_eq(c->allow_gids.n, 0);
-	ck_assert_int_eq(c->max_keys, 1000000);
+	ck_assert_int_eq(c->max_keys, 100000);
 	ck_assert_int_eq(c->max_leases, 100000);
-	ck_assert_uint_eq(c->nscopes, 0);
+	ck_assert_uint_eq(c->nscopes, 1);
 	conf_free(c);
 }
 END_TEST
@@ -116,16 +144,21 @@ END_TEST
 /* The TLS and Sentinel keys, with the URLs they go with; verify defaults to yes. */
 START_TEST(test_redis_topology_keys)
 {
-	struct conf *c = load("[admitd]\n"
-			      "redis = redis+sentinel://s1:26379,s2:26380/mymaster?db=2&tls=1\n"
-			      "sentinel_password_file = /etc/admitd/sentinel.pass\n"
-			      "redis_tls_ca_file = /etc/admitd/ca.pem\n"
-			      "redis_tls_cert_file = /etc/admitd/client.pem\n"
-			      "redis_tls_key_file = /etc/admitd/client.key\n"
-			      "redis_tls_server_name = redis.internal\n");
+	char text[1024];
+	struct conf *c;
 
+	snprintf(text, sizeof(text),
+		 "[admitd]\n"
+		 "redis = redis+sentinel://s1:26379,s2:26380/mymaster?db=2&tls=1\n"
+		 "sentinel_password_file = %s\n"
+		 "redis_tls_ca_file = /etc/admitd/ca.pem\n"
+		 "redis_tls_cert_file = /etc/admitd/client.pem\n"
+		 "redis_tls_key_file = /etc/admitd/client.key\n"
+		 "redis_tls_server_name = redis.internal\n",
+		 readable_file());
+	c = load_scoped(text);
 	ck_assert_msg(c != NULL, "%s", errtext);
-	ck_assert_str_eq(c->sentinel_password_file, "/etc/admitd/sentinel.pass");
+	ck_assert_str_eq(c->sentinel_password_file, readable_file());
 	ck_assert_str_eq(c->redis_tls_ca_file, "/etc/admitd/ca.pem");
 	ck_assert_str_eq(c->redis_tls_cert_file, "/etc/admitd/client.pem");
 	ck_assert_str_eq(c->redis_tls_key_file, "/etc/admitd/client.key");
@@ -133,13 +166,13 @@ START_TEST(test_redis_topology_keys)
 	ck_assert(c->redis_tls_verify);
 	conf_free(c);
 
-	c = load("[admitd]\nredis = rediss://h:6380\nredis_tls_verify = no\n");
+	c = load_scoped("[admitd]\nredis = rediss://h:6380\nredis_tls_verify = no\n");
 	ck_assert_msg(c != NULL, "%s", errtext);
 	ck_assert(!c->redis_tls_verify);
 	ck_assert_ptr_null(c->redis_tls_ca_file);
 	conf_free(c);
 
-	c = load("[admitd]\nredis = redis+cluster://n1:7000,n2:7001,n3:7002\n");
+	c = load_scoped("[admitd]\nredis = redis+cluster://n1:7000,n2:7001,n3:7002\n");
 	ck_assert_msg(c != NULL, "%s", errtext);
 	ck_assert_str_eq(c->redis, "redis+cluster://n1:7000,n2:7001,n3:7002");
 	conf_free(c);
@@ -149,12 +182,12 @@ END_TEST
 /* Users and groups: numbers as they are, names looked up (root is 0 everywhere). */
 START_TEST(test_access_and_bounds_keys)
 {
-	struct conf *c = load("[admitd]\n"
-			      "allow_uids = root 4321  7\n"
-			      "allow_gids = 0 99\n"
-			      "socket_group = root\n"
-			      "max_keys = 5\n"
-			      "max_leases = 1\n");
+	struct conf *c = load_scoped("[admitd]\n"
+				     "allow_uids = root 4321  7\n"
+				     "allow_gids = 0 99\n"
+				     "socket_group = root\n"
+				     "max_keys = 5\n"
+				     "max_leases = 1\n");
 
 	ck_assert_msg(c != NULL, "%s", errtext);
 	ck_assert_uint_eq(c->allow_uids.n, 3);
@@ -173,20 +206,25 @@ END_TEST
 
 START_TEST(test_admitd_keys)
 {
-	struct conf *c = load("[admitd]\n"
-			      "socket = /tmp/x/admitd.sock\n"
-			      "socket_mode = 0600\n"
-			      "redis = redis://127.0.0.1:6380/2\n"
-			      "prefix = rl.prod\n"
-			      "max_line = 1MiB\n"
-			      "max_connections = 50\n"
-			      "client_write_timeout = 250ms\n"
-			      "redis_pool = 4\n"
-			      "redis_timeout = 2s\n"
-			      "redis_password_file = /etc/admitd/redis.pass\n"
-			      "redis_user = admitd\n"
-			      "log_level = debug\n");
+	char text[1024];
+	struct conf *c;
 
+	snprintf(text, sizeof(text),
+		 "[admitd]\n"
+		 "socket = /tmp/x/admitd.sock\n"
+		 "socket_mode = 0600\n"
+		 "redis = redis://127.0.0.1:6380/2\n"
+		 "prefix = rl.prod\n"
+		 "max_line = 1MiB\n"
+		 "max_connections = 50\n"
+		 "client_write_timeout = 250ms\n"
+		 "redis_pool = 4\n"
+		 "redis_timeout = 2s\n"
+		 "redis_password_file = %s\n"
+		 "redis_user = admitd\n"
+		 "log_level = debug\n",
+		 readable_file());
+	c = load_scoped(text);
 	ck_assert_msg(c != NULL, "%s", errtext);
 	ck_assert_str_eq(c->socket, "/tmp/x/admitd.sock");
 	ck_assert_int_eq(c->socket_mode, 0600);
@@ -197,7 +235,7 @@ START_TEST(test_admitd_keys)
 	ck_assert_int_eq(c->client_write_timeout_ms, 250);
 	ck_assert_int_eq(c->redis_pool, 4);
 	ck_assert_int_eq(c->redis_timeout_ms, 2000);
-	ck_assert_str_eq(c->redis_password_file, "/etc/admitd/redis.pass");
+	ck_assert_str_eq(c->redis_password_file, readable_file());
 	ck_assert_str_eq(c->redis_user, "admitd");
 	ck_assert_str_eq(c->log_level, "debug");
 	conf_free(c);
@@ -217,18 +255,18 @@ START_TEST(test_admitd_variants)
 
 	for (size_t i = 0; i < N(v); i++) {
 		snprintf(buf, sizeof(buf), "[admitd]\n%s\n", v[i].line);
-		struct conf *c = load(buf);
+		struct conf *c = load_scoped(buf);
 		ck_assert_msg(c != NULL, "%s: %s", v[i].line, errtext);
 		ck_assert_int_eq(c->max_line, v[i].max_line);
 		conf_free(c);
 	}
 	/* empty redis means local mode, like no redis line at all */
-	struct conf *c = load("[admitd]\nredis =\nredis_user =\n");
+	struct conf *c = load_scoped("[admitd]\nredis =\nredis_user =\n");
 	ck_assert_msg(c != NULL, "%s", errtext);
 	ck_assert_ptr_null(c->redis);
 	ck_assert_ptr_null(c->redis_user);
 	conf_free(c);
-	c = load("[admitd]\nredis = unix:///run/redis/redis.sock\n");
+	c = load_scoped("[admitd]\nredis = unix:///run/redis/redis.sock\n");
 	ck_assert_msg(c != NULL, "%s", errtext);
 	ck_assert_str_eq(c->redis, "unix:///run/redis/redis.sock");
 	conf_free(c);
@@ -524,7 +562,8 @@ static const struct {
 	{ "[scope a]\nnope = 1\n", "t.conf:2: unknown key \"nope\" in [scope a]\n" },
 	{ "[scope a]\nmax_concurrent x = 1\n",
 	  "t.conf:2: unknown key \"max_concurrent x\" in [scope a]\n" },
-	{ "[admitd]\nrule = requests 1/1s\n", "t.conf:2: unknown key \"rule\" in [admitd]\n" },
+	{ "[admitd]\nrule = requests 1/1s\n",
+	  "t.conf:2: unknown key \"rule\" in [admitd] (rule is a key of [scope NAME])\n" },
 	{ "[global]\nx = 1\n", "t.conf:1: unknown section [global]\n" },
 	{ "[admitd extra]\n", "t.conf:1: unknown section [admitd extra]\n" },
 	{ "[scope]\n", "t.conf:1: a scope needs a name: [scope NAME]\n" },
@@ -569,7 +608,7 @@ static const struct {
 	  "redis+sentinel:// and redis+cluster://)\n" },
 	{ "[admitd]\nredis = rediss://h\nredis_tls_key_file = /k.pem\n",
 	  "t.conf:3: redis_tls_key_file without redis_tls_cert_file\n" },
-	{ "[admitd]\nredis = redis+cluster://n1\nsentinel_password_file = /pw\n",
+	{ "[admitd]\nredis = redis+cluster://n1\nsentinel_password_file = /dev/null\n",
 	  "t.conf:3: sentinel_password_file is set but redis is not a redis+sentinel:// url\n" },
 	{ "[admitd]\nredis = rediss://h\nredis_tls_verify = maybe\n",
 	  "t.conf:3: redis_tls_verify: not a boolean (yes/no, true/false, on/off, 1/0)\n" },
@@ -676,11 +715,35 @@ static const struct {
 	  "t.conf:2: default_class: no class \"d\" in [scope a]\n" },
 	{ "[scope a]\ndefault_class = d e\n",
 	  "t.conf:2: default_class: not a valid name ([A-Za-z0-9_.-], 1 to 64 characters)\n" },
+	/* an unknown key close to a known one of its section (two edits at most) names it */
+	{ "[scope a]\nmin_dealy = 1s\n",
+	  "t.conf:2: unknown key \"min_dealy\" in [scope a] (did you mean \"min_delay\"?)\n" },
+	{ "[scope a]\nmaxconcurrent = 1\n", "t.conf:2: unknown key \"maxconcurrent\" in [scope a] "
+					    "(did you mean \"max_concurrent\"?)\n" },
+	{ "[scope a]\nrul = requests 1/1s\n",
+	  "t.conf:2: unknown key \"rul\" in [scope a] (did you mean \"rule\"?)\n" },
+	{ "[scope a]\ntimeuot = 1s\n",
+	  "t.conf:2: unknown key \"timeuot\" in [scope a] (did you mean \"timeout\"?)\n" },
+	{ "[scope a]\nleese_tl = 1s\n",
+	  "t.conf:2: unknown key \"leese_tl\" in [scope a] (did you mean \"lease_ttl\"?)\n" },
+	{ "[admitd]\nmax_key = 5\n",
+	  "t.conf:2: unknown key \"max_key\" in [admitd] (did you mean \"max_keys\"?)\n" },
+	{ "[admitd]\nwatchconf = yes\n",
+	  "t.conf:2: unknown key \"watchconf\" in [admitd] (did you mean \"watch_conf\"?)\n" },
+	/* three edits away: no suggestion */
+	{ "[scope a]\nmn_dly = 1s\n", "t.conf:2: unknown key \"mn_dly\" in [scope a]\n" },
+	/* short words are not taken for anything ("x" is two edits from "key") */
+	{ "[scope a]\nx = 1\n", "t.conf:2: unknown key \"x\" in [scope a]\n" },
+	/* a key of the other section says so */
+	{ "[scope a]\nmax_keys = 5\n",
+	  "t.conf:2: unknown key \"max_keys\" in [scope a] (max_keys is a key of [admitd])\n" },
+	/* the suggestion is over the section's own table only */
+	{ "[admitd]\nmin_dealy = 1s\n", "t.conf:2: unknown key \"min_dealy\" in [admitd]\n" },
 };
 
 START_TEST(test_errors)
 {
-	struct conf *c = load(err_vecs[_i].text);
+	struct conf *c = load_scoped(err_vecs[_i].text);
 
 	if (err_vecs[_i].want == NULL && strncmp(err_vecs[_i].text, "[admitd]\nredis", 14) == 0) {
 		ck_assert_ptr_null(c);
@@ -694,6 +757,104 @@ START_TEST(test_errors)
 	}
 	ck_assert_ptr_null(c);
 	ck_assert_str_eq(errtext, err_vecs[_i].want);
+}
+END_TEST
+
+/* A conf without a scope is refused: empty, comments only, [admitd] only, cut short. */
+static const struct {
+	const char *text;
+	const char *want;
+} no_scope_vecs[] = {
+	{ "", "t.conf: no [scope NAME] section: a conf needs at least one scope (is the file "
+	      "empty or cut short?)\n" },
+	{ "; nothing yet\n\n", "t.conf:2: no [scope NAME] section: a conf needs at least one "
+			       "scope (is the file empty or cut short?)\n" },
+	{ "[admitd]\nsocket = /run/x.sock\nmax_k", /* truncated mid-line */
+	  "t.conf:3: expected \"key = value\" or \"[section]\"\n"
+	  "t.conf:3: no [scope NAME] section: a conf needs at least one scope (is the file "
+	  "empty or cut short?)\n" },
+	{ "[admitd]\nmax_keys = 0\n", "t.conf:2: max_keys: must be between 1 and 1000000000\n"
+				      "t.conf:2: no [scope NAME] section: a conf needs at least "
+				      "one scope (is the file empty or cut short?)\n" },
+	/* a scope header that failed is reported once, as what it is */
+	{ "[admitd]\n[scope]\n", "t.conf:2: a scope needs a name: [scope NAME]\n" },
+};
+
+START_TEST(test_no_scope)
+{
+	struct conf *c = load(no_scope_vecs[_i].text);
+
+	ck_assert_ptr_null(c);
+	ck_assert_str_eq(errtext, no_scope_vecs[_i].want);
+}
+END_TEST
+
+/* One scope is enough, even an empty one. */
+START_TEST(test_one_empty_scope)
+{
+	struct conf *c = load("[scope s]\n");
+
+	ck_assert_msg(c != NULL, "%s", errtext);
+	ck_assert_uint_eq(c->nscopes, 1);
+	conf_free(c);
+}
+END_TEST
+
+/* A password file the daemon could not read fails the load, with its path and why. */
+START_TEST(test_password_file_unreadable)
+{
+	static const char *const keys[] = { "redis_password_file", "sentinel_password_file" };
+	char text[512], want[512];
+	struct conf *c;
+
+	for (size_t i = 0; i < N(keys); i++) {
+		const char *url = i == 0 ? "redis://h" : "redis+sentinel://s1/m";
+
+		snprintf(text, sizeof(text),
+			 "[admitd]\nredis = %s\n%s = /nonexistent/admitd.pass\n", url, keys[i]);
+		c = load_scoped(text);
+		ck_assert_ptr_null(c);
+		snprintf(want, sizeof(want),
+			 "t.conf:3: %s: cannot read /nonexistent/admitd.pass: No such file or "
+			 "directory\n",
+			 keys[i]);
+		ck_assert_str_eq(errtext, want);
+		/* a directory opens, but cannot be read */
+		snprintf(text, sizeof(text), "[admitd]\nredis = %s\n%s = %s\n", url, keys[i],
+			 srcdir());
+		c = load_scoped(text);
+		ck_assert_ptr_null(c);
+		snprintf(want, sizeof(want), "t.conf:3: %s: cannot read %s: Is a directory\n",
+			 keys[i], srcdir());
+		ck_assert_str_eq(errtext, want);
+	}
+}
+END_TEST
+
+/* Permission denied, which only a user other than root sees. */
+START_TEST(test_password_file_forbidden)
+{
+	char dir[] = "/tmp/check_conf.XXXXXX", path[64], text[256], want[256];
+	struct conf *c;
+	FILE *f;
+
+	if (geteuid() == 0)
+		return; /* root reads a mode 000 file: nothing to test */
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/pass", dir);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	fputs("secret\n", f);
+	fclose(f);
+	ck_assert_int_eq(chmod(path, 0), 0);
+	snprintf(text, sizeof(text), "[admitd]\nredis = redis://h\nredis_password_file = %s\n",
+		 path);
+	c = load_scoped(text);
+	unlink(path);
+	rmdir(dir);
+	ck_assert_ptr_null(c);
+	snprintf(want, sizeof(want),
+		 "t.conf:3: redis_password_file: cannot read %s: Permission denied\n", path);
+	ck_assert_str_eq(errtext, want);
 }
 END_TEST
 
@@ -956,11 +1117,11 @@ static void reload_seen_cb(void *arg, const char *key, enum conf_change how)
 
 START_TEST(test_reload_keys)
 {
-	struct conf *old = load("[admitd]\nsocket = /run/a.sock\nredis = redis://h:1\n"
-				"max_connections = 10\nprefix = p1\n");
-	struct conf *nw = load("[admitd]\nsocket = /run/b.sock\nredis = redis://h:2\n"
-			       "max_connections = 20\nprefix = p1\nlog_level = debug\n"
-			       "watch_conf = yes\n");
+	struct conf *old = load_scoped("[admitd]\nsocket = /run/a.sock\nredis = redis://h:1\n"
+				       "max_connections = 10\nprefix = p1\n");
+	struct conf *nw = load_scoped("[admitd]\nsocket = /run/b.sock\nredis = redis://h:2\n"
+				      "max_connections = 20\nprefix = p1\nlog_level = debug\n"
+				      "watch_conf = yes\n");
 
 	ck_assert_ptr_nonnull(old);
 	ck_assert_ptr_nonnull(nw);
@@ -1001,6 +1162,10 @@ static Suite *conf_suite(void)
 	tcase_add_test(tc, test_plans);
 	tcase_add_test(tc, test_syntax_tolerance);
 	tcase_add_loop_test(tc, test_errors, 0, N(err_vecs));
+	tcase_add_loop_test(tc, test_no_scope, 0, N(no_scope_vecs));
+	tcase_add_test(tc, test_one_empty_scope);
+	tcase_add_test(tc, test_password_file_unreadable);
+	tcase_add_test(tc, test_password_file_forbidden);
 	tcase_add_test(tc, test_many_errors);
 	tcase_add_test(tc, test_long_line);
 	tcase_add_test(tc, test_vertical_tab_indent);

@@ -67,15 +67,20 @@ def socket_path(socket=None):
     return DEFAULT_SOCKET
 
 
-def seconds_to_ms(seconds, what):
+def seconds_to_ms(seconds, what, max_ms=None):
     """A non-negative duration in seconds (int or float) as whole
     milliseconds, rounded up so that a tiny positive wait never becomes 0
-    ("do not wait")."""
+    ("do not wait"). Past max_ms it is refused here, in seconds, the unit
+    it was given in (the daemon would word it in ms)."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise TypeError("%s must be a number of seconds, not %r" % (what, seconds))
     if seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
         raise ValueError("%s must be a finite number >= 0, not %r" % (what, seconds))
-    return int(math.ceil(seconds * 1000.0 - 1e-9))
+    ms = int(math.ceil(seconds * 1000.0 - 1e-9))
+    if max_ms is not None and ms > max_ms:
+        raise ValueError("%s must be at most %d seconds (24h), not %r"
+                         % (what, max_ms // 1000, seconds))
+    return ms
 
 
 def check_connect_timeout(seconds):
@@ -122,6 +127,9 @@ def url_host(url):
 MAX_TARGETS = 8
 MAX_TOKENS = 16
 MAX_KEY = 512
+MAX_COST = 1000000000  # cost, and each token count
+MAX_WAIT_MS = 86400000  # timeout_ms and retry_after_ms: 24h
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 # The fields of one target of a multi-target acquire.
 TARGET_FIELDS = ("scope", "key", "url", "class", "cost")
@@ -139,6 +147,8 @@ def _target(req, key, url):
 def _cost(cost):
     if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
         raise ValueError("cost must be a whole number >= 0, not %r" % (cost,))
+    if cost > MAX_COST:
+        raise ValueError("cost must be at most %d, not %r" % (MAX_COST, cost))
     return cost
 
 
@@ -156,6 +166,8 @@ def token_counts(counts, what):
             raise ValueError("%s: meter names are non-empty strings, not %r" % (what, name))
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError("%s: %r must be a whole number >= 0, not %r" % (what, name, n))
+        if n > MAX_COST:
+            raise ValueError("%s: %r must be at most %d, not %r" % (what, name, MAX_COST, n))
         out[name] = n
     return out
 
@@ -208,7 +220,7 @@ def acquire_request(scope=None, key=None, url=None, timeout=None, cls=None, cost
         if _cost(cost) != 1:
             req["cost"] = cost
     if timeout is not None:
-        req["timeout_ms"] = seconds_to_ms(timeout, "timeout")
+        req["timeout_ms"] = seconds_to_ms(timeout, "timeout", MAX_WAIT_MS)
     if detach:
         req["detach"] = True
     if reserve is not None:
@@ -292,9 +304,7 @@ def release_request(lease, tokens=None):
         raise TypeError("lease must be a Lease or a lease string, not %r" % (lease,))
     req = {"op": "release", "lease": lease_id}
     if tokens:
-        if not isinstance(tokens, dict):
-            raise TypeError("tokens must be a dict of meter name to count")
-        req["tokens"] = dict(tokens)
+        req["tokens"] = token_counts(tokens, "tokens")
     return req
 
 
@@ -309,13 +319,34 @@ def penalize_request(scope, key=None, url=None, retry_after=None):
     elif retry_after is None:
         raise TypeError("penalize needs retry_after (seconds or a Retry-After value)")
     else:
-        req["retry_after_ms"] = seconds_to_ms(retry_after, "retry_after")
+        req["retry_after_ms"] = seconds_to_ms(retry_after, "retry_after", MAX_WAIT_MS)
     return req
 
 
+def _check_ints(v, path):
+    """ValueError for an integer the daemon's JSON parser cannot hold (beyond
+    64 bits) anywhere in v: raised here at once, not sent."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        if not INT64_MIN <= v <= INT64_MAX:
+            raise ValueError("%s: %d is out of range (beyond 64 bits)" % (path, v))
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            _check_ints(x, "%s.%s" % (path, k) if path else str(k))
+    elif isinstance(v, (list, tuple)):
+        for i, x in enumerate(v):
+            _check_ints(x, "%s[%d]" % (path, i))
+
+
 def encode(req):
-    """One request dict as a wire line (bytes, newline-terminated)."""
-    return (json.dumps(req, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+    """One request dict as a wire line (bytes, newline-terminated). What
+    the daemon could not decode whole is a ValueError here: an integer
+    beyond 64 bits, NaN or an infinity (it would answer without the id)."""
+    _check_ints(req, "")
+    try:
+        text = json.dumps(req, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError as e:
+        raise ValueError("request not sendable: %s" % e) from None
+    return (text + "\n").encode("utf-8")
 
 
 def decode(line):
@@ -330,16 +361,77 @@ def decode(line):
     return reply
 
 
+class _NotEchoed(ValueError):
+    """A raw line the daemon answers without its id."""
+
+
+def _strict_pairs(pairs):
+    seen = set()
+    for k, _ in pairs:
+        if k in seen:
+            raise _NotEchoed("duplicate key %r" % (k,))
+        seen.add(k)
+    return dict(pairs)
+
+
+def _strict_float(text):
+    v = float(text)
+    if math.isinf(v):
+        raise _NotEchoed("real number overflow")
+    return v
+
+
+def _strict_constant(name):
+    raise _NotEchoed("%s is not JSON" % name)
+
+
+def _parsable(v):
+    """Whether the daemon's parser takes v's strings: no NUL, no lone
+    surrogate (it refuses a line with one whole)."""
+    if isinstance(v, str):
+        if "\0" in v:
+            return False
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(v, dict):
+        return all(_parsable(k) and _parsable(x) for k, x in v.items())
+    if isinstance(v, list):
+        return all(_parsable(x) for x in v)
+    return True
+
+
+def _echoed_id(obj):
+    """The id of a decoded raw line if the daemon echoes it, else None: not
+    when it refuses the line whole, nor an id holding an integer beyond 64
+    bits (it cannot echo that one unchanged)."""
+    rid = obj.get("id")
+    if not _parsable(obj):
+        return None
+    try:
+        _check_ints(rid, "id")
+    except ValueError:
+        return None
+    return rid
+
+
 def reply_id(line_or_req):
     """The id of a request dict or raw request line, None when it has none
-    (or the line is not a JSON object): replies to it come back without one."""
+    or when the daemon would answer it without one: a line that is not a
+    JSON object, or one its parser refuses whole (a duplicate key, NaN, a
+    real that overflows), or whose id it could not echo. Such a line is
+    matched as an id-less one, in order, never waited for by an id the
+    reply will not carry."""
     if isinstance(line_or_req, dict):
         return line_or_req.get("id")
     try:
-        obj = json.loads(line_or_req)
-    except ValueError:
+        obj = json.loads(line_or_req, object_pairs_hook=_strict_pairs,
+                         parse_float=_strict_float, parse_constant=_strict_constant)
+    except (ValueError, UnicodeDecodeError):
         return None
-    return obj.get("id") if isinstance(obj, dict) else None
+    return _echoed_id(obj) if isinstance(obj, dict) else None
 
 
 def check(reply):

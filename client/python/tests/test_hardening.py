@@ -9,6 +9,7 @@ connection open) and AsyncClient.close() during a connect.
 
 import asyncio
 import os
+import time
 import unittest
 
 import admit
@@ -288,3 +289,95 @@ class AsyncHardeningTest(AsyncDaemonCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class IntegerRangeTest(DaemonCase):
+    """cost=2**63 once hung for the whole request timeout: the daemon's
+    parser refused the line whole and answered without the id, which the
+    client waited for. Now the client refuses out-of-range fields at once
+    (in the unit they were given in), and a raw line the daemon answers
+    without an id is matched as an id-less one."""
+
+    def client(self):
+        c = admit.Client(self.daemon.sock_path, request_timeout=30)
+        self.addCleanup(c.close)
+        return c
+
+    def assert_prompt(self, t0):
+        self.assertLess(time.monotonic() - t0, 5.0, "not answered at once")
+
+    def test_out_of_range_fields_raise_valueerror_at_once(self):
+        c = self.client()
+        cases = [
+            (lambda: c.acquire("one", self.key(), cost=2 ** 63),
+             "cost must be at most 1000000000, not 9223372036854775808"),
+            (lambda: c.acquire("one", self.key(), cost=1000000001),
+             "cost must be at most 1000000000, not 1000000001"),
+            (lambda: c.acquire("one", self.key(), timeout=100000),
+             "timeout must be at most 86400 seconds (24h), not 100000"),
+            (lambda: c.penalize("pen", self.key(), retry_after=86400.5),
+             "retry_after must be at most 86400 seconds (24h), not 86400.5"),
+            (lambda: c.acquire("tok", self.key(), reserve={"input": 2 ** 64}),
+             "reserve: 'input' must be at most 1000000000, not 18446744073709551616"),
+            (lambda: c.release("lease-x", tokens={"input": 10 ** 10}),
+             "tokens: 'input' must be at most 1000000000, not 10000000000"),
+            (lambda: c.request({"op": "ping", "x": -2 ** 63 - 1}),
+             "x: -9223372036854775809 is out of range (beyond 64 bits)"),
+            (lambda: c.request({"op": "ping", "x": [float("nan")]}),
+             "request not sendable: Out of range float values are not JSON compliant"),
+        ]
+        for call, msg in cases:
+            t0 = time.monotonic()
+            with self.assertRaises(ValueError) as cm:
+                call()
+            self.assertEqual(str(cm.exception), msg)
+            self.assert_prompt(t0)
+        # the edges themselves are sent, and the connection is fine
+        lease = c.acquire("one", self.key("edge"), cost=0, timeout=86400)
+        self.assertTrue(lease.release())
+        self.assertIs(c.ping(), True)
+
+    def test_raw_big_integer_answered_with_its_id(self):
+        c = self.client()
+        t0 = time.monotonic()
+        r = c.request_line('{"op":"acquire","scope":"one","key":"%s",'
+                           '"cost":9223372036854775808,"id":77}' % self.key())
+        self.assert_prompt(t0)
+        self.assertEqual(r, {"ok": False, "id": 77, "error": "bad_request",
+                             "message": '"cost" must be between 0 and 1000000000'})
+
+    def test_raw_lines_answered_without_their_id_do_not_hang(self):
+        c = self.client()
+        for line in ('{"op":"ping","id":5,"id":6}',           # duplicate key
+                     '{"op":"ping","id":7,"x":NaN}',          # not JSON to the daemon
+                     '{"op":"ping","id":8,"x":1e999}',        # real overflow
+                     '{"op":"ping","id":9,"x":"a\\u0000b"}',  # NUL in a string
+                     '{"op":"ping","id":18446744073709551616}'):
+            t0 = time.monotonic()
+            r = c.request_line(line)
+            self.assert_prompt(t0)
+            self.assertEqual((r["ok"], r["error"], "id" in r), (False, "bad_request", False), line)
+        # what follows is matched by id as ever
+        self.assertEqual(c.request_line('{"op":"ping","id":10}'), {"ok": True, "id": 10})
+
+
+class AsyncIntegerRangeTest(AsyncDaemonCase):
+    async def test_out_of_range_raises_at_once_and_raw_lines_do_not_hang(self):
+        async with admit_aio.AsyncClient(self.daemon.sock_path, request_timeout=30) as c:
+            t0 = time.monotonic()
+            with self.assertRaises(ValueError) as cm:
+                await c.acquire("one", self.key(), cost=2 ** 63)
+            self.assertEqual(str(cm.exception),
+                             "cost must be at most 1000000000, not 9223372036854775808")
+            with self.assertRaises(ValueError) as cm:
+                await c.acquire("one", self.key(), timeout=90000)
+            self.assertEqual(str(cm.exception),
+                             "timeout must be at most 86400 seconds (24h), not 90000")
+            r = await c.request_line('{"op":"acquire","scope":"one","key":"%s",'
+                                     '"timeout_ms":99999999999999999999,"id":"t"}' % self.key())
+            self.assertEqual(r, {"ok": False, "id": "t", "error": "bad_request",
+                                 "message": '"timeout_ms" must be between 0 and 86400000 ms'})
+            r = await c.request_line('{"op":"ping","id":3,"id":4}')
+            self.assertEqual((r["error"], "id" in r), ("bad_request", False))
+            self.assertLess(time.monotonic() - t0, 5.0)
+            self.assertIs(await c.ping(), True)
