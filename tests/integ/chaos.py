@@ -4,16 +4,20 @@ minute), run by `make chaos`.
 Three admitd processes share one Redis. Client threads send random
 requests (acquire with random budgets, tries, several targets, releases
 with tokens, late releases after lease_ttl, releases through another
-daemon, penalize, status, malformed lines), vanish mid-wait, or half-close;
+daemon, repeated releases, releases of forged handles, penalize, status,
+malformed lines), vanish mid-wait, or half-close;
 a pipelining client stalls Redis traffic in flight; clients that stop
 reading are dropped. A fault thread pauses, resumes, restarts (empty) and
-SCRIPT FLUSHes Redis, freezes it with DEBUG SLEEP, and restarts a daemon
-with SIGTERM as a rolling deploy does.
+SCRIPT FLUSHes Redis, freezes it with DEBUG SLEEP, restarts a daemon
+with SIGTERM as a rolling deploy does, and reloads a daemon's conf while
+Redis is down (its release queue then outlives the conf it was made under).
 
 At the end every daemon must still answer ping, exit 0 on SIGTERM, and its
 log must show no sanitizer, valgrind or assert report (the harness checks
 at stop). Every reply must be one JSON object with "ok", and an id when the
-request had one. Then no slot may be left booked in Redis: every detached
+request had one. A forged handle must never settle anything (its release
+changes nothing, or is refused while Redis is down). Then no slot may be
+left booked in Redis: every detached
 lease ever granted is released (through a random daemon), every daemon
 stops, and every lease set in Redis must be empty although lease_ttl is
 far longer than the wait (a slot nobody holds would still be there).
@@ -21,8 +25,11 @@ far longer than the wait (a slot nobody holds would still be there).
     ADMITD_BIN=$PWD/daemon/admitd python3 -m tests.integ.chaos [SECONDS]
 """
 
+import base64
 import json
+import os
 import random
+import signal
 import socket
 import sys
 import threading
@@ -80,12 +87,27 @@ fail_mode = closed
 """
 
 SCOPES = ["pace", "cc", "llm", "rules", "classes", "shadow", "closed"]
+METERED = ("llm", "rules")  # scopes whose rules count tokens
+RELOADS = [0]  # conf reloads made while Redis was down
 LONG_TTL = ("pace", "cc")  # a slot leaked there would outlive the run's end
 DETACHED = []  # every detached lease granted: released at the end
 DETACHED_LOCK = threading.Lock()
 
 
-def request(rng, held):
+def forged(rng):
+    """A handle no daemon issued: a random nonce, a real scope and key, a
+    huge reservation (what a forger would claim to get refunded)."""
+    raw = bytes([1]) + ("%s\0\0k%d\0" % (rng.choice(SCOPES), rng.randrange(3))).encode()
+    raw += b"\0output\0" + b"1000000000\0"
+    return "%032x.%s" % (rng.getrandbits(128),
+                         base64.urlsafe_b64encode(raw).decode().rstrip("="))
+
+
+def tokens_for(rng, metered, names=("output",)):
+    return {"tokens": {n: rng.randrange(300) for n in names}} if metered else {}
+
+
+def request(rng, held, done):
     scope = rng.choice(SCOPES)
     key = "k%d" % rng.randrange(3)
     r = rng.random()
@@ -100,16 +122,28 @@ def request(rng, held):
     if r < 0.47 and held:
         # a late release: the call outlived lease_ttl (tokens still count)
         time.sleep(rng.choice([0.0, 0.35]))
-        return {"op": "release", "lease": held.pop(rng.randrange(len(held))),
-                "tokens": {"output": rng.randrange(500)}}
+        lease, metered = held.pop(rng.randrange(len(held)))
+        done.append((lease, metered))
+        return {"op": "release", "lease": lease, **tokens_for(rng, metered)}
     if r < 0.55:
         other = rng.choice([s for s in SCOPES if s != scope])
         return {"op": "acquire", "timeout_ms": rng.choice([0, 100]),
                 "targets": [{"scope": scope, "key": key}, {"scope": other, "url":
                                                             "https://H%d.example/x" % rng.randrange(3)}]}
     if r < 0.75 and held:
-        return {"op": "release", "lease": held.pop(rng.randrange(len(held))),
-                "tokens": {"input": rng.randrange(200), "output": rng.randrange(200)}}
+        lease, metered = held.pop(rng.randrange(len(held)))
+        done.append((lease, metered))
+        return {"op": "release", "lease": lease,
+                **tokens_for(rng, metered, ("input", "output"))}
+    if r < 0.77 and done:
+        # a repeat (a client retrying after a lost reply): settles nothing
+        # more; it may be the first to reach Redis when the first release
+        # is still queued there
+        lease, metered = rng.choice(done)
+        return {"op": "release", "lease": lease, "repeat": True, **tokens_for(rng, metered)}
+    if r < 0.78:
+        return {"op": "release", "lease": forged(rng), "forged": True,
+                "tokens": {"output": 0}}
     if r < 0.80:
         return {"op": "penalize", "scope": scope, "key": key,
                 "retry_after_ms": rng.randrange(50)}
@@ -132,13 +166,16 @@ def client(daemon, seed, stop, errors, seen):
             s.settimeout(5)
             s.connect(daemon.sock_path)
             f = s.makefile("rwb")
-            held, n = [], 0
+            held, done, n = [], [], 0
             for _ in range(rng.randrange(1, 40)):
                 if stop.is_set():
                     break
-                req = request(rng, held)
+                req = request(rng, held, done)
                 n += 1
+                kind = None
                 if isinstance(req, dict):
+                    kind = "forged" if req.pop("forged", False) else \
+                        "repeat" if req.pop("repeat", False) else None
                     req["id"] = n
                     line = json.dumps(req).encode() + b"\n"
                 else:
@@ -155,8 +192,19 @@ def client(daemon, seed, stop, errors, seen):
                 seen[outcome] = seen.get(outcome, 0) + 1
                 if "ok" not in reply or (isinstance(req, dict) and reply.get("id") != n):
                     errors.append("bad reply %r to %r" % (reply, req))
+                if kind == "forged" and not (
+                        reply.get("settled") is False or reply.get("error") == "unavailable"):
+                    errors.append("a forged handle's release answered %r" % reply)
+                if kind == "repeat":
+                    what = "nothing" if reply.get("settled") is False else \
+                        reply.get("error") or "settled"
+                    seen["repeat_" + what] = seen.get("repeat_" + what, 0) + 1
+                if isinstance(req, dict) and req.get("op") == "release" and \
+                        reply.get("error") == "bad_request":
+                    errors.append("a release answered %r" % reply)
                 if reply.get("lease"):
-                    held.append(reply["lease"])
+                    scopes = [req.get("scope")] + [t.get("scope") for t in req.get("targets", [])]
+                    held.append((reply["lease"], any(x in METERED for x in scopes)))
                     if req.get("detach"):
                         with DETACHED_LOCK:
                             DETACHED.append(reply["lease"])
@@ -246,7 +294,27 @@ def faults(redis, daemons, stop, rng, errors):
                 redis.command("DEBUG", "SLEEP", "%.2f" % rng.uniform(0.1, 0.3))
             except Exception:
                 pass
-        elif what < 0.8:
+        elif what < 0.87:
+            # a reload while Redis is down: releases queued under the old
+            # conf are sent under the new one once Redis is back
+            d = rng.choice(daemons)
+            redis.stop()
+            time.sleep(rng.uniform(0.2, 0.4))
+            text = d.conf_text.replace("timeout = 500ms", "timeout = 450ms") \
+                if "timeout = 500ms" in d.conf_text else \
+                d.conf_text.replace("timeout = 450ms", "timeout = 500ms")
+            with open(d.conf_path + ".tmp", "w") as f:
+                f.write(text)
+            os.rename(d.conf_path + ".tmp", d.conf_path)
+            d.conf_text = text
+            try:
+                d.proc.send_signal(signal.SIGHUP)
+                RELOADS[0] += 1
+            except OSError:
+                pass
+            time.sleep(rng.uniform(0.2, 0.4))
+            redis.restart()
+        elif what < 0.95:
             d = rng.choice(daemons)  # a rolling deploy: SIGTERM, start again
             try:
                 d.stop()  # asserts exit 0 and a clean log
@@ -325,6 +393,7 @@ def main(seconds):
         print(e)
     print("chaos: replies by outcome: %s" % json.dumps(seen, sort_keys=True))
     print("chaos: %d detached leases released at the end" % len(DETACHED))
+    print("chaos: %d reloads while Redis was down" % RELOADS[0])
     print("chaos: %d s, %d errors" % (seconds, len(errors)))
     return 1 if errors else 0
 

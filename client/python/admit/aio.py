@@ -41,7 +41,11 @@ class AsyncLease(_proto.LeaseState):
         self._client = client
 
     async def release(self, tokens=None):
-        """Release the lease; see Client.release. Returns held (bool)."""
+        """Release the lease; see Client.release. Returns held (bool). A
+        second call after a reply sends nothing and returns False (after a
+        lost reply it sends again: the daemon settles a lease only once)."""
+        if self.released:
+            return False
         return await self._client.release(self, tokens if tokens is not None else self.tokens)
 
     async def __aenter__(self):

@@ -50,7 +50,12 @@ class Lease(_proto.LeaseState):
     def release(self, tokens=None):
         """Release the lease, charging ``tokens`` (default: ``self.tokens``)
         to the scope's token meters. Returns whether the daemon still held
-        it (False once released, expired, or dropped with its connection)."""
+        it (False once released, expired, or dropped with its connection).
+        A second call after a reply sends nothing and returns False; after a
+        lost reply it sends again, which is safe: the daemon settles a lease
+        exactly once, and a repeat changes nothing."""
+        if self.released:
+            return False
         return self._client.release(self, tokens if tokens is not None else self.tokens)
 
     def __enter__(self):

@@ -157,6 +157,10 @@ class ClientTest(DaemonCase):
         # Idempotent: the daemon no longer holds it.
         self.assertIs(self.client.release(lease), False)
         self.assertTrue(admitted(self.client, "one", k))
+        # Lease.release() again sends nothing: the daemon counts no release.
+        before = self.client.status()["scopes"]["one"]["releases"]
+        self.assertIs(lease.release(), False)
+        self.assertEqual(self.client.status()["scopes"]["one"]["releases"], before)
 
     def test_release_unknown_lease(self):
         self.assertIs(self.client.release("no-such-lease-0123"), False)
