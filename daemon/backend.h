@@ -63,15 +63,6 @@ struct be_target {
  * runs later from the loop. false when Redis cannot take it now: nothing
  * is sent or kept (nothing can vouch for the handle), cb is not called.
  */
-/*
- * eng_release_local - release nonce in process on these targets and charge
- * the tokens there (engine.c): what a release pays when Redis cannot be
- * told, or may not have heard. true when one of them held it.
- */
-bool eng_release_local(struct admitd *ad, const struct be_target *t, size_t nt, const char *nonce,
-		       const struct lim_tokens *tokens, size_t ntokens,
-		       const struct lim_tokens *reserve, size_t nreserve);
-
 bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt, const char *nonce,
 			 const struct lim_tokens *tokens, size_t ntokens,
 			 const struct lim_tokens *reserve, size_t nreserve, eng_settled_cb *cb,
@@ -97,8 +88,11 @@ bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *
 /* backend_reset - lift the key's penalty and pacing in Redis: true when sent. */
 bool backend_reset(struct backend *b, struct kq *kq, eng_reset_cb *cb, void *arg);
 
-/* backend_divisor - the fallback divisor for cs now (1 when b is NULL). */
-double backend_divisor(const struct backend *b, const struct conf_scope *cs);
+/*
+ * backend_share - this pod's fallback share of cs's limits now (LIM_WHOLE
+ * when b is NULL): the divisor, and the rank the last heartbeat gave.
+ */
+struct lim_share backend_share(const struct backend *b, const struct conf_scope *cs);
 
 /*
  * backend_status - add the backend's counters to a status reply: a "redis"

@@ -96,6 +96,7 @@ struct backend {
 	bool closing; /* inside backend_free: calls complete, nothing new is sent */
 	int64_t since_ms;
 	int64_t pods_seen; /* from the last heartbeat while up */
+	int64_t pod_rank;  /* ... and this pod's rank among them (heartbeat.lua) */
 	int64_t offset_ms; /* Redis TIME minus clock_mono_ms, from the last reply */
 	bool offset_known;
 	char pod_id[64];
@@ -443,7 +444,7 @@ static void rb_acquire_args(struct rargs *a, struct backend *b, const struct tar
 	rargs_int(a, (int64_t)pl->nrules);
 	for (i = 0; i < pl->nrules; i++) {
 		const struct conf_rule *r = &cs->rules[pl->rules[i]];
-		struct strat_params p = lim_rule_params(r, 1.0);
+		struct strat_params p = lim_rule_params(r, LIM_WHOLE);
 		rargs_str(a, rb_meter(r->meter));
 		rargs_str(a, strat_kind_name(p.kind));
 		rargs_int(a, p.amount);
@@ -501,7 +502,7 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 	rargs_int(a, (int64_t)pl->nrules);
 	for (i = 0; i < pl->nrules; i++) {
 		const struct conf_rule *r = &cs->rules[pl->rules[i]];
-		struct strat_params p = lim_rule_params(r, 1.0);
+		struct strat_params p = lim_rule_params(r, LIM_WHOLE);
 		int64_t charge = 0;
 		if (mode == RB_M_ROLLBACK && r->meter == METER_REQUESTS)
 			charge = -cost;
@@ -689,17 +690,6 @@ static bool rb_rel_needed(const struct rb_rel *r, const struct be_target *t)
 	}
 }
 
-/* The record's targets in the running conf (those whose scope is gone drop out). */
-static size_t rb_rel_resolve(const struct rb_rel *r, struct be_target *out)
-{
-	size_t i, n = 0;
-
-	for (i = 0; i < r->nt; i++)
-		if (rb_tgt_resolve(r->b, &r->t[i], &out[n]))
-			n++;
-	return n;
-}
-
 static void rb_queue(struct backend *b, struct rb_rel *r, int64_t not_before);
 static void rb_rebooked(struct rb_rel *r);
 
@@ -725,16 +715,10 @@ static void rb_rel_done(struct rb_rel *r)
 		/*
 		 * It may or may not have run. A release settles through the
 		 * lease's record, once, so it is simply sent again, tokens and
-		 * all. Meanwhile the fallback counts its tokens (stricter, never
-		 * looser). A release of another daemon's lease is not kept: its
-		 * client was told the outcome is unknown, and may ask again.
+		 * all (the in-process state was charged at the release). A
+		 * release of another daemon's lease is not kept: its client was
+		 * told the outcome is unknown, and may ask again.
 		 */
-		if (r->ntokens > 0) {
-			struct be_target t[PROTO_MAX_TARGETS];
-			size_t n = rb_rel_resolve(r, t);
-			eng_release_local(b->ad, t, n, r->nonce, r->tokens, r->ntokens, r->reserve,
-					  r->nreserve);
-		}
 		r->unknown = false;
 		rb_queue(b, r, clock_mono_ms() + b->ad->conf->redis_timeout_ms);
 		return;
@@ -1426,8 +1410,9 @@ static void rb_acq_done(struct rb_acq *q)
 			res.booked = true;
 		eng_merge(&res, w->t[i].kq->sc, admitted, q->r[i].retry,
 			  lim_which_rule(cs, q->r[i].code), lim_which_slot(cs, q->r[i].code),
-			  q->r[i].retry < 0 ? lim_which_limit(cs, w->t[i].cls, q->r[i].code, 1.0)
-					    : 0);
+			  q->r[i].retry < 0
+			      ? lim_which_limit(cs, w->t[i].cls, q->r[i].code, LIM_WHOLE)
+			      : 0);
 	}
 	eng_merge_end(&res);
 	if (failed) {
@@ -1598,8 +1583,9 @@ static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
 				long code = (long)reply->a[2].i;
 				eng_merge(&res[i], t->kq->sc, false, reply->a[1].i,
 					  lim_which_rule(cs, code), lim_which_slot(cs, code),
-					  reply->a[1].i < 0 ? lim_which_limit(cs, t->cls, code, 1.0)
-							    : 0);
+					  reply->a[1].i < 0
+					      ? lim_which_limit(cs, t->cls, code, LIM_WHOLE)
+					      : 0);
 				eng_merge_end(&res[i]);
 			} else {
 				res[i].undecided = true;
@@ -1720,10 +1706,12 @@ static void rb_hb_reply(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct backend *b = arg;
 
-	if (st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == 3 &&
+	if (st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == 4 &&
 	    reply->a[0].type == RV_INT && reply->a[0].i >= 1 && reply->a[1].type == RV_INT &&
-	    reply->a[2].type == RV_INT) {
+	    reply->a[2].type == RV_INT && reply->a[3].type == RV_INT && reply->a[3].i >= 0 &&
+	    reply->a[3].i < reply->a[0].i) {
 		b->pods_seen = reply->a[0].i;
+		b->pod_rank = reply->a[3].i;
 		rb_saw_time(b, reply->a[1].i);
 		/* This pod was registered a beat ago and is not now: Redis lost
 		 * its data (restarted empty, flushed, failed over) and with it
@@ -1759,15 +1747,21 @@ static void rb_hb_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 		b->calls[RB_OP_HEARTBEAT]++;
 }
 
-double backend_divisor(const struct backend *b, const struct conf_scope *cs)
+struct lim_share backend_share(const struct backend *b, const struct conf_scope *cs)
 {
+	struct lim_share sh = { 1.0, -1 };
+
 	if (b == NULL)
-		return 1.0;
+		return sh;
+	if (b->beats > 0) /* ranked by the last heartbeat, whatever the divisor */
+		sh.rank = b->pod_rank;
 	if (cs->fallback_divisor_auto && b->beats == 0) /* the fleet not seen yet */
-		return (double)b->ad->conf->fallback_pods;
-	if (cs->fallback_divisor_auto)
-		return b->pods_seen > 1 ? (double)b->pods_seen : 1.0;
-	return cs->fallback_divisor < 1.0 ? 1.0 : cs->fallback_divisor;
+		sh.div = (double)b->ad->conf->fallback_pods;
+	else if (cs->fallback_divisor_auto)
+		sh.div = b->pods_seen > 1 ? (double)b->pods_seen : 1.0;
+	else
+		sh.div = cs->fallback_divisor < 1.0 ? 1.0 : cs->fallback_divisor;
+	return sh;
 }
 
 /*

@@ -51,7 +51,7 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 			 const char *lease_id, enum via via, const struct lim_tokens *reserve,
 			 size_t nreserve)
 {
-	double div[PROTO_MAX_TARGETS];
+	struct lim_share div[PROTO_MAX_TARGETS];
 	struct eng_res res = { .admitted = true, .via = via };
 	struct lim_decision d[PROTO_MAX_TARGETS];
 	const char *ids[1] = { lease_id };
@@ -64,7 +64,8 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 				      .reserve = reserve,
 				      .nreserve = nreserve };
 		struct lim_state *st = kq_lim(t[i].kq);
-		div[i] = via == VIA_FALLBACK ? backend_divisor(ad->redis, t[i].kq->sc->cs) : 1.0;
+		div[i] =
+		    via == VIA_FALLBACK ? backend_share(ad->redis, t[i].kq->sc->cs) : LIM_WHOLE;
 		if (st == NULL) {
 			res.admitted = false;
 			res.unavailable = true;
@@ -72,6 +73,8 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 			return res;
 		}
 		d[i] = lim_check(st, t[i].kq->sc->cs, div[i], now, &rq);
+		if (!d[i].admitted && d[i].share_short && !t[i].kq->sc->cs->shadow)
+			res.share_short = true;
 		eng_merge(&res, t[i].kq->sc, d[i].admitted, d[i].retry_after_ms, d[i].rule,
 			  d[i].slot, d[i].limit);
 	}
@@ -160,40 +163,50 @@ struct eng_res eng_fallback(struct admitd *ad, struct waiter *w, const char *lea
 void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntokens)
 {
 	int64_t now = clock_mono_ms();
-	bool to_redis = false, sent = false, local_tokens, own = true;
 	size_t i;
 
-	if (l->ad->redis != NULL)
-		to_redis =
-		    l->via == VIA_REDIS ? l->backend_booked : l->backend_booked || l->redis_maybe;
-	if (to_redis)
-		sent = backend_release(l->ad->redis, l, tokens, ntokens);
-	/* The in-process state pays for its own admissions, and for Redis's
-	 * whenever Redis is not told now: it is down (the fallback then knows
-	 * what was spent), or a reload went to local mode. */
-	local_tokens = l->via != VIA_REDIS || !sent;
-	/* A reservation booked in Redis was never booked here: the tokens are
-	 * charged whole, not settled against it. */
-	if (l->via == VIA_REDIS)
-		own = false;
+	if (l->ad->redis != NULL &&
+	    (l->via == VIA_REDIS ? l->backend_booked : l->backend_booked || l->redis_maybe))
+		backend_release(l->ad->redis, l, tokens, ntokens); /* queued when Redis is down */
+	/*
+	 * The in-process state is charged too, whatever booked the lease: it
+	 * decided its own admissions, and it mirrors this pod's admissions
+	 * through Redis (eng_mirror), so that its fallback share knows what
+	 * the pod spent, and a reload to local mode counts them.
+	 */
 	for (i = 0; i < l->nt; i++) {
 		struct kq *kq = l->t[i].kq;
-		lim_release_settle(
-		    kq_lim(kq), kq->sc->cs, backend_divisor(l->ad->redis, kq->sc->cs), now, l->id,
-		    l->t[i].cls, local_tokens ? tokens : NULL, local_tokens ? ntokens : 0,
-		    own ? l->reserve : NULL, own ? l->nreserve : 0);
+		lim_release_settle(kq_lim(kq), kq->sc->cs, backend_share(l->ad->redis, kq->sc->cs),
+				   now, l->id, l->t[i].cls, tokens, ntokens, l->reserve,
+				   l->nreserve);
 	}
 }
 
 void eng_mirror(struct lease *l)
 {
+	int64_t now = clock_mono_ms();
 	size_t i;
 
 	for (i = 0; i < l->nt; i++) {
 		const struct conf_scope *cs = l->t[i].kq->sc->cs;
+		struct lim_state *st = kq_lim(l->t[i].kq);
+		struct lim_req rq = { .cls = l->t[i].cls,
+				      .cost = l->t[i].cost,
+				      .count = 1,
+				      .reserve = l->reserve,
+				      .nreserve = l->nreserve };
+		if (st == NULL)
+			continue;
+		/* This pod's own admissions count against its fallback share:
+		 * if Redis goes away now, the share left is what it has not
+		 * spent of this window (booked as the fallback would book it). */
+		if (!lim_book(st, cs, backend_share(l->ad->redis, cs), now, &rq, NULL))
+			log_ratelimited(LOG_SLOT_FALLBACK, 1000,
+					"cannot mirror a Redis admission: out of memory",
+					"scope=%s", cs->name);
 		if (!lim_tracks_leases(cs))
 			continue;
-		if (!lim_lease_add(kq_lim(l->t[i].kq), l->id, l->deadline_ms))
+		if (!lim_lease_add(st, l->id, l->deadline_ms))
 			log_ratelimited(LOG_SLOT_FALLBACK, 1000,
 					"cannot mirror a Redis lease: out of memory", "scope=%s",
 					cs->name);
@@ -201,8 +214,7 @@ void eng_mirror(struct lease *l)
 }
 
 void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
-		     const struct lim_tokens *tokens, size_t ntokens, eng_settled_cb *cb,
-		     void *arg)
+		     const struct lim_tokens *tokens, size_t ntokens, eng_settled_cb *cb, void *arg)
 {
 	struct be_target t[PROTO_MAX_TARGETS] = { { 0 } };
 	struct lim_tokens rs[PROTO_MAX_TOKENS];
@@ -231,31 +243,6 @@ void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
 	    !backend_release_ref(ad->redis, t, nt, ref->nonce, tokens, ntokens, rs, ref->nreserve,
 				 cb, arg))
 		cb(arg, &none);
-}
-
-bool eng_release_local(struct admitd *ad, const struct be_target *t, size_t nt, const char *nonce,
-		       const struct lim_tokens *tokens, size_t ntokens,
-		       const struct lim_tokens *reserve, size_t nreserve)
-{
-	int64_t now = clock_mono_ms();
-	bool held = false;
-	size_t i;
-
-	for (i = 0; i < nt; i++) {
-		struct scope_rt *sc = scope_find(ad, t[i].cs->name);
-		struct kq *kq = sc != NULL ? kq_get(sc, t[i].key, NULL) : NULL;
-		struct lim_state *st = kq != NULL ? kq_lim(kq) : NULL;
-		const struct conf_class *cls = t[i].cls;
-		/* A target queued before a reload names the old conf: the key's
-		 * state is laid out for the running one, and so is its class. */
-		if (st != NULL && sc->cs != t[i].cs && cls != NULL)
-			cls = conf_class_find(sc->cs, cls->name);
-		if (st != NULL &&
-		    lim_release_settle(st, sc->cs, backend_divisor(ad->redis, sc->cs), now, nonce,
-				       cls, tokens, ntokens, reserve, nreserve))
-			held = true;
-	}
-	return held;
 }
 
 void eng_inspect(struct kq *kq, const struct conf_class *cls, eng_insp_cb *cb, void *arg)

@@ -32,6 +32,7 @@ struct eng_res {
 	bool redis_maybe;	 /* not via Redis, but a Redis call for it had no known outcome */
 	int64_t redis_after;	 /* ... which can book nothing after this (mono ms) */
 	const char *shadow_rule; /* eng_merge: the first shadow target's refusal */
+	bool share_short;	 /* fallback: this pod's share of a limit refused it */
 };
 
 /*

@@ -22,30 +22,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int64_t lim_div_amount(int64_t v, double div)
+int64_t lim_share_of(int64_t v, struct lim_share sh)
 {
-	int64_t r;
+	int64_t n = (int64_t)sh.div;
 
-	if (div <= 1.0)
+	if (sh.div <= 1.0 || v <= 0)
 		return v;
-	r = (int64_t)((double)v / div);
-	return r < 1 ? 1 : r;
+	if ((double)n == sh.div && sh.rank >= 0)
+		return v / n + (sh.rank % n < v % n ? 1 : 0);
+	return (int64_t)((double)v / sh.div);
 }
 
-struct strat_params lim_rule_params(const struct conf_rule *r, double div)
+struct strat_params lim_rule_params(const struct conf_rule *r, struct lim_share sh)
 {
 	struct strat_params p = r->sp;
 
 	if (p.burst == 0)
 		p.burst = p.amount;
-	p.amount = lim_div_amount(p.amount, div);
-	p.burst = lim_div_amount(p.burst, div);
+	p.amount = lim_share_of(p.amount, sh);
+	p.burst = lim_share_of(p.burst, sh);
 	return p;
 }
 
-static int64_t lim_min_delay(const struct conf_scope *cs, double div)
+static int64_t lim_min_delay(const struct conf_scope *cs, struct lim_share sh)
 {
-	return div <= 1.0 ? cs->min_delay_ms : (int64_t)((double)cs->min_delay_ms * div);
+	return sh.div <= 1.0 ? cs->min_delay_ms : (int64_t)((double)cs->min_delay_ms * sh.div);
 }
 
 bool lim_serialized(const struct conf_scope *cs)
@@ -265,18 +266,18 @@ bool lim_which_slot(const struct conf_scope *cs, long which)
 }
 
 int64_t lim_which_limit(const struct conf_scope *cs, const struct conf_class *cls, long which,
-			double div)
+			struct lim_share sh)
 {
 	struct strat_params p;
 	int64_t floor = cls ? cls->floor : 0;
 
 	if (which == LIM_WHICH_CLUSTER)
-		return lim_div_amount(cs->cluster_concurrency, div);
+		return lim_share_of(cs->cluster_concurrency, sh);
 	if (which == LIM_WHICH_QUOTA)
-		return lim_div_amount(cs->quota, div);
+		return lim_share_of(cs->quota, sh);
 	if (which < 0 || (size_t)which >= cs->nrules)
 		return 0;
-	p = lim_rule_params(&cs->rules[which], div);
+	p = lim_rule_params(&cs->rules[which], sh);
 	if (cs->rules[which].meter == METER_CONCURRENCY)
 		return p.amount;
 	return p.burst - floor > 0 ? p.burst - floor : 0;
@@ -295,8 +296,8 @@ static void lim_refuse(struct lim_decision *d, const struct conf_scope *cs, int6
 	}
 }
 
-struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs, double div,
-			      int64_t now, const struct lim_req *rq)
+struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
+			      struct lim_share sh, int64_t now, const struct lim_req *rq)
 {
 	struct lim_decision d = { .admitted = true, .which = LIM_WHICH_NONE };
 	const struct conf_plan *pl = conf_plan_of(cs, rq->cls);
@@ -309,17 +310,25 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 		lim_refuse(&d, cs, lim_lease_wait(st, cs, now), LIM_WHICH_SERIALIZED);
 	if (now < st->next_at)
 		lim_refuse(&d, cs, st->next_at - now, LIM_WHICH_MIN_DELAY);
+	/* Never passing is judged against the whole limit: a share too small
+	 * for the request (0 included) is a wait, for Redis or for a share. */
 	if (cs->cluster_concurrency > 0) {
-		int64_t cap = lim_div_amount(cs->cluster_concurrency, div);
+		int64_t cap = lim_share_of(cs->cluster_concurrency, sh);
 		if ((int64_t)st->nleases + rq->count > cap)
-			lim_refuse(&d, cs, rq->count > cap ? -1 : lim_lease_wait(st, cs, now),
-				   LIM_WHICH_CLUSTER);
+			lim_refuse(
+			    &d, cs,
+			    rq->count > cs->cluster_concurrency ? -1 : lim_lease_wait(st, cs, now),
+			    LIM_WHICH_CLUSTER);
+		d.share_short |= rq->count > cap && rq->count <= cs->cluster_concurrency;
 	}
 	if (cs->quota > 0) {
-		int64_t q = lim_div_amount(cs->quota, div);
-		if (rq->count > q)
+		int64_t q = lim_share_of(cs->quota, sh);
+		if (rq->count > cs->quota)
 			lim_refuse(&d, cs, -1, LIM_WHICH_QUOTA);
-		else if ((int64_t)st->quota_n + rq->count > q)
+		else if (rq->count > q) {
+			lim_refuse(&d, cs, cs->quota_window_ms, LIM_WHICH_QUOTA);
+			d.share_short = true;
+		} else if ((int64_t)st->quota_n + rq->count > q)
 			lim_refuse(&d, cs,
 				   lim_quota_at(st, st->quota_n + rq->count - q - 1) +
 				       cs->quota_window_ms - now,
@@ -328,15 +337,23 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 	for (size_t k = 0; k < pl->nrules; k++) {
 		size_t i = pl->rules[k];
 		const struct conf_rule *r = &cs->rules[i];
-		struct strat_params p = lim_rule_params(r, div);
+		struct strat_params p = lim_rule_params(r, sh);
 		struct strat_result sr;
 
+		if ((p.amount == 0 || p.burst == 0) && r->meter != METER_CONCURRENCY) {
+			/* this pod's share of the rate is nothing: a window's wait */
+			lim_refuse(&d, cs, p.window_ms, (long)i);
+			d.share_short = true;
+			continue;
+		}
 		switch (r->meter) {
 		case METER_CONCURRENCY:
 			if ((int64_t)st->nleases + rq->count > p.amount)
 				lim_refuse(&d, cs,
-					   rq->count > p.amount ? -1 : lim_lease_wait(st, cs, now),
+					   rq->count > r->sp.amount ? -1
+								    : lim_lease_wait(st, cs, now),
 					   (long)i);
+			d.share_short |= rq->count > p.amount && rq->count <= r->sp.amount;
 			continue;
 		case METER_REQUESTS:
 			sr = strat_check(&st->rules[i], &p, now, rq->cost * rq->count, floor);
@@ -351,7 +368,7 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 			lim_refuse(&d, cs, sr.retry_after_ms, (long)i);
 	}
 	if (!d.admitted && d.retry_after_ms < 0)
-		d.limit = lim_which_limit(cs, rq->cls, d.which, div);
+		d.limit = lim_which_limit(cs, rq->cls, d.which, sh);
 	return d;
 }
 
@@ -413,7 +430,7 @@ bool lim_lease_add(struct lim_state *st, const char *lease_id, int64_t deadline)
 	return true;
 }
 
-bool lim_book(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
+bool lim_book(struct lim_state *st, const struct conf_scope *cs, struct lim_share sh, int64_t now,
 	      const struct lim_req *rq, const char *const *lease_ids)
 {
 	const struct conf_plan *pl = conf_plan_of(cs, rq->cls);
@@ -433,7 +450,7 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, double div, int
 		}
 	}
 	if (cs->cluster_concurrency > 0 && cs->min_delay_ms > 0) {
-		int64_t next = now + lim_min_delay(cs, div);
+		int64_t next = now + lim_min_delay(cs, sh);
 		if (next > st->next_at)
 			st->next_at = next;
 	}
@@ -448,7 +465,7 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, double div, int
 			n = lim_token_charge(r, rq->reserve, rq->nreserve) * rq->count;
 		else
 			continue;
-		p = lim_rule_params(r, div);
+		p = lim_rule_params(r, sh);
 		if (n != 0 || r->meter == METER_REQUESTS)
 			strat_book(&st->rules[i], &p, now, n);
 	}
@@ -471,15 +488,15 @@ int64_t lim_settle_charge(const struct conf_rule *r, const struct lim_tokens *to
 	return n;
 }
 
-bool lim_release(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
-		 const char *lease_id, const struct conf_class *cls,
+bool lim_release(struct lim_state *st, const struct conf_scope *cs, struct lim_share sh,
+		 int64_t now, const char *lease_id, const struct conf_class *cls,
 		 const struct lim_tokens *tokens, size_t ntokens)
 {
-	return lim_release_settle(st, cs, div, now, lease_id, cls, tokens, ntokens, NULL, 0);
+	return lim_release_settle(st, cs, sh, now, lease_id, cls, tokens, ntokens, NULL, 0);
 }
 
-bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
-			const char *lease_id, const struct conf_class *cls,
+bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, struct lim_share sh,
+			int64_t now, const char *lease_id, const struct conf_class *cls,
 			const struct lim_tokens *tokens, size_t ntokens,
 			const struct lim_tokens *reserve, size_t nreserve)
 {
@@ -496,7 +513,7 @@ bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, doubl
 		}
 	}
 	if (held && lim_serialized(cs)) {
-		int64_t next = now + lim_min_delay(cs, div);
+		int64_t next = now + lim_min_delay(cs, sh);
 		if (next > st->next_at)
 			st->next_at = next;
 	}
@@ -507,7 +524,7 @@ bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, doubl
 			continue;
 		n = lim_settle_charge(r, tokens, ntokens, reserve, nreserve);
 		if (n != 0) {
-			struct strat_params p = lim_rule_params(r, div);
+			struct strat_params p = lim_rule_params(r, sh);
 			strat_book(&st->rules[pl->rules[k]], &p, now, n);
 			st->last_ms = now;
 		}
@@ -544,7 +561,7 @@ bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now)
 	if (st->nleases > 0 || st->quota_n > 0 || now < st->next_at || now < st->penalty_until)
 		return false;
 	for (i = 0; i < cs->nrules; i++) {
-		struct strat_params p = lim_rule_params(&cs->rules[i], 1.0);
+		struct strat_params p = lim_rule_params(&cs->rules[i], LIM_WHOLE);
 		if (cs->rules[i].meter != METER_CONCURRENCY && now - st->last_ms < strat_ttl_ms(&p))
 			return false;
 	}

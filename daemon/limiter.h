@@ -12,8 +12,13 @@
  * release.lua and penalize.lua are the same decisions over Redis keys; the
  * in-process backend and the Redis fallback both run this code.
  *
- * `div` is the fallback divisor (1 in local mode): budgets are divided by
- * it (never below 1) and min_delay multiplied by it.
+ * `sh` is this pod's fallback share (LIM_WHOLE in local mode and on Redis):
+ * its divisor D and, when the pods' heartbeats ranked them, its rank. A
+ * limit L becomes L / D rounded down, plus one for the first L mod D pods
+ * by rank, so that the shares of D pods add up to L exactly; without a
+ * rank (no heartbeat seen, or a divisor that is not a whole number) it is
+ * rounded down. A share may be 0: that pod then refuses with a wait, never
+ * with "exceeds". min_delay is multiplied by D.
  */
 
 #ifndef ADMITD_LIMITER_H
@@ -27,6 +32,15 @@
 #include <stdint.h>
 
 #define LIM_LEASE_ID_LEN 32
+
+struct lim_share {
+	double div;   /* 1: the whole limit */
+	int64_t rank; /* 0-based among the pods alive; -1 unknown */
+};
+#define LIM_WHOLE ((struct lim_share){ 1.0, -1 })
+
+/* lim_share_of - this pod's share of a limit v (see above). */
+int64_t lim_share_of(int64_t v, struct lim_share sh);
 
 struct lim_lease {
 	char id[LIM_LEASE_ID_LEN + 1];
@@ -78,6 +92,7 @@ struct lim_decision {
 	bool slot;		/* ... and it waits for a lease slot (a release may end it) */
 	long which;		/* ... the LIM_WHICH_ code or rule index */
 	int64_t limit;		/* never-passing refusals: the capacity the request exceeds */
+	bool share_short;	/* a fallback share too small for it refused (a wait) */
 };
 
 /* lim_which_rule - the text a refusal by `which` names (conf-owned or static). */
@@ -92,7 +107,7 @@ bool lim_which_slot(const struct conf_scope *cs, long which);
 
 /* lim_which_limit - the capacity of the limit `which` for cls (never-passing refusals). */
 int64_t lim_which_limit(const struct conf_scope *cs, const struct conf_class *cls, long which,
-			double div);
+			struct lim_share sh);
 
 /*
  * lim_wait_longer - is wait a longer than wait b (-1: never passes, the
@@ -174,8 +189,8 @@ bool lim_serialized(const struct conf_scope *cs);
  * deadline passed and quota instants out of the window (not observable
  * otherwise), books nothing.
  */
-struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs, double div,
-			      int64_t now, const struct lim_req *rq);
+struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
+			      struct lim_share sh, int64_t now, const struct lim_req *rq);
 
 /*
  * lim_book - book an admission lim_check allowed: rq->count leases named
@@ -183,7 +198,7 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
  * request meters, send-anchored pacing. Returns false only on allocation
  * failure, having booked nothing.
  */
-bool lim_book(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
+bool lim_book(struct lim_state *st, const struct conf_scope *cs, struct lim_share sh, int64_t now,
 	      const struct lim_req *rq, const char *const *lease_ids);
 
 /*
@@ -193,8 +208,8 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, double div, int
  * token meters from tokens[0..ntokens). Returns true when the lease was
  * still in flight.
  */
-bool lim_release(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
-		 const char *lease_id, const struct conf_class *cls,
+bool lim_release(struct lim_state *st, const struct conf_scope *cs, struct lim_share sh,
+		 int64_t now, const char *lease_id, const struct conf_class *cls,
 		 const struct lim_tokens *tokens, size_t ntokens);
 
 /*
@@ -210,8 +225,8 @@ bool lim_lease_add(struct lim_state *st, const char *lease_id, int64_t deadline)
  * reserved under the names reported (a refund when less was used); a name
  * reserved but not reported keeps its reservation charged.
  */
-bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, double div, int64_t now,
-			const char *lease_id, const struct conf_class *cls,
+bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, struct lim_share sh,
+			int64_t now, const char *lease_id, const struct conf_class *cls,
 			const struct lim_tokens *tokens, size_t ntokens,
 			const struct lim_tokens *reserve, size_t nreserve);
 
@@ -240,6 +255,6 @@ void lim_reset(struct lim_state *st);
 bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now);
 
 /* lim_rule_params - a rule's strategy params with the divisor applied. */
-struct strat_params lim_rule_params(const struct conf_rule *r, double div);
+struct strat_params lim_rule_params(const struct conf_rule *r, struct lim_share sh);
 
 #endif

@@ -500,7 +500,8 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 	struct op_pend *p = arg;
 	const struct conf_scope *cs = p->kq->sc->cs;
 	struct preply *r = preply_new(p->id, true);
-	double div = in->via == VIA_FALLBACK ? backend_divisor(p->kq->sc->ad->redis, cs) : 1.0;
+	struct lim_share div =
+	    in->via == VIA_FALLBACK ? backend_share(p->kq->sc->ad->redis, cs) : LIM_WHOLE;
 	const struct conf_plan *pl = conf_plan_of(cs, p->cls);
 	int64_t floor = p->cls ? p->cls->floor : 0;
 	size_t k;

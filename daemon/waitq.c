@@ -97,6 +97,11 @@ static void waitq_remove(struct waiter *w)
 	free(w);
 }
 
+/* Why a fallback refusal came from this pod's share, not the whole limit. */
+#define WAITQ_SHARE_MSG                                                                       \
+	"redis is down, and this pod's fallback share of the limit (the limit divided among " \
+	"the pods alive, so that the shares add up to it) is too small for the request now"
+
 /* Answer a waiter with an error (if its client is still there). */
 static void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, const char *rule,
 		       const char *msg)
@@ -414,12 +419,14 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 			   "not admitted before it is released, plus min_delay");
 		waitq_remove(w);
 	} else if (w->try_only) {
-		waitq_fail(w, ADMIT_E_LIMITED, res->retry_after_ms, res->rule, NULL);
+		waitq_fail(w, ADMIT_E_LIMITED, res->retry_after_ms, res->rule,
+			   res->share_short ? WAITQ_SHARE_MSG : NULL);
 		waitq_remove(w);
 	} else if (!res->slot_wait && now + res->retry_after_ms > w->deadline_ms) {
 		/* A known wait longer than the budget left: say so now. A wait
 		 * for a lease slot has no known end: it is slept out (timeout). */
-		waitq_fail(w, ADMIT_E_BUDGET_EXCEEDED, res->retry_after_ms, res->rule, NULL);
+		waitq_fail(w, ADMIT_E_BUDGET_EXCEEDED, res->retry_after_ms, res->rule,
+			   res->share_short ? WAITQ_SHARE_MSG : NULL);
 		waitq_remove(w);
 	} else {
 		int64_t wait = waitq_jitter(kq->sc->cs, res->retry_after_ms);

@@ -7,7 +7,10 @@
 -- KEYS[1] pods zset   ARGV[1] pod id   ARGV[2] liveness window ms
 -- Returns {pods alive (including this one), Redis time in ms, 1 when this
 -- pod was still registered (0: first beat, or Redis lost its data: restarted
--- empty, flushed, or failed over to a replica that never saw it)}.
+-- empty, flushed, or failed over to a replica that never saw it), this pod's
+-- rank among the ids alive in byte order (0-based)}: every pod computes the
+-- same ranks, so the fallback can give each limit's remainder to the first
+-- pods by rank and the shares add up to the limit exactly.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -19,4 +22,8 @@ local known = redis.call('ZSCORE', KEYS[1], ARGV[1]) and 1 or 0
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 redis.call('PEXPIRE', KEYS[1], window)
-return { redis.call('ZCARD', KEYS[1]), now, known }
+local rank = 0
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+	if id < ARGV[1] then rank = rank + 1 end
+end
+return { redis.call('ZCARD', KEYS[1]), now, known, rank }

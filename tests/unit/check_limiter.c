@@ -26,6 +26,16 @@
 
 #define HOUR 3600000LL
 
+/* A fallback share: divisor d, rank unknown (rounded down); R: ranked. */
+static struct lim_share D(double d) {
+	return (struct lim_share){ d, -1 };
+}
+
+static struct lim_share
+R(double d, int64_t rank) {
+	return (struct lim_share){ d, rank };
+}
+
 static struct conf *cf;
 static const struct conf_scope *cs;
 static struct lim_state *st;
@@ -64,7 +74,7 @@ static const struct conf_class *cls(const char *name)
 }
 
 static struct lim_decision chk_full(int64_t now, const struct conf_class *c, int64_t cost,
-				    int64_t count, double div)
+				    int64_t count, struct lim_share div)
 {
 	struct lim_req rq = { .cls = c, .cost = cost, .count = count };
 
@@ -73,10 +83,10 @@ static struct lim_decision chk_full(int64_t now, const struct conf_class *c, int
 
 static struct lim_decision chk(int64_t now)
 {
-	return chk_full(now, NULL, 1, 1, 1.0);
+	return chk_full(now, NULL, 1, 1, D(1.0));
 }
 
-static void book_full(int64_t now, const struct conf_class *c, int64_t cost, double div,
+static void book_full(int64_t now, const struct conf_class *c, int64_t cost, struct lim_share div,
 		      const char *id)
 {
 	struct lim_req rq = { .cls = c, .cost = cost, .count = 1 };
@@ -86,7 +96,7 @@ static void book_full(int64_t now, const struct conf_class *c, int64_t cost, dou
 }
 
 /* Check, must admit, then book. */
-static void admit_full(int64_t now, const struct conf_class *c, int64_t cost, double div,
+static void admit_full(int64_t now, const struct conf_class *c, int64_t cost, struct lim_share div,
 		       const char *id)
 {
 	struct lim_decision d = chk_full(now, c, cost, 1, div);
@@ -99,7 +109,7 @@ static void admit_full(int64_t now, const struct conf_class *c, int64_t cost, do
 
 static void admit(int64_t now, const char *id)
 {
-	admit_full(now, NULL, 1, 1.0, id);
+	admit_full(now, NULL, 1, D(1.0), id);
 }
 
 static void refused(struct lim_decision d, const char *rule, int64_t retry)
@@ -112,15 +122,15 @@ static void refused(struct lim_decision d, const char *rule, int64_t retry)
 
 static bool release(int64_t now, const char *id)
 {
-	return lim_release(st, cs, 1.0, now, id, NULL, NULL, 0);
+	return lim_release(st, cs, D(1.0), now, id, NULL, NULL, 0);
 }
 
 /*
  * The retry of a refusal at `now` is exact: the same request still
  * refused at now+retry-1 and admitted at now+retry. Returns the retry.
  */
-static int64_t exact_full(int64_t now, const struct conf_class *c, int64_t cost, double div,
-			  const char *rule)
+static int64_t exact_full(int64_t now, const struct conf_class *c, int64_t cost,
+			  struct lim_share div, const char *rule)
 {
 	struct lim_decision d = chk_full(now, c, cost, 1, div);
 	int64_t r = d.retry_after_ms;
@@ -143,7 +153,7 @@ static int64_t exact_full(int64_t now, const struct conf_class *c, int64_t cost,
 
 static int64_t exact(int64_t now, const char *rule)
 {
-	return exact_full(now, NULL, 1, 1.0, rule);
+	return exact_full(now, NULL, 1, D(1.0), rule);
 }
 
 /* ---- leases in flight ---- */
@@ -169,7 +179,7 @@ START_TEST(test_cluster_concurrency)
 	ck_assert(chk(1000).admitted);
 	ck_assert(!release(1000, "a"));
 	/* more at once than the cap: never */
-	refused(chk_full(1000, NULL, 1, 4, 1.0), LIM_RULE_CLUSTER, -1);
+	refused(chk_full(1000, NULL, 1, 4, D(1.0)), LIM_RULE_CLUSTER, -1);
 }
 END_TEST
 
@@ -182,7 +192,7 @@ START_TEST(test_concurrency_rule)
 	refused(chk(1), "concurrency 2", 25);
 	ck_assert(release(2, "a"));
 	admit(2, "c");
-	refused(chk_full(3, NULL, 1, 3, 1.0), "concurrency 2", -1);
+	refused(chk_full(3, NULL, 1, 3, D(1.0)), "concurrency 2", -1);
 }
 END_TEST
 
@@ -193,19 +203,19 @@ START_TEST(test_book_count)
 	int i;
 
 	use("cluster_concurrency = 4\nquota = 5/1s\n");
-	ck_assert(lim_check(st, cs, 1.0, 0, &rq).admitted);
-	ck_assert(lim_book(st, cs, 1.0, 0, &rq, ids));
+	ck_assert(lim_check(st, cs, D(1.0), 0, &rq).admitted);
+	ck_assert(lim_book(st, cs, D(1.0), 0, &rq, ids));
 	ck_assert_uint_eq(st->nleases, 3);
 	ck_assert_uint_eq(st->quota_n, 3);
 	/* two more would pass the cluster cap; the quota has room for two */
-	refused(chk_full(1, NULL, 1, 2, 1.0), LIM_RULE_CLUSTER, 25);
+	refused(chk_full(1, NULL, 1, 2, D(1.0)), LIM_RULE_CLUSTER, 25);
 	admit(1, "y");
 	/* both refuse two more: the quota's wait (4 instants, 5 max) is longer */
-	refused(chk_full(2, NULL, 1, 2, 1.0), "quota 5/1s", 998);
+	refused(chk_full(2, NULL, 1, 2, D(1.0)), "quota 5/1s", 998);
 	for (i = 0; i < 3; i++)
 		ck_assert(release(3, ids[i]));
-	refused(chk_full(3, NULL, 1, 2, 1.0), "quota 5/1s", 997);
-	ck_assert(chk_full(3, NULL, 1, 1, 1.0).admitted);
+	refused(chk_full(3, NULL, 1, 2, D(1.0)), "quota 5/1s", 997);
+	ck_assert(chk_full(3, NULL, 1, 1, D(1.0)).admitted);
 }
 END_TEST
 
@@ -269,8 +279,8 @@ START_TEST(test_quota)
 	admit(1000, ""); /* instants 100, 200, 1000 */
 	refused(chk(1050), "quota 3/1s", 50);
 	/* two at once: 100 has left, wait until 200 leaves too */
-	refused(chk_full(1100, NULL, 1, 2, 1.0), "quota 3/1s", 100);
-	refused(chk_full(1100, NULL, 1, 4, 1.0), "quota 3/1s", -1);
+	refused(chk_full(1100, NULL, 1, 2, D(1.0)), "quota 3/1s", 100);
+	refused(chk_full(1100, NULL, 1, 4, D(1.0)), "quota 3/1s", -1);
 }
 END_TEST
 
@@ -292,7 +302,7 @@ START_TEST(test_quota_model)
 		struct lim_decision d = chk(now);
 
 		if (d.admitted) {
-			book_full(now, NULL, 1, 1.0, "");
+			book_full(now, NULL, 1, D(1.0), "");
 			at[n++] = now;
 			seed = seed * 1103515245u + 12345u;
 			now += (seed >> 16) % 40; /* 0..39 ms, bursts included */
@@ -339,12 +349,13 @@ START_TEST(test_refusal_books_nothing)
 	    "class both = a b\n"
 	    "class onlya = a\n");
 	for (i = 0; i < 5; i++)
-		refused(chk_full(10 + i, cls("both"), 5, 1, 1.0), "requests fixed-window 3/1h", -1);
+		refused(chk_full(10 + i, cls("both"), 5, 1, D(1.0)), "requests fixed-window 3/1h",
+			-1);
 	/* nothing was booked in a, nor in the quota */
 	ck_assert_uint_eq(st->quota_n, 0);
-	admit_full(20, cls("onlya"), 10, 1.0, "");
+	admit_full(20, cls("onlya"), 10, D(1.0), "");
 	/* a is full now, the quota too; b was never touched */
-	refused(chk_full(30, cls("onlya"), 1, 1, 1.0), "quota 1/1h", HOUR - 10);
+	refused(chk_full(30, cls("onlya"), 1, 1, D(1.0)), "quota 1/1h", HOUR - 10);
 }
 END_TEST
 
@@ -368,9 +379,9 @@ START_TEST(test_never_beats_any_wait)
 {
 	use("quota = 1/1h\nrule = requests fixed-window 2/1h\n");
 	lim_penalize(st, 0, 5000);
-	refused(chk_full(0, NULL, 1, 2, 1.0), "quota 1/1h", -1);
+	refused(chk_full(0, NULL, 1, 2, D(1.0)), "quota 1/1h", -1);
 	/* a cost the rule can never hold: -1, named after the rule */
-	refused(chk_full(0, NULL, 3, 1, 1.0), "requests fixed-window 2/1h", -1);
+	refused(chk_full(0, NULL, 3, 1, D(1.0)), "requests fixed-window 2/1h", -1);
 }
 END_TEST
 
@@ -378,11 +389,11 @@ START_TEST(test_ties_conf_order)
 {
 	/* both rules overdrawn by one booking of 2: both free at the window's end */
 	use("rule = requests fixed-window 1/1s\nrule = requests fixed-window 2/1s\n");
-	book_full(0, NULL, 2, 1.0, "");
+	book_full(0, NULL, 2, D(1.0), "");
 	refused(chk(100), "requests fixed-window 1/1s", 900);
 
 	use("rule = requests fixed-window 2/1s\nrule = requests fixed-window 1/1s\n");
-	book_full(0, NULL, 2, 1.0, "");
+	book_full(0, NULL, 2, D(1.0), "");
 	refused(chk(100), "requests fixed-window 2/1s", 900);
 }
 END_TEST
@@ -421,27 +432,27 @@ START_TEST(test_classes_floor)
 	ck_assert(applies(1, NULL));
 	ck_assert(applies(1, cls("high")));
 	for (i = 0; i < 6; i++)
-		admit_full(i, cls("low"), 1, 1.0, "");
+		admit_full(i, cls("low"), 1, D(1.0), "");
 	/* low may not take the last 4 */
-	refused(chk_full(10, cls("low"), 1, 1, 1.0), "requests fixed-window 10/1h", HOUR - 10);
+	refused(chk_full(10, cls("low"), 1, 1, D(1.0)), "requests fixed-window 10/1h", HOUR - 10);
 	for (i = 0; i < 4; i++)
-		admit_full(20 + i, cls("high"), 1, 1.0, "");
-	refused(chk_full(30, cls("high"), 1, 1, 1.0), "requests fixed-window 10/1h", HOUR - 30);
+		admit_full(20 + i, cls("high"), 1, D(1.0), "");
+	refused(chk_full(30, cls("high"), 1, 1, D(1.0)), "requests fixed-window 10/1h", HOUR - 30);
 	/* no class: only the unnamed rule (10 of 100 used) */
-	admit_full(40, NULL, 90, 1.0, "");
-	refused(chk_full(50, NULL, 1, 1, 1.0), "requests fixed-window 100/1h", HOUR - 50);
+	admit_full(40, NULL, 90, D(1.0), "");
+	refused(chk_full(50, NULL, 1, 1, D(1.0)), "requests fixed-window 100/1h", HOUR - 50);
 }
 END_TEST
 
 START_TEST(test_floor_bucket_exact)
 {
 	use("rule r = requests token-bucket 10/1s\nclass low = r floor=5\nclass high = r\n");
-	admit_full(0, cls("high"), 5, 1.0, "");
+	admit_full(0, cls("high"), 5, D(1.0), "");
 	/* 5 left, low needs 1 + floor 5: one token refills in 100ms */
-	ck_assert_int_eq(exact_full(0, cls("low"), 1, 1.0, "requests token-bucket 10/1s"), 100);
-	admit_full(0, cls("high"), 5, 1.0, "");
-	ck_assert_int_eq(exact_full(0, cls("high"), 1, 1.0, NULL), 100);
-	ck_assert_int_eq(exact_full(0, cls("low"), 1, 1.0, NULL), 600);
+	ck_assert_int_eq(exact_full(0, cls("low"), 1, D(1.0), "requests token-bucket 10/1s"), 100);
+	admit_full(0, cls("high"), 5, D(1.0), "");
+	ck_assert_int_eq(exact_full(0, cls("high"), 1, D(1.0), NULL), 100);
+	ck_assert_int_eq(exact_full(0, cls("low"), 1, D(1.0), NULL), 600);
 }
 END_TEST
 
@@ -456,13 +467,13 @@ START_TEST(test_tokens_overdraw)
 	use("rule = tokens fixed-window 100/1h\n");
 	ck_assert(lim_release_books(cs, NULL));
 	admit(0, "");
-	lim_release(st, cs, 1.0, 5, "", NULL, t99, 1);
+	lim_release(st, cs, D(1.0), 5, "", NULL, t99, 1);
 	admit(6, ""); /* 1 left: not overdrawn */
-	lim_release(st, cs, 1.0, 7, "", NULL, t1, 1);
+	lim_release(st, cs, D(1.0), 7, "", NULL, t1, 1);
 	refused(chk(8), "tokens fixed-window 100/1h", HOUR - 8);
 	/* a window later it passes; then a big report overdraws it */
 	admit(HOUR, "");
-	lim_release(st, cs, 1.0, HOUR + 1, "", NULL, tk, 2);
+	lim_release(st, cs, D(1.0), HOUR + 1, "", NULL, tk, 2);
 	ck_assert_int_eq(exact(HOUR + 2, "tokens fixed-window 100/1h"), HOUR - 2);
 }
 END_TEST
@@ -473,9 +484,9 @@ START_TEST(test_tokens_key_bucket)
 	static const struct lim_tokens in[] = { { "output", 5 }, { "input", 30 } };
 
 	use("rule = tokens.input token-bucket 10/1s\n");
-	lim_release(st, cs, 1.0, 0, "", NULL, out, 1);
+	lim_release(st, cs, D(1.0), 0, "", NULL, out, 1);
 	ck_assert(chk(0).admitted); /* other meters charge nothing */
-	lim_release(st, cs, 1.0, 0, "", NULL, in, 2);
+	lim_release(st, cs, D(1.0), 0, "", NULL, in, 2);
 	/* 30 from a bucket of 10: the debt is capped at one window (-10) */
 	ck_assert_int_eq(exact(0, "tokens.input token-bucket 10/1s"), 1001);
 }
@@ -486,52 +497,88 @@ END_TEST
 START_TEST(test_divisor_params)
 {
 	struct strat_params p;
+	int64_t amount = 0, burst = 0;
 
 	use("rule = requests token-bucket 100/1s burst=40\nrule = requests fixed-window 10/1s\n");
-	p = lim_rule_params(&cs->rules[0], 1.0);
+	p = lim_rule_params(&cs->rules[0], D(1.0));
 	ck_assert_int_eq(p.amount, 100);
 	ck_assert_int_eq(p.burst, 40);
-	p = lim_rule_params(&cs->rules[0], 4.0);
+	p = lim_rule_params(&cs->rules[0], D(4.0));
 	ck_assert_int_eq(p.amount, 25);
 	ck_assert_int_eq(p.burst, 10);
 	ck_assert_int_eq(p.window_ms, 1000);
-	p = lim_rule_params(&cs->rules[0], 1000.0);
-	ck_assert_int_eq(p.amount, 1);
-	ck_assert_int_eq(p.burst, 1);
-	p = lim_rule_params(&cs->rules[0], 0.5); /* below 1: no change */
+	p = lim_rule_params(&cs->rules[0], D(1000.0)); /* unranked: rounded down */
+	ck_assert_int_eq(p.amount, 0);
+	ck_assert_int_eq(p.burst, 0);
+	p = lim_rule_params(&cs->rules[0], D(0.5)); /* below 1: no change */
 	ck_assert_int_eq(p.amount, 100);
 	ck_assert_int_eq(p.burst, 40);
-	p = lim_rule_params(&cs->rules[1], 3.0); /* no burst: the amount's */
+	p = lim_rule_params(&cs->rules[1], D(3.0)); /* no burst: the amount's */
 	ck_assert_int_eq(p.amount, 3);
 	ck_assert_int_eq(p.burst, 3);
+	/* ranked: the remainder goes to the first pods, the shares add up */
+	for (int64_t r = 0; r < 3; r++) {
+		p = lim_rule_params(&cs->rules[0], R(3.0, r));
+		ck_assert_int_eq(p.amount, r == 0 ? 34 : 33);
+		ck_assert_int_eq(p.burst, r == 0 ? 14 : 13);
+		amount += p.amount;
+		burst += p.burst;
+	}
+	ck_assert_int_eq(amount, 100);
+	ck_assert_int_eq(burst, 40);
+	for (int64_t v = 0; v < 50; v++) {
+		int64_t sum = 0;
+		for (int64_t r = 0; r < 7; r++)
+			sum += lim_share_of(v, R(7.0, r));
+		ck_assert_int_eq(sum, v);
+	}
 }
 END_TEST
 
 START_TEST(test_divisor_limits)
 {
+	struct lim_decision d;
+
 	use("cluster_concurrency = 8\nlease_ttl = 10s\n");
-	admit_full(0, NULL, 1, 4.0, "a");
-	admit_full(0, NULL, 1, 4.0, "b");
-	refused(chk_full(0, NULL, 1, 1, 4.0), LIM_RULE_CLUSTER, 25);
-	ck_assert(chk_full(0, NULL, 1, 1, 1.0).admitted);
+	admit_full(0, NULL, 1, D(4.0), "a");
+	admit_full(0, NULL, 1, D(4.0), "b");
+	refused(chk_full(0, NULL, 1, 1, D(4.0)), LIM_RULE_CLUSTER, 25);
+	ck_assert(chk_full(0, NULL, 1, 1, D(1.0)).admitted);
+
+	/* a cap of 2 over 3 pods: 1, 1 and 0, never 3 in all */
+	use("cluster_concurrency = 2\nlease_ttl = 10s\n");
+	admit_full(0, NULL, 1, R(3.0, 1), "a");
+	refused(chk_full(0, NULL, 1, 1, R(3.0, 1)), LIM_RULE_CLUSTER, 25);
+	use("cluster_concurrency = 2\nlease_ttl = 10s\n");
+	d = chk_full(0, NULL, 1, 1, R(3.0, 2)); /* a share of 0: a wait, said so */
+	refused(d, LIM_RULE_CLUSTER, 25);
+	ck_assert(d.share_short);
+	ck_assert(chk_full(0, NULL, 1, 1, R(3.0, 0)).admitted);
 
 	use("cluster_concurrency = 3\n");
-	admit_full(0, NULL, 1, 10.0, "a"); /* 3/10 is never below 1 */
-	refused(chk_full(0, NULL, 1, 1, 10.0), LIM_RULE_CLUSTER, 25);
+	d = chk_full(0, NULL, 1, 1, D(10.0)); /* unranked 3/10: 0, a wait */
+	refused(d, LIM_RULE_CLUSTER, 25);
+	ck_assert(d.share_short);
+	refused(chk_full(0, NULL, 1, 4, D(10.0)), LIM_RULE_CLUSTER, -1); /* above the whole */
 
 	use("quota = 10/1s\n");
-	admit_full(0, NULL, 1, 4.0, "");
-	admit_full(1, NULL, 1, 4.0, "");
-	refused(chk_full(2, NULL, 1, 1, 4.0), "quota 10/1s", 998);
+	admit_full(0, NULL, 1, D(4.0), "");
+	admit_full(1, NULL, 1, D(4.0), "");
+	refused(chk_full(2, NULL, 1, 1, D(4.0)), "quota 10/1s", 998);
 
 	use("quota = 1/1s\n");
-	admit_full(0, NULL, 1, 4.0, "");
-	refused(chk_full(2, NULL, 1, 1, 4.0), "quota 1/1s", 998);
+	d = chk_full(2, NULL, 1, 1, D(4.0));
+	refused(d, "quota 1/1s", 1000);
+	ck_assert(d.share_short);
+	ck_assert(chk_full(2, NULL, 1, 1, R(4.0, 0)).admitted);
 
 	use("rule = requests fixed-window 10/1h\n");
-	admit_full(0, NULL, 1, 4.0, "");
-	admit_full(0, NULL, 1, 4.0, "");
-	refused(chk_full(0, NULL, 1, 1, 4.0), "requests fixed-window 10/1h", HOUR);
+	admit_full(0, NULL, 1, D(4.0), "");
+	admit_full(0, NULL, 1, D(4.0), "");
+	refused(chk_full(0, NULL, 1, 1, D(4.0)), "requests fixed-window 10/1h", HOUR);
+	d = chk_full(0, NULL, 1, 1, D(40.0)); /* a share of nothing: a window's wait */
+	refused(d, "requests fixed-window 10/1h", HOUR);
+	ck_assert(d.share_short);
 }
 END_TEST
 
@@ -539,15 +586,15 @@ START_TEST(test_divisor_min_delay)
 {
 	/* send-spaced: min_delay multiplied */
 	use("cluster_concurrency = 5\nmin_delay = 100ms\n");
-	admit_full(0, NULL, 1, 4.0, "a");
-	ck_assert(lim_release(st, cs, 4.0, 10, "a", NULL, NULL, 0));
-	ck_assert_int_eq(exact_full(10, NULL, 1, 4.0, LIM_RULE_MIN_DELAY), 390);
+	admit_full(0, NULL, 1, D(4.0), "a");
+	ck_assert(lim_release(st, cs, D(4.0), 10, "a", NULL, NULL, 0));
+	ck_assert_int_eq(exact_full(10, NULL, 1, D(4.0), LIM_RULE_MIN_DELAY), 390);
 
 	/* serialized: from the release, multiplied */
 	use("min_delay = 100ms\n");
-	admit_full(0, NULL, 1, 2.5, "a");
-	ck_assert(lim_release(st, cs, 2.5, 0, "a", NULL, NULL, 0));
-	ck_assert_int_eq(exact_full(0, NULL, 1, 2.5, LIM_RULE_MIN_DELAY), 250);
+	admit_full(0, NULL, 1, D(2.5), "a");
+	ck_assert(lim_release(st, cs, D(2.5), 0, "a", NULL, NULL, 0));
+	ck_assert_int_eq(exact_full(0, NULL, 1, D(2.5), LIM_RULE_MIN_DELAY), 250);
 }
 END_TEST
 
@@ -607,7 +654,7 @@ START_TEST(test_idle_is_fresh)
 		ck_assert_ptr_nonnull(fresh);
 		admit(0, "");
 		admit(1, "");
-		lim_release(st, cs, 1.0, 2, "", NULL, big, 1);
+		lim_release(st, cs, D(1.0), 2, "", NULL, big, 1);
 		for (t = 2; t < 20000; t += 37) {
 			bool idle = lim_idle(st, cs, t);
 			int64_t cost;
@@ -617,8 +664,8 @@ START_TEST(test_idle_is_fresh)
 			was_idle = idle;
 			for (cost = 1; idle && cost <= 3; cost++) {
 				struct lim_req rq = { .cls = NULL, .cost = cost, .count = 1 };
-				struct lim_decision a = lim_check(st, cs, 1.0, t, &rq);
-				struct lim_decision f = lim_check(fresh, cs, 1.0, t, &rq);
+				struct lim_decision a = lim_check(st, cs, D(1.0), t, &rq);
+				struct lim_decision f = lim_check(fresh, cs, D(1.0), t, &rq);
 
 				ck_assert_msg(a.admitted == f.admitted &&
 						  a.retry_after_ms == f.retry_after_ms,

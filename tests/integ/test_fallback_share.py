@@ -1,0 +1,100 @@
+"""test_fallback_share.py - while Redis is down, the pods' shares add up to
+the limit, and each pod's own admissions before the outage count.
+
+Three real daemons on one real redis-server count each other through their
+heartbeats; then Redis is stopped and every daemon decides alone, with its
+share of each limit: the limit divided among the pods alive, the remainder
+to the first pods by the rank every pod computes the same way (their ids
+in byte order). The tests count what the fleet admits and compare it with
+the limit itself, not with a multiple of it.
+"""
+
+import time
+import unittest
+
+from . import harness
+from .harness import acquire_req
+from .redis_util import Pods, status, wait_backend
+
+
+def wait_for(cond, deadline, what, log=None):
+    return harness._wait_until(cond, deadline, what, log)
+
+
+def all_count(cl, n):
+    """Every daemon's heartbeat counted n pods."""
+    wait_for(lambda: all(status(d)["redis"]["pods_seen"] == n for d in cl.daemons), 10.0,
+             "%d pods seen by every daemon" % n)
+
+
+@unittest.skipIf(harness.VALGRIND, "timing; run under ASan instead of valgrind")
+class FallbackShareTest(unittest.TestCase):
+    EXTRA = "redis_timeout = 100ms\n"
+
+    def test_a_cap_of_two_holds_across_three_pods(self):
+        conf = "[scope cap]\ncluster_concurrency = 2\nlease_ttl = 30s\ntimeout = 200ms\n"
+        with Pods(conf, n=3, admitd_extra=self.EXTRA) as cl:
+            all_count(cl, 3)
+            cl.redis.stop()
+            for d in cl.daemons:
+                wait_backend(d, "fallback", 5)
+            held, refusals = [], []
+            for d in cl.daemons:
+                with d.connect() as c:
+                    for _ in range(3):
+                        r = c.request(acquire_req("cap", "k", detach=True, timeout_ms=0))
+                        (held if r.get("ok") else refusals).append((d, r))
+            # before: each pod rounded 2/3 up to 1, and 3 leases were held
+            self.assertEqual(len(held), 2, [r for _, r in held])
+            self.assertEqual(len({d.pid for d, _ in held}), 2)  # shares 1, 1 and 0
+            zero = [r for d, r in refusals if d.pid not in {h.pid for h, _ in held}]
+            self.assertTrue(zero, refusals)
+            for r in zero:
+                self.assertEqual((r.get("error"), r.get("rule"), r.get("backend")),
+                                 ("limited", "cluster_concurrency", "fallback"), r)
+                self.assertIn("share", r.get("message", ""), r)
+            # a wait for a share ends in timeout, never in "exceeds"
+            d0 = [r for d, r in refusals if d.pid not in {h.pid for h, _ in held}]
+            self.assertTrue(d0)
+
+    def test_own_admissions_before_the_outage_count(self):
+        conf = "[scope q]\nquota = 9/30s\ntimeout = 100ms\n"
+        with Pods(conf, n=3, admitd_extra=self.EXTRA) as cl:
+            all_count(cl, 3)
+            before = 0
+            for d in cl.daemons:
+                with d.connect() as c:
+                    r = c.request(acquire_req("q", "k", timeout_ms=0))
+                    self.assertEqual((r.get("ok"), r.get("backend")), (True, "redis"), r)
+                    before += 1
+            cl.redis.stop()
+            for d in cl.daemons:
+                wait_backend(d, "fallback", 5)
+            during = {}
+            for d in cl.daemons:
+                with d.connect() as c:
+                    during[d.pid] = sum(
+                        bool(c.request(acquire_req("q", "k", timeout_ms=0)).get("ok"))
+                        for _ in range(6))
+            # each pod's share is 3, and it spent 1 of it through Redis: the
+            # window holds 9 in all (before: 3 + 9 = 12 in the fallback alone)
+            self.assertEqual(sorted(during.values()), [2, 2, 2], during)
+            self.assertEqual(before + sum(during.values()), 9)
+
+    def test_a_token_bucket_share_adds_up(self):
+        conf = "[scope tb]\nrule = requests token-bucket 10/1h\ntimeout = 100ms\n"
+        with Pods(conf, n=3, admitd_extra=self.EXTRA) as cl:
+            all_count(cl, 3)
+            cl.redis.stop()
+            for d in cl.daemons:
+                wait_backend(d, "fallback", 5)
+            got = []
+            for d in cl.daemons:
+                with d.connect() as c:
+                    got.append(sum(bool(c.request(acquire_req("tb", "k", timeout_ms=0))
+                                        .get("ok")) for _ in range(6)))
+            self.assertEqual(sorted(got), [3, 3, 4], got)  # 10 = 4 + 3 + 3
+
+
+if __name__ == "__main__":
+    unittest.main()
