@@ -114,6 +114,59 @@ class InstallTest(unittest.TestCase):
             self.assertTrue(r.stdout.startswith(site + "/admit/"), r.stdout)
 
 
+# Debian's interpreter: its site-packages hold the setuptools and wheel that an
+# offline build (--no-build-isolation) needs; another python3 on PATH may not.
+DEBIAN_PYTHON = "/usr/bin/python3"
+
+
+class PipInstallTest(unittest.TestCase):
+    """`pip install ./client/python` offline into a venv of Debian's python3."""
+
+    def test_offline_install_into_a_venv(self):
+        if not os.access(DEBIAN_PYTHON, os.X_OK):
+            self.skipTest("no %s (Debian 12's python3)" % DEBIAN_PYTHON)
+        tmp = tempfile.mkdtemp(prefix="admit-pip-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        venv = os.path.join(tmp, "venv")
+        # --without-pip: pip comes from Debian's python3-pip through the system
+        # site-packages, so python3-venv's ensurepip is not needed.
+        r = sh(DEBIAN_PYTHON, "-m", "venv", "--without-pip", "--system-site-packages", venv)
+        if r.returncode != 0:
+            self.skipTest("%s -m venv fails (Debian: apt-get install python3-venv): %s"
+                          % (DEBIAN_PYTHON, r.stderr.strip()))
+        py = os.path.join(venv, "bin", "python")
+        r = sh(py, "-c", "import setuptools, wheel, pip")  # (pip first upsets setuptools)
+        if r.returncode != 0:
+            self.skipTest("needs pip, setuptools and wheel (Debian: apt-get install "
+                          "python3-pip python3-setuptools python3-wheel): %s"
+                          % r.stderr.strip().splitlines()[-1])
+        # A copy: an in-tree build leaves build/ and *.egg-info in the clone.
+        src = os.path.join(tmp, "src")
+        shutil.copytree(os.path.join(REPO, "client/python"), src,
+                        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        r = sh(py, "-m", "pip", "install", "--no-index", "--no-build-isolation",
+               "--disable-pip-version-check", src, env=dict(os.environ, PIP_NO_CACHE_DIR="1"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = sh(py, "-m", "pip", "show", "-f", "admit")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        meta = dict(l.split(": ", 1) for l in r.stdout.splitlines() if ": " in l)
+        self.assertEqual((meta["Name"], meta["Version"]), ("admit", "0.1.0"))
+        self.assertIn("admission control", meta["Summary"])
+        self.assertIn("admit/py.typed", r.stdout)
+        self.assertNotIn("tests/", r.stdout)  # the package only, not its tests
+        # Imported from the venv, not from the clone, and usable against a daemon.
+        with Admitd("[scope s]\nrule = requests 1/1h\n") as d:
+            code = ("import admit, sys; c = admit.Client(sys.argv[1]); "
+                    "print(admit.__file__, admit.__version__, c.ping())")
+            env = dict(os.environ)
+            env.pop("PYTHONPATH", None)
+            r = sh(py, "-c", code, d.sock_path, env=env, cwd=tmp)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        path, version, pong = r.stdout.split()
+        self.assertTrue(path.startswith(venv + "/lib/"), path)
+        self.assertEqual((version, pong), ("0.1.0", "True"))
+
+
 @unittest.skipIf(yaml is None, "needs PyYAML (python3-yaml)")
 class KubernetesSidecarTest(unittest.TestCase):
 
