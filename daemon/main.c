@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "clock.h"
+#include "conf_value.h"
 #include "http.h"
 #include "log.h"
 #include "redis_url.h"
@@ -34,7 +35,7 @@
 
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: admitd [-c FILE] [--socket PATH] [--redis URL] [-t]\n"
+	fprintf(out, "usage: admitd [-c FILE] [--socket PATH] [--redis URL] [--metrics ADDR] [-t]\n"
 		     "       admitd -h | --version | --help-conf\n"
 		     "\n"
 		     "  -c, --conf FILE    conf file (default " ADMITD_DEFAULT_CONF ")\n"
@@ -43,6 +44,8 @@ static void usage(FILE *out)
 		     "                     (\"\" forces local mode); without it, $ADMITD_REDIS\n"
 		     "                     when set and not empty. A password here shows in\n"
 		     "                     ps: prefer redis_password_file or $ADMITD_REDIS\n"
+		     "      --metrics ADDR HOST:PORT for /metrics instead of the conf's metrics\n"
+		     "                     (in a pod: the pod's IP, from the downward API)\n"
 		     "  -t, --test         check the conf, print problems as file:line: message,\n"
 		     "                     exit 0 when it is good and 2 when it is not\n"
 		     "  -h, --help         this text\n"
@@ -196,6 +199,7 @@ int main(int argc, char **argv)
 		{ "conf", required_argument, NULL, 'c' },
 		{ "socket", required_argument, NULL, 'S' },
 		{ "redis", required_argument, NULL, 'R' },
+		{ "metrics", required_argument, NULL, 'M' },
 		{ "test", no_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -203,6 +207,9 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *conf_path = ADMITD_DEFAULT_CONF, *socket_arg = NULL, *redis_arg = NULL;
+	const char *metrics_arg = NULL, *bad;
+	char host[CV_HOST_MAX + 1];
+	int port;
 	struct admitd ad;
 	struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
 	struct timeval gc_every = { 0, 100 * 1000 };
@@ -214,6 +221,7 @@ int main(int argc, char **argv)
 		case 'c': conf_path = optarg; break;
 		case 'S': socket_arg = optarg; break;
 		case 'R': redis_arg = optarg; break;
+		case 'M': metrics_arg = optarg; break;
 		case 't': test_only = true; break;
 		case 'h': usage(stdout); return 0;
 		case 'V':
@@ -227,12 +235,19 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return ADMITD_EXIT_CONF;
 	}
+	/* Checked as the conf's metrics would be: a typo is a usage error, not a
+	 * daemon that starts and then cannot serve its probes. */
+	if (metrics_arg != NULL && (bad = cv_hostport(metrics_arg, host, sizeof(host), &port))) {
+		fprintf(stderr, "admitd: --metrics %s: %s\n", metrics_arg, bad);
+		return ADMITD_EXIT_CONF;
+	}
 
 	memset(&ad, 0, sizeof(ad));
 	TAILQ_INIT(&ad.conns);
 	ad.conf_path = conf_path;
 	ad.socket_arg = socket_arg;
 	ad.redis_arg = admitd_redis_arg(redis_arg, &redis_on_cmdline);
+	ad.metrics_arg = metrics_arg;
 	ad.conf = conf_load(conf_path, stderr);
 	if (ad.conf == NULL)
 		return ADMITD_EXIT_CONF;

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -323,6 +324,32 @@ class MetricsLocalTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn('msg="cannot serve metrics"', p.stderr)
         self.assertIn("call=bind: address in use", p.stderr)
+
+    def test_metrics_on_the_command_line_wins(self):
+        # The conf's address is taken: only --metrics can make this start.
+        # (In a pod: --metrics $(POD_IP):9464, the IP from the downward API.)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            conf = CONF.replace("127.0.0.1:0", "127.0.0.1:%d" % s.getsockname()[1])
+            with Admitd(conf, args=["--metrics", "127.0.0.1:0"]) as d, d.connect() as c:
+                port = metrics_port(d)
+                self.assertNotEqual(port, s.getsockname()[1])
+                self.assertEqual(http_get(port, "/healthz")[0], 200)
+                # A reload reads the conf's other address again: the command
+                # line still wins, so it is no change needing a restart.
+                d.proc.send_signal(signal.SIGHUP)
+                wait_for(lambda: "conf reloaded" in d.stderr_text(), "the reload")
+                self.assertIn("restart_needed=0", d.stderr_text())
+                self.assertNotIn("key=metrics", d.stderr_text())
+                self.assertIs(c.request({"op": "ping"}).get("ok"), True)
+                self.assertEqual(http_get(port, "/healthz")[0], 200)
+
+    def test_bad_metrics_on_the_command_line_is_a_usage_error(self):
+        p = run_admitd(["-c", "/nonexistent.conf", "--metrics", "10.0.0.1"])
+        self.assertEqual((p.returncode, p.stdout), (2, ""), p.stderr)
+        self.assertEqual(p.stderr,
+                         "admitd: --metrics 10.0.0.1: not HOST:PORT (e.g. 127.0.0.1:9464)\n")
 
 
 class MetricsRedisTest(unittest.TestCase):
