@@ -48,7 +48,8 @@ def line_pattern(expected):
     return "".join(out)
 
 
-@unittest.skipIf(shutil.which("socat") is None, "socat is not installed (Debian: apt-get install socat)")
+@unittest.skipIf(shutil.which("socat") is None,
+                 "socat is not installed (Debian: apt-get install socat)")
 class ReadmeShellTest(unittest.TestCase):
 
     def test_line_pattern(self):
