@@ -105,7 +105,7 @@ lint:
 	  daemon proto $(wildcard client/*.c)
 
 # make install [PREFIX=/usr/local] [DESTDIR=...]: the daemon, the example
-# confs and the Kubernetes sidecar example, the systemd unit (its paths
+# confs and the Kubernetes examples (sidecar, PodMonitor), the systemd unit (its paths
 # rewritten to PREFIX's), the Python package (for $(PYTHON): its
 # PREFIX/lib/pythonX.Y/{dist,site}-packages), and, from client/client.mk,
 # admit, libadmit, its headers and admit.pc.
@@ -122,6 +122,7 @@ install: all install-python
 	install -m 644 conf/admitd.conf $(DESTDIR)$(DATADIR)/admitd.conf.example
 	install -m 644 conf/minimal.conf $(DESTDIR)$(DATADIR)/minimal.conf.example
 	install -m 644 conf/kubernetes-sidecar.yaml $(DESTDIR)$(DATADIR)/kubernetes-sidecar.yaml
+	install -m 644 conf/kubernetes-podmonitor.yaml $(DESTDIR)$(DATADIR)/kubernetes-podmonitor.yaml
 	sed -e 's|/usr/local/sbin/|$(SBINDIR)/|g' -e 's|/usr/local/share/admitd/|$(DATADIR)/|g' \
 	  systemd/admitd.service > $(DESTDIR)$(SYSTEMDUNITDIR)/admitd.service.tmp
 	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/admitd.service.tmp

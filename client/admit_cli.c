@@ -964,8 +964,12 @@ int main(int argc, char **argv)
 	}
 	if (ar.extra != NULL)
 		return cli_usage_error("%s: too many arguments", ar.extra);
-	if (ar.npos < c->minpos || ar.npos > c->maxpos)
-		return cli_usage_error("usage: admit %s", c->name);
+	if (ar.npos < c->minpos || ar.npos > c->maxpos) {
+		/* the command's own usage line, so that `admit release` says LEASE */
+		fprintf(stderr, "admit: usage: admit %s%s%s\n(admit --help lists the commands)\n",
+			c->name, c->usage[0] != '\0' ? " " : "", c->usage);
+		return EXIT_USAGE;
+	}
 	for (o = 0; o < O__COUNT; o++)
 		if (ar.set[o] && !(ANY_OPTS & OPT(o)) && !(c->opts & OPT(o)))
 			return cli_usage_error("--%s does not go with this command",

@@ -241,7 +241,8 @@ struct admitd {
 	/* Reloads (reload.c) and the service manager (sdnotify.c). */
 	const char *conf_path;	 /* -c, re-read by a reload */
 	const char *socket_arg;	 /* --socket, applied over every conf read */
-	const char *redis_arg;	 /* --redis, likewise */
+	const char *redis_arg;	 /* --redis (or $ADMITD_REDIS), likewise */
+	const char *metrics_arg; /* --metrics, likewise */
 	struct reload *reload;	 /* confs and backends a reload replaced, the conf watch */
 	struct sdnotify *notify; /* NULL when not run by a service manager */
 	struct event *watchdog_ev;

@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "clock.h"
+#include "conf_value.h"
 #include "http.h"
 #include "log.h"
 #include "redis_url.h"
@@ -34,18 +35,54 @@
 
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: admitd [-c FILE] [--socket PATH] [--redis URL] [-t]\n"
+	fprintf(out, "usage: admitd [-c FILE] [--socket PATH] [--redis URL] [--metrics ADDR] [-t]\n"
 		     "       admitd -h | --version | --help-conf\n"
 		     "\n"
 		     "  -c, --conf FILE    conf file (default " ADMITD_DEFAULT_CONF ")\n"
 		     "      --socket PATH  listen here instead of the conf's socket\n"
 		     "      --redis URL    use this Redis instead of the conf's redis\n"
-		     "                     (\"\" forces local mode)\n"
+		     "                     (\"\" forces local mode); without it, $ADMITD_REDIS\n"
+		     "                     when set and not empty. A password here shows in\n"
+		     "                     ps: prefer redis_password_file or $ADMITD_REDIS\n"
+		     "      --metrics ADDR HOST:PORT for /metrics instead of the conf's metrics\n"
+		     "                     (in a pod: the pod's IP, from the downward API)\n"
 		     "  -t, --test         check the conf, print problems as file:line: message,\n"
 		     "                     exit 0 when it is good and 2 when it is not\n"
 		     "  -h, --help         this text\n"
 		     "      --version      print the version\n"
 		     "      --help-conf    every conf key with its default\n");
+}
+
+/*
+ * The Redis URL that overrides the conf's redis: --redis, else
+ * $ADMITD_REDIS (set and not empty), else NULL (the conf's). A password in
+ * --redis is readable by every user through ps and /proc/PID/cmdline, so
+ * that case gets one warning, the URL redacted; the environment is readable
+ * only by the same user. *on_cmdline says which it was, for that warning.
+ */
+static const char *admitd_redis_arg(const char *arg, bool *on_cmdline)
+{
+	const char *env = getenv("ADMITD_REDIS");
+
+	*on_cmdline = arg != NULL;
+	if (arg != NULL)
+		return arg;
+	return env != NULL && env[0] != '\0' ? env : NULL;
+}
+
+/* The warning for a password given in --redis: says where it belongs instead. */
+static void admitd_warn_cmdline_password(const char *url)
+{
+	char redacted[512];
+
+	redis_url_redact(url, redacted, sizeof(redacted));
+	/* redact replaces a password and nothing else: equal means none */
+	if (strcmp(redacted, url) == 0)
+		return;
+	log_warn("--redis has a password, which any user can read with ps: put it in "
+		 "redis_password_file (a sentinel's in sentinel_password_file), or the URL in "
+		 "$ADMITD_REDIS",
+		 "redis=\"%s\"", redacted);
 }
 
 /* The backend state STATUS= last showed (a static string), NULL before READY=1. */
@@ -162,6 +199,7 @@ int main(int argc, char **argv)
 		{ "conf", required_argument, NULL, 'c' },
 		{ "socket", required_argument, NULL, 'S' },
 		{ "redis", required_argument, NULL, 'R' },
+		{ "metrics", required_argument, NULL, 'M' },
 		{ "test", no_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -169,10 +207,13 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *conf_path = ADMITD_DEFAULT_CONF, *socket_arg = NULL, *redis_arg = NULL;
+	const char *metrics_arg = NULL, *bad;
+	char host[CV_HOST_MAX + 1];
+	int port;
 	struct admitd ad;
 	struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
 	struct timeval gc_every = { 0, 100 * 1000 };
-	bool test_only = false;
+	bool test_only = false, redis_on_cmdline;
 	int opt, rc = 1;
 
 	while ((opt = getopt_long(argc, argv, "c:th", longopts, NULL)) != -1) {
@@ -180,6 +221,7 @@ int main(int argc, char **argv)
 		case 'c': conf_path = optarg; break;
 		case 'S': socket_arg = optarg; break;
 		case 'R': redis_arg = optarg; break;
+		case 'M': metrics_arg = optarg; break;
 		case 't': test_only = true; break;
 		case 'h': usage(stdout); return 0;
 		case 'V':
@@ -193,12 +235,19 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return ADMITD_EXIT_CONF;
 	}
+	/* Checked as the conf's metrics would be: a typo is a usage error, not a
+	 * daemon that starts and then cannot serve its probes. */
+	if (metrics_arg != NULL && (bad = cv_hostport(metrics_arg, host, sizeof(host), &port))) {
+		fprintf(stderr, "admitd: --metrics %s: %s\n", metrics_arg, bad);
+		return ADMITD_EXIT_CONF;
+	}
 
 	memset(&ad, 0, sizeof(ad));
 	TAILQ_INIT(&ad.conns);
 	ad.conf_path = conf_path;
 	ad.socket_arg = socket_arg;
-	ad.redis_arg = redis_arg;
+	ad.redis_arg = admitd_redis_arg(redis_arg, &redis_on_cmdline);
+	ad.metrics_arg = metrics_arg;
 	ad.conf = conf_load(conf_path, stderr);
 	if (ad.conf == NULL)
 		return ADMITD_EXIT_CONF;
@@ -211,6 +260,8 @@ int main(int argc, char **argv)
 		fatal("out of memory", NULL);
 	if (ad.conf->log_level != NULL && !log_set_level_name(ad.conf->log_level))
 		fatal("bad log_level", "log_level=%s", ad.conf->log_level);
+	if (redis_on_cmdline)
+		admitd_warn_cmdline_password(ad.redis_arg);
 
 	signal(SIGPIPE, SIG_IGN);
 	if (!sdnotify_open(&ad.notify))

@@ -100,7 +100,8 @@ static bool reload_override(char **field, const char *value)
 bool reload_args(const struct admitd *ad, struct conf *c)
 {
 	return reload_override(&c->socket, ad->socket_arg) &&
-	       reload_override(&c->redis, ad->redis_arg);
+	       reload_override(&c->redis, ad->redis_arg) &&
+	       reload_override(&c->metrics, ad->metrics_arg);
 }
 
 static void reload_watch_cb(void *arg)

@@ -193,9 +193,16 @@ class TestCli(DaemonCase):
         self.assertExit(self.admit("run", "open", "k", "--"), 64)
         self.assertExit(self.admit("ping", "--", "x"), 64)
         self.assertExit(self.admit("release", "L", "--tokens", "input"), 64)
+        # A missing argument shows that command's usage line, naming it.
         code, _, err = self.admit("release")
         self.assertEqual(code, 64)
-        self.assertIn("admit release", err)
+        self.assertEqual(err.splitlines()[0],
+                         "admit: usage: admit release LEASE [--tokens input=300,output=200]")
+        code, _, err = self.admit("penalize", "open")
+        self.assertEqual(code, 64)
+        self.assertIn("admit: usage: admit penalize SCOPE", err.splitlines()[0])
+        code, _, err = self.admit("ping", "x")
+        self.assertEqual((code, err.splitlines()[0]), (64, "admit: usage: admit ping"))
 
     def test_ping(self):
         code, out, _ = self.admit("ping")

@@ -724,13 +724,16 @@ class Admitd:
     conf: conf text; an [admitd] section is prepended when the text has none.
     redis_url: passed as --redis. args: extra flags. nofile: the daemon's
     RLIMIT_NOFILE (soft and hard), set in the child before exec; None: this
-    process's. start() polls until the socket accepts; stop() SIGTERMs, asserts exit 0, and scans stderr for
+    process's. env: variables added to the daemon's environment (which never
+    inherits ADMITD_REDIS from the test's: a URL exported there would turn
+    every local-mode test into a Redis one). start() polls until the socket accepts; stop() SIGTERMs, asserts exit 0, and scans stderr for
     sanitizer/valgrind/assert reports (AssertionError with the log if any).
     """
 
-    def __init__(self, conf, redis_url=None, args=(), nofile=None):
+    def __init__(self, conf, redis_url=None, args=(), nofile=None, env=None):
         self.tmp = _TempDir("admitd-")
         self.nofile = nofile
+        self.env = dict(env or {})
         self.sock_path = os.path.join(self.tmp.path, "admitd.sock")
         self.conf_path = os.path.join(self.tmp.path, "admitd.conf")
         self.err_path = os.path.join(self.tmp.path, "admitd.stderr")
@@ -765,6 +768,8 @@ class Admitd:
 
     def start(self):
         env = dict(os.environ)
+        env.pop("ADMITD_REDIS", None)
+        env.update(self.env)
         env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
         env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
         err = open(self.err_path, "ab")

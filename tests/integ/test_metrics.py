@@ -24,12 +24,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import threading
 import time
 import unittest
+import unittest.mock
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -101,10 +103,17 @@ def wait_for(cond, what, deadline=IO_TIMEOUT):
         time.sleep(0.01)
 
 
+# promtool and prometheus come in Debian's prometheus package, which running
+# admitd does not need (and which starts a server and node-exporter on a
+# systemd host): the tests that need them skip, saying so, without them.
+PROMTOOL_MISSING = ("promtool is not installed (Debian: apt-get install prometheus; "
+                    ".ci/run installs it)")
+
+
 def promtool(test, text):
     """`promtool check metrics` finds nothing in text (skip without promtool)."""
     if shutil.which("promtool") is None:
-        test.skipTest("promtool is not installed (Debian: apt-get install prometheus)")
+        test.skipTest(PROMTOOL_MISSING)
     p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
                        text=True, timeout=IO_TIMEOUT)
     test.assertEqual((p.returncode, p.stdout, p.stderr), (0, "", ""))
@@ -265,6 +274,22 @@ class MetricsLocalTest(unittest.TestCase):
         self.assertIn(("admitd_acquire_wait_seconds", "histogram"), families)
         self.assertIn(("admitd_acquires_total", "counter"), families)
         self.assertIn(("admitd_leases", "gauge"), families)
+        # (test_promtool_finds_nothing says so when promtool is missing;
+        # this test's own values are checked either way)
+        if shutil.which("promtool") is not None:
+            promtool(self, text)
+
+    def test_promtool_finds_nothing(self):
+        if shutil.which("promtool") is None:
+            self.skipTest(PROMTOOL_MISSING)
+        with Admitd(CONF) as d, d.connect() as c:
+            port = metrics_port(d)
+            self.assertIs(c.request(acquire_req("q", "a")).get("ok"), True)
+            self.assertEqual(c.request(acquire_req("q", "a", timeout_ms=0))["error"], "limited")
+            self.assertIs(c.request({"op": "penalize", "scope": "r", "key": "k",
+                                     "retry_after_ms": 10}).get("ok"), True)
+            text = scrape(port)
+        self.assertIn("admitd_acquire_wait_seconds_bucket", text)
         promtool(self, text)
 
     def test_endpoints(self):
@@ -299,6 +324,32 @@ class MetricsLocalTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn('msg="cannot serve metrics"', p.stderr)
         self.assertIn("call=bind: address in use", p.stderr)
+
+    def test_metrics_on_the_command_line_wins(self):
+        # The conf's address is taken: only --metrics can make this start.
+        # (In a pod: --metrics $(POD_IP):9464, the IP from the downward API.)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            conf = CONF.replace("127.0.0.1:0", "127.0.0.1:%d" % s.getsockname()[1])
+            with Admitd(conf, args=["--metrics", "127.0.0.1:0"]) as d, d.connect() as c:
+                port = metrics_port(d)
+                self.assertNotEqual(port, s.getsockname()[1])
+                self.assertEqual(http_get(port, "/healthz")[0], 200)
+                # A reload reads the conf's other address again: the command
+                # line still wins, so it is no change needing a restart.
+                d.proc.send_signal(signal.SIGHUP)
+                wait_for(lambda: "conf reloaded" in d.stderr_text(), "the reload")
+                self.assertIn("restart_needed=0", d.stderr_text())
+                self.assertNotIn("key=metrics", d.stderr_text())
+                self.assertIs(c.request({"op": "ping"}).get("ok"), True)
+                self.assertEqual(http_get(port, "/healthz")[0], 200)
+
+    def test_bad_metrics_on_the_command_line_is_a_usage_error(self):
+        p = run_admitd(["-c", "/nonexistent.conf", "--metrics", "10.0.0.1"])
+        self.assertEqual((p.returncode, p.stdout), (2, ""), p.stderr)
+        self.assertEqual(p.stderr,
+                         "admitd: --metrics 10.0.0.1: not HOST:PORT (e.g. 127.0.0.1:9464)\n")
 
 
 class MetricsRedisTest(unittest.TestCase):
@@ -338,7 +389,7 @@ class MetricsRedisTest(unittest.TestCase):
                 self.assertEqual(d_("admitd_acquires_total", scope="c", outcome="acquired"), 3)
                 self.assertGreaterEqual(val(s1, "admitd_redis_calls_total", op="heartbeat"), 1)
                 self.assertEqual(val(s1, "admitd_backend_errors_total", op="heartbeat"), 0)
-                if shutil.which("promtool") is not None:  # (skips in the local test)
+                if shutil.which("promtool") is not None:  # (skips in test_promtool_...)
                     promtool(self, text)
 
                 # Batched admissions: three waiters behind a penalty are
@@ -426,6 +477,26 @@ class MetricsRedisTest(unittest.TestCase):
         self.assertEqual(seen[-1], (200, "ready backend=fallback\n"))
 
 
+class PromtoolMissingTest(unittest.TestCase):
+    """Without the prometheus package, its tests skip and name it."""
+
+    def test_skips_with_the_package_named(self):
+        real = shutil.which
+
+        def fake(name, *a, **kw):
+            return None if name in ("promtool", "prometheus") else real(name, *a, **kw)
+        suite = unittest.TestSuite([MetricsLocalTest("test_promtool_finds_nothing"),
+                                    PrometheusTest("test_prometheus_reads_the_same_values")])
+        result = unittest.TestResult()
+        with unittest.mock.patch.object(shutil, "which", fake):
+            suite.run(result)
+        self.assertEqual((result.testsRun, result.failures, result.errors), (2, [], []))
+        reasons = sorted(reason for _, reason in result.skipped)
+        self.assertEqual(reasons, [
+            "prometheus is not installed (Debian: apt-get install prometheus; .ci/run installs it)",
+            "promtool is not installed (Debian: apt-get install prometheus; .ci/run installs it)"])
+
+
 class PrometheusTest(unittest.TestCase):
     """The daemon scraped by a real Prometheus; its query API agrees."""
 
@@ -439,7 +510,7 @@ class PrometheusTest(unittest.TestCase):
 
     def test_prometheus_reads_the_same_values(self):
         if shutil.which("prometheus") is None:
-            self.skipTest("prometheus is not installed (Debian: apt-get install prometheus)")
+            self.skipTest(PROMTOOL_MISSING.replace("promtool", "prometheus", 1))
         with Admitd(CONF) as d, d.connect() as c:
             mport = metrics_port(d)
             self.assertIs(c.request(acquire_req("q", "a")).get("ok"), True)
