@@ -79,7 +79,16 @@ bool backend_idle(const struct backend *b);
 
 /* backend_last_due - when the last queued call may be sent (mono ms; 0: none queued). */
 int64_t backend_last_due(const struct backend *b);
+/* backend_penalize - hold kq in Redis; while Redis is down, once it answers. */
 void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms);
+
+/*
+ * backend_owe - the fallback admitted on kq (class cls, cost, reservation):
+ * it is written back to Redis, exactly once, when Redis answers again, and
+ * Redis serves this pod's acquires only after it is.
+ */
+void backend_owe(struct backend *b, struct kq *kq, const struct conf_class *cls, int64_t cost,
+		 const struct lim_tokens *reserve, size_t nreserve);
 
 /* backend_inspect - read the key's state in Redis: true when sent (cb later). */
 bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *cls,

@@ -76,14 +76,18 @@ enum rb_op {
 	RB_OP_REBOOK,
 	RB_OP_INSPECT,
 	RB_OP_RESET,
+	RB_OP_WRITEBACK,
 	RB_OP__COUNT
 };
 static const char *const rb_op_names[RB_OP__COUNT] = { "acquire",  "release",	"rollback",
 						       "penalize", "heartbeat", "reconcile",
-						       "rebook",   "inspect",	"reset" };
+						       "rebook",   "inspect",	"reset",
+						       "writeback" };
 
 struct rb_rel;
 TAILQ_HEAD(rb_rel_list, rb_rel);
+struct rb_owe;
+TAILQ_HEAD(rb_owe_list, rb_owe);
 
 struct backend {
 	struct admitd *ad;
@@ -102,7 +106,16 @@ struct backend {
 	char pod_id[64];
 	char *pods_key;
 	struct event *hb_ev;
-	int s_acquire, s_release, s_penalize, s_heartbeat, s_reset, s_inspect;
+	int s_acquire, s_release, s_penalize, s_heartbeat, s_reset, s_inspect, s_writeback;
+	/* What the fallback admitted while Redis could not be asked, by key
+	 * (rb_owe), and the write-back of it in flight once Redis answers. */
+	struct htab *owed;
+	struct rb_owe_list owing;   /* the same entries, for the write-back */
+	struct rb_owe_list sending; /* sent, or failed and to be sent again */
+	size_t wb_pending;	    /* write-back calls in flight */
+	bool wb_active;		    /* acquires wait for it: Redis serves after */
+	uint64_t wb_round, wb_keys, wb_dropped;
+	struct event *wb_ev;
 	uint64_t errors[RB_OP__COUNT]; /* failed calls by operation */
 	uint64_t calls[RB_OP__COUNT];  /* calls the pool took, by operation (metrics) */
 	struct rb_rel_list queue;      /* owed to Redis, oldest first */
@@ -692,6 +705,8 @@ static bool rb_rel_needed(const struct rb_rel *r, const struct be_target *t)
 
 static void rb_queue(struct backend *b, struct rb_rel *r, int64_t not_before);
 static void rb_rebooked(struct rb_rel *r);
+static void rb_writeback(struct backend *b);
+static void rb_owe_penalty(struct backend *b, struct kq *kq, int64_t until);
 
 static void rb_rel_done(struct rb_rel *r)
 {
@@ -1158,6 +1173,10 @@ void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms)
 
 	if (b->closing)
 		return;
+	if (!b->up || !rpool_up(b->pool)) { /* told to Redis once it answers */
+		rb_owe_penalty(b, kq, clock_mono_ms() + delay_ms);
+		return;
+	}
 	rb_penalty_key(&a, b, kq->sc->cs, kq->key);
 	rargs_int(&a, delay_ms);
 	if (a.oom || (ff = malloc(sizeof(*ff))) == NULL) {
@@ -1491,7 +1510,7 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 
 	if (b->closing)
 		return false;
-	if (!b->up || !rpool_up(b->pool)) {
+	if (!b->up || b->wb_active || !rpool_up(b->pool)) {
 		b->errors[RB_OP_ACQUIRE]++; /* decided in fallback: Redis was not reached */
 		return false;
 	}
@@ -1625,7 +1644,8 @@ bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n
 	size_t i, nkeys = 0, off = 0;
 	int64_t not_after;
 
-	if (b->closing || !b->up || !rpool_up(b->pool) || n == 0 || n > ENG_BATCH_MAX)
+	if (b->closing || !b->up || b->wb_active || !rpool_up(b->pool) || n == 0 ||
+	    n > ENG_BATCH_MAX)
 		return false;
 	q = calloc(1, sizeof(*q));
 	if (q == NULL)
@@ -1657,6 +1677,271 @@ bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n
 	return true;
 }
 
+/* ---- write-back: what the fallback admitted, charged to Redis ---- */
+
+/*
+ * struct rb_owe - what this pod's fallback booked on one (scope, key)
+ * while Redis could not be asked: units per rule of the scope (by conf
+ * index), quota instants, and the pacing and penalty in force. Sent once
+ * Redis answers (writeback.lua), under a marker that makes a resend book
+ * nothing.
+ */
+struct rb_owe {
+	TAILQ_ENTRY(rb_owe) link;
+	char *name;	   /* "SCOPE:KEY" (':' is in no scope name): the table's key */
+	const char *key;   /* into name */
+	char marker[96];   /* set when first sent: a resend uses the same */
+	bool inflight;	   /* sent, not answered */
+	int64_t quota_n;   /* admissions counted by quota */
+	int64_t next_at;   /* mono ms; 0: none */
+	int64_t pen_until; /* mono ms; 0: none */
+	size_t nrules;
+	int64_t units[]; /* per conf rule */
+};
+
+#define RB_OWE_MAX 100000 /* keys kept owing; past it the oldest are dropped */
+
+static void rb_owe_free(struct rb_owe *o)
+{
+	free(o->name);
+	free(o);
+}
+
+/* The entry of (cs, key), made on first use; NULL when it cannot be. */
+static struct rb_owe *rb_owe_of(struct backend *b, const struct conf_scope *cs, const char *key)
+{
+	size_t ls = strlen(cs->name), lk = strlen(key);
+	char *name = malloc(ls + lk + 2);
+	struct rb_owe *o;
+
+	if (name == NULL)
+		return NULL;
+	memcpy(name, cs->name, ls);
+	name[ls] = ':';
+	memcpy(name + ls + 1, key, lk + 1);
+	if ((o = htab_get(b->owed, name)) != NULL) {
+		free(name);
+		return o->nrules == cs->nrules ? o : NULL; /* a reload changed the rules */
+	}
+	if (htab_count(b->owed) >= RB_OWE_MAX) {
+		struct rb_owe *old = TAILQ_FIRST(&b->owing);
+		TAILQ_REMOVE(&b->owing, old, link);
+		htab_del(b->owed, old->name);
+		rb_owe_free(old);
+		b->wb_dropped++;
+		log_ratelimited(LOG_SLOT_FALLBACK, 1000,
+				"too many keys owed to redis: the oldest dropped", "max=%d",
+				RB_OWE_MAX);
+	}
+	o = calloc(1, sizeof(*o) + cs->nrules * sizeof(o->units[0]));
+	if (o == NULL || !htab_put(b->owed, name, o)) {
+		free(o);
+		free(name);
+		return NULL;
+	}
+	o->name = name;
+	o->key = name + ls + 1;
+	o->nrules = cs->nrules;
+	TAILQ_INSERT_TAIL(&b->owing, o, link);
+	return o;
+}
+
+void backend_owe(struct backend *b, struct kq *kq, const struct conf_class *cls, int64_t cost,
+		 const struct lim_tokens *reserve, size_t nreserve)
+{
+	const struct conf_scope *cs = kq->sc->cs;
+	const struct conf_plan *pl = conf_plan_of(cs, cls);
+	struct lim_state *st = kq_lim(kq);
+	struct rb_owe *o;
+	size_t i;
+
+	if (b->closing || (o = rb_owe_of(b, cs, kq->key)) == NULL)
+		return;
+	if (cs->quota > 0)
+		o->quota_n++;
+	for (i = 0; i < pl->nrules; i++) {
+		const struct conf_rule *r = &cs->rules[pl->rules[i]];
+		if (r->meter == METER_REQUESTS)
+			o->units[pl->rules[i]] += cost;
+		else if (r->meter != METER_CONCURRENCY)
+			o->units[pl->rules[i]] += lim_token_charge(r, reserve, nreserve);
+	}
+	if (st != NULL && st->next_at > o->next_at)
+		o->next_at = st->next_at;
+}
+
+static void rb_owe_penalty(struct backend *b, struct kq *kq, int64_t until)
+{
+	struct rb_owe *o = rb_owe_of(b, kq->sc->cs, kq->key);
+
+	if (o != NULL && until > o->pen_until)
+		o->pen_until = until;
+}
+
+static void rb_wb_done(struct backend *b)
+{
+	struct timeval tv = { 0, RB_QUEUE_TICK_MS * 1000 };
+
+	if (b->wb_pending > 0)
+		return;
+	if (!TAILQ_EMPTY(&b->sending)) { /* failed ones: again, soon */
+		if (!evtimer_pending(b->wb_ev, NULL) && evtimer_add(b->wb_ev, &tv) != 0)
+			log_ratelimited(LOG_SLOT_FALLBACK, 1000, "cannot arm the write-back timer",
+					NULL);
+		return;
+	}
+	if (!TAILQ_EMPTY(&b->owing)) { /* admitted in fallback meanwhile */
+		rb_writeback(b);
+		return;
+	}
+	if (b->wb_active)
+		log_info("fallback admissions written back to redis: limits are shared",
+			 "keys=%llu", (unsigned long long)b->wb_keys);
+	b->wb_active = false;
+}
+
+struct rb_wb_call {
+	struct backend *b;
+	struct rb_owe *o;
+};
+
+static void rb_wb_cb(void *arg, enum rp_status st, const struct rval *reply)
+{
+	struct rb_wb_call *c = arg;
+	struct backend *b = c->b;
+
+	b->wb_pending--;
+	c->o->inflight = false;
+	if (st == RP_OK && reply != NULL && reply->type == RV_INT) {
+		TAILQ_REMOVE(&b->sending, c->o, link);
+		rb_owe_free(c->o);
+		b->wb_keys++;
+	} else if (st != RP_SHUTDOWN) {
+		rb_failed(b, RB_OP_WRITEBACK, st, reply); /* kept: sent again, same marker */
+	}
+	free(c);
+	if (!b->closing)
+		rb_wb_done(b);
+}
+
+/* Send one entry's write-back; false when Redis cannot take it now. */
+static bool rb_wb_send(struct backend *b, struct rb_owe *o)
+{
+	struct scope_rt *sc = NULL;
+	const struct conf_scope *cs;
+	struct rargs a = { 0 };
+	struct rb_wb_call *c;
+	int64_t now = clock_mono_ms();
+	size_t i, nkeys = 4, n = 0;
+	char *colon = strchr(o->name, ':'), scope[PROTO_NAME_MAX + 1];
+
+	if (colon == NULL || (size_t)(colon - o->name) > PROTO_NAME_MAX)
+		return true; /* cannot be: dropped below */
+	memcpy(scope, o->name, (size_t)(colon - o->name));
+	scope[colon - o->name] = '\0';
+	if ((sc = scope_find(b->ad, scope)) == NULL || sc->cs->nrules != o->nrules) {
+		TAILQ_REMOVE(&b->sending, o, link); /* the scope changed: nothing to charge */
+		rb_owe_free(o);
+		return true;
+	}
+	cs = sc->cs;
+	if (o->marker[0] == '\0')
+		snprintf(o->marker, sizeof(o->marker), "%s:%llu:%p", b->pod_id,
+			 (unsigned long long)b->wb_round, (void *)o);
+	{
+		const char *parts[7] = {
+			b->ad->conf->prefix, ":{", cs->name, ":", o->key, "}:w:", o->marker
+		};
+		rargs_cat(&a, parts, 7);
+	}
+	rb_key(&a, b, cs, o->key, "s", -1);
+	rb_key(&a, b, cs, o->key, "q", -1);
+	rb_penalty_key(&a, b, cs, o->key);
+	for (i = 0; i < cs->nrules; i++)
+		if (o->units[i] != 0 && cs->rules[i].meter != METER_CONCURRENCY) {
+			rb_key(&a, b, cs, o->key, "r", (long)i);
+			nkeys++;
+		}
+	rargs_int(&a, cs->quota_window_ms > RB_GRACE_MS(cs) ? cs->quota_window_ms + 60000
+							    : RB_GRACE_MS(cs) + 60000);
+	rargs_int(&a, o->quota_n);
+	rargs_int(&a, cs->quota_window_ms);
+	rargs_int(&a, o->next_at > now ? o->next_at - now : 0);
+	rargs_int(&a, o->pen_until > now ? o->pen_until - now : 0);
+	rargs_int(&a, (int64_t)(nkeys - 4));
+	for (i = 0; i < cs->nrules; i++) {
+		struct strat_params p;
+		if (o->units[i] == 0 || cs->rules[i].meter == METER_CONCURRENCY)
+			continue;
+		p = lim_rule_params(&cs->rules[i], LIM_WHOLE);
+		rargs_str(&a, strat_kind_name(p.kind));
+		rargs_int(&a, p.amount);
+		rargs_int(&a, p.window_ms);
+		rargs_int(&a, p.burst);
+		rargs_int(&a, o->units[i]);
+		n++;
+	}
+	if (a.oom || (c = malloc(sizeof(*c))) == NULL) {
+		rargs_clear(&a);
+		return false;
+	}
+	c->b = b;
+	c->o = o;
+	if (rb_eval(b, cs, o->key, b->s_writeback, &a, nkeys, rb_wb_cb, c) != 0) {
+		free(c);
+		rargs_clear(&a);
+		return false;
+	}
+	b->calls[RB_OP_WRITEBACK]++;
+	b->wb_pending++;
+	o->inflight = true;
+	rargs_clear(&a);
+	(void)n;
+	return true;
+}
+
+/* Send what is owed (new entries and ones to send again), then serve. */
+static void rb_wb_run(struct backend *b)
+{
+	struct rb_owe *o, *nx;
+
+	if (b->closing || !b->up)
+		return;
+	for (o = TAILQ_FIRST(&b->sending); o != NULL; o = nx) {
+		nx = TAILQ_NEXT(o, link);
+		if (!o->inflight && !rb_wb_send(b, o))
+			break; /* the pool is not taking calls: the timer tries again */
+	}
+	rb_wb_done(b);
+}
+
+static void rb_wb_timer(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+{
+	rb_wb_run(arg);
+}
+
+/*
+ * Redis answers again: what the fallback owes it is sent before Redis
+ * serves acquires here (they stay in fallback meanwhile, a round trip).
+ */
+static void rb_writeback(struct backend *b)
+{
+	struct rb_owe *o;
+
+	if (TAILQ_EMPTY(&b->owing) && TAILQ_EMPTY(&b->sending))
+		return;
+	b->wb_round++;
+	while ((o = TAILQ_FIRST(&b->owing)) != NULL) {
+		TAILQ_REMOVE(&b->owing, o, link);
+		htab_del(b->owed, o->name);
+		TAILQ_INSERT_TAIL(&b->sending, o, link);
+	}
+	b->wb_active = true;
+	log_info("redis is back: writing back what the fallback admitted", "round=%llu",
+		 (unsigned long long)b->wb_round);
+	rb_wb_run(b);
+}
+
 /* ---- health, heartbeat, divisor ---- */
 
 static void rb_hb_cb(evutil_socket_t fd, short what, void *arg);
@@ -1679,6 +1964,7 @@ static void rb_state_cb(void *arg, bool up)
 		b->offset_known = true;
 	/* The pods alive, at once, not a beat later; then what Redis is owed. */
 	rb_hb_cb(-1, 0, b);
+	rb_writeback(b);
 	if (b->was_up)
 		rb_rebook_all(b, "redis is back");
 	b->was_up = true;
@@ -1800,6 +2086,9 @@ void backend_status(const struct backend *b, struct preply *r)
 	preply_int(r, "reconciled", (int64_t)b->reconciled);
 	preply_int(r, "rebooked", (int64_t)b->rebooked);
 	preply_int(r, "dropped", (int64_t)b->dropped);
+	preply_int(r, "owed", (int64_t)htab_count(b->owed));
+	preply_int(r, "written_back", (int64_t)b->wb_keys);
+	preply_int(r, "owed_dropped", (int64_t)b->wb_dropped);
 	preply_push(r, "errors");
 	for (i = 0; i < RB_OP__COUNT; i++)
 		preply_int(r, rb_op_names[i], (int64_t)b->errors[i]);
@@ -1830,13 +2119,13 @@ uint64_t backend_op_calls(const struct backend *b, size_t op)
 
 bool backend_up(const struct backend *b)
 {
-	return b->up;
+	return b->up && !b->wb_active;
 }
 
 const char *backend_state(const struct backend *b, int64_t *since_ms)
 {
 	*since_ms = b->since_ms;
-	return b->up ? "redis" : "fallback";
+	return b->up && !b->wb_active ? "redis" : "fallback";
 }
 
 /* The AUTH secret: the file's first line. Never logged. */
@@ -1871,6 +2160,8 @@ struct backend *backend_new(struct admitd *ad)
 	b->ad = ad;
 	b->pods_seen = 1;
 	TAILQ_INIT(&b->queue);
+	TAILQ_INIT(&b->owing);
+	TAILQ_INIT(&b->sending);
 	b->since_ms = clock_mono_ms();
 	b->s_acquire = script_index("acquire");
 	b->s_release = script_index("release");
@@ -1878,6 +2169,7 @@ struct backend *backend_new(struct admitd *ad)
 	b->s_heartbeat = script_index("heartbeat");
 	b->s_reset = script_index("reset");
 	b->s_inspect = script_index("inspect");
+	b->s_writeback = script_index("writeback");
 	if (b->s_acquire < 0 || b->s_release < 0 || b->s_penalize < 0 || b->s_heartbeat < 0 ||
 	    b->s_reset < 0 || b->s_inspect < 0) {
 		log_error("a Redis script is missing from the build", NULL);
@@ -1921,7 +2213,10 @@ struct backend *backend_new(struct admitd *ad)
 	}
 	b->hb_ev = event_new(ad->base, -1, EV_PERSIST, rb_hb_cb, b);
 	b->queue_ev = evtimer_new(ad->base, rb_queue_cb, b);
-	if (b->hb_ev == NULL || b->queue_ev == NULL || event_add(b->hb_ev, &hb) != 0)
+	b->wb_ev = evtimer_new(ad->base, rb_wb_timer, b);
+	b->owed = htab_new();
+	if (b->hb_ev == NULL || b->queue_ev == NULL || b->wb_ev == NULL || b->owed == NULL ||
+	    event_add(b->hb_ev, &hb) != 0)
 		goto fail;
 	return b;
 fail:
@@ -1948,6 +2243,19 @@ void backend_free(struct backend *b)
 	}
 	if (b->queue_ev)
 		event_free(b->queue_ev);
+	if (b->wb_ev)
+		event_free(b->wb_ev);
+	while (!TAILQ_EMPTY(&b->owing)) {
+		struct rb_owe *o = TAILQ_FIRST(&b->owing);
+		TAILQ_REMOVE(&b->owing, o, link);
+		rb_owe_free(o);
+	}
+	while (!TAILQ_EMPTY(&b->sending)) {
+		struct rb_owe *o = TAILQ_FIRST(&b->sending);
+		TAILQ_REMOVE(&b->sending, o, link);
+		rb_owe_free(o);
+	}
+	htab_free(b->owed);
 	free(b->pods_key);
 	free(b->password);
 	free(b->sentinel_password);

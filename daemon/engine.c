@@ -100,6 +100,8 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 		}
 		if (lim_release_books(cs, t[i].cls))
 			res.booked = true;
+		if (via == VIA_FALLBACK && ad->redis != NULL)
+			backend_owe(ad->redis, t[i].kq, t[i].cls, t[i].cost, reserve, nreserve);
 	}
 	return res;
 }

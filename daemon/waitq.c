@@ -217,12 +217,30 @@ static const char *waitq_blame(struct waiter *w)
 	return LIM_RULE_QUEUE;
 }
 
+static void waitq_deadline_cb(evutil_socket_t fd, short what, void *arg);
+
+/* Arms w's deadline timer for what is left of its budget at now. */
+static int waitq_arm_deadline(struct waiter *w, int64_t now)
+{
+	int64_t left = w->deadline_ms > now ? w->deadline_ms - now : 0;
+	struct timeval tv = { left / 1000, (left % 1000) * 1000 };
+
+	if (evtimer_assign(&w->deadline_ev, w->t[0].kq->sc->ad->base, waitq_deadline_cb, w) != 0)
+		return -1;
+	return evtimer_add(&w->deadline_ev, &tv);
+}
+
 static void waitq_deadline_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 {
 	struct waiter *w = arg;
 	struct kq *kq = w->t[0].kq;
 	bool was_head = waitq_head(kq) == w;
+	int64_t now = clock_mono_ms();
 
+	/* libevent times from the loop's cached clock, which can be a few ms
+	 * behind ours: a timeout never answers before its budget is spent. */
+	if (now < w->deadline_ms && waitq_arm_deadline(w, now) == 0)
+		return;
 	if (w->conn != NULL) { /* a waiter whose client left was counted as canceled */
 		w->t[0].kq->sc->timeouts++;
 		waitq_fail(w, ADMIT_E_TIMEOUT, 0, waitq_blame(w), "waited the whole budget");
@@ -256,10 +274,8 @@ static int64_t waitq_queue_wait(struct kq *kq, int64_t now)
 void waitq_add(struct waiter *w)
 {
 	struct kq *kq = w->t[0].kq;
-	struct scope_rt *sc = kq->sc;
 	int64_t now = clock_mono_ms();
 	size_t i;
-
 	bool too_many = false;
 
 	/* Every target's kq stays alive while w names it (the sweep skips it);
@@ -286,10 +302,7 @@ void waitq_add(struct waiter *w)
 		return;
 	}
 	if (!w->try_only) {
-		struct timeval tv = { (w->deadline_ms - now) / 1000,
-				      ((w->deadline_ms - now) % 1000) * 1000 };
-		if (evtimer_assign(&w->deadline_ev, sc->ad->base, waitq_deadline_cb, w) != 0 ||
-		    evtimer_add(&w->deadline_ev, &tv) != 0) {
+		if (waitq_arm_deadline(w, now) != 0) {
 			waitq_fail(w, ADMIT_E_UNAVAILABLE, 0, NULL, "cannot arm timer");
 			waitq_remove(w);
 			return;

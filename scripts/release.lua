@@ -117,19 +117,7 @@ elseif held == 1 and serialized and min_delay > 0 then
 end
 
 for i = 1, nrules do
-	local b = 5 + (i - 1) * 5
-	local p = { kind = ARGV[b + 1], amount = tonumber(ARGV[b + 2]),
-		    window_ms = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]) }
-	local charge = tonumber(ARGV[b + 5])
-	if charge ~= 0 then
-		local key = KEYS[3 + i]
-		local h = redis.call('HMGET', key, 'a', 'b', 't', 'penalty_until')
-		local st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
-		strat_book(st, p, now, charge)
-		redis.call('HSET', key, 'a', st.a, 'b', st.b, 't', st.t)
-		local ttl = strat_ttl_ms(p)
-		if pen == i and (tonumber(h[4]) or 0) - now > ttl then ttl = tonumber(h[4]) - now end
-		redis.call('PEXPIRE', key, ttl)
-	end
+	local p, charge = strat_rule_arg(5 + (i - 1) * 5)
+	if charge ~= 0 then strat_book_key(KEYS[3 + i], p, now, charge, pen == i) end
 end
 return held

@@ -303,3 +303,24 @@ local function strat_ttl_ms(p)
 	local ops, np = strat_prep(p)
 	return strat_ttl_prepared(ops, np)
 end
+
+-- The rule whose four parameters (kind, amount, window_ms, burst) start at
+-- ARGV[b + 1], and the units to book that follow them at ARGV[b + 5].
+local function strat_rule_arg(b)
+	return { kind = ARGV[b + 1], amount = tonumber(ARGV[b + 2]),
+		 window_ms = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]) },
+		tonumber(ARGV[b + 5])
+end
+
+-- Books units of rule p on its state hash key at now. The key lives for the
+-- rule's TTL, or until its penalty ends when keep_penalty and that is later.
+local function strat_book_key(key, p, now_ms, units, keep_penalty)
+	local h = redis.call('HMGET', key, 'a', 'b', 't', 'penalty_until')
+	local st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
+	strat_book(st, p, now_ms, units)
+	redis.call('HSET', key, 'a', st.a, 'b', st.b, 't', st.t)
+	local ttl = strat_ttl_ms(p)
+	local pen = (tonumber(h[4]) or 0) - now_ms
+	if keep_penalty and pen > ttl then ttl = pen end
+	redis.call('PEXPIRE', key, ttl)
+end

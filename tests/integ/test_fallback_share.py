@@ -96,5 +96,57 @@ class FallbackShareTest(unittest.TestCase):
             self.assertEqual(sorted(got), [3, 3, 4], got)  # 10 = 4 + 3 + 3
 
 
+@unittest.skipIf(harness.VALGRIND, "timing; run under ASan instead of valgrind")
+class WriteBackTest(unittest.TestCase):
+    EXTRA = "redis_timeout = 100ms\n"
+
+    def test_an_empty_redis_learns_what_the_fallback_spent(self):
+        conf = "[scope q]\nquota = 9/30s\ntimeout = 100ms\n"
+        with Pods(conf, n=3, admitd_extra=self.EXTRA) as cl:
+            all_count(cl, 3)
+            cl.redis.stop()
+            for d in cl.daemons:
+                wait_backend(d, "fallback", 5)
+            spent = 0
+            for d in cl.daemons:
+                with d.connect() as c:
+                    spent += sum(bool(c.request(acquire_req("q", "k", timeout_ms=0)).get("ok"))
+                                 for _ in range(5))
+            self.assertEqual(spent, 9)  # the shares: 3 + 3 + 3
+            cl.redis.restart()  # empty: it never heard of those 9
+            self.assertEqual(cl.redis.command("DBSIZE"), 0)
+            for d in cl.daemons:
+                wait_backend(d, "redis", 5)
+            self.assertEqual(int(cl.redis.command("ZCARD", "admitd:{q:k}:q")), 9)
+            for d in cl.daemons:
+                self.assertIn("fallback admissions written back", d.stderr_text())
+            # a pod that never saw the outage is refused what the fallback spent
+            late = harness.Admitd("[admitd]\n" + self.EXTRA + conf, redis_url=cl.redis.url)
+            with late:
+                with late.connect() as c:
+                    r = c.request(acquire_req("q", "k", timeout_ms=0))
+                    self.assertEqual((r.get("ok"), r.get("backend"), r.get("rule")),
+                                     (False, "redis", "quota 9/30s"), r)
+
+    def test_a_penalty_given_in_an_outage_reaches_redis(self):
+        conf = "[scope p]\nmax_concurrent = 10\ntimeout = 100ms\n"
+        with Pods(conf, n=2, admitd_extra=self.EXTRA) as cl:
+            a, b = cl.daemons
+            all_count(cl, 2)
+            cl.redis.stop()
+            wait_backend(a, "fallback", 5)
+            with a.connect() as c:
+                self.assertIs(c.request({"op": "penalize", "scope": "p", "key": "h",
+                                         "retry_after_ms": 20000}).get("ok"), True)
+            cl.redis.restart()
+            wait_backend(a, "redis", 5)
+            wait_backend(b, "redis", 5)
+            with b.connect() as c:  # b never heard of it but through Redis
+                r = c.request(acquire_req("p", "h", timeout_ms=0))
+                self.assertEqual((r.get("ok"), r.get("rule"), r.get("backend")),
+                                 (False, "penalty", "redis"), r)
+                self.assertGreater(r["retry_after_ms"], 15000)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -125,10 +125,8 @@ START_TEST(test_format_refuses)
 END_TEST
 
 static const char *const bad[] = {
-	"",
-	"no-such-lease",
-	"0123456789abcdef0123456789abcdef",	       /* a bare nonce */
-	"0123456789abcdef0123456789abcdef.",	       /* no payload */
+	"", "no-such-lease", "0123456789abcdef0123456789abcdef", /* a bare nonce */
+	"0123456789abcdef0123456789abcdef.",			 /* no payload */
 	"0123456789abcdef0123456789abcdef.AWEAAGsA",   /* good: the cases below break one thing */
 	"0123456789ABCDEF0123456789abcdef.AWEAAGsA",   /* upper-case nonce */
 	"0123456789abcdef0123456789abcde.AWEAAGsA",    /* short nonce */
@@ -139,6 +137,9 @@ static const char *const bad[] = {
 	"0123456789abcdef0123456789abcdef.AnNjAAA",    /* version 2 */
 	"0123456789abcdef0123456789abcdef.AXNjAA",     /* "sc\0" then "\0": no key */
 	"0123456789abcdef0123456789abcdef.AQAAAA",     /* an empty scope */
+	/* canonical only: "llm", "m" is ...AWxsbQAAbQA; a set padding bit is not it */
+	"0123456789abcdef0123456789abcdef.AWxsbQAAbQB",
+	"0123456789abcdef0123456789abcdef.AXMAAGsAAG91dAAwMDcA", /* a count with a leading zero */
 };
 
 START_TEST(test_parse_refuses)

@@ -1,0 +1,52 @@
+-- admitd write-back: what one pod's fallback admitted on one (scope, key)
+-- while Redis could not be asked, charged to Redis once it answers again,
+-- so that the Redis that comes back (the same, an empty one, a new master)
+-- knows what was spent, and a pod that never saw the outage is refused it.
+--
+-- Exactly once: the call is marked under the key's hash tag (KEYS[1], set
+-- NX for marker_ttl); a call sent again after an unknown outcome, with the
+-- same marker, books nothing.
+--
+-- KEYS[1] the marker  KEYS[2] state hash  KEYS[3] quota zset  KEYS[4] the
+-- hash that holds the key's penalty  KEYS[5..] the rule hashes below
+-- ARGV: marker_ttl quota_n quota_window_ms next_in_ms pen_in_ms nrules
+--       then per rule: kind amount window_ms burst units
+-- (next_in, pen_in: the pacing and the penalty still in force, in ms from
+-- now; 0: none). Returns 1 when booked, 0 when the marker was there.
+
+if redis.replicate_commands then redis.replicate_commands() end
+
+if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', tonumber(ARGV[1])) then return 0 end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local quota_n = tonumber(ARGV[2])
+local quota_window = tonumber(ARGV[3])
+local next_in = tonumber(ARGV[4])
+local pen_in = tonumber(ARGV[5])
+local nrules = tonumber(ARGV[6])
+
+local function extend(key, field, at)
+	local cur = tonumber(redis.call('HGET', key, field)) or 0
+	if at > cur then
+		redis.call('HSET', key, field, at)
+		if redis.call('PTTL', key) < at - now then redis.call('PEXPIRE', key, at - now) end
+	end
+end
+
+if quota_n > 0 then
+	for i = 1, quota_n do
+		redis.call('ZADD', KEYS[3], now, KEYS[1] .. ':' .. i)
+	end
+	if redis.call('PTTL', KEYS[3]) < quota_window then
+		redis.call('PEXPIRE', KEYS[3], quota_window)
+	end
+end
+if next_in > 0 then extend(KEYS[2], 'next_at', now + next_in) end
+if pen_in > 0 then extend(KEYS[4], 'penalty_until', now + pen_in) end
+
+for i = 1, nrules do
+	local p, units = strat_rule_arg(6 + (i - 1) * 5)
+	if units ~= 0 then strat_book_key(KEYS[4 + i], p, now, units, true) end
+end
+return 1
