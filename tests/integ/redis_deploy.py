@@ -890,7 +890,7 @@ def start_pods(test, conf, deploy, n=1, extra="", keep=(), wait=True):
     test.addCleanup(stop)
     if wait:
         for d in p.daemons:
-            wait_backend(d, "redis", 10.0)
+            wait_backend(d, "redis", 60.0 if harness.VALGRIND else 10.0)
     return p
 
 

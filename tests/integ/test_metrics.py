@@ -36,6 +36,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from . import harness
 from .harness import (IO_TIMEOUT, Admitd, RedisServer, acquire_req, free_tcp_port,
                       run_admitd)
 
@@ -639,6 +640,10 @@ class MetricsLimitsTest(unittest.TestCase):
                 c.close()
             self.assertNotIn("accept failed", d.stderr_text())
 
+    # Under valgrind the kernel may hand accept() a descriptor in the range
+    # valgrind keeps for itself; valgrind then closes it (the peer's
+    # connection, unanswered) and returns EMFILE: not the daemon's doing.
+    @unittest.skipIf(harness.VALGRIND, "valgrind closes accepted fds in its reserved range")
     def test_socket_clients_past_the_descriptor_limit_are_answered_unavailable(self):
         with Admitd("[scope s]\n", nofile=64) as d:
             t0 = time.monotonic()
