@@ -114,7 +114,7 @@ struct backend {
 	struct rb_owe_list sending; /* sent, or failed and to be sent again */
 	size_t wb_pending;	    /* write-back calls in flight */
 	bool wb_active;		    /* acquires wait for it: Redis serves after */
-	uint64_t wb_round, wb_keys, wb_dropped;
+	uint64_t wb_round, wb_keys, wb_dropped, wb_lost;
 	struct event *wb_ev;
 	uint64_t errors[RB_OP__COUNT]; /* failed calls by operation */
 	uint64_t calls[RB_OP__COUNT];  /* calls the pool took, by operation (metrics) */
@@ -1695,8 +1695,13 @@ struct rb_owe {
 	int64_t quota_n;   /* admissions counted by quota */
 	int64_t next_at;   /* mono ms; 0: none */
 	int64_t pen_until; /* mono ms; 0: none */
+	int64_t own_quota; /* of the quota instants held here, those not in quota_n */
 	size_t nrules;
-	int64_t units[]; /* per conf rule */
+	/* per conf rule: [0, nrules) what the fallback booked; [nrules,
+	 * 2 nrules) the rest of what this pod's state holds in the current
+	 * windows (its admissions through Redis): booked only where Redis lost
+	 * the key. */
+	int64_t units[];
 };
 
 #define RB_OWE_MAX 100000 /* keys kept owing; past it the oldest are dropped */
@@ -1733,7 +1738,7 @@ static struct rb_owe *rb_owe_of(struct backend *b, const struct conf_scope *cs, 
 				"too many keys owed to redis: the oldest dropped", "max=%d",
 				RB_OWE_MAX);
 	}
-	o = calloc(1, sizeof(*o) + cs->nrules * sizeof(o->units[0]));
+	o = calloc(1, sizeof(*o) + 2 * cs->nrules * sizeof(o->units[0]));
 	if (o == NULL || !htab_put(b->owed, name, o)) {
 		free(o);
 		free(name);
@@ -1816,12 +1821,49 @@ static void rb_wb_cb(void *arg, enum rp_status st, const struct rval *reply)
 		TAILQ_REMOVE(&b->sending, c->o, link);
 		rb_owe_free(c->o);
 		b->wb_keys++;
+		if (reply->i == 2) /* Redis had lost the key: own admissions booked again */
+			b->wb_lost++;
 	} else if (st != RP_SHUTDOWN) {
 		rb_failed(b, RB_OP_WRITEBACK, st, reply); /* kept: sent again, same marker */
 	}
 	free(c);
 	if (!b->closing)
 		rb_wb_done(b);
+}
+
+/*
+ * What the key's state here holds beyond what the fallback booked: this
+ * pod's admissions through Redis in the current windows (and its pacing).
+ * Worked out at each send, from the state as it is then.
+ */
+static void rb_owe_own(struct rb_owe *o, struct scope_rt *sc, int64_t now)
+{
+	struct kq *kq = htab_get(sc->keys, o->key);
+	int64_t qn = 0;
+	size_t i;
+
+	o->own_quota = 0;
+	memset(&o->units[o->nrules], 0, o->nrules * sizeof(o->units[0]));
+	if (kq == NULL)
+		return;
+	lim_spent(kq_lim(kq), sc->cs, now, &qn, &o->units[o->nrules]);
+	o->own_quota = qn > o->quota_n ? qn - o->quota_n : 0;
+	for (i = 0; i < o->nrules; i++) {
+		int64_t *own = &o->units[o->nrules + i];
+		*own = *own > o->units[i] ? *own - o->units[i] : 0;
+	}
+	if (kq_lim(kq)->next_at > o->next_at)
+		o->next_at = kq_lim(kq)->next_at;
+}
+
+static bool rb_owe_units(const struct rb_owe *o)
+{
+	size_t i;
+
+	for (i = 0; i < 2 * o->nrules; i++)
+		if (o->units[i] != 0)
+			return true;
+	return false;
 }
 
 /* Send one entry's write-back; false when Redis cannot take it now. */
@@ -1845,6 +1887,13 @@ static bool rb_wb_send(struct backend *b, struct rb_owe *o)
 		return true;
 	}
 	cs = sc->cs;
+	rb_owe_own(o, sc, now);
+	if (o->quota_n == 0 && o->own_quota == 0 && o->next_at <= now && o->pen_until <= now &&
+	    !rb_owe_units(o)) {
+		TAILQ_REMOVE(&b->sending, o, link); /* nothing left to tell */
+		rb_owe_free(o);
+		return true;
+	}
 	if (o->marker[0] == '\0')
 		snprintf(o->marker, sizeof(o->marker), "%s:%llu:%p", b->pod_id,
 			 (unsigned long long)b->wb_round, (void *)o);
@@ -1857,21 +1906,26 @@ static bool rb_wb_send(struct backend *b, struct rb_owe *o)
 	rb_key(&a, b, cs, o->key, "s", -1);
 	rb_key(&a, b, cs, o->key, "q", -1);
 	rb_penalty_key(&a, b, cs, o->key);
+	rb_key(&a, b, cs, o->key, "lost", -1);
+	nkeys++;
 	for (i = 0; i < cs->nrules; i++)
-		if (o->units[i] != 0 && cs->rules[i].meter != METER_CONCURRENCY) {
+		if ((o->units[i] != 0 || o->units[o->nrules + i] != 0) &&
+		    cs->rules[i].meter != METER_CONCURRENCY) {
 			rb_key(&a, b, cs, o->key, "r", (long)i);
 			nkeys++;
 		}
 	rargs_int(&a, cs->quota_window_ms > RB_GRACE_MS(cs) ? cs->quota_window_ms + 60000
 							    : RB_GRACE_MS(cs) + 60000);
 	rargs_int(&a, o->quota_n);
+	rargs_int(&a, o->own_quota);
 	rargs_int(&a, cs->quota_window_ms);
 	rargs_int(&a, o->next_at > now ? o->next_at - now : 0);
 	rargs_int(&a, o->pen_until > now ? o->pen_until - now : 0);
-	rargs_int(&a, (int64_t)(nkeys - 4));
+	rargs_int(&a, (int64_t)(nkeys - 5));
 	for (i = 0; i < cs->nrules; i++) {
 		struct strat_params p;
-		if (o->units[i] == 0 || cs->rules[i].meter == METER_CONCURRENCY)
+		if ((o->units[i] == 0 && o->units[o->nrules + i] == 0) ||
+		    cs->rules[i].meter == METER_CONCURRENCY)
 			continue;
 		p = lim_rule_params(&cs->rules[i], LIM_WHOLE);
 		rargs_str(&a, strat_kind_name(p.kind));
@@ -1879,6 +1933,7 @@ static bool rb_wb_send(struct backend *b, struct rb_owe *o)
 		rargs_int(&a, p.window_ms);
 		rargs_int(&a, p.burst);
 		rargs_int(&a, o->units[i]);
+		rargs_int(&a, o->units[o->nrules + i]);
 		n++;
 	}
 	if (a.oom || (c = malloc(sizeof(*c))) == NULL) {
@@ -1924,10 +1979,35 @@ static void rb_wb_timer(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
  * Redis answers again: what the fallback owes it is sent before Redis
  * serves acquires here (they stay in fallback meanwhile, a round trip).
  */
+struct rb_walk {
+	struct backend *b;
+	const struct conf_scope *cs;
+	int64_t now;
+};
+
+static void rb_walk_key(void *arg, const char *key, void *val)
+{
+	struct rb_walk *w = arg;
+	struct kq *kq = val;
+
+	/* Past the bound the fallback's own entries are not pushed out. */
+	if (htab_count(w->b->owed) < RB_OWE_MAX && !lim_idle(kq_lim(kq), w->cs, w->now))
+		(void)rb_owe_of(w->b, w->cs, key); /* NULL: out of memory, or new rules */
+}
+
 static void rb_writeback(struct backend *b)
 {
+	struct rb_walk w = { .b = b, .now = clock_mono_ms() };
 	struct rb_owe *o;
+	size_t i;
 
+	/* Every key with something in its current windows goes too: if Redis
+	 * lost it (restarted empty, a failover to a replica that had not got
+	 * it), what this pod admitted through Redis before is booked again. */
+	for (i = 0; i < b->ad->nscopes; i++) {
+		w.cs = b->ad->scopes[i].cs;
+		htab_each(b->ad->scopes[i].keys, rb_walk_key, &w);
+	}
 	if (TAILQ_EMPTY(&b->owing) && TAILQ_EMPTY(&b->sending))
 		return;
 	b->wb_round++;
@@ -2089,6 +2169,7 @@ void backend_status(const struct backend *b, struct preply *r)
 	preply_int(r, "owed", (int64_t)htab_count(b->owed));
 	preply_int(r, "written_back", (int64_t)b->wb_keys);
 	preply_int(r, "owed_dropped", (int64_t)b->wb_dropped);
+	preply_int(r, "found_lost", (int64_t)b->wb_lost);
 	preply_push(r, "errors");
 	for (i = 0; i < RB_OP__COUNT; i++)
 		preply_int(r, rb_op_names[i], (int64_t)b->errors[i]);

@@ -547,6 +547,23 @@ void lim_view(struct lim_state *st, const struct conf_scope *cs, int64_t now, in
 	*quota_oldest = st->quota_n > 0 ? lim_quota_at(st, 0) : 0;
 }
 
+void lim_spent(struct lim_state *st, const struct conf_scope *cs, int64_t now, int64_t *quota_n,
+	       int64_t *units)
+{
+	size_t i;
+
+	lim_purge(st, cs, now);
+	*quota_n = (int64_t)st->quota_n;
+	for (i = 0; i < cs->nrules && i < st->nrules; i++) {
+		struct strat_params p = lim_rule_params(&cs->rules[i], LIM_WHOLE);
+		units[i] = cs->rules[i].meter == METER_CONCURRENCY
+			       ? 0
+			       : strat_used(&st->rules[i], &p, now);
+	}
+	for (; i < cs->nrules; i++)
+		units[i] = 0;
+}
+
 void lim_reset(struct lim_state *st)
 {
 	st->next_at = 0;

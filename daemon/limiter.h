@@ -248,6 +248,15 @@ void lim_penalize(struct lim_state *st, int64_t now, int64_t delay_ms);
 void lim_view(struct lim_state *st, const struct conf_scope *cs, int64_t now, int64_t *leases,
 	      int64_t *quota_used, int64_t *quota_oldest);
 
+/*
+ * lim_spent - what the state has taken at now: the quota instants in the
+ * window, and per rule (conf index, cs->nrules of them) the units used of
+ * the whole limit (strat_used; 0 for concurrency). What a Redis that lost
+ * the key must be charged to know this pod's part of the current windows.
+ */
+void lim_spent(struct lim_state *st, const struct conf_scope *cs, int64_t now, int64_t *quota_n,
+	       int64_t *units);
+
 /* lim_reset - lift the key's penalty and pacing (reset). */
 void lim_reset(struct lim_state *st);
 

@@ -1,18 +1,27 @@
--- admitd write-back: what one pod's fallback admitted on one (scope, key)
--- while Redis could not be asked, charged to Redis once it answers again,
--- so that the Redis that comes back (the same, an empty one, a new master)
+-- admitd write-back: what one pod admitted on one (scope, key) that the
+-- Redis answering again may not hold, charged there once it answers, so
+-- that the Redis that comes back (the same, an empty one, a new master)
 -- knows what was spent, and a pod that never saw the outage is refused it.
+--
+-- Two parts: what the pod's fallback admitted while Redis could not be
+-- asked (always booked: no Redis ever saw it), and the rest of what the
+-- pod's state holds in the current windows, its admissions through Redis
+-- before the outage (booked only where Redis lost them: the key's counter
+-- is gone, or another pod's write-back found it gone, which the lost flag
+-- says for a while).
 --
 -- Exactly once: the call is marked under the key's hash tag (KEYS[1], set
 -- NX for marker_ttl); a call sent again after an unknown outcome, with the
 -- same marker, books nothing.
 --
 -- KEYS[1] the marker  KEYS[2] state hash  KEYS[3] quota zset  KEYS[4] the
--- hash that holds the key's penalty  KEYS[5..] the rule hashes below
--- ARGV: marker_ttl quota_n quota_window_ms next_in_ms pen_in_ms nrules
---       then per rule: kind amount window_ms burst units
+-- hash that holds the key's penalty  KEYS[5] the lost flag  KEYS[6..] the
+-- rule hashes below
+-- ARGV: marker_ttl quota_n quota_own quota_window_ms next_in_ms pen_in_ms
+--       nrules, then per rule: kind amount window_ms burst units own
 -- (next_in, pen_in: the pacing and the penalty still in force, in ms from
--- now; 0: none). Returns 1 when booked, 0 when the marker was there.
+-- now; 0: none). Returns 1 when booked, 2 when booked and Redis had lost
+-- the key, 0 when the marker was there.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -20,11 +29,25 @@ if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', tonumber(ARGV[1])) then retur
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local marker_ttl = tonumber(ARGV[1])
 local quota_n = tonumber(ARGV[2])
-local quota_window = tonumber(ARGV[3])
-local next_in = tonumber(ARGV[4])
-local pen_in = tonumber(ARGV[5])
-local nrules = tonumber(ARGV[6])
+local quota_own = tonumber(ARGV[3])
+local quota_window = tonumber(ARGV[4])
+local next_in = tonumber(ARGV[5])
+local pen_in = tonumber(ARGV[6])
+local nrules = tonumber(ARGV[7])
+local lost_before = redis.call('EXISTS', KEYS[5]) == 1
+local lost = false
+
+-- own units count where Redis does not hold the key (looked at before
+-- anything here books it)
+local function with_own(key, units, own)
+	if own > 0 and (lost_before or redis.call('EXISTS', key) == 0) then
+		lost = true
+		return units + own
+	end
+	return units
+end
 
 local function extend(key, field, at)
 	local cur = tonumber(redis.call('HGET', key, field)) or 0
@@ -34,6 +57,7 @@ local function extend(key, field, at)
 	end
 end
 
+quota_n = with_own(KEYS[3], quota_n, quota_own)
 if quota_n > 0 then
 	for i = 1, quota_n do
 		redis.call('ZADD', KEYS[3], now, KEYS[1] .. ':' .. i)
@@ -46,7 +70,13 @@ if next_in > 0 then extend(KEYS[2], 'next_at', now + next_in) end
 if pen_in > 0 then extend(KEYS[4], 'penalty_until', now + pen_in) end
 
 for i = 1, nrules do
-	local p, units = strat_rule_arg(6 + (i - 1) * 5)
-	if units ~= 0 then strat_book_key(KEYS[4 + i], p, now, units, true) end
+	local b = 7 + (i - 1) * 6
+	local p, units = strat_rule_arg(b)
+	units = with_own(KEYS[5 + i], units, tonumber(ARGV[b + 6]))
+	if units ~= 0 then strat_book_key(KEYS[5 + i], p, now, units, true) end
+end
+if lost then
+	redis.call('SET', KEYS[5], '1', 'PX', marker_ttl)
+	return 2
 end
 return 1

@@ -128,6 +128,31 @@ struct strat_result strat_check(const struct strat_state *st, const struct strat
 	return r;
 }
 
+int64_t strat_used(const struct strat_state *st, const struct strat_params *p, int64_t now_ms)
+{
+	const struct strat_ops *ops = strat_ops_of(p->kind);
+	struct strat_params np;
+	struct strat_probe pr;
+	int64_t lo = 0, hi, mid; /* lo units fit; hi + 1 do not */
+
+	if (ops == NULL)
+		return 0;
+	np = strat_normalise(ops, p);
+	pr.st = st;
+	pr.p = &np;
+	pr.room = np.burst * ops->unit;
+	hi = np.burst;
+	while (lo < hi) { /* the most units that fit now: what is left */
+		mid = lo + (hi - lo + 1) / 2;
+		pr.need = mid * ops->unit;
+		if (ops->fits(&pr, now_ms))
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return np.burst - lo;
+}
+
 void strat_book(struct strat_state *st, const struct strat_params *p, int64_t now_ms,
 		int64_t amount)
 {

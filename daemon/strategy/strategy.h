@@ -83,6 +83,13 @@ void strat_book(struct strat_state *st, const struct strat_params *p, int64_t no
 		int64_t amount);
 
 /*
+ * strat_used - the units of the capacity taken at now: the capacity less the
+ * most units strat_check would allow (the capacity when overdrawn). Pure.
+ * What a fresh counter must be charged to refuse what st refuses.
+ */
+int64_t strat_used(const struct strat_state *st, const struct strat_params *p, int64_t now_ms);
+
+/*
  * strat_ttl_ms - after this long without activity the counter is
  * indistinguishable from a fresh one; it bounds the TTL of its Redis key and
  * the life of an idle in-process counter.

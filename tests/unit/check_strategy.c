@@ -219,6 +219,34 @@ START_TEST(test_params_clamped)
 }
 END_TEST
 
+/* strat_used: a fresh counter charged what st has used refuses, at that
+ * instant, exactly what st refuses; overdrawn is the whole capacity. */
+START_TEST(test_used_replays)
+{
+	struct strat_params p = {
+		.kind = (enum strat_kind)_i, .amount = 10, .window_ms = 1000, .burst = 0
+	};
+	struct strat_state st = { 0, 0, 0 }, fresh = { 0, 0, 0 };
+	int64_t now = 5000, used;
+
+	ck_assert_int_eq(strat_used(&st, &p, now), 0);
+	strat_book(&st, &p, now, 3);
+	ck_assert_int_eq(strat_used(&st, &p, now), 3);
+	strat_book(&st, &p, now + 400, 4);
+	now += 700;
+	used = strat_used(&st, &p, now);
+	ck_assert_int_ge(used, 0);
+	ck_assert_int_le(used, 7);
+	strat_book(&fresh, &p, now, used);
+	for (int64_t c = 1; c <= 11; c++)
+		ck_assert_msg(strat_check(&st, &p, now, c, 0).allowed ==
+				  strat_check(&fresh, &p, now, c, 0).allowed,
+			      "%s: cost %lld", strat_kind_name(p.kind), (long long)c);
+	strat_book(&st, &p, now, 50);
+	ck_assert_int_eq(strat_used(&st, &p, now), 10);
+}
+END_TEST
+
 /* xorshift64: deterministic, so a failure reproduces. */
 static uint64_t rng_state;
 
@@ -287,6 +315,7 @@ static Suite *strategy_suite(void)
 	tcase_add_test(tp, test_unknown_kind);
 	tcase_add_test(tp, test_params_clamped);
 	tcase_add_loop_test(tp, test_random_exact, 0, STRAT__COUNT);
+	tcase_add_loop_test(tp, test_used_replays, 0, STRAT__COUNT);
 	tcase_set_timeout(tp, 60);
 	suite_add_tcase(s, tv);
 	suite_add_tcase(s, tp);
