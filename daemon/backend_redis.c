@@ -14,7 +14,8 @@
  * key one script touches is in one slot (what Redis Cluster needs of a
  * script; this pool speaks to one Redis, not to a cluster).
  *
- * An acquire is one EVALSHA per target, pipelined when there are several.
+ * An acquire is one script call per target (FCALL of the function library,
+ * or EVALSHA), pipelined when there are several.
  * Any failure (no connection, timeout, an error reply of any kind: script
  * error, NOPERM, OOM) is never read as admitted: the decision is made by the
  * scope's fail_mode (eng_fallback), counted and logged. A target that
@@ -373,7 +374,7 @@ static unsigned rb_affinity(const struct conf_scope *cs, const char *key)
 	return h | 1u; /* never 0: 0 means any connection */
 }
 
-/* One EVALSHA on the connection of (cs, key). */
+/* One script call on the connection of (cs, key). */
 static int rb_eval(struct backend *b, const struct conf_scope *cs, const char *key, int script,
 		   const struct rargs *a, size_t nkeys, rpool_cb *cb, void *arg)
 {
@@ -1548,7 +1549,7 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	}
 	q->pending = w->nt;
 	ok = rpool_eval_multi(b->pool, w->nt, calls) == 0;
-	if (ok) /* one EVALSHA per target, pipelined */
+	if (ok) /* one script call per target, pipelined */
 		b->calls[RB_OP_ACQUIRE] += w->nt;
 out:
 	if (!ok) {
@@ -2272,6 +2273,10 @@ struct backend *backend_new(struct admitd *ad)
 						     "sentinel_password_file")) == NULL)
 		goto fail;
 	b->pc.url = ad->conf->redis;
+	if (ad->conf->redis_functions) {
+		b->pc.library = script_library;
+		b->pc.functions = script_functions;
+	}
 	redis_url_redact(ad->conf->redis, b->url_log, sizeof(b->url_log));
 	b->pc.pool_size = (int)ad->conf->redis_pool;
 	b->pc.timeout_ms = ad->conf->redis_timeout_ms;

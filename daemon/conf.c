@@ -129,6 +129,9 @@ static const struct conf_key conf_admitd_keys[] = {
 	  "a client with replies pending that takes none of them for this long is disconnected" },
 	{ "redis_pool", CT_INT, ADMITD_OFF(redis_pool), "2", 1, 64, CONF_F_REDIS,
 	  "connections to Redis" },
+	{ "redis_functions", CT_BOOL, ADMITD_OFF(redis_functions), "yes", 0, 0, CONF_F_REDIS,
+	  "load the scripts as one function library and FCALL them (Redis 7); no, or a Redis "
+	  "that refuses FUNCTION LOAD: EVALSHA" },
 	{ "fallback_pods", CT_INT, ADMITD_OFF(fallback_pods), "1", 1, 1000000, CONF_F_LIVE,
 	  "fallback_divisor = auto divides by this until a heartbeat has counted the daemons "
 	  "alive (a daemon started during an outage has seen none)" },

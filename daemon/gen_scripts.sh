@@ -45,3 +45,27 @@ for nm in $names; do echo "	\"$nm\","; done
 echo "	NULL"
 echo "};"
 echo "const size_t script_count = $n;"
+# The same scripts as one Redis function library (FUNCTION LOAD once per
+# node, then FCALL): the libraries are defined once, at load, and each
+# script becomes a function of (KEYS, ARGV). The library and function
+# names carry a checksum of the sources, so that two builds of admitd on
+# one Redis (a rolling update) each call their own.
+# shellcheck disable=SC2086
+sum=$(cat $libs $tops | cksum | cut -d' ' -f1)
+echo
+echo "const char script_library_name[] = \"admitd_$sum\";"
+echo "const char script_library[] ="
+printf '\t"#!lua name=admitd_%s\\n"\n' "$sum"
+# shellcheck disable=SC2086
+[ -z "$libs" ] || emit $libs
+for f in $tops; do
+	name=$(basename "$f" .lua)
+	printf '\t"redis.register_function(%sadmitd_%s_%s%s, function(KEYS, ARGV)\\n"\n' "'" "$sum" "$name" "'"
+	emit "$f"
+	printf '\t"end)\\n"\n'
+done
+printf "\t;\n"
+echo "const char *const script_functions[] = {"
+for nm in $names; do echo "	\"admitd_${sum}_$nm\","; done
+echo "	NULL"
+echo "};"

@@ -19,6 +19,16 @@ extern const char *const script_sources[];
 extern const char *const script_names[];
 extern const size_t script_count;
 
+/*
+ * script_library is every script as one Redis function library (for
+ * FUNCTION LOAD), named script_library_name; script_functions[i] is the
+ * function of script_sources[i] in it (for FCALL). Same scripts, same
+ * KEYS and ARGV: only how Redis is asked to run them differs.
+ */
+extern const char script_library_name[];
+extern const char script_library[];
+extern const char *const script_functions[];
+
 /* script_index - position of a script by name, or -1. */
 int script_index(const char *name);
 

@@ -117,7 +117,7 @@ elseif held == 1 and serialized and min_delay > 0 then
 end
 
 for i = 1, nrules do
-	local p, charge = strat_rule_arg(5 + (i - 1) * 5)
+	local p, charge = strat_rule_arg(ARGV, 5 + (i - 1) * 5)
 	if charge ~= 0 then strat_book_key(KEYS[3 + i], p, now, charge, pen == i) end
 end
 return held

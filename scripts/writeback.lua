@@ -71,7 +71,7 @@ if pen_in > 0 then extend(KEYS[4], 'penalty_until', now + pen_in) end
 
 for i = 1, nrules do
 	local b = 7 + (i - 1) * 6
-	local p, units = strat_rule_arg(b)
+	local p, units = strat_rule_arg(ARGV, b)
 	units = with_own(KEYS[5 + i], units, tonumber(ARGV[b + 6]))
 	if units ~= 0 then strat_book_key(KEYS[5 + i], p, now, units, true) end
 end

@@ -8,7 +8,8 @@
  *
  * Owns: every struct rp_call (its formatted command, its timer, its reply
  * until delivery), every node and its connections (rconn.c) with their
- * handshake (AUTH, SELECT, ROLE for Sentinel, SCRIPT LOAD, TIME), reconnect
+ * handshake (AUTH, SELECT, ROLE for Sentinel, FUNCTION LOAD, SCRIPT LOAD,
+ * TIME), FCALL or EVALSHA (sticky EVALSHA once a node refuses FUNCTION), reconnect
  * backoff, routing (master, or the owner of a call's slot), redirections
  * (MOVED, ASK, TRYAGAIN), and the delivery queue.
  *
@@ -50,9 +51,9 @@
 #define RP_PARK_TICK_MS		  5
 
 /* Handshake steps (the tag of a K_HS reply); SCRIPT LOAD i is HS_LOAD + i. */
-enum { HS_AUTH = 0, HS_SELECT, HS_ROLE, HS_TIME, HS_LOAD };
-static const char *const hs_names[] = { "authenticating", "selecting", "role", "timing",
-					"loading_scripts" };
+enum { HS_AUTH = 0, HS_SELECT, HS_ROLE, HS_TIME, HS_FLOAD, HS_LOAD };
+static const char *const hs_names[] = { "authenticating", "selecting",	       "role",
+					"timing",	  "loading_functions", "loading_scripts" };
 
 static void conn_connect(struct rp_conn *c);
 static void call_timer_cb(evutil_socket_t fd, short what, void *arg);
@@ -471,6 +472,11 @@ static bool conn_handshake(struct rp_conn *c)
 				  (void *)(uintptr_t)HS_ROLE);
 		c->hs_left++;
 	}
+	if (ok && p->fload_cmd != NULL && p->fcall >= 0) {
+		ok = rconn_send(c->rc, p->fload_cmd, p->fload_len, K_HS,
+				(void *)(uintptr_t)HS_FLOAD) == 0;
+		c->hs_left++;
+	}
 	for (size_t i = 0; ok && i < p->nscripts; i++) {
 		ok = rconn_send(c->rc, p->load_cmd[i], p->load_len[i], K_HS,
 				(void *)(uintptr_t)(HS_LOAD + i)) == 0;
@@ -551,6 +557,25 @@ static bool conn_hs_reply(struct rp_conn *c, unsigned step, const struct rval *v
 			 c->idx, hs_names[step < HS_LOAD ? step : HS_LOAD], fix,
 			 log_safe(v->s, buf, sizeof(buf)));
 		return false;
+	}
+	if (step == HS_FLOAD) {
+		/* Loaded, or loaded before (by this build on another connection,
+		 * or another pod): FCALL. Any other answer (Redis 6 has no
+		 * FUNCTION, an ACL may deny it): EVALSHA, for good. */
+		if (v->type == RV_STR ||
+		    (v->type == RV_ERR && strstr(v->s, "already exists") != NULL)) {
+			if (p->fcall == 0) {
+				p->fcall = 1;
+				log_info("redis functions loaded: calls use FCALL", "node=%s",
+					 c->node->name);
+			}
+		} else if (p->fcall >= 0) {
+			p->fcall = -1;
+			log_info("redis functions unavailable: calls use EVALSHA",
+				 "node=%s err=\"%s\"", c->node->name,
+				 v->type == RV_ERR ? log_safe(v->s, buf, sizeof(buf)) : "?");
+		}
+		return true;
 	}
 	if (v->type == RV_ERR) {
 		/* The server's message never contains the secret we sent. */
@@ -828,6 +853,18 @@ static void call_reply(struct rp_conn *c, struct rp_call *call, struct rval *v)
 				return;
 			}
 		}
+		if (call->fcall && !call->retried && strstr(v->s, "Function not found") != NULL) {
+			/* FUNCTION FLUSH (or a node that never had it): load the
+			 * library, then retry once on the same connection. */
+			call->retried = true;
+			log_info("redis function not found: loading the library", "node=%s conn=%d",
+				 c->node->name, c->idx);
+			if (rconn_send(c->rc, p->fload_cmd, p->fload_len, K_DISCARD, NULL) == 0 &&
+			    call_send(c, call) == 0) {
+				rval_free(v);
+				return;
+			}
+		}
 		if (p->topo == TOPO_CLUSTER && call_redirect(c, call, v)) {
 			rval_free(v);
 			return;
@@ -1018,6 +1055,12 @@ struct rpool *rpool_new(struct event_base *base, const struct rpool_conf *conf,
 		if (resp_format(3, argv, NULL, &p->load_cmd[i], &p->load_len[i]) != 0)
 			goto oom;
 	}
+	if (conf->library != NULL && conf->functions != NULL) {
+		const char *argv[3] = { "FUNCTION", "LOAD", conf->library };
+		if (resp_format(3, argv, NULL, &p->fload_cmd, &p->fload_len) != 0)
+			goto oom;
+		p->functions = conf->functions;
+	}
 	errpos = "event_new";
 	p->run_ev = event_new(base, -1, 0, run_cb, p);
 	p->park_ev = evtimer_new(base, park_cb, p);
@@ -1089,6 +1132,11 @@ static bool args_ok(size_t argc, const char *const *argv)
 	return argc <= (size_t)INT_MAX - 3 && (argc == 0 || argv != NULL);
 }
 
+bool rpool_functions(const struct rpool *p)
+{
+	return p->functions != NULL && p->fcall > 0;
+}
+
 int rpool_eval(struct rpool *p, size_t script, size_t nkeys, size_t argc, const char *const *argv,
 	       const size_t *argvlen, rpool_cb *cb, void *arg)
 {
@@ -1146,13 +1194,16 @@ int rpool_eval_multi(struct rpool *p, size_t ncalls, const struct rpool_call *ca
 	for (i = 0; i < ncalls; i++) {
 		const struct rpool_call *in = &calls[i];
 		char nk[24];
-		const char *prefix[3] = { "EVALSHA", p->sha[in->script], nk };
+		bool fc = rpool_functions(p);
+		const char *prefix[3] = { fc ? "FCALL" : "EVALSHA",
+					  fc ? p->functions[in->script] : p->sha[in->script], nk };
 		snprintf(nk, sizeof(nk), "%zu", in->nkeys);
 		built[i] = call_new(p, 3, prefix, in->argc, in->argv, in->argvlen,
 				    in->nkeys > 0 ? 0 : -1, in->cb, in->arg);
 		if (built[i] == NULL)
 			goto cleanup;
 		built[i]->script = in->script;
+		built[i]->fcall = fc;
 		built[i]->affinity = aff;
 	}
 	/* All queued before we return to the loop: each connection writes its
@@ -1242,6 +1293,8 @@ void rpool_free(struct rpool *p)
 			resp_free_cmd(p->load_cmd[i]);
 	free(p->load_cmd);
 	free(p->load_len);
+	if (p->fload_cmd != NULL)
+		resp_free_cmd(p->fload_cmd);
 	if (p->run_ev != NULL)
 		event_free(p->run_ev);
 	if (p->park_ev != NULL)

@@ -21,7 +21,8 @@
  * RP_TIMEOUT at the timer, its connection is freed (not politely closed) and
  * the late reply, if any, is swallowed. A call is never retried after a
  * timeout (a script that timed out may have run); NOSCRIPT is answered by
- * SCRIPT LOAD and one transparent retry. In a Cluster, MOVED and ASK are
+ * SCRIPT LOAD and one transparent retry, "Function not found" (FUNCTION
+ * FLUSH) by FUNCTION LOAD and one retry. In a Cluster, MOVED and ASK are
  * followed (at most 5 redirections) and TRYAGAIN retried after a short
  * pause, within the call's timeout: those replies say the script did not
  * run. A node that cannot be reached fails the calls for its keys only.
@@ -74,6 +75,14 @@ struct rpool_conf {
 	 * that came back). Called from the loop with rpool_new's state_arg.
 	 */
 	void (*on_node_up)(void *arg, const char *node);
+	/*
+	 * The same scripts as one function library (Redis 7: FUNCTION LOAD
+	 * once per node, then FCALL functions[i], nothing defined per call),
+	 * or NULL. Loaded at each connection's handshake; a node that refuses
+	 * it (Redis 6, an ACL) makes the pool use EVALSHA from then on.
+	 */
+	const char *library;
+	const char *const *functions;
 };
 
 /* One node, for status. */
@@ -99,6 +108,9 @@ struct rpool *rpool_new(struct event_base *base, const struct rpool_conf *conf,
 			const char *const *scripts, size_t nscripts,
 			void (*on_state)(void *arg, bool up), void *state_arg, char *err,
 			size_t errlen);
+
+/* rpool_functions - true while calls go as FCALL (the library loaded). */
+bool rpool_functions(const struct rpool *p);
 
 /* true when at least one connection is ready to take calls. */
 bool rpool_up(const struct rpool *p);

@@ -83,7 +83,8 @@ struct rp_call {
 	struct rval *reply;
 	bool completed; /* status known; queued for or past delivery */
 	bool delivered;
-	bool retried; /* NOSCRIPT retry used */
+	bool retried; /* NOSCRIPT (or function not found) retry used */
+	bool fcall;   /* sent as FCALL */
 	bool parked;
 	struct rp_call *next;	    /* done queue */
 	TAILQ_ENTRY(rp_call) plink; /* parked list */
@@ -103,6 +104,10 @@ struct rpool {
 	char (*sha)[RP_SHA_LEN + 1];
 	char **load_cmd; /* SCRIPT LOAD scripts[i], formatted */
 	size_t *load_len;
+	const char *const *functions; /* FCALL names; NULL: EVALSHA only */
+	char *fload_cmd;	      /* FUNCTION LOAD library, formatted */
+	size_t fload_len;
+	int fcall; /* 1: calls go as FCALL; 0: not known yet; -1: EVALSHA (sticky) */
 	struct tls_ctx *tls;
 	void (*on_state)(void *arg, bool up);
 	void (*on_node_up)(void *arg, const char *node);

@@ -305,11 +305,11 @@ local function strat_ttl_ms(p)
 end
 
 -- The rule whose four parameters (kind, amount, window_ms, burst) start at
--- ARGV[b + 1], and the units to book that follow them at ARGV[b + 5].
-local function strat_rule_arg(b)
-	return { kind = ARGV[b + 1], amount = tonumber(ARGV[b + 2]),
-		 window_ms = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]) },
-		tonumber(ARGV[b + 5])
+-- argv[b + 1], and the units to book that follow them at argv[b + 5].
+local function strat_rule_arg(argv, b)
+	return { kind = argv[b + 1], amount = tonumber(argv[b + 2]),
+		 window_ms = tonumber(argv[b + 3]), burst = tonumber(argv[b + 4]) },
+		tonumber(argv[b + 5])
 end
 
 -- Books units of rule p on its state hash key at now. The key lives for the

@@ -247,21 +247,27 @@ class Monitor:
         self.thread.join(5)
 
 
+SCRIPT_CMDS = ("EVALSHA", "FCALL")
+
+
 def evalsha_count(calls, sha=None, exclude=()):
+    """Script calls (EVALSHA by SHA or FCALL by function name; sha and
+    exclude name scripts as sets of both ids)."""
     return sum(1 for c, a, _ in calls
-               if c == "EVALSHA" and (sha is None or a == sha) and a not in exclude)
+               if c in SCRIPT_CMDS and (sha is None or a in sha)
+               and not any(a in x for x in exclude))
 
 
 def evalsha_stats(redis):
-    """INFO commandstats for EVALSHA: {"calls", "failed_calls", "rejected_calls"}."""
+    """INFO commandstats for the script calls, EVALSHA and FCALL summed:
+    {"calls", "failed_calls", "rejected_calls"}."""
     info = redis.command("INFO", "commandstats")
-    m = re.search(r"cmdstat_evalsha:(\S+)", info)
     out = {"calls": 0, "failed_calls": 0, "rejected_calls": 0}
-    if m:
+    for m in re.finditer(r"cmdstat_(?:evalsha|fcall):(\S+)", info):
         for kv in m.group(1).split(","):
             k, _, v = kv.partition("=")
             if k in out:
-                out[k] = int(v)
+                out[k] += int(v)
     return out
 
 
@@ -354,7 +360,7 @@ def capture_acquire_argv(mon, daemon, sha_acq, scope="tb", key="k0"):
     c.close()
     daemon._conns.remove(c)
     calls = [args for cmd, first, args in mon.between(a, mon.mark())
-             if cmd == "EVALSHA" and first == sha_acq]
+             if cmd in SCRIPT_CMDS and first in sha_acq]
     if len(calls) != 1:
         raise AssertionError("expected 1 acquire EVALSHA, saw %d" % len(calls))
     argv = list(calls[0])
@@ -532,9 +538,10 @@ class Sample:
         adm = max(admissions, 1)
         d = {
             "admissions": admissions,
-            "evalsha": delta("evalsha"), "evalsha_failed": delta("evalsha", "failed_calls"),
+            "evalsha": delta("evalsha") + delta("fcall"),
+            "evalsha_failed": delta("evalsha", "failed_calls") + delta("fcall", "failed_calls"),
             "redis_commands": cmds,
-            "redis_calls_per_adm": delta("evalsha") / adm,
+            "redis_calls_per_adm": (delta("evalsha") + delta("fcall")) / adm,
             "redis_cmds_per_adm": cmds / adm,
             "redis_cpu_us_per_adm": (rcpu - self.rcpu) * 1e6 / adm,
             "client_cpu_us_per_adm": (ccpu - self.ccpu) * 1e6 / adm,
@@ -714,7 +721,7 @@ class Bench:
             self.note(row, rep, "%d EVALSHA sent, commandstats says %d (%d failed)"
                       % (n, d["evalsha"], d["evalsha_failed"]))
         one = [a.replace("__rand_int__", "999999999999") for a in cmd[1:]]
-        reply = self.redis.command("EVALSHA", *one)
+        reply = self.redis.command(cmd[0], *one)
         if (reply[0] if isinstance(reply, list) else reply) != 1:
             self.note(row, rep, "the script refused right after the run: %r" % (reply,))
         d.update(rate=r["rps"], p50_us=r["p50_us"], p99_us=r["p99_us"], n=n)
@@ -1324,8 +1331,9 @@ def main():
                 r.skipped = skip_rlf
             if r.kind == "limits" and skip_limits:
                 r.skipped = skip_limits
-    shas = (sha1(embedded_script("acquire")), sha1(embedded_script("release")))
     conf = TB_SCOPE + NOREL_SCOPE + BOOKS_SCOPE + FIFO_SCOPE
+    if os.environ.get("BENCH_REDIS_FUNCTIONS", "yes") == "no":  # the lever, measured alone
+        conf = "[admitd]\nredis_functions = no\n" + conf
     t_start = time.monotonic()
     redis = RedisServer().start()
     started = []
@@ -1335,6 +1343,7 @@ def main():
     clean = False
     try:
         redis.command("SCRIPT", "FLUSH")
+        redis.command("FUNCTION", "FLUSH")
         pod_a = Admitd(conf, redis_url=redis.url).start()
         started.append(pod_a)
         pod_b = Admitd(conf, redis_url=redis.url).start()
@@ -1344,10 +1353,20 @@ def main():
         for d in (pod_a, pod_b):
             wait_for(lambda d=d: status(d)["backend"] == "redis", 10, "admitd to use redis")
         # The scripts the daemon loaded are byte for byte the ones we build.
-        exists = redis.command("SCRIPT", "EXISTS", *shas)
+        sha_pair = (sha1(embedded_script("acquire")), sha1(embedded_script("release")))
+        exists = redis.command("SCRIPT", "EXISTS", *sha_pair)
         if exists != [1, 1]:
             raise AssertionError("the daemon's scripts are not scripts/lib + scripts/*.lua "
                                  "as gen_scripts.sh builds them (SCRIPT EXISTS %s)" % exists)
+        # Each script's ids: its SHA, and its function when the library is loaded.
+        fnames = {}
+        for lib in redis.command("FUNCTION", "LIST"):
+            lib = dict(zip(lib[::2], lib[1::2]))
+            for fn in lib.get("functions", []):
+                name = dict(zip(fn[::2], fn[1::2]))["name"]
+                fnames[name.rsplit("_", 1)[-1]] = name
+        shas = tuple({sha} | ({fnames[n]} if n in fnames else set())
+                     for sha, n in zip(sha_pair, ("acquire", "release")))
         mon = Monitor(redis)
         acquire_argv = capture_acquire_argv(mon, pod_a, shas[0])
         counts = run_counts(redis, mon, pod_a, pod_b, shas, problems)

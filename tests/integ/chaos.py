@@ -287,6 +287,7 @@ def faults(redis, daemons, stop, rng, errors):
         elif what < 0.5:
             try:
                 redis.command("SCRIPT", "FLUSH")
+                redis.command("FUNCTION", "FLUSH")
             except Exception:
                 pass
         elif what < 0.7:

@@ -364,8 +364,9 @@ class MigrationTest(ClusterCase):
                 self.assertEqual(x[3]["backend"], "redis", (x[3], x[1] - span["t1"]))
 
     def test_script_flush_on_one_master_under_load(self):
-        # NOSCRIPT is per node: the scripts are loaded again there, and no
-        # request of any master is served from fallback or fails.
+        # A flush is per node: the function library (and the scripts) are
+        # loaded again there, and no request of any master is served from
+        # fallback or fails.
         by = self.rc.keys_by_master("mq", 1, prefix="flush")
         keys = [by[i][0] for i in range(3)]
         p = self.pods()
@@ -373,6 +374,7 @@ class MigrationTest(ClusterCase):
         def control():
             for _ in range(4):
                 time.sleep(0.4)
+                self.assertEqual(self.rc.nodes[1].command("FUNCTION", "FLUSH"), "OK")
                 self.assertEqual(self.rc.nodes[1].command("SCRIPT", "FLUSH"), "OK")
             time.sleep(0.5)
 
@@ -382,7 +384,7 @@ class MigrationTest(ClusterCase):
         self.assertAllRedis(replies)
         for k in keys:
             self.assertTrue([x for x in replies if x[4] == k and x[3].get("ok")], k)
-        self.assertIn("NOSCRIPT", p.logs())
+        self.assertIn("redis function not found: loading the library", p.logs())
 
 
 class NodeDownTest(ClusterCase):

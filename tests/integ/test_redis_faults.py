@@ -161,13 +161,23 @@ class OutageTest(FaultCase):
         # redis_timeout after the freeze.
         self.check_outage(cl, replies, t_down + 0.1 + SLACK, t_back, 10, 1.0)
 
+    def test_function_flush_under_load(self):
+        # FCALL (the default on Redis 7): "Function not found" is answered
+        # by loading the library again and one retry
+        self.flush_under_load("", "FUNCTION", "redis function not found: loading the library")
+
     def test_script_flush_under_load(self):
+        # EVALSHA (redis_functions = no, or Redis 6): NOSCRIPT is answered
+        # by SCRIPT LOAD and one retry
+        self.flush_under_load("redis_functions = no\n", "SCRIPT", "NOSCRIPT")
+
+    def flush_under_load(self, extra, what, logged):
         conf = "[scope tb]\nrule = requests token-bucket 50/1s burst=10\n"
-        with Pods(conf) as cl:
+        with Pods(conf, admitd_extra=extra) as cl:
             def control():
                 for _ in range(5):
                     time.sleep(0.4)
-                    self.assertEqual(cl.redis.command("SCRIPT", "FLUSH"), "OK")
+                    self.assertEqual(cl.redis.command(what, "FLUSH"), "OK")
                 time.sleep(0.4)
 
             replies, _ = self.load(cl, "tb", control)
@@ -192,8 +202,8 @@ class OutageTest(FaultCase):
                 if r.get("error") == "timeout" and r.get("rule") == "queue":
                     continue
                 self.assertEqual(r.get("rule"), "requests token-bucket 50/1s burst=10", r)
-        # NOSCRIPT was met and answered by a reload, never by an error.
-        self.assertIn("NOSCRIPT", logs)
+        # The flush was met and answered by a reload, never by an error.
+        self.assertIn(logged, logs)
         self.assertNotIn("redis error reply", logs)
         self.assertNotIn("redis call failed", logs)
 
@@ -222,7 +232,7 @@ class ErrorReplyTest(FaultCase):
         secret = "s3cret-pw-xyzzy"
         with RedisServer() as redis:
             redis.command("ACL", "SETUSER", "lim", "on", ">" + secret, "~*", "&*", "+@all",
-                          "-evalsha", "-eval")
+                          "-evalsha", "-eval", "-fcall")
             pw = write_secret(redis.tmp.path, "pw", secret)
             extra = "redis_user = lim\nredis_password_file = %s\n" % pw
             with Pods(self.QUOTA, n=1, admitd_extra=extra, redis=redis,
@@ -230,12 +240,38 @@ class ErrorReplyTest(FaultCase):
                 d = cl.daemons[0]
                 # Connected and authenticated (SCRIPT LOAD is allowed) ...
                 wait_backend(d, "redis", 5.0)
-                # ... but every EVALSHA is denied: served by the fallback.
+                # ... but every EVALSHA and FCALL is denied: served by the fallback.
                 self.assertFallbackQuota(self.probe(d, "q", 8))
                 self.assertEqual(status(d)["scopes"]["q"]["fallback_admitted"], 5)
                 log = d.stderr_text()
                 self.assertIn("NOPERM", log)
                 self.assertNotIn(secret, log)
+
+    def test_functions_denied_use_evalsha(self):
+        # An ACL without FUNCTION (or a Redis 6): the scripts run by EVALSHA,
+        # still decided by Redis
+        secret = "s3cret-pw-plugh"
+        with RedisServer() as redis:
+            redis.command("ACL", "SETUSER", "nf", "on", ">" + secret, "~*", "&*", "+@all",
+                          "-function", "-fcall")
+            pw = write_secret(redis.tmp.path, "pw", secret)
+            extra = "redis_user = nf\nredis_password_file = %s\n" % pw
+            with Pods(self.QUOTA, n=1, admitd_extra=extra, redis=redis,
+                      start_redis=False) as cl:
+                d = cl.daemons[0]
+                wait_backend(d, "redis", 5.0)
+                got = self.probe(d, "q", 6)
+                self.assertEqual([r.get("backend") for r in got[:5]], ["redis"] * 5, got)
+                self.assertEqual((got[5].get("error"), got[5].get("backend")),
+                                 ("limited", "redis"), got[5])
+                self.assertIn("redis functions unavailable: calls use EVALSHA", d.stderr_text())
+                calls = {}
+                for line in redis.command("INFO", "commandstats").splitlines():
+                    if line.startswith("cmdstat_"):
+                        name, rest = line[len("cmdstat_"):].split(":", 1)
+                        calls[name] = int(rest.split("calls=")[1].split(",")[0])
+                self.assertGreaterEqual(calls.get("evalsha", 0), 6, calls)
+                self.assertEqual(calls.get("fcall", 0), 0, calls)
 
     def test_script_error_takes_fallback(self):
         with Pods(self.QUOTA, n=1) as cl:

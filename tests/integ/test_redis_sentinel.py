@@ -54,16 +54,17 @@ EXTRA = "redis_timeout = 100ms\n"
 
 
 def evalsha_calls(server):
-    """EVALSHA calls server has run (executed, not rejected), or None when
-    it does not answer."""
+    """Script calls (EVALSHA and FCALL) server has run (executed, not
+    rejected), or None when it does not answer."""
     try:
         text = server.command("INFO", "commandstats")
     except (OSError, ConnectionError, harness.RedisError):
         return None
+    n = 0
     for line in text.splitlines():
-        if line.startswith("cmdstat_evalsha:"):
-            return int(line.split("calls=")[1].split(",")[0])
-    return 0
+        if line.startswith(("cmdstat_evalsha:", "cmdstat_fcall:")):
+            n += int(line.split("calls=")[1].split(",")[0])
+    return n
 
 
 def failover_under_load(test, sd, kind, pods, settle=6.0):

@@ -122,7 +122,8 @@ class FirstCallTest(unittest.TestCase):
             t_redis = None
             while True:
                 line = mon._reply()
-                if '"EVALSHA"' in line and '"first' in line.replace("{cc:", '"'):
+                if ('"EVALSHA"' in line or '"FCALL"' in line) and \
+                        '"first' in line.replace("{cc:", '"'):
                     args = [a.strip('"') for a in line.split(" ")]
                     # ... not_after, then the settlement record's TTL and
                     # reservation (a scope with a lease set has one)
