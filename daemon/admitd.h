@@ -65,6 +65,7 @@ struct waiter {
 	const char *last_rule;		     /* the rule of the last refusal, for `timeout` */
 	bool decided;			     /* a limiter has answered for it at least once */
 	bool inflight;			     /* a decision for it is out (alone or batched) */
+	bool canceled;			     /* its client canceled it: an admission is undone */
 	enum via last_via;		     /* ... and which one, for the refusal's "backend" */
 	char lease_id[LIM_LEASE_ID_LEN + 1]; /* booked under this id when admitted */
 	struct lim_tokens *reserve;	     /* tokens reserved up front, owned (names too) */
@@ -329,6 +330,12 @@ bool scopes_points_into(const struct admitd *ad, const struct conf *c);
 void waitq_add(struct waiter *w);
 void waitq_pump(struct kq *kq);
 void waitq_cancel(struct waiter *w);
+/*
+ * waitq_cancel_asked - the client's cancel of w (on a live connection): w is
+ * answered `canceled` now and spends nothing (an admission Redis is deciding
+ * now is undone when it comes back).
+ */
+void waitq_cancel_asked(struct waiter *w);
 void waitq_shutdown(struct kq *kq);
 /*
  * waitq_abort - answer w with error e now and drop it from its queue (a

@@ -1363,38 +1363,50 @@ static void rb_rollback_done(void *arg, const struct eng_settled *st UNUSED)
  * rolled-back booking still there (it may go through another connection).
  * q->res is the answer; q is finished here or when the last rollback is in.
  */
+/*
+ * Undo what target i of w booked in Redis under lease_id (next_booked and
+ * next_before: the pacing it set and replaced). With cb, true when cb will
+ * run once Redis has answered; otherwise (or when it cannot be sent now) the
+ * undo goes out alone, or waits in the queue until Redis takes calls again.
+ */
+static bool rb_rollback_target(struct backend *b, const struct waiter *w, size_t i,
+			       const char *lease_id, int64_t next_booked, int64_t next_before,
+			       eng_settled_cb *cb, void *arg)
+{
+	struct rb_rel *r = rb_rel_new(b, RB_M_ROLLBACK, RB_OP_ROLLBACK, lease_id);
+
+	if (r == NULL || !rb_rel_target(r, w->t[i].kq->sc->cs, w->t[i].cls, w->t[i].kq->key)) {
+		if (r != NULL)
+			rb_rel_free(r);
+		rb_failed(b, RB_OP_ROLLBACK, RP_CONN, NULL);
+		return false;
+	}
+	r->cost[0] = w->t[i].cost;
+	r->reserve = lim_tokens_dup(w->reserve, w->nreserve, &r->nreserve);
+	r->x1[0] = next_booked;
+	r->x2[0] = next_before;
+	r->cb = cb;
+	r->cb_arg = arg;
+	if (rb_rel_send(r))
+		return cb != NULL;
+	r->cb = NULL;
+	rb_queue(b, r, 0);
+	return false;
+}
+
 static void rb_rollback(struct rb_acq *q, bool wait)
 {
 	struct waiter *w = q->w;
-	struct rb_rel *r;
 	size_t i;
 
 	q->rollbacks = 1; /* held while they are sent: one may complete at once */
 	for (i = 0; i < w->nt; i++) {
 		if (q->r[i].out != RB_R_ADMITTED)
 			continue;
-		r = rb_rel_new(q->b, RB_M_ROLLBACK, RB_OP_ROLLBACK, q->lease_id);
-		if (r == NULL ||
-		    !rb_rel_target(r, w->t[i].kq->sc->cs, w->t[i].cls, w->t[i].kq->key)) {
-			if (r != NULL)
-				rb_rel_free(r);
-			rb_failed(q->b, RB_OP_ROLLBACK, RP_CONN, NULL);
-			continue;
-		}
-		r->cost[0] = w->t[i].cost;
-		r->reserve = lim_tokens_dup(w->reserve, w->nreserve, &r->nreserve);
-		r->x1[0] = q->r[i].next_booked;
-		r->x2[0] = q->r[i].next_before;
-		if (wait) {
-			r->cb = rb_rollback_done;
-			r->cb_arg = q;
-			q->rollbacks++;
-		}
-		if (!rb_rel_send(r)) {
-			if (wait)
-				q->rollbacks--;
-			rb_queue(q->b, r, 0); /* undone once Redis takes calls again */
-		}
+		q->rollbacks++;
+		if (!rb_rollback_target(q->b, w, i, q->lease_id, q->r[i].next_booked,
+					q->r[i].next_before, wait ? rb_rollback_done : NULL, q))
+			q->rollbacks--;
 	}
 	rb_rollback_done(q, NULL);
 }
@@ -1452,6 +1464,15 @@ static void rb_acq_done(struct rb_acq *q)
 			rb_rollback(q, false);
 		else
 			rb_acq_finish(q);
+		return;
+	}
+	if (res.admitted && w->canceled) {
+		/* Its client canceled it (or left) while Redis decided: nobody
+		 * will use the admission, so it is undone, not released. */
+		res.admitted = false;
+		res.booked = false;
+		q->res = res;
+		rb_rollback(q, false);
 		return;
 	}
 	q->res = res;
@@ -1596,7 +1617,13 @@ static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
 		m = (size_t)reply->a[0].i;
 		for (i = 0; i < q->n; i++) {
 			res[i].via = VIA_REDIS;
-			if (i < m) {
+			if (i < m && q->ws[i]->canceled) {
+				/* canceled while Redis decided: undone (a batch's
+				 * scope has no pacing to put back) */
+				rb_rollback_target(b, q->ws[i], 0, q->ws[i]->lease_id, 0, 0, NULL,
+						   NULL);
+				res[i].undecided = true;
+			} else if (i < m) {
 				res[i].admitted = true;
 				res[i].booked = lim_release_books(cs, t->cls);
 			} else if (i == m) {

@@ -19,6 +19,7 @@
 #include "engine.h"
 #include "log.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -603,6 +604,46 @@ static void op_reset(struct conn *c, struct request *rq)
 	}
 }
 
+/* Is the raw JSON id a the same value as the compact JSON b? */
+static bool ops_same_id(const char *a, const char *b)
+{
+	json_t *x, *y;
+	bool eq;
+
+	if (strcmp(a, b) == 0)
+		return true;
+	x = json_loads(a, JSON_DECODE_ANY, NULL);
+	y = json_loads(b, JSON_DECODE_ANY, NULL);
+	eq = x != NULL && y != NULL && json_equal(x, y);
+	json_decref(x);
+	json_decref(y);
+	return eq;
+}
+
+/*
+ * cancel: the waiting acquire of this connection whose id is "of" is
+ * answered `canceled` (it spends nothing), then the cancel says whether it
+ * found one. Only this connection's waiters can be named: an id is the
+ * client's own, not a handle on anyone else's wait.
+ */
+static void op_cancel(struct conn *c, struct request *rq)
+{
+	struct waiter *w, *found = NULL;
+	struct preply *r;
+
+	for (w = TAILQ_FIRST(&c->waiters); w != NULL && found == NULL; w = TAILQ_NEXT(w, conn_link))
+		if (w->id != NULL && ops_same_id(w->id, rq->of))
+			found = w;
+	if (found != NULL) {
+		log_debug("acquire canceled", "scope=%s key=\"%s\"", found->t[0].kq->sc->cs->name,
+			  found->t[0].kq->key);
+		waitq_cancel_asked(found);
+	}
+	r = preply_new(rq->id, true);
+	preply_bool(r, "found", found != NULL);
+	conn_send_reply(c, r);
+}
+
 static void op_ping(struct conn *c, struct request *rq)
 {
 	conn_send_reply(c, preply_new(rq->id, true));
@@ -613,7 +654,7 @@ static const struct op_entry op_table[OP__COUNT] = {
 	[OP_ACQUIRE] = { op_acquire },	 [OP_RELEASE] = { op_release },
 	[OP_PENALIZE] = { op_penalize }, [OP_STATUS] = { op_status },
 	[OP_PING] = { op_ping },	 [OP_RESET] = { op_reset },
-	[OP_INSPECT] = { op_inspect },
+	[OP_INSPECT] = { op_inspect },	 [OP_CANCEL] = { op_cancel },
 };
 
 void ops_dispatch(struct conn *c, const char *line, size_t len)

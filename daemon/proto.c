@@ -24,7 +24,7 @@
 static const char *const proto_op_names[OP__COUNT] = {
 	[OP_ACQUIRE] = "acquire", [OP_RELEASE] = "release", [OP_PENALIZE] = "penalize",
 	[OP_RESET] = "reset",	  [OP_INSPECT] = "inspect", [OP_STATUS] = "status",
-	[OP_PING] = "ping",
+	[OP_PING] = "ping",	  [OP_CANCEL] = "cancel",
 };
 
 /* ---- decoding ---- */
@@ -199,7 +199,7 @@ static enum admit_err proto_penalty(json_t *root, struct request *rq, char *msg,
 static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *msg, size_t msglen)
 {
 	json_t *op = json_object_get(root, "op"), *id = json_object_get(root, "id");
-	json_t *det;
+	json_t *det, *of;
 	bool has_lease;
 	int i;
 
@@ -238,6 +238,14 @@ static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *m
 		if (rq->ntargets != 1)
 			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "one scope and key");
 		return ADMIT_OK;
+	case OP_CANCEL:
+		if ((of = json_object_get(root, "of")) == NULL || json_is_null(of))
+			PROTO_FAIL(ADMIT_E_BAD_REQUEST,
+				   "\"of\" (the id of the acquire to cancel) is required");
+		rq->of = json_dumps(of, JSON_COMPACT | JSON_ENCODE_ANY);
+		if (rq->of == NULL)
+			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "unusable \"of\"");
+		return ADMIT_OK;
 	case OP_STATUS:
 	case OP_PING: return ADMIT_OK;
 	default: PROTO_FAIL(ADMIT_E_UNKNOWN_OP, "unknown op \"%.64s\"", json_string_value(op));
@@ -250,6 +258,7 @@ static void proto_request_init(struct request *rq)
 	 * their field is present, and read only then (has_*, counts). */
 	rq->op = -1;
 	rq->id = NULL;
+	rq->of = NULL;
 	rq->ntargets = 0;
 	rq->has_timeout = false;
 	rq->timeout_ms = 0;
@@ -410,7 +419,8 @@ bool proto_request_equal(const struct request *a, const struct request *b)
 	size_t i;
 
 	if (a->op != b->op || (a->id == NULL) != (b->id == NULL) ||
-	    (a->id != NULL && strcmp(a->id, b->id) != 0) || a->ntargets != b->ntargets ||
+	    (a->id != NULL && strcmp(a->id, b->id) != 0) || (a->of == NULL) != (b->of == NULL) ||
+	    (a->of != NULL && strcmp(a->of, b->of) != 0) || a->ntargets != b->ntargets ||
 	    a->has_timeout != b->has_timeout || a->timeout_ms != b->timeout_ms ||
 	    a->detach != b->detach || strcmp(a->lease, b->lease) != 0 || a->ntokens != b->ntokens ||
 	    a->nreserve != b->nreserve || a->penalty_ms != b->penalty_ms ||
@@ -434,6 +444,8 @@ void proto_request_clear(struct request *rq)
 {
 	free(rq->id);
 	rq->id = NULL;
+	free(rq->of);
+	rq->of = NULL;
 }
 
 bool proto_url_host(const char *url, char *host, size_t hostlen)

@@ -29,6 +29,7 @@ enum proto_op {
 	OP_PING,
 	OP_RESET,
 	OP_INSPECT,
+	OP_CANCEL,
 	OP__COUNT
 };
 
@@ -57,6 +58,7 @@ struct proto_token {
 struct request {
 	int op;		 /* enum proto_op; -1 before decoding */
 	char *id;	 /* raw JSON text of "id", malloc'd; NULL if none */
+	char *of;	 /* cancel: compact JSON of "of" (the acquire's id), malloc'd */
 	size_t ntargets; /* acquire, penalize: >= 1 */
 	struct proto_target targets[PROTO_MAX_TARGETS];
 	bool has_timeout;

@@ -246,7 +246,9 @@ static void waitq_deadline_cb(evutil_socket_t fd UNUSED, short what UNUSED, void
 		waitq_fail(w, ADMIT_E_TIMEOUT, 0, waitq_blame(w), "waited the whole budget");
 	}
 	if (waitq_in_flight(w)) {
-		/* The decision in flight finds conn NULL and cleans up. */
+		/* The decision in flight finds conn NULL and cleans up; an
+		 * admission nobody waits for is undone. */
+		w->canceled = true;
 		waitq_unlink_conn(w);
 		return;
 	}
@@ -560,12 +562,19 @@ void waitq_cancel(struct waiter *w)
 
 	if (w->conn != NULL)
 		kq->sc->canceled++;
+	w->canceled = true;
 	waitq_unlink_conn(w);
 	if (waitq_in_flight(w))
 		return;
 	waitq_remove(w);
 	if (was_head)
 		waitq_pump(kq);
+}
+
+void waitq_cancel_asked(struct waiter *w)
+{
+	conn_send_reply(w->conn, preply_error(w->id, ADMIT_E_CANCELED, NULL));
+	waitq_cancel(w);
 }
 
 void waitq_shutdown(struct kq *kq)

@@ -20,21 +20,22 @@
 #define ADMIT_DEFAULT_MAX_LINE (64 * 1024)
 
 /* ACTION(ENUM_SUFFIX, "wire_string", "what it means") */
-#define ADMIT_ERRORS(ACTION)                                                        \
-	ACTION(BAD_REQUEST, "bad_request", "malformed request")                     \
-	ACTION(UNKNOWN_OP, "unknown_op", "unknown op")                              \
-	ACTION(UNKNOWN_SCOPE, "unknown_scope", "no such scope in the conf")         \
-	ACTION(LINE_TOO_LONG, "line_too_long", "request line longer than max_line") \
-	ACTION(LIMITED, "limited", "not admitted now; retry after retry_after_ms")  \
-	ACTION(BUDGET_EXCEEDED, "budget_exceeded",                                  \
-	       "the wait needed is longer than the budget left")                    \
-	ACTION(TIMEOUT, "timeout", "waited the whole budget")                       \
-	ACTION(TOO_MANY_WAITERS, "too_many_waiters", "the wait queue is full")      \
-	ACTION(SHUTTING_DOWN, "shutting_down", "the daemon is stopping")            \
-	ACTION(UNAVAILABLE, "unavailable", "the limiter backend cannot decide")     \
-	ACTION(EXCEEDS_LIMIT, "exceeds_limit",                                      \
-	       "no wait can admit it: it asks more than the limit holds")           \
-	ACTION(FORBIDDEN, "forbidden", "this peer may not connect (allow_uids, allow_gids)")
+#define ADMIT_ERRORS(ACTION)                                                                 \
+	ACTION(BAD_REQUEST, "bad_request", "malformed request")                              \
+	ACTION(UNKNOWN_OP, "unknown_op", "unknown op")                                       \
+	ACTION(UNKNOWN_SCOPE, "unknown_scope", "no such scope in the conf")                  \
+	ACTION(LINE_TOO_LONG, "line_too_long", "request line longer than max_line")          \
+	ACTION(LIMITED, "limited", "not admitted now; retry after retry_after_ms")           \
+	ACTION(BUDGET_EXCEEDED, "budget_exceeded",                                           \
+	       "the wait needed is longer than the budget left")                             \
+	ACTION(TIMEOUT, "timeout", "waited the whole budget")                                \
+	ACTION(TOO_MANY_WAITERS, "too_many_waiters", "the wait queue is full")               \
+	ACTION(SHUTTING_DOWN, "shutting_down", "the daemon is stopping")                     \
+	ACTION(UNAVAILABLE, "unavailable", "the limiter backend cannot decide")              \
+	ACTION(EXCEEDS_LIMIT, "exceeds_limit",                                               \
+	       "no wait can admit it: it asks more than the limit holds")                    \
+	ACTION(FORBIDDEN, "forbidden", "this peer may not connect (allow_uids, allow_gids)") \
+	ACTION(CANCELED, "canceled", "the client canceled the wait (it spent nothing)")
 
 enum admit_err {
 	ADMIT_OK = 0,
