@@ -63,6 +63,8 @@ struct waiter {
 	struct event deadline_ev; /* in place: no timer is made per request */
 	bool deadline_set;
 	const char *last_rule;		     /* the rule of the last refusal, for `timeout` */
+	const struct kq *refused_by;	     /* ... and the target it came from */
+	struct lim_left left;		     /* the tightest limit at the last decision */
 	bool decided;			     /* a limiter has answered for it at least once */
 	bool inflight;			     /* a decision for it is out (alone or batched) */
 	bool canceled;			     /* its client canceled it: an admission is undone */

@@ -1338,8 +1338,41 @@ struct rb_acq {
 		int64_t retry;
 		long code;
 		int64_t next_booked, next_before;
+		struct lim_left left;
 	} r[PROTO_MAX_TARGETS];
 };
+
+/*
+ * What the acquire script's reply says is left of t's limits after its
+ * decision (reply[7..9]: leases, quota instants, the newest; then a, b, t
+ * per rule of the plan), folded into acc. A reply without it (a stale run)
+ * adds nothing.
+ */
+static void rb_left_parse(struct lim_left *acc, const struct rval *reply, const struct target_rt *t)
+{
+	const struct conf_scope *cs = t->kq->sc->cs;
+	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
+	struct strat_state few[8] = { { 0, 0, 0 } }, *rules = few;
+	size_t k, n = 9 + 3 * pl->nrules;
+
+	if (cs->shadow || reply->n < n)
+		return;
+	for (k = 3; k < n; k++)
+		if (reply->a[k].type != RV_INT)
+			return;
+	if (pl->nrules > sizeof(few) / sizeof(few[0]) &&
+	    (rules = calloc(pl->nrules, sizeof(*rules))) == NULL)
+		return;
+	for (k = 0; k < pl->nrules; k++) {
+		rules[k].a = reply->a[9 + 3 * k].i;
+		rules[k].b = reply->a[10 + 3 * k].i;
+		rules[k].t = reply->a[11 + 3 * k].i;
+	}
+	lim_left_scope(acc, cs, t->cls, LIM_WHOLE, rules, true, reply->a[6].i, reply->a[7].i,
+		       reply->a[8].i, reply->a[3].i);
+	if (rules != few)
+		free(rules);
+}
 
 /* Undo the targets of q that Redis admitted (another refused or failed). */
 static void rb_acq_finish(struct rb_acq *q)
@@ -1440,13 +1473,17 @@ static void rb_acq_done(struct rb_acq *q)
 		bool admitted = q->r[i].out == RB_R_ADMITTED;
 		if (admitted && lim_release_books(cs, w->t[i].cls))
 			res.booked = true;
-		eng_merge(&res, w->t[i].kq->sc, admitted, q->r[i].retry,
+		eng_merge(&res, w->t[i].kq, admitted, q->r[i].retry,
 			  lim_which_rule(cs, q->r[i].code), lim_which_slot(cs, q->r[i].code),
 			  q->r[i].retry < 0
 			      ? lim_which_limit(cs, w->t[i].cls, q->r[i].code, LIM_WHOLE)
 			      : 0);
 	}
 	eng_merge_end(&res);
+	for (i = 0; i < w->nt && !failed; i++)
+		if (q->r[i].left.has)
+			lim_left_fold(&res.left, q->r[i].left.remaining, q->r[i].left.capacity,
+				      q->r[i].left.reset_ms);
 	if (failed) {
 		bool admitted_any = false;
 		for (i = 0; i < w->nt; i++)
@@ -1509,6 +1546,8 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 		if (q->r[i].code == LIM_WHICH_STALE) {
 			rb_stale(q->b, RB_OP_ACQUIRE);
 			q->r[i].out = RB_R_STALE;
+		} else {
+			rb_left_parse(&q->r[i].left, reply, &q->w->t[i]);
 		}
 	} else {
 		if (st != RP_SHUTDOWN)
@@ -1614,9 +1653,13 @@ static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
 		for (i = 0; i < q->n; i++) /* it booked nothing: decide in process */
 			res[i] = eng_fallback(b->ad, q->ws[i], q->ws[i]->lease_id);
 	} else if (ok) {
+		struct lim_left left = { 0 };
 		m = (size_t)reply->a[0].i;
+		/* after the whole batch: each admitted one is told the least */
+		rb_left_parse(&left, reply, t);
 		for (i = 0; i < q->n; i++) {
 			res[i].via = VIA_REDIS;
+			res[i].left = left;
 			if (i < m && q->ws[i]->canceled) {
 				/* canceled while Redis decided: undone (a batch's
 				 * scope has no pacing to put back) */
@@ -1628,7 +1671,7 @@ static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
 				res[i].booked = lim_release_books(cs, t->cls);
 			} else if (i == m) {
 				long code = (long)reply->a[2].i;
-				eng_merge(&res[i], t->kq->sc, false, reply->a[1].i,
+				eng_merge(&res[i], t->kq, false, reply->a[1].i,
 					  lim_which_rule(cs, code), lim_which_slot(cs, code),
 					  reply->a[1].i < 0
 					      ? lim_which_limit(cs, t->cls, code, LIM_WHOLE)

@@ -19,9 +19,11 @@
 
 #include <event2/event.h>
 
-void eng_merge(struct eng_res *res, struct scope_rt *sc, bool admitted, int64_t retry,
-	       const char *rule, bool slot, int64_t limit)
+void eng_merge(struct eng_res *res, struct kq *kq, bool admitted, int64_t retry, const char *rule,
+	       bool slot, int64_t limit)
 {
+	struct scope_rt *sc = kq->sc;
+
 	if (admitted)
 		return;
 	if (sc->cs->shadow) {
@@ -35,6 +37,7 @@ void eng_merge(struct eng_res *res, struct scope_rt *sc, bool admitted, int64_t 
 		res->rule = rule;
 		res->slot_wait = slot;
 		res->limit = limit;
+		res->by = kq;
 	}
 	res->refused = true;
 }
@@ -45,6 +48,19 @@ void eng_merge_end(struct eng_res *res)
 	res->shadow_limited = res->admitted && res->shadow_rule != NULL;
 	if (res->shadow_limited)
 		res->rule = res->shadow_rule;
+}
+
+/* What the targets' tightest limit allows now, from the in-process state. */
+static void eng_left_local(struct eng_res *res, const struct target_rt *t, size_t nt,
+			   const struct lim_share *div, int64_t now)
+{
+	size_t i;
+
+	for (i = 0; i < nt; i++) {
+		struct lim_state *st = kq_lim(t[i].kq);
+		if (st != NULL && !t[i].kq->sc->cs->shadow)
+			lim_left_state(&res->left, st, t[i].kq->sc->cs, t[i].cls, div[i], now);
+	}
 }
 
 struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int64_t now,
@@ -75,12 +91,14 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 		d[i] = lim_check(st, t[i].kq->sc->cs, div[i], now, &rq);
 		if (!d[i].admitted && d[i].share_short && !t[i].kq->sc->cs->shadow)
 			res.share_short = true;
-		eng_merge(&res, t[i].kq->sc, d[i].admitted, d[i].retry_after_ms, d[i].rule,
-			  d[i].slot, d[i].limit);
+		eng_merge(&res, t[i].kq, d[i].admitted, d[i].retry_after_ms, d[i].rule, d[i].slot,
+			  d[i].limit);
 	}
 	eng_merge_end(&res);
-	if (!res.admitted)
+	if (!res.admitted) {
+		eng_left_local(&res, t, nt, div, now);
 		return res;
+	}
 	for (i = 0; i < nt; i++) {
 		struct lim_req rq = { .cls = t[i].cls,
 				      .cost = t[i].cost,
@@ -103,6 +121,7 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 		if (via == VIA_FALLBACK && ad->redis != NULL)
 			backend_owe(ad->redis, t[i].kq, t[i].cls, t[i].cost, reserve, nreserve);
 	}
+	eng_left_local(&res, t, nt, div, now);
 	return res;
 }
 

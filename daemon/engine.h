@@ -33,16 +33,18 @@ struct eng_res {
 	int64_t redis_after;	 /* ... which can book nothing after this (mono ms) */
 	const char *shadow_rule; /* eng_merge: the first shadow target's refusal */
 	bool share_short;	 /* fallback: this pod's share of a limit refused it */
+	const struct kq *by;	 /* refusals: the target whose limit decided */
+	struct lim_left left;	 /* what the tightest limit allows after this decision */
 };
 
 /*
- * eng_merge - fold one target's decision into res (which starts admitted):
+ * eng_merge - fold the decision of one target, kq's, into res (which starts admitted):
  * the refusal with the longest wait names the rule (never-passing -1 wins,
  * ties: the first); a shadow scope's refusal is counted and remembered but
  * refuses nothing. eng_merge_end settles res once every target is in.
  */
-void eng_merge(struct eng_res *res, struct scope_rt *sc, bool admitted, int64_t retry,
-	       const char *rule, bool slot, int64_t limit);
+void eng_merge(struct eng_res *res, struct kq *kq, bool admitted, int64_t retry, const char *rule,
+	       bool slot, int64_t limit);
 void eng_merge_end(struct eng_res *res);
 
 typedef void eng_cb(void *arg, const struct eng_res *r);

@@ -547,6 +547,93 @@ void lim_view(struct lim_state *st, const struct conf_scope *cs, int64_t now, in
 	*quota_oldest = st->quota_n > 0 ? lim_quota_at(st, 0) : 0;
 }
 
+int64_t lim_units_left(const struct strat_state *st, const struct strat_params *p, int64_t now,
+		       int64_t cap, int64_t floor)
+{
+	int64_t lo, hi = cap, guess;
+
+	if (cap <= 0 || !strat_check(st, p, now, 1, floor).allowed)
+		return 0;
+	/* What a counter holds is usually the answer: two checks confirm it. */
+	guess = cap - strat_used(st, p, now);
+	if (guess >= 1 && guess <= cap && strat_check(st, p, now, guess, floor).allowed &&
+	    (guess == cap || !strat_check(st, p, now, guess + 1, floor).allowed))
+		return guess;
+	lo = 1;
+	while (lo < hi) { /* the largest cost that fits: fits() is monotone */
+		int64_t mid = lo + (hi - lo + 1) / 2;
+		if (strat_check(st, p, now, mid, floor).allowed)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+void lim_left_fold(struct lim_left *acc, int64_t remaining, int64_t capacity, int64_t reset_ms)
+{
+	if (capacity <= 0)
+		return;
+	if (remaining < 0)
+		remaining = 0;
+	if (reset_ms < 0)
+		reset_ms = 0;
+	/* a smaller part of its capacity left; doubles: the products can pass int64 */
+	if (acc->has &&
+	    (double)remaining * (double)acc->capacity >= (double)acc->remaining * (double)capacity)
+		return;
+	acc->has = true;
+	acc->remaining = remaining;
+	acc->capacity = capacity;
+	acc->reset_ms = reset_ms;
+}
+
+void lim_left_scope(struct lim_left *acc, const struct conf_scope *cs, const struct conf_class *cls,
+		    struct lim_share sh, const struct strat_state *rules, bool by_plan,
+		    int64_t leases, int64_t quota_used, int64_t quota_newest, int64_t now)
+{
+	static const struct strat_state fresh;
+	const struct conf_plan *pl = conf_plan_of(cs, cls);
+	int64_t floor = cls != NULL ? cls->floor : 0, held = leases > 0 ? cs->lease_ttl_ms : 0;
+	size_t k;
+
+	if (cs->cluster_concurrency > 0)
+		lim_left_fold(acc, lim_which_limit(cs, cls, LIM_WHICH_CLUSTER, sh) - leases,
+			      lim_which_limit(cs, cls, LIM_WHICH_CLUSTER, sh), held);
+	if (cs->quota > 0) {
+		int64_t cap = lim_which_limit(cs, cls, LIM_WHICH_QUOTA, sh);
+		lim_left_fold(acc, cap - quota_used, cap,
+			      quota_used > 0 ? quota_newest + cs->quota_window_ms - now : 0);
+	}
+	for (k = 0; k < pl->nrules; k++) {
+		size_t i = pl->rules[k];
+		const struct conf_rule *rule = &cs->rules[i];
+		const struct strat_state *st = rules == NULL ? &fresh : &rules[by_plan ? k : i];
+		int64_t cap = lim_which_limit(cs, cls, (long)i, sh);
+		struct strat_params sp;
+		struct strat_result full;
+
+		if (rule->meter == METER_CONCURRENCY) {
+			lim_left_fold(acc, cap - leases, cap, held);
+			continue;
+		}
+		sp = lim_rule_params(rule, sh);
+		full = strat_check(st, &sp, now, cap, floor);
+		lim_left_fold(acc, lim_units_left(st, &sp, now, cap, floor), cap,
+			      full.allowed ? 0 : full.retry_after_ms);
+	}
+}
+
+void lim_left_state(struct lim_left *acc, struct lim_state *st, const struct conf_scope *cs,
+		    const struct conf_class *cls, struct lim_share sh, int64_t now)
+{
+	int64_t leases, used, oldest;
+
+	lim_view(st, cs, now, &leases, &used, &oldest);
+	lim_left_scope(acc, cs, cls, sh, st->rules, false, leases, used,
+		       used > 0 ? lim_quota_at(st, (size_t)used - 1) : 0, now);
+}
+
 void lim_spent(struct lim_state *st, const struct conf_scope *cs, int64_t now, int64_t *quota_n,
 	       int64_t *units)
 {

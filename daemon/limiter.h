@@ -263,6 +263,43 @@ void lim_reset(struct lim_state *st);
 /* lim_idle - true when the state is indistinguishable from a fresh one. */
 bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now);
 
+/*
+ * What the tightest limit of some targets still allows: the one whose
+ * remaining is the smallest part of its capacity (ties: the first seen).
+ * remaining is in its meter's units (requests or tokens; leases for a cap);
+ * reset_ms is when it is full again: a rate rule's refill or window, the
+ * newest quota instant's leaving the window; for a cap, the lease_ttl that
+ * bounds the leases it holds (a release frees a slot sooner).
+ */
+struct lim_left {
+	bool has; /* some limit counts: rules, quota or a cap */
+	int64_t remaining, reset_ms, capacity;
+};
+
+/* lim_units_left - the most units one request could take from rule counter st now (0..cap). */
+int64_t lim_units_left(const struct strat_state *st, const struct strat_params *p, int64_t now,
+		       int64_t cap, int64_t floor);
+
+/*
+ * lim_left_fold - fold one limit (remaining of capacity, full in reset_ms)
+ * into acc, keeping the tightest.
+ */
+void lim_left_fold(struct lim_left *acc, int64_t remaining, int64_t capacity, int64_t reset_ms);
+
+/*
+ * lim_left_scope - fold every limit of (cs, cls) into acc, given its counters
+ * (rules: by conf rule index, or with by_plan in the order of the class's
+ * plan; NULL: all fresh), the leases in its lease set, the quota instants in
+ * the window and the newest of them, at now.
+ */
+void lim_left_scope(struct lim_left *acc, const struct conf_scope *cs, const struct conf_class *cls,
+		    struct lim_share sh, const struct strat_state *rules, bool by_plan,
+		    int64_t leases, int64_t quota_used, int64_t quota_newest, int64_t now);
+
+/* lim_left_state - lim_left_scope over the in-process state st. */
+void lim_left_state(struct lim_left *acc, struct lim_state *st, const struct conf_scope *cs,
+		    const struct conf_class *cls, struct lim_share sh, int64_t now);
+
 /* lim_rule_params - a rule's strategy params with the divisor applied. */
 struct strat_params lim_rule_params(const struct conf_rule *r, struct lim_share sh);
 

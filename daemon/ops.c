@@ -477,25 +477,6 @@ static void op_status(struct conn *c, struct request *rq)
 	conn_send_reply(c, r);
 }
 
-/* The most units one request could take from rule counter st now (0..cap). */
-static int64_t ops_remaining(const struct strat_state *st, const struct strat_params *p,
-			     int64_t now, int64_t cap, int64_t floor)
-{
-	int64_t lo = 0, hi = cap;
-
-	if (cap <= 0 || !strat_check(st, p, now, 1, floor).allowed)
-		return 0;
-	lo = 1;
-	while (lo < hi) { /* the largest cost that fits: fits() is monotone */
-		int64_t mid = lo + (hi - lo + 1) / 2;
-		if (strat_check(st, p, now, mid, floor).allowed)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
-}
-
 static void op_inspect_done(void *arg, const struct eng_insp *in)
 {
 	struct op_pend *p = arg;
@@ -544,7 +525,7 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 			preply_int(r, "remaining", cap > in->leases ? cap - in->leases : 0);
 		} else {
 			full = strat_check(st, &sp, in->now, cap, floor);
-			preply_int(r, "remaining", ops_remaining(st, &sp, in->now, cap, floor));
+			preply_int(r, "remaining", lim_units_left(st, &sp, in->now, cap, floor));
 			preply_int(r, "full_in_ms", full.allowed ? 0 : full.retry_after_ms);
 		}
 		preply_pop(r);

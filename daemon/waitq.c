@@ -102,6 +102,49 @@ static void waitq_remove(struct waiter *w)
 	"redis is down, and this pod's fallback share of the limit (the limit divided among " \
 	"the pods alive, so that the shares add up to it) is too small for the request now"
 
+/*
+ * "target": which of w's targets refused it (its limit decided): the index
+ * into the request's targets, its scope and key. The first target when the
+ * refusal came from the queue (the first target's key).
+ */
+static void waitq_put_target(struct preply *r, const struct waiter *w)
+{
+	const struct kq *by = w->refused_by;
+	size_t i;
+
+	for (i = 0; i < w->nt && w->t[i].kq != by; i++)
+		;
+	if (i == w->nt)
+		i = 0;
+	preply_push(r, "target");
+	preply_int(r, "index", (int64_t)i);
+	preply_str(r, "scope", w->t[i].kq->sc->cs->name);
+	preply_str(r, "key", w->t[i].kq->key);
+	preply_pop(r);
+}
+
+/*
+ * "remaining", "reset_ms": what the tightest limit allowed at w's last
+ * decision, or this pod's max_concurrent (its leases held here now).
+ */
+static void waitq_put_left(struct preply *r, const struct waiter *w)
+{
+	struct lim_left left = w->left;
+	size_t i;
+
+	for (i = 0; i < w->nt; i++) {
+		const struct kq *kq = w->t[i].kq;
+		int64_t maxc = kq->sc->cs->max_concurrent;
+		if (maxc > 0 && !kq->sc->cs->shadow)
+			lim_left_fold(&left, maxc - kq->held, maxc,
+				      kq->held > 0 ? kq->sc->cs->lease_ttl_ms : 0);
+	}
+	if (!left.has)
+		return;
+	preply_int(r, "remaining", left.remaining);
+	preply_int(r, "reset_ms", left.reset_ms);
+}
+
 /* Answer a waiter with an error (if its client is still there). */
 static void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, const char *rule,
 		       const char *msg)
@@ -120,8 +163,11 @@ static void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, con
 	if (retry_ms > 0 ||
 	    (retry_ms == 0 && (e == ADMIT_E_LIMITED || e == ADMIT_E_BUDGET_EXCEEDED)))
 		preply_int(r, "retry_after_ms", retry_ms);
-	if (rule != NULL)
+	if (rule != NULL) {
 		preply_str(r, "rule", rule);
+		waitq_put_target(r, w);
+	}
+	waitq_put_left(r, w);
 	if (w->decided)
 		preply_str(r, "backend", via_name(w->last_via));
 	conn_send_reply(w->conn, r);
@@ -143,6 +189,8 @@ static void waitq_exceeds(struct waiter *w, const struct eng_res *res)
 	if (res->rule != NULL)
 		preply_str(r, "rule", res->rule);
 	preply_int(r, "limit", res->limit);
+	waitq_put_target(r, w);
+	waitq_put_left(r, w);
 	preply_str(r, "backend", via_name(res->via));
 	conn_send_reply(w->conn, r);
 }
@@ -195,6 +243,7 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 	preply_str(r, "lease", l->handle);
 	preply_int(r, "waited_ms", now - w->start_ms);
 	preply_str(r, "backend", via_name(res->via));
+	waitq_put_left(r, w);
 	if (res->shadow_limited) {
 		preply_bool(r, "shadow_limited", true);
 		preply_str(r, "rule", res->rule);
@@ -212,8 +261,11 @@ static const char *waitq_blame(struct waiter *w)
 
 	if (w->last_rule != NULL)
 		return w->last_rule;
-	if (head != NULL && head->last_rule != NULL)
+	w->refused_by = NULL;
+	if (head != NULL && head->last_rule != NULL) {
+		w->refused_by = head->refused_by;
 		return head->last_rule;
+	}
 	return LIM_RULE_QUEUE;
 }
 
@@ -330,6 +382,7 @@ static bool waitq_sem_free(struct waiter *w, bool *own, const char **rule)
 		    w->t[i].kq->held + w->t[i].kq->pending >= cs->max_concurrent) {
 			*own = i == 0;
 			*rule = LIM_RULE_MAX_CONCURRENT;
+			w->refused_by = w->t[i].kq;
 			return false;
 		}
 	}
@@ -410,6 +463,9 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 
 	w->decided = true;
 	w->last_via = res->via;
+	if (!res->admitted)
+		w->refused_by = res->by;
+	w->left = res->left;
 	if (res->admitted) {
 		waitq_admit(w, res, now);
 		waitq_remove(w);

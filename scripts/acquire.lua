@@ -36,7 +36,9 @@
 -- the scope, -6 stale (ran after not_after), -7 min_delay while a lease of
 -- a serialized scope is held (a wait for a slot). next_at_booked is the next_at
 -- this admission set (0: it set none) and next_at_before what it replaced,
--- so that a rollback can put the pacing back exactly.
+-- so that a rollback can put the pacing back exactly. Then what is left
+-- after the decision: leases in the set, quota instants in the window, the
+-- newest of them (0: none), and per rule its counter a, b, t.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -195,8 +197,32 @@ if not admitted and count > 1 then
 elseif not admitted then
 	count = 0
 end
+-- What is left after this decision, for the reply's remaining and reset_ms:
+-- the lease set's and quota's counts, the newest quota instant, then each
+-- rule's counter (a, b, t; zeros for a concurrency rule).
+local function left(out, n_admitted)
+	local newest = 0
+	if quota > 0 and n_admitted > 0 then
+		newest = now
+	elseif quota > 0 and nquota > 0 then
+		newest = tonumber(redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')[2]) or 0
+	end
+	out[7], out[8], out[9] = nleases, nquota, newest
+	local k = 10
+	for i = 1, nrules do
+		local st = rules[i].st
+		if st then
+			out[k], out[k + 1], out[k + 2] = st.a, st.b, st.t
+		else
+			out[k], out[k + 1], out[k + 2] = 0, 0, 0
+		end
+		k = k + 3
+	end
+	return out
+end
+
 if count == 0 then
-	return { 0, wait, code, now }
+	return left({ 0, wait, code, now, 0, 0 }, 0)
 end
 
 -- Book everything (lim_book). Every key gets a TTL bounded by what it holds.
@@ -238,12 +264,12 @@ for i = 1, nrules do
 		redis.call('PEXPIRE', r.key, strat_ttl_prepared(r.ops, r.np))
 	end
 end
+if track then nleases = nleases + count end
+if quota > 0 then nquota = nquota + count end
 if count < asked then
-	if track then nleases = nleases + count end
-	if quota > 0 then nquota = nquota + count end
 	admitted, wait, code = check(1)
 	if admitted then wait, code = 0, -1 end -- cannot be: count was the most
 else
 	wait, code = 0, -1
 end
-return { count, wait, code, now, next_booked, next_before }
+return left({ count, wait, code, now, next_booked, next_before }, count)
