@@ -14,7 +14,7 @@
 #include <math.h>
 #include <string.h>
 
-#define ADAPT_TTL_MIN_MS (10 * 60 * 1000LL)
+#define ADAPT_TTL_MIN_MS    (10 * 60 * 1000LL)
 #define ADAPT_TTL_INTERVALS 60
 
 int64_t adapt_amount(const struct adapt_state *st, const struct adapt_params *p)

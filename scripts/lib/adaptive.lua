@@ -94,10 +94,12 @@ local function adapt_arg(argv, b)
 		 step = tonumber(argv[b + 4]), interval_ms = tonumber(argv[b + 5]) }
 end
 
--- The key's adaptive hash sits beside its state hash (same hash tag, so the
--- same slot): PREFIX:{SCOPE:KEY}:a for PREFIX:{SCOPE:KEY}:s.
-local function adapt_key(state_key)
-	return string.sub(state_key, 1, -2) .. 'a'
+-- The key's adaptive hash sits beside its other keys (same hash tag, so the
+-- same slot): PREFIX:{SCOPE:KEY}:a for any PREFIX:{SCOPE:KEY}:SUFFIX (the
+-- state hash, a rule's hash). The suffixes hold no '}', so the last '}:' is
+-- the one that ends the tag, whatever the key holds.
+local function adapt_key(key)
+	return string.match(key, '^(.*}:)') .. 'a'
 end
 
 local function adapt_read(key)

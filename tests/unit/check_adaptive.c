@@ -105,7 +105,8 @@ START_TEST(test_vector)
 			bool changed;
 
 			ck_assert_msg(oc >= 0, "%s: outcome %s", what, o ? o : "(none)");
-			changed = adapt_apply(&st, &p, jint(step, "now", 0), (enum adapt_outcome)oc);
+			changed =
+			    adapt_apply(&st, &p, jint(step, "now", 0), (enum adapt_outcome)oc);
 			ck_assert_msg(changed == json_is_true(json_object_get(exp, "changed")),
 				      "%s: changed %d", what, changed);
 			ck_assert_msg(st.amt == want.amt && st.td == want.td && st.tc == want.tc &&
