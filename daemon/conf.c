@@ -243,7 +243,7 @@ static const struct conf_key conf_scope_keys[] = {
 	{ "adaptive_floor", CT_ADAPT_FLOOR, SCOPE_OFF(adaptive_floor_n), NULL, 0, 0, 0,
 	  "N/W: the least rate adaptive lowers a key to (required with adaptive = yes; below "
 	  "the first requests rule's rate)" },
-	{ "adaptive_decrease", CT_DOUBLE, SCOPE_OFF(adaptive_decrease), "0.75", 0, 1, 0,
+	{ "adaptive_decrease", CT_DOUBLE, SCOPE_OFF(adaptive_decrease), "0.8", 0, 1, 0,
 	  "a limited outcome multiplies the key's amount by this (above 0, below 1), at most "
 	  "once per adaptive_interval" },
 	{ "adaptive_increase", CT_ADAPT_STEP, SCOPE_OFF(adaptive_increase_pct), "2%", 0, 0, 0,
