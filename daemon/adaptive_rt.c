@@ -74,7 +74,7 @@ static void adrt_sum_key(void *arg, const char *key, void *val)
 	s->n++;
 }
 
-bool adrt_scope_mean(struct scope_rt *sc, int64_t *mean_milli, size_t *nkeys)
+bool adrt_scope_mean(const struct scope_rt *sc, int64_t *mean_milli, size_t *nkeys)
 {
 	struct adrt_sum s = { .cs = sc->cs };
 

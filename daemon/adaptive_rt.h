@@ -47,7 +47,7 @@ void adrt_mirror(struct kq *kq, int64_t amt);
  * daemon holds (milli-units; the ceiling when it holds none), and how many.
  * false when the scope is not adaptive.
  */
-bool adrt_scope_mean(struct scope_rt *sc, int64_t *mean_milli, size_t *nkeys);
+bool adrt_scope_mean(const struct scope_rt *sc, int64_t *mean_milli, size_t *nkeys);
 
 /* adrt_status - the "adaptive" object of sc's entry in a status reply (adaptive scopes). */
 void adrt_status(struct preply *r, struct scope_rt *sc);
