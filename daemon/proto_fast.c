@@ -132,9 +132,9 @@ static int pf_field_of(const char *k, size_t n)
 {
 	int f;
 
-	/* the first letter tells the fields apart but for cost and class */
+	/* the first letter tells the fields apart but for cost and class, op and outcome */
 	switch (n > 0 ? k[0] : 0) {
-	case 'o': f = PF_OP; break;
+	case 'o': f = n == 2 ? PF_OP : PF_OUTCOME; break;
 	case 'i': f = PF_ID; break;
 	case 's': f = PF_SCOPE; break;
 	case 'k': f = PF_KEY; break;
