@@ -39,7 +39,7 @@ adaptive_floor = 1/1s
 """
 
 PLOT = """
-set terminal pngcairo size 900,420 font ",10"
+set terminal pngcairo size 900,420 font ",10" noenhanced
 set output "{out}"
 set title "adaptive: three admitd, 24 crawlers, nginx limit_req (the scope says 60/s)"
 set xlabel "seconds"
