@@ -20,6 +20,7 @@
 #include "admit_top.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -197,6 +198,46 @@ static void top_row(char *line, size_t *len, const struct admit_result *cur,
 	}
 }
 
+/*
+ * The adaptive scopes' learned amounts, one line each after the table (none
+ * when no scope adapts): read from the status reply's raw line, where each
+ * such scope has "adaptive" (the mean over the daemon's keys).
+ */
+static void top_adaptive(const struct admit_result *cur, int w,
+			 void (*emit)(void *ctx, const char *line), void *ctx)
+{
+	char line[TOP_LINE_MAX];
+	json_t *root, *scopes, *sc, *ad;
+	const char *name;
+	bool head = false;
+	size_t len;
+
+	if (cur->raw == NULL || (root = json_loads(cur->raw, 0, NULL)) == NULL)
+		return;
+	scopes = json_object_get(root, "scopes");
+	json_object_foreach (scopes, name, sc) {
+		long long milli, ceil, keys;
+		ad = json_object_get(sc, "adaptive");
+		if (!json_is_object(ad))
+			continue;
+		milli = (long long)json_integer_value(json_object_get(ad, "amount_milli"));
+		ceil = (long long)json_integer_value(json_object_get(ad, "ceiling"));
+		keys = (long long)json_integer_value(json_object_get(ad, "keys"));
+		if (!head) {
+			len = 0;
+			top_cell(line, &len, "%-*s %s", w, "ADAPTIVE",
+				 "amount (mean over this daemon's keys) of the ceiling");
+			emit(ctx, line);
+			head = true;
+		}
+		len = 0;
+		top_cell(line, &len, "%-*.*s %lld.%01lld of %lld (%lld keys)", w, w, name,
+			 milli / 1000, (milli % 1000) / 100, ceil, keys);
+		emit(ctx, line);
+	}
+	json_decref(root);
+}
+
 void top_table(const struct admit_result *cur, const struct admit_result *prev,
 	       void (*emit)(void *ctx, const char *line), void *ctx)
 {
@@ -228,6 +269,7 @@ void top_table(const struct admit_result *cur, const struct admit_result *prev,
 			(double)(now - then) / 1000.0);
 		emit(ctx, line);
 	}
+	top_adaptive(cur, w < 8 ? 8 : w, emit, ctx);
 }
 
 /* ---- the live view ---- */

@@ -117,6 +117,7 @@ struct lease {
 	 * settles, for one more lease_ttl (then it is forgotten).
 	 */
 	bool expired;
+	int outcome; /* enum adapt_outcome its release reports (ADAPT_NONE: none) */
 };
 
 /*

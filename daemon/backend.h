@@ -49,6 +49,14 @@ bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n
 bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens *tokens,
 		     size_t ntokens);
 
+/*
+ * backend_outcome - send only l's release outcome to Redis, for its adaptive
+ * targets (a release with nothing else to settle there). true when sent;
+ * false when Redis cannot take it now (nothing is queued: the caller
+ * applies the outcome in process).
+ */
+bool backend_outcome(struct backend *b, struct lease *l);
+
 /* One target of a lease this daemon does not hold (keys are copied). */
 struct be_target {
 	const struct conf_scope *cs;

@@ -34,6 +34,8 @@
 
 #include "backend.h"
 
+#include "adaptive_rt.h"
+
 #include "clock.h"
 #include "log.h"
 #include "redis_url.h"
@@ -425,6 +427,16 @@ static void rb_saw_time(struct backend *b, long long redis_ms)
 	b->offset_known = true;
 }
 
+/* The five params of an adaptive scope, as scripts/lib/adaptive.lua's adapt_arg reads them. */
+static void rb_adapt_args(struct rargs *a, const struct conf_scope *cs)
+{
+	rargs_int(a, cs->adapt.ceil);
+	rargs_int(a, cs->adapt.floor);
+	rargs_int(a, cs->adapt.factor);
+	rargs_int(a, cs->adapt.step);
+	rargs_int(a, cs->adapt.interval_ms);
+}
+
 /* KEYS and ARGV of acquire.lua for one target (see the script's header). */
 static void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 			    const char *lease_id, size_t count, int64_t not_after,
@@ -476,12 +488,18 @@ static void rb_acquire_args(struct rargs *a, struct backend *b, const struct tar
 		lease_id_claim(reserve, nreserve, claim, sizeof(claim));
 		rargs_int(a, cs->lease_ttl_ms + RB_GRACE_MS(cs));
 		rargs_str(a, claim);
+	} else if (cs->adaptive) {
+		rargs_int(a, 0); /* no settlement record: the adaptive params follow */
+		rargs_str(a, "");
 	}
+	if (cs->adaptive)
+		rb_adapt_args(a, cs);
 }
 
 /* The modes of release.lua (see its header). */
-enum rb_mode { RB_M_RELEASE = 0, RB_M_ROLLBACK, RB_M_RECONCILE, RB_M_REBOOK };
-static const char *const rb_mode_names[] = { "release", "rollback", "reconcile", "rebook" };
+enum rb_mode { RB_M_RELEASE = 0, RB_M_ROLLBACK, RB_M_RECONCILE, RB_M_REBOOK, RB_M_OUTCOME };
+static const char *const rb_mode_names[] = { "release", "rollback", "reconcile", "rebook",
+					     "outcome" };
 
 /*
  * KEYS and ARGV of release.lua for one target. A release charges the token
@@ -496,6 +514,7 @@ struct rb_settle {
 	size_t ntokens, nreserve;
 	bool own;	   /* sent by the daemon that issued the lease */
 	const char *claim; /* the reservation the handle names (lease_id_claim) */
+	int outcome;	   /* enum adapt_outcome the release reports */
 };
 
 static void rb_release_args(struct rargs *a, const struct backend *b, const struct be_target *t,
@@ -537,6 +556,12 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 	rargs_int(a, se->own ? 1 : 0);
 	rargs_str(a, se->claim != NULL ? se->claim : "");
 	rargs_int(a, RB_GRACE_MS(cs));
+	if (cs->adaptive && (mode == RB_M_RELEASE || mode == RB_M_OUTCOME)) {
+		rargs_str(a, se->outcome == ADAPT_OK	    ? "ok"
+			     : se->outcome == ADAPT_LIMITED ? "limited"
+							    : "");
+		rb_adapt_args(a, cs);
+	}
 }
 
 /* ---- failures ---- */
@@ -621,6 +646,8 @@ struct rb_rel {
 	int attempts;
 	size_t nreserve;
 	struct lim_tokens *reserve; /* owned copy, or NULL */
+	int outcome;		    /* release: enum adapt_outcome, for adaptive targets */
+	bool outcome_only;	    /* release: nothing to settle, only the outcome */
 	/* in flight */
 	size_t pending;
 	bool unknown; /* a target's outcome is unknown */
@@ -694,11 +721,28 @@ static bool rb_rel_target(struct rb_rel *r, const struct conf_scope *cs,
 	return true;
 }
 
+/* An adaptive target of a release that reports an outcome it moves on. */
+static bool rb_rel_adapts(const struct rb_rel *r, const struct be_target *t)
+{
+	return t->cs->adaptive && (r->outcome == ADAPT_OK || r->outcome == ADAPT_LIMITED);
+}
+
+/* A release's mode for one target: only the outcome when it has nothing to settle. */
+static enum rb_mode rb_rel_mode(const struct rb_rel *r, const struct be_target *t)
+{
+	if (r->mode == RB_M_RELEASE && (r->outcome_only || !lim_release_books(t->cs, t->cls)))
+		return RB_M_OUTCOME;
+	return r->mode;
+}
+
 /* Does this target need the call at all (a release with nothing to book costs none)? */
 static bool rb_rel_needed(const struct rb_rel *r, const struct be_target *t)
 {
 	switch (r->mode) {
-	case RB_M_RELEASE: return lim_release_books(t->cs, t->cls);
+	case RB_M_RELEASE:
+		if (rb_rel_adapts(r, t))
+			return true;
+		return !r->outcome_only && lim_release_books(t->cs, t->cls);
 	case RB_M_ROLLBACK: return true;
 	default: return lim_tracks_leases(t->cs);
 	}
@@ -786,7 +830,8 @@ static bool rb_rel_send(struct rb_rel *r)
 				.ntokens = r->ntokens,
 				.nreserve = r->nreserve,
 				.own = r->own,
-				.claim = r->claim };
+				.claim = r->claim,
+				.outcome = r->outcome };
 	size_t i, n = 0, sent;
 	int script = b->s_release;
 	bool ok = true;
@@ -799,8 +844,8 @@ static bool rb_rel_send(struct rb_rel *r)
 		size_t nkeys = 0;
 		if (!rb_tgt_resolve(b, &r->t[i], &t) || !rb_rel_needed(r, &t))
 			continue;
-		rb_release_args(&a[n], b, &t, r->nonce, r->mode, r->cost[i], &se, r->x1[i],
-				r->x2[i], &nkeys);
+		rb_release_args(&a[n], b, &t, r->nonce, rb_rel_mode(r, &t), r->cost[i], &se,
+				r->x1[i], r->x2[i], &nkeys);
 		if (a[n].oom)
 			ok = false;
 		calls[n] = (struct rpool_call){ .affinity = rb_affinity(t.cs, t.key),
@@ -871,6 +916,9 @@ static void rb_queue(struct backend *b, struct rb_rel *r, int64_t not_before)
 	}
 	r->not_before = not_before;
 	r->cb = NULL;
+	/* An outcome is news only now: a late one could lower a rate that has
+	 * recovered since (the fallback applied it in process instead). */
+	r->outcome = ADAPT_NONE;
 	log_debug("redis call queued", "lease=%.8s mode=%s in_ms=%lld", r->nonce,
 		  rb_mode_names[r->mode], (long long)(not_before - clock_mono_ms()));
 	TAILQ_INSERT_TAIL(&b->queue, r, link);
@@ -1020,6 +1068,7 @@ bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens
 		return false;
 	}
 	r->bytes += ntokens * (sizeof(struct lim_tokens) + PROTO_NAME_MAX + 1);
+	r->outcome = l->outcome;
 	/* A lease a late script may still book must not be released before
 	 * that script's bound: the release could land first. */
 	if (l->redis_maybe && l->redis_after > now) {
@@ -1030,6 +1079,25 @@ bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens
 		return true;
 	b->errors[RB_OP_RELEASE]++;
 	rb_queue(b, r, 0);
+	return false;
+}
+
+bool backend_outcome(struct backend *b, struct lease *l)
+{
+	struct rb_rel *r;
+
+	if (b->closing || !b->up || !rpool_up(b->pool))
+		return false;
+	if ((r = rb_rel_of(b, l, RB_M_RELEASE, RB_OP_RELEASE)) == NULL) {
+		rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
+		return false;
+	}
+	r->outcome = l->outcome;
+	r->outcome_only = true;
+	if (rb_rel_send(r))
+		return true;
+	b->errors[RB_OP_RELEASE]++;
+	rb_rel_free(r); /* never queued: applied in process instead */
 	return false;
 }
 
@@ -1175,11 +1243,15 @@ void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms)
 	if (b->closing)
 		return;
 	if (!b->up || !rpool_up(b->pool)) { /* told to Redis once it answers */
+		if (delay_ms <= 0)
+			return; /* only an outcome: the fallback applied it */
 		rb_owe_penalty(b, kq, clock_mono_ms() + delay_ms);
 		return;
 	}
 	rb_penalty_key(&a, b, kq->sc->cs, kq->key);
 	rargs_int(&a, delay_ms);
+	if (kq->sc->cs->adaptive) /* a penalty is a limited outcome */
+		rb_adapt_args(&a, kq->sc->cs);
 	if (a.oom || (ff = malloc(sizeof(*ff))) == NULL) {
 		rb_failed(b, RB_OP_PENALIZE, RP_CONN, NULL);
 		rargs_clear(&a);
@@ -1230,7 +1302,7 @@ static void rb_inspect_cb(void *arg, enum rp_status st, const struct rval *reply
 
 	for (i = 0; ok && i < reply->n; i++)
 		ok = reply->a[i].type == RV_INT;
-	ok = ok && reply->n == 6 + 3 * pl->nrules;
+	ok = ok && (reply->n == 6 + 3 * pl->nrules || reply->n == 10 + 3 * pl->nrules);
 	if (!ok) {
 		if (st != RP_SHUTDOWN)
 			rb_failed(x->b, RB_OP_INSPECT, st, reply);
@@ -1249,6 +1321,9 @@ static void rb_inspect_cb(void *arg, enum rp_status st, const struct rval *reply
 		rules[pl->rules[i]].t = reply->a[j + 2].i;
 	}
 	in.rules = rules;
+	if (reply->n == 10 + 3 * pl->nrules) /* the adaptive hash: amt, td, tc, tl */
+		in.ad = (struct adapt_state){ reply->a[j].i, reply->a[j + 1].i, reply->a[j + 2].i,
+					      reply->a[j + 3].i };
 	x->insp_cb(x->arg, &in);
 out:
 	free(rules);
@@ -1345,7 +1420,7 @@ struct rb_acq {
 /*
  * What the acquire script's reply says is left of t's limits after its
  * decision (reply[7..9]: leases, quota instants, the newest; then a, b, t
- * per rule of the plan), folded into acc. A reply without it (a stale run)
+ * per rule of the plan; reply[6] is the adaptive amount), folded into acc. A reply without it (a stale run)
  * adds nothing.
  */
 static void rb_left_parse(struct lim_left *acc, const struct rval *reply, const struct target_rt *t)
@@ -1353,7 +1428,8 @@ static void rb_left_parse(struct lim_left *acc, const struct rval *reply, const 
 	const struct conf_scope *cs = t->kq->sc->cs;
 	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
 	struct strat_state few[8] = { { 0, 0, 0 } }, *rules = few;
-	size_t k, n = 9 + 3 * pl->nrules;
+	struct lim_share sh = LIM_WHOLE;
+	size_t k, n = 10 + 3 * pl->nrules;
 
 	if (cs->shadow || reply->n < n)
 		return;
@@ -1364,12 +1440,16 @@ static void rb_left_parse(struct lim_left *acc, const struct rval *reply, const 
 	    (rules = calloc(pl->nrules, sizeof(*rules))) == NULL)
 		return;
 	for (k = 0; k < pl->nrules; k++) {
-		rules[k].a = reply->a[9 + 3 * k].i;
-		rules[k].b = reply->a[10 + 3 * k].i;
-		rules[k].t = reply->a[11 + 3 * k].i;
+		rules[k].a = reply->a[10 + 3 * k].i;
+		rules[k].b = reply->a[11 + 3 * k].i;
+		rules[k].t = reply->a[12 + 3 * k].i;
 	}
-	lim_left_scope(acc, cs, t->cls, LIM_WHOLE, rules, true, reply->a[6].i, reply->a[7].i,
-		       reply->a[8].i, reply->a[3].i);
+	if (cs->adaptive && reply->a[6].i > 0) { /* the capacities the check used */
+		sh.ad_amt = reply->a[6].i;
+		sh.ad_ceil = cs->adapt.ceil;
+	}
+	lim_left_scope(acc, cs, t->cls, sh, rules, true, reply->a[7].i, reply->a[8].i,
+		       reply->a[9].i, reply->a[3].i);
 	if (rules != few)
 		free(rules);
 }
@@ -1543,6 +1623,8 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 			q->r[i].next_booked = reply->a[4].i;
 			q->r[i].next_before = reply->a[5].i;
 		}
+		if (reply->n >= 7 && reply->a[6].type == RV_INT)
+			adrt_mirror(q->w->t[i].kq, reply->a[6].i);
 		if (q->r[i].code == LIM_WHICH_STALE) {
 			rb_stale(q->b, RB_OP_ACQUIRE);
 			q->r[i].out = RB_R_STALE;
@@ -1648,6 +1730,8 @@ static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
 	memset(res, 0, sizeof(res));
 	if (ok && reply->a[3].type == RV_INT)
 		rb_saw_time(b, reply->a[3].i);
+	if (ok && reply->n >= 7 && reply->a[6].type == RV_INT)
+		adrt_mirror(t->kq, reply->a[6].i);
 	if (ok && reply->a[2].i == LIM_WHICH_STALE) {
 		rb_stale(b, RB_OP_ACQUIRE);
 		for (i = 0; i < q->n; i++) /* it booked nothing: decide in process */
@@ -2186,7 +2270,7 @@ static void rb_hb_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 
 struct lim_share backend_share(const struct backend *b, const struct conf_scope *cs)
 {
-	struct lim_share sh = { 1.0, -1 };
+	struct lim_share sh = LIM_WHOLE;
 
 	if (b == NULL)
 		return sh;

@@ -40,6 +40,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <math.h>
 #include <ini.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -53,28 +54,30 @@
 /* ---- option tables ---------------------------------------------------- */
 
 enum conf_type {
-	CT_STRING,    /* any non-empty text */
-	CT_FILE,      /* a path the daemon reads: readable when the conf is loaded */
-	CT_SOCKET,    /* a Unix socket path that fits sun_path */
-	CT_URL,	      /* a Redis URL, or empty for local mode */
-	CT_HOSTPORT,  /* HOST:PORT of a TCP listener, or empty for none */
-	CT_PREFIX,    /* a Redis key prefix: no blanks, no hash-tag braces */
-	CT_NAME,      /* [A-Za-z0-9_.-]{1,64} */
-	CT_OCTAL,     /* file mode */
-	CT_INT,	      /* int64, min..max */
-	CT_SIZE,      /* int64 bytes, min..max */
-	CT_DURATION,  /* int64 ms, min..max */
-	CT_DOUBLE,    /* double, min..max */
-	CT_BOOL,      /* bool */
-	CT_LOG_LEVEL, /* char *, one of log_levels */
-	CT_FAIL_MODE, /* enum conf_fail_mode */
-	CT_QUOTA,     /* scope: quota, quota_window_ms, quota_text */
-	CT_DIVISOR,   /* scope: fallback_divisor, fallback_divisor_auto */
-	CT_RULE,      /* scope: appends to rules */
-	CT_CLASS,     /* scope: appends to classes */
-	CT_UIDS,      /* struct conf_ids: user names or uids, space separated */
-	CT_GIDS,      /* struct conf_ids: group names or gids, space separated */
-	CT_GROUP,     /* int64 gid: one group name or gid */
+	CT_STRING,	/* any non-empty text */
+	CT_FILE,	/* a path the daemon reads: readable when the conf is loaded */
+	CT_SOCKET,	/* a Unix socket path that fits sun_path */
+	CT_URL,		/* a Redis URL, or empty for local mode */
+	CT_HOSTPORT,	/* HOST:PORT of a TCP listener, or empty for none */
+	CT_PREFIX,	/* a Redis key prefix: no blanks, no hash-tag braces */
+	CT_NAME,	/* [A-Za-z0-9_.-]{1,64} */
+	CT_OCTAL,	/* file mode */
+	CT_INT,		/* int64, min..max */
+	CT_SIZE,	/* int64 bytes, min..max */
+	CT_DURATION,	/* int64 ms, min..max */
+	CT_DOUBLE,	/* double, min..max */
+	CT_BOOL,	/* bool */
+	CT_LOG_LEVEL,	/* char *, one of log_levels */
+	CT_FAIL_MODE,	/* enum conf_fail_mode */
+	CT_QUOTA,	/* scope: quota, quota_window_ms, quota_text */
+	CT_DIVISOR,	/* scope: fallback_divisor, fallback_divisor_auto */
+	CT_RULE,	/* scope: appends to rules */
+	CT_CLASS,	/* scope: appends to classes */
+	CT_UIDS,	/* struct conf_ids: user names or uids, space separated */
+	CT_GIDS,	/* struct conf_ids: group names or gids, space separated */
+	CT_GROUP,	/* int64 gid: one group name or gid */
+	CT_ADAPT_FLOOR, /* scope: adaptive_floor_n, adaptive_floor_w_ms */
+	CT_ADAPT_STEP,	/* scope: adaptive_increase_pct, or _n and _w_ms */
 	CT__COUNT
 };
 
@@ -233,6 +236,21 @@ static const struct conf_key conf_scope_keys[] = {
 	  "(refuse with unavailable)" },
 	{ "max_waiters", CT_INT, SCOPE_OFF(max_waiters), "1024", 1, 1000000, 0,
 	  "acquires waiting in this scope at once; more get too_many_waiters" },
+	{ "adaptive", CT_BOOL, SCOPE_OFF(adaptive), "no", 0, 0, 0,
+	  "learn each key's rate from the outcomes releases report: the requests rules move "
+	  "between adaptive_floor and their configured amount (the ceiling), shared by every "
+	  "daemon on the Redis" },
+	{ "adaptive_floor", CT_ADAPT_FLOOR, SCOPE_OFF(adaptive_floor_n), NULL, 0, 0, 0,
+	  "N/W: the least rate adaptive lowers a key to (required with adaptive = yes; below "
+	  "the first requests rule's rate)" },
+	{ "adaptive_decrease", CT_DOUBLE, SCOPE_OFF(adaptive_decrease), "0.8", 0, 1, 0,
+	  "a limited outcome multiplies the key's amount by this (above 0, below 1), at most "
+	  "once per adaptive_interval" },
+	{ "adaptive_increase", CT_ADAPT_STEP, SCOPE_OFF(adaptive_increase_pct), "2%", 0, 0, 0,
+	  "P% of the ceiling, or a rate N/W: what an adaptive_interval of ok outcomes with no "
+	  "limited one adds to the key's amount" },
+	{ "adaptive_interval", CT_DURATION, SCOPE_OFF(adaptive_interval_ms), "1s", 10, MS_HOUR, 0,
+	  "at most one decrease, and one increase, of a key's amount per interval" },
 	{ NULL, 0, 0, NULL, 0, 0, 0, NULL },
 };
 
@@ -576,6 +594,50 @@ static const char *conf_set_divisor(struct conf_ctx *x, const struct conf_key *k
 	return NULL;
 }
 
+static const char *conf_set_adapt_floor(struct conf_ctx *x, const struct conf_key *k, void *base,
+					const char *arg, const char *val)
+{
+	struct conf_scope *s = base;
+	const char *e = cv_rate(val, &s->adaptive_floor_n, &s->adaptive_floor_w_ms);
+
+	(void)x;
+	(void)k;
+	(void)arg;
+	if (e == NULL && s->adaptive_floor_w_ms > STRAT_MAX_WINDOW_MS)
+		return "the window must be at most 24h";
+	return e;
+}
+
+/* "P%" (0 < P <= 100) of the ceiling, or a rate N/W. */
+static const char *conf_set_adapt_step(struct conf_ctx *x, const struct conf_key *k, void *base,
+				       const char *arg, const char *val)
+{
+	struct conf_scope *s = base;
+	size_t n = strlen(val);
+	char num[32];
+	double d;
+
+	(void)x;
+	(void)k;
+	(void)arg;
+	s->adaptive_increase_pct = 0;
+	if (n > 1 && val[n - 1] == '%') {
+		if (n - 1 >= sizeof(num))
+			return "must be P% (0 < P <= 100) or a rate N/W";
+		memcpy(num, val, n - 1);
+		num[n - 1] = '\0';
+		if (cv_double(num, &d) != NULL || !(d > 0 && d <= 100))
+			return "must be P% (0 < P <= 100) or a rate N/W";
+		s->adaptive_increase_pct = d;
+		return NULL;
+	}
+	if (cv_rate(val, &s->adaptive_increase_n, &s->adaptive_increase_w_ms) != NULL)
+		return "must be P% (0 < P <= 100) or a rate N/W";
+	if (s->adaptive_increase_w_ms > STRAT_MAX_WINDOW_MS)
+		return "the window must be at most 24h";
+	return NULL;
+}
+
 static void conf_rule_clear(struct conf_rule *r)
 {
 	free(r->name);
@@ -788,6 +850,8 @@ static const struct {
 	[CT_UIDS] = { "users (names or uids)", conf_set_ids },
 	[CT_GIDS] = { "groups (names or gids)", conf_set_ids },
 	[CT_GROUP] = { "group (name or gid)", conf_set_group, CS_INT64 },
+	[CT_ADAPT_FLOOR] = { "N/W", conf_set_adapt_floor },
+	[CT_ADAPT_STEP] = { "P% or N/W", conf_set_adapt_step },
 };
 
 /* ---- the generic walker ------------------------------------------------ */
@@ -1134,6 +1198,75 @@ static size_t conf_key_index(const struct conf_key *table, const char *name)
 	return i;
 }
 
+/* A rate n/w in milli-units of rule r's amount per its window (rounded down). */
+static double conf_adapt_milli(const struct conf_rule *r, int64_t n, int64_t w_ms)
+{
+	return floor((double)n * (double)r->sp.window_ms * 1000.0 / (double)w_ms);
+}
+
+/* adaptive = yes: its rule, its range and its steps, in milli-units of the rule. */
+static void conf_validate_adaptive(struct conf_ctx *x, struct conf_scope *s, struct conf_pscope *ps)
+{
+	static const char *const keys[] = { "adaptive_floor", "adaptive_decrease",
+					    "adaptive_increase", "adaptive_interval" };
+	int line = ps->seen[conf_key_index(conf_scope_keys, "adaptive")];
+	int fl_line = ps->seen[conf_key_index(conf_scope_keys, "adaptive_floor")];
+	int dec_line = ps->seen[conf_key_index(conf_scope_keys, "adaptive_decrease")];
+	int inc_line = ps->seen[conf_key_index(conf_scope_keys, "adaptive_increase")];
+	const struct conf_rule *r = NULL;
+	double fl, step;
+	size_t i;
+
+	s->adapt_rule = -1;
+	if (!s->adaptive) {
+		for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+			int l = ps->seen[conf_key_index(conf_scope_keys, keys[i])];
+			if (l != 0)
+				conf_err(x, l, "%s: only with adaptive = yes", keys[i]);
+		}
+		return;
+	}
+	for (i = 0; i < s->nrules && r == NULL; i++)
+		if (s->rules[i].meter == METER_REQUESTS) {
+			r = &s->rules[i];
+			s->adapt_rule = (long)i;
+		}
+	if (r == NULL) {
+		conf_err(x, line, "adaptive: [scope %s] has no requests rule to adapt", s->name);
+		return;
+	}
+	if (s->adaptive_floor_n == 0) {
+		conf_err(x, line, "adaptive: needs adaptive_floor (the least rate, e.g. 1/1s)");
+		return;
+	}
+	s->adapt.ceil = r->sp.amount * 1000;
+	fl = conf_adapt_milli(r, s->adaptive_floor_n, s->adaptive_floor_w_ms);
+	if (fl >= (double)s->adapt.ceil) {
+		conf_err(x, fl_line, "adaptive_floor: not below the rate of rule %s", r->text);
+		return;
+	}
+	if (fl < 1) {
+		conf_err(x, fl_line,
+			 "adaptive_floor: too small for rule %s (under 1/1000 of a unit)", r->text);
+		return;
+	}
+	s->adapt.floor = (int64_t)fl;
+	s->adapt.factor = (int64_t)floor(s->adaptive_decrease * 1000.0 + 0.5);
+	if (s->adapt.factor < 1 || s->adapt.factor > 999)
+		conf_err(x, dec_line,
+			 "adaptive_decrease: must be above 0 and below 1 (0.001 to 0.999)");
+	if (s->adaptive_increase_pct > 0)
+		step = floor((double)s->adapt.ceil * s->adaptive_increase_pct / 100.0);
+	else
+		step = conf_adapt_milli(r, s->adaptive_increase_n, s->adaptive_increase_w_ms);
+	if (step < 1)
+		conf_err(x, inc_line,
+			 "adaptive_increase: too small for rule %s (under 1/1000 of a unit)",
+			 r->text);
+	s->adapt.step = step > (double)s->adapt.ceil ? s->adapt.ceil : (int64_t)step;
+	s->adapt.interval_ms = s->adaptive_interval_ms;
+}
+
 /* Resolve class rule names and check what needs the whole scope. */
 static void conf_validate_scope(struct conf_ctx *x, struct conf_scope *s, struct conf_pscope *ps)
 {
@@ -1188,6 +1321,7 @@ static void conf_validate_scope(struct conf_ctx *x, struct conf_scope *s, struct
 	/* documented: a per-daemon cap below the cluster's would hide the cluster's */
 	if (s->max_concurrent != 0 && s->cluster_concurrency > s->max_concurrent)
 		s->max_concurrent = s->cluster_concurrency;
+	conf_validate_adaptive(x, s, ps);
 }
 
 /* The Redis keys that only make sense together. */

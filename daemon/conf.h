@@ -13,6 +13,7 @@
 #ifndef ADMITD_CONF_H
 #define ADMITD_CONF_H
 
+#include "adaptive.h"
 #include "strategy.h"
 
 #include <stdbool.h>
@@ -91,6 +92,16 @@ struct conf_scope {
 	bool shadow;
 	enum conf_fail_mode fail_mode;
 	int64_t max_waiters; /* per scope; default 1024 */
+	/* adaptive = yes: the requests rules move between a floor and their
+	 * configured amount, learned from upstream outcomes (adaptive.h) */
+	bool adaptive;
+	int64_t adaptive_floor_n, adaptive_floor_w_ms; /* adaptive_floor N/W; 0: unset */
+	double adaptive_decrease;		       /* the factor a limited outcome applies */
+	double adaptive_increase_pct;		       /* step as % of the ceiling; 0: a rate */
+	int64_t adaptive_increase_n, adaptive_increase_w_ms; /* ... or N/W per interval */
+	int64_t adaptive_interval_ms;
+	long adapt_rule;	   /* the first requests rule: its amount is the ceiling; -1 */
+	struct adapt_params adapt; /* in milli-units of adapt_rule (valid when adaptive) */
 	/* Compiled at load (conf_plan.c): */
 	long penalty_rule; /* the rule whose Redis hash holds a key's penalty; -1: the state hash */
 	struct conf_plan *plans; /* nclasses + 1: one per class, then the one of no class */

@@ -13,6 +13,7 @@
 
 #include "engine.h"
 
+#include "adaptive_rt.h"
 #include "backend.h"
 #include "clock.h"
 #include "log.h"
@@ -184,11 +185,15 @@ struct eng_res eng_fallback(struct admitd *ad, struct waiter *w, const char *lea
 void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntokens)
 {
 	int64_t now = clock_mono_ms();
+	bool sent = false;
 	size_t i;
 
 	if (l->ad->redis != NULL &&
 	    (l->via == VIA_REDIS ? l->backend_booked : l->backend_booked || l->redis_maybe))
-		backend_release(l->ad->redis, l, tokens, ntokens); /* queued when Redis is down */
+		sent = backend_release(l->ad->redis, l, tokens, ntokens); /* queued when down */
+	else if (l->ad->redis != NULL && adrt_sends(l))
+		sent = backend_outcome(l->ad->redis, l);
+	adrt_release_local(l, sent, now); /* an outcome Redis does not get moves this pod's */
 	/*
 	 * The in-process state is charged too, whatever booked the lease: it
 	 * decided its own admissions, and it mirrors this pod's admissions
@@ -286,6 +291,7 @@ void eng_inspect_local(struct kq *kq, enum via via, eng_insp_cb *cb, void *arg)
 		in.next_at = st->next_at;
 		in.penalty_until = st->penalty_until;
 		in.rules = st->rules;
+		in.ad = st->ad;
 	}
 	cb(arg, &in);
 }
@@ -315,6 +321,8 @@ void eng_penalize(struct kq *kq, int64_t delay_ms)
 	/* The in-process state is held back too: it serves if Redis goes away. */
 	if (st != NULL)
 		lim_penalize(st, clock_mono_ms(), delay_ms);
+	adrt_penalize_local(kq, kq->sc->ad->redis != NULL && backend_up(kq->sc->ad->redis),
+			    clock_mono_ms());
 	if (kq->sc->ad->redis != NULL)
 		backend_penalize(kq->sc->ad->redis, kq, delay_ms);
 }

@@ -121,6 +121,7 @@ struct eng_insp {
 	int64_t leases; /* in flight: cluster-wide through Redis, else this daemon's */
 	int64_t quota_used, quota_oldest;
 	const struct strat_state *rules; /* by conf rule index */
+	struct adapt_state ad;		 /* adaptive scopes: the key's learned amount */
 };
 typedef void eng_insp_cb(void *arg, const struct eng_insp *in);
 

@@ -19,6 +19,7 @@
 
 #include "admitd.h"
 
+#include "adaptive_rt.h"
 #include "clock.h"
 #include "engine.h"
 #include "lease_id.h"
@@ -348,7 +349,7 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 	}
 	log_debug("lease released", "lease=%.8s via=%s booked=%d redis_maybe=%d", l->id,
 		  via_name(l->via), (int)l->backend_booked, (int)l->redis_maybe);
-	if (l->backend_booked || l->redis_maybe || ntokens > 0)
+	if (l->backend_booked || l->redis_maybe || ntokens > 0 || adrt_sends(l))
 		eng_release(l, tk, i);
 	htab_del(l->ad->leases, l->id);
 	l->ad->nleases--;

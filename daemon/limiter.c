@@ -39,9 +39,23 @@ struct strat_params lim_rule_params(const struct conf_rule *r, struct lim_share 
 
 	if (p.burst == 0)
 		p.burst = p.amount;
+	if (sh.ad_ceil > 0 && r->meter == METER_REQUESTS) {
+		p.amount = adapt_scale(p.amount, sh.ad_amt, sh.ad_ceil);
+		p.burst = adapt_scale(p.burst, sh.ad_amt, sh.ad_ceil);
+	}
 	p.amount = lim_share_of(p.amount, sh);
 	p.burst = lim_share_of(p.burst, sh);
 	return p;
+}
+
+struct lim_share lim_adapt_share(const struct lim_state *st, const struct conf_scope *cs,
+				 struct lim_share sh)
+{
+	if (cs->adaptive && st != NULL) {
+		sh.ad_amt = adapt_amount(&st->ad, &cs->adapt);
+		sh.ad_ceil = cs->adapt.ceil;
+	}
+	return sh;
 }
 
 static int64_t lim_min_delay(const struct conf_scope *cs, struct lim_share sh)
@@ -170,6 +184,7 @@ void lim_state_carry(struct lim_state *dst, const struct conf_scope *ncs, struct
 
 	dst->penalty_until = src->penalty_until;
 	dst->last_ms = src->last_ms;
+	dst->ad = src->ad; /* clamped into the new range when read */
 	dst->leases = src->leases;
 	dst->nleases = src->nleases;
 	dst->leases_cap = src->leases_cap;
@@ -303,6 +318,7 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 	const struct conf_plan *pl = conf_plan_of(cs, rq->cls);
 	int64_t floor = rq->cls ? rq->cls->floor : 0;
 
+	sh = lim_adapt_share(st, cs, sh);
 	lim_purge(st, cs, now);
 	if (now < st->penalty_until)
 		lim_refuse(&d, cs, st->penalty_until - now, LIM_WHICH_PENALTY);
@@ -436,6 +452,7 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, struct lim_shar
 	const struct conf_plan *pl = conf_plan_of(cs, rq->cls);
 	int64_t k;
 
+	sh = lim_adapt_share(st, cs, sh);
 	if (lim_tracks_leases(cs) && lease_ids != NULL &&
 	    !lim_leases_reserve(st, (size_t)rq->count))
 		return false;
@@ -504,6 +521,7 @@ bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, struc
 	bool held = false;
 	size_t i;
 
+	sh = lim_adapt_share(st, cs, sh);
 	lim_purge(st, cs, now);
 	for (i = 0; i < st->nleases; i++) {
 		if (strcmp(st->leases[i].id, lease_id) == 0) {
@@ -630,7 +648,7 @@ void lim_left_state(struct lim_left *acc, struct lim_state *st, const struct con
 	int64_t leases, used, oldest;
 
 	lim_view(st, cs, now, &leases, &used, &oldest);
-	lim_left_scope(acc, cs, cls, sh, st->rules, false, leases, used,
+	lim_left_scope(acc, cs, cls, lim_adapt_share(st, cs, sh), st->rules, false, leases, used,
 		       used > 0 ? lim_quota_at(st, (size_t)used - 1) : 0, now);
 }
 
@@ -655,6 +673,7 @@ void lim_reset(struct lim_state *st)
 {
 	st->next_at = 0;
 	st->penalty_until = 0;
+	st->ad = (struct adapt_state){ 0 }; /* back to the ceiling */
 }
 
 bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now)
@@ -664,6 +683,9 @@ bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now)
 	lim_purge(st, cs, now);
 	if (st->nleases > 0 || st->quota_n > 0 || now < st->next_at || now < st->penalty_until)
 		return false;
+	if (cs->adaptive && st->ad.amt != 0 &&
+	    now - (st->ad.tc > st->ad.tl ? st->ad.tc : st->ad.tl) < adapt_ttl_ms(&cs->adapt))
+		return false; /* what it learned is not forgotten before its time */
 	for (i = 0; i < cs->nrules; i++) {
 		struct strat_params p = lim_rule_params(&cs->rules[i], LIM_WHOLE);
 		if (cs->rules[i].meter != METER_CONCURRENCY && now - st->last_ms < strat_ttl_ms(&p))

@@ -36,8 +36,11 @@
 struct lim_share {
 	double div;   /* 1: the whole limit */
 	int64_t rank; /* 0-based among the pods alive; -1 unknown */
+	/* adaptive scopes: requests rules are scaled by ad_amt / ad_ceil before
+	 * the division (lim_adapt_share fills them from the key's state); 0: not */
+	int64_t ad_amt, ad_ceil;
 };
-#define LIM_WHOLE ((struct lim_share){ 1.0, -1 })
+#define LIM_WHOLE ((struct lim_share){ .div = 1.0, .rank = -1 })
 
 /* lim_share_of - this pod's share of a limit v (see above). */
 int64_t lim_share_of(int64_t v, struct lim_share sh);
@@ -55,6 +58,7 @@ struct lim_state {
 	struct lim_lease *leases; /* in flight, when the scope tracks them */
 	uint32_t quota_head, quota_n, quota_cap;
 	uint32_t nleases, leases_cap;
+	struct adapt_state ad; /* adaptive scopes: the key's learned amount */
 	uint32_t nrules;
 	struct strat_state rules[]; /* one per conf rule, same index */
 };
@@ -300,7 +304,15 @@ void lim_left_scope(struct lim_left *acc, const struct conf_scope *cs, const str
 void lim_left_state(struct lim_left *acc, struct lim_state *st, const struct conf_scope *cs,
 		    const struct conf_class *cls, struct lim_share sh, int64_t now);
 
-/* lim_rule_params - a rule's strategy params with the divisor applied. */
+/*
+ * lim_adapt_share - sh with the key's adaptive amount in it, when the scope
+ * is adaptive (every check and booking of st goes through it): in process
+ * as in Redis, the requests rules are scaled by the amount, then divided.
+ */
+struct lim_share lim_adapt_share(const struct lim_state *st, const struct conf_scope *cs,
+				 struct lim_share sh);
+
+/* lim_rule_params - a rule's strategy params with the adaptive amount and the divisor applied. */
 struct strat_params lim_rule_params(const struct conf_rule *r, struct lim_share sh);
 
 #endif

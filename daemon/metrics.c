@@ -17,6 +17,7 @@
 
 #include "metrics.h"
 
+#include "adaptive_rt.h"
 #include "admitd.h"
 #include "backend.h"
 
@@ -141,6 +142,18 @@ METRICS_SCOPE_FIELD(m_leases, sc->leases > 0 ? sc->leases : 0)
 METRICS_SCOPE_FIELD(m_waiters, sc->waiting > 0 ? sc->waiting : 0)
 #undef METRICS_SCOPE_FIELD
 
+/* The adaptive scopes only: the learned amount averaged over this daemon's keys. */
+static void m_adaptive(struct mw *w, const struct admitd *ad, const char *name)
+{
+	for (size_t i = 0; i < ad->nscopes; i++) {
+		int64_t mean;
+		size_t n;
+		if (adrt_scope_mean(&ad->scopes[i], &mean, &n))
+			mw_printf(w, "%s{scope=\"%s\"} %" PRId64 ".%03" PRId64 "\n", name,
+				  ad->scopes[i].cs->name, mean / 1000, mean % 1000);
+	}
+}
+
 static void m_keys(struct mw *w, const struct admitd *ad, const char *name)
 {
 	mw_printf(w, "%s %zu\n", name, ad->nkeys);
@@ -207,6 +220,10 @@ static void m_build_info(struct mw *w, const struct admitd *ad, const char *name
 	X(leases, "gauge", "Leases held through this daemon now.", m_leases)                       \
 	X(waiters, "gauge", "Acquires waiting now.", m_waiters)                                    \
 	X(keys, "gauge", "Keys with in-process state now, all scopes.", m_keys)                    \
+	X(adaptive_amount, "gauge",                                                                \
+	  "Adaptive scopes: the effective amount of the first requests rule, averaged over the "   \
+	  "keys this daemon holds (the ceiling when it holds none).",                              \
+	  m_adaptive)                                                                              \
 	X(key_evictions_total, "counter", "Idle keys evicted to stay within max_keys.",            \
 	  m_evictions)                                                                             \
 	X(backend_errors_total, "counter", "Failed Redis backend calls, by operation.",            \

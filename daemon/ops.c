@@ -14,6 +14,7 @@
 
 #include "admitd.h"
 
+#include "adaptive_rt.h"
 #include "backend.h"
 #include "clock.h"
 #include "engine.h"
@@ -364,6 +365,7 @@ static void op_release(struct conn *c, struct request *rq)
 		if (l != NULL) {
 			bool held = !l->expired;
 			ops_count_release(scs, l->nt);
+			l->outcome = rq->outcome;
 			lease_release(l, rq->tokens, rq->ntokens);
 			preply_bool(r, "held", held);
 		} else {
@@ -405,8 +407,9 @@ static void op_penalize(struct conn *c, struct request *rq)
 		delay = rq->penalty_until_wall_ms - clock_wall_ms();
 	if (delay > PROTO_MAX_TIMEOUT_MS)
 		delay = PROTO_MAX_TIMEOUT_MS;
-	for (i = 0; i < rq->ntargets && delay > 0; i++)
-		eng_penalize(t[i].kq, delay);
+	for (i = 0; i < rq->ntargets; i++) /* a penalty of nothing still says "limited" */
+		if (delay > 0 || t[i].kq->sc->cs->adaptive)
+			eng_penalize(t[i].kq, delay > 0 ? delay : 0);
 	r = preply_new(rq->id, true);
 	preply_int(r, "penalty_ms", delay > 0 ? delay : 0);
 	conn_send_reply(c, r);
@@ -471,6 +474,7 @@ static void op_status(struct conn *c, struct request *rq)
 			if (sc->outcome[e] > 0)
 				preply_int(r, admit_err_str(e), (int64_t)sc->outcome[e]);
 		preply_pop(r);
+		adrt_status(r, sc);
 		preply_pop(r);
 	}
 	preply_pop(r);
@@ -482,8 +486,8 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 	struct op_pend *p = arg;
 	const struct conf_scope *cs = p->kq->sc->cs;
 	struct preply *r = preply_new(p->id, true);
-	struct lim_share div =
-	    in->via == VIA_FALLBACK ? backend_share(p->kq->sc->ad->redis, cs) : LIM_WHOLE;
+	struct lim_share div = adrt_inspect_share(
+	    cs, in, in->via == VIA_FALLBACK ? backend_share(p->kq->sc->ad->redis, cs) : LIM_WHOLE);
 	const struct conf_plan *pl = conf_plan_of(cs, p->cls);
 	int64_t floor = p->cls ? p->cls->floor : 0;
 	size_t k;
@@ -509,6 +513,7 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 		preply_int(r, "frees_in_ms", frees > 0 ? frees : 0);
 		preply_pop(r);
 	}
+	adrt_inspect(r, cs, in);
 	preply_list(r, "rules");
 	for (k = 0; k < pl->nrules; k++) {
 		size_t i = pl->rules[k];

@@ -13,6 +13,8 @@
 
 #include "proto.h"
 
+#include "adaptive.h"
+
 #include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -141,6 +143,21 @@ static enum admit_err proto_targets(json_t *root, struct request *rq, char *msg,
 	return ADMIT_OK;
 }
 
+/* "outcome" of a release: what the upstream said of the call the lease covered. */
+static enum admit_err proto_outcome(json_t *root, struct request *rq, char *msg, size_t msglen)
+{
+	json_t *o = json_object_get(root, "outcome");
+	int v;
+
+	if (o == NULL)
+		return ADMIT_OK;
+	if (!json_is_string(o) || (v = adapt_outcome_parse(json_string_value(o))) < 0)
+		PROTO_FAIL(ADMIT_E_BAD_REQUEST,
+			   "\"outcome\" must be \"ok\", \"limited\" or \"error\"");
+	rq->outcome = v;
+	return ADMIT_OK;
+}
+
 /* "tokens" of a release, "reserve" of an acquire: meter name -> count. */
 static enum admit_err proto_tokens(json_t *root, const char *field, struct proto_token *out,
 				   size_t *nout, char *msg, size_t msglen)
@@ -228,6 +245,7 @@ static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *m
 				    msglen));
 		if (!has_lease)
 			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"lease\" is required");
+		PROTO_TRY(proto_outcome(root, rq, msg, msglen));
 		return proto_tokens(root, "tokens", rq->tokens, &rq->ntokens, msg, msglen);
 	case OP_PENALIZE:
 		PROTO_TRY(proto_targets(root, rq, msg, msglen));
@@ -265,6 +283,7 @@ static void proto_request_init(struct request *rq)
 	rq->detach = false;
 	rq->lease[0] = '\0';
 	rq->ntokens = 0;
+	rq->outcome = ADAPT_NONE;
 	rq->nreserve = 0;
 	rq->penalty_ms = 0;
 	rq->penalty_until_wall_ms = 0;
@@ -423,8 +442,8 @@ bool proto_request_equal(const struct request *a, const struct request *b)
 	    (a->of != NULL && strcmp(a->of, b->of) != 0) || a->ntargets != b->ntargets ||
 	    a->has_timeout != b->has_timeout || a->timeout_ms != b->timeout_ms ||
 	    a->detach != b->detach || strcmp(a->lease, b->lease) != 0 || a->ntokens != b->ntokens ||
-	    a->nreserve != b->nreserve || a->penalty_ms != b->penalty_ms ||
-	    a->penalty_until_wall_ms != b->penalty_until_wall_ms)
+	    a->outcome != b->outcome || a->nreserve != b->nreserve ||
+	    a->penalty_ms != b->penalty_ms || a->penalty_until_wall_ms != b->penalty_until_wall_ms)
 		return false;
 	for (i = 0; i < a->ntargets; i++)
 		if (!proto_target_equal(&a->targets[i], &b->targets[i]))

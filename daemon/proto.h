@@ -67,6 +67,7 @@ struct request {
 	char lease[PROTO_LEASE_MAX + 1];
 	size_t ntokens;
 	struct proto_token tokens[PROTO_MAX_TOKENS];
+	int outcome;	 /* release: enum adapt_outcome (ADAPT_NONE when not given) */
 	size_t nreserve; /* acquire: token meters reserved up front */
 	struct proto_token reserve[PROTO_MAX_TOKENS];
 	/* penalize: a relative delay, or an absolute wall-clock instant (HTTP-date) */

@@ -21,6 +21,8 @@
 
 #include "proto.h"
 
+#include "adaptive.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +36,7 @@ enum pf_field {
 	PF_TIMEOUT,
 	PF_DETACH,
 	PF_LEASE,
+	PF_OUTCOME,
 	PF__COUNT
 };
 
@@ -50,6 +53,7 @@ static const struct {
 	[PF_TIMEOUT] = { "timeout_ms", 10 },
 	[PF_DETACH] = { "detach", 6 },
 	[PF_LEASE] = { "lease", 5 },
+	[PF_OUTCOME] = { "outcome", 7 },
 };
 
 enum pf_kind { PF_NONE = 0, PF_STR, PF_INT, PF_BOOL };
@@ -128,9 +132,9 @@ static int pf_field_of(const char *k, size_t n)
 {
 	int f;
 
-	/* the first letter tells the fields apart but for cost and class */
+	/* the first letter tells the fields apart but for cost and class, op and outcome */
 	switch (n > 0 ? k[0] : 0) {
-	case 'o': f = PF_OP; break;
+	case 'o': f = n == 2 ? PF_OP : PF_OUTCOME; break;
 	case 'i': f = PF_ID; break;
 	case 's': f = PF_SCOPE; break;
 	case 'k': f = PF_KEY; break;
@@ -213,6 +217,17 @@ static int pf_op(const struct pf_val *v)
 	return -1;
 }
 
+/* A release's "outcome" (adapt_outcome_parse), or -1: the general decoder words the error. */
+static int pf_outcome(const struct pf_val *v)
+{
+	char buf[8];
+
+	if (v->kind != PF_STR || v->n >= sizeof(buf))
+		return -1;
+	pf_copy(buf, v);
+	return adapt_outcome_parse(buf);
+}
+
 bool proto_fast_decode(const char *line, size_t len, struct request *rq)
 {
 	struct pf_val v[PF__COUNT] = { { 0 } };
@@ -235,7 +250,8 @@ bool proto_fast_decode(const char *line, size_t len, struct request *rq)
 			return false;
 		break;
 	case OP_RELEASE:
-		if (v[PF_LEASE].kind == PF_NONE || !pf_str_ok(&v[PF_LEASE], sizeof(rq->lease)))
+		if (v[PF_LEASE].kind == PF_NONE || !pf_str_ok(&v[PF_LEASE], sizeof(rq->lease)) ||
+		    (v[PF_OUTCOME].kind != PF_NONE && pf_outcome(&v[PF_OUTCOME]) < 0))
 			return false;
 		break;
 	default: break;
@@ -270,6 +286,8 @@ bool proto_fast_decode(const char *line, size_t len, struct request *rq)
 		rq->detach = v[PF_DETACH].kind == PF_BOOL && v[PF_DETACH].i == 1;
 	} else if (op == OP_RELEASE) {
 		pf_copy(rq->lease, &v[PF_LEASE]);
+		rq->outcome =
+		    v[PF_OUTCOME].kind == PF_NONE ? ADAPT_NONE : pf_outcome(&v[PF_OUTCOME]);
 	}
 	return true;
 }

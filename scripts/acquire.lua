@@ -26,6 +26,10 @@
 --       string 'L' .. rec (rec: the reservation, "name=n,..."), under the last
 --       KEYS entry followed by the lease id, for rec_ttl ms: a release settles
 --       only a lease that has one, exactly once (release.lua)
+--       then, in an adaptive scope (rec_ttl 0 and rec '' when there is no
+--       record), ceil floor factor step interval_ms (adaptive.lua's
+--       adapt_arg): the requests rules are scaled by the key's learned
+--       amount, read from its adaptive hash beside KEYS[1]
 -- lease_ids: `count` lease ids, comma-separated, of the first `count`
 -- waiters of the key (FIFO); each admitted one is booked under its own id.
 -- Returns {admitted (how many of the first count: 0..count), retry_after_ms,
@@ -36,9 +40,10 @@
 -- the scope, -6 stale (ran after not_after), -7 min_delay while a lease of
 -- a serialized scope is held (a wait for a slot). next_at_booked is the next_at
 -- this admission set (0: it set none) and next_at_before what it replaced,
--- so that a rollback can put the pacing back exactly. Then what is left
--- after the decision: leases in the set, quota instants in the window, the
--- newest of them (0: none), and per rule its counter a, b, t.
+-- so that a rollback can put the pacing back exactly. A seventh number is
+-- the learned amount the check used (milli-units; 0 outside adaptive scopes).
+-- Then what is left after the decision: leases in the set, quota instants in
+-- the window, the newest of them (0: none), and per rule its counter a, b, t.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -62,6 +67,9 @@ local pen = tonumber(ARGV[14 + nrules * 7]) or 0
 local not_after = tonumber(ARGV[15 + nrules * 7]) or 0
 local rec_ttl = tonumber(ARGV[16 + nrules * 7]) or 0
 local rec = ARGV[17 + nrules * 7] or ''
+local ad = adapt_arg(ARGV, 17 + nrules * 7)
+local ad_amt = 0
+if ad then ad_amt = adapt_amount(adapt_read(adapt_key(KEYS[1])), ad) end
 
 -- A call that Redis runs late (it was frozen, or the reply could not make the
 -- caller's timeout) must not book a lease nobody will release.
@@ -117,8 +125,12 @@ for i = 1, nrules do
 		key = KEYS[3 + i],
 	}
 	if r.meter ~= 'c' then
-		r.ops, r.np = strat_prep({ kind = ARGV[b + 2], amount = r.amount,
-			window_ms = tonumber(ARGV[b + 4]), burst = tonumber(ARGV[b + 5]) })
+		local amount, burst = r.amount, tonumber(ARGV[b + 5])
+		if ad and r.meter == 'r' then
+			amount, burst = adapt_scale(amount, ad_amt, ad.ceil), adapt_scale(burst, ad_amt, ad.ceil)
+		end
+		r.ops, r.np = strat_prep({ kind = ARGV[b + 2], amount = amount,
+			window_ms = tonumber(ARGV[b + 4]), burst = burst })
 		local h
 		if pen == i then
 			h = redis.call('HMGET', r.key, 'a', 'b', 't', 'penalty_until')
@@ -207,8 +219,8 @@ local function left(out, n_admitted)
 	elseif quota > 0 and nquota > 0 then
 		newest = tonumber(redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')[2]) or 0
 	end
-	out[7], out[8], out[9] = nleases, nquota, newest
-	local k = 10
+	out[8], out[9], out[10] = nleases, nquota, newest
+	local k = 11
 	for i = 1, nrules do
 		local st = rules[i].st
 		if st then
@@ -222,7 +234,7 @@ local function left(out, n_admitted)
 end
 
 if count == 0 then
-	return left({ 0, wait, code, now, 0, 0 }, 0)
+	return left({ 0, wait, code, now, 0, 0, ad_amt }, 0)
 end
 
 -- Book everything (lim_book). Every key gets a TTL bounded by what it holds.
@@ -272,4 +284,4 @@ if count < asked then
 else
 	wait, code = 0, -1
 end
-return left({ count, wait, code, now, next_booked, next_before }, count)
+return left({ count, wait, code, now, next_booked, next_before, ad_amt }, count)

@@ -5,7 +5,8 @@
 -- then the hash that holds the penalty when it is not the state hash
 -- ARGV[1] quota_window_ms  ARGV[2] nrules
 -- Returns {now_ms, next_at, penalty_until, leases in flight, quota instants
--- in the window, the oldest of them (0: none), then per rule a, b, t}.
+-- in the window, the oldest of them (0: none), then per rule a, b, t,
+-- then the key's adaptive hash: amt, td, tc, tl (all 0: never learned)}.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -29,4 +30,9 @@ for i = 4, 3 + nrules do
 	out[#out + 1] = tonumber(h[2]) or 0
 	out[#out + 1] = tonumber(h[3]) or 0
 end
+local ad = adapt_read(adapt_key(KEYS[1]))
+out[#out + 1] = ad.amt
+out[#out + 1] = ad.td
+out[#out + 1] = ad.tc
+out[#out + 1] = ad.tl
 return out

@@ -3,7 +3,8 @@
 --
 -- KEYS[1] the hash that holds the key's penalty (the state hash, or the hash of
 -- the scope's first counting rule when it has no min_delay: see acquire.lua)
--- ARGV[1] delay_ms
+-- ARGV[1] delay_ms, then in an adaptive scope ceil floor factor step
+-- interval_ms: a penalty is a limited outcome for the key's learned amount
 -- Returns the penalty's end, in Redis TIME milliseconds.
 
 if redis.replicate_commands then redis.replicate_commands() end
@@ -12,6 +13,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local delay = tonumber(ARGV[1])
 local until_ms = tonumber(redis.call('HGET', KEYS[1], 'penalty_until')) or 0
+adapt_outcome_key(KEYS[1], adapt_arg(ARGV, 1), now, 'limited')
 
 if delay > 0 and now + delay > until_ms then
 	until_ms = now + delay

@@ -18,6 +18,8 @@
 --   rebook     a lease this daemon holds is put back in the in-flight set
 --              (Redis came back empty, or the lease was granted in fallback),
 --              for the time it has left, unless Redis already has it.
+--   outcome    a release with nothing to settle here but the upstream's
+--              outcome, for an adaptive scope: only that is applied.
 --
 -- Settlement records. An admission whose release settles something (a
 -- lease set, completion-anchored pacing, token meters) left the record
@@ -43,6 +45,10 @@
 --       then own (1: from the issuing daemon), claim (the reservation the
 --       handle names, "name=n,..."), grace (how long a record outlives the
 --       lease: rebook makes one that lives x1 + grace)
+--       then, in an adaptive scope (release and outcome modes), the outcome
+--       ('ok', 'limited' or '': none) and ceil floor factor step interval_ms:
+--       the outcome moves the key's learned amount (adaptive.lua), once per
+--       settlement (a repeat, or a handle with no record, moves nothing)
 -- Returns, release: 1 when the lease was in flight, 0 when it was settled
 -- but no longer in flight, -2 when it was settled before (a repeat), -3
 -- when there is no record of it (never issued, or long gone): -2 and -3
@@ -67,6 +73,13 @@ local own = ARGV[9 + nrules * 5] == '1'
 local claim = ARGV[10 + nrules * 5] or ''
 local grace = tonumber(ARGV[11 + nrules * 5]) or 0
 local sk, qk, lk, rk = KEYS[1], KEYS[2], KEYS[3], KEYS[4 + nrules]
+local outcome = ARGV[12 + nrules * 5] or ''
+local ad = adapt_arg(ARGV, 12 + nrules * 5)
+
+if mode == 'outcome' then
+	adapt_outcome_key(sk, ad, now, outcome)
+	return 0
+end
 
 redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
 
@@ -91,6 +104,7 @@ if mode == 'release' then
 		if not own and rec ~= 'L' .. claim then return -3 end
 		redis.call('SET', rk, 'D', 'KEEPTTL')
 	end
+	adapt_outcome_key(sk, ad, now, outcome)
 else
 	redis.call('DEL', rk)
 end

@@ -4,8 +4,12 @@
 -- Retry-After, a min_delay set too long). Budgets, quotas and leases in
 -- flight are left alone: they count what was really sent.
 --
+-- It also returns an adaptive key to its ceiling: its learned amount goes.
+--
 -- KEYS[1] state hash, KEYS[2] (when given) the rule hash that holds the penalty
 -- Returns 1 when there was a penalty or pacing to lift, else 0.
+
+redis.call('DEL', adapt_key(KEYS[1]))
 
 local n = redis.call('HDEL', KEYS[1], 'next_at', 'penalty_until')
 if KEYS[2] then n = n + redis.call('HDEL', KEYS[2], 'penalty_until') end

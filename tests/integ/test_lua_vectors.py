@@ -1,4 +1,5 @@
-"""test_lua_vectors.py - scripts/lib/strategy.lua against tests/vectors/strategy/*.jsonl.
+"""test_lua_vectors.py - scripts/lib/strategy.lua against tests/vectors/strategy/*.jsonl,
+and scripts/lib/adaptive.lua against tests/vectors/adaptive/adaptive.jsonl.
 
 Owns: replaying every strategy vector in a real redis-server (EVAL of
 scripts/lib/strategy.lua + tests/integ/lua_vectors.lua, one call per case),
@@ -29,6 +30,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 VECTOR_DIR = os.environ.get("STRAT_VECTORS") or os.path.join(REPO, "tests", "vectors", "strategy")
 LIB_LUA = os.path.join(REPO, "scripts", "lib", "strategy.lua")
 WRAPPER_LUA = os.path.join(REPO, "tests", "integ", "lua_vectors.lua")
+ADAPT_VECTORS = os.path.join(REPO, "tests", "vectors", "adaptive", "adaptive.jsonl")
+ADAPT_LUA = os.path.join(REPO, "scripts", "lib", "adaptive.lua")
+ADAPT_WRAPPER_LUA = os.path.join(REPO, "tests", "integ", "lua_adaptive.lua")
 
 MAX_AMOUNT = 10 ** 9
 MAX_WINDOW = 86400000
@@ -295,6 +299,130 @@ class TestLuaVectors(unittest.TestCase):
                                      want[i], where)
                 else:
                     self.assertEqual(dict(zip("abt", got)), want[i], where)
+
+
+# ---- the adaptive amount (daemon/strategy/adaptive.c, scripts/lib/adaptive.lua) ----
+
+class AdaptModel:
+    """AIMD of one key's amount, written from the rule's statement rather
+    than from the C: the amount (0 meaning the ceiling) is clamped into
+    [floor, ceil] when read; a limited outcome multiplies it by factor/1000
+    at most once per interval, an ok outcome adds step once an interval has
+    passed since the last change and the last limited outcome."""
+
+    def __init__(self, p):
+        self.p = p
+
+    def amount(self, st):
+        p = self.p
+        a = st["amt"]
+        return p["ceil"] if a <= 0 or a >= p["ceil"] else max(a, p["floor"])
+
+    def apply(self, st, now, outcome):
+        p, st = self.p, dict(st)
+        before = self.amount(st)
+        n = max(now, st["td"], st["tc"], st["tl"])
+        if outcome == "limited":
+            st["tl"] = n
+            if st["td"] == 0 or n - st["td"] >= p["interval_ms"]:
+                new = max(p["floor"], (before * p["factor"]) // 1000)
+                st["td"] = n
+                self._store(st, before, new, n)
+            return True, st
+        if outcome != "ok" or before >= p["ceil"]:
+            return False, st
+        if n - max(st["tc"], st["tl"]) < p["interval_ms"]:
+            return False, st
+        self._store(st, before, min(p["ceil"], before + p["step"]), n)
+        return True, st
+
+    def _store(self, st, before, new, n):
+        st["amt"] = 0 if new >= self.p["ceil"] else new
+        if new != before:
+            st["tc"] = n
+
+    @staticmethod
+    def scale(v, amt, ceil):
+        if v <= 0 or amt >= ceil:
+            return v
+        return max(1, int(Fraction(v * amt, ceil)))  # exact; the vectors stay clear of ties
+
+    def ttl(self):
+        return max(600000, 60 * self.p["interval_ms"])
+
+
+def load_adapt_vectors():
+    with open(ADAPT_VECTORS) as f:
+        return [(n, json.loads(line)) for n, line in enumerate(f, 1) if line.strip()]
+
+
+def adapt_model_run(case):
+    m = AdaptModel(case["params"])
+    st = dict(case["state"])
+    out = []
+    for step in case["steps"]:
+        op = step["op"]
+        if op == "apply":
+            changed, st = m.apply(st, step["now"], step["outcome"])
+            out.append({"changed": changed, "state": dict(st)})
+        elif op == "amount":
+            out.append(m.amount(st))
+        elif op == "scale":
+            out.append(m.scale(step["v"], step["amt"], step["ceil"]))
+        elif op == "ttl":
+            out.append(m.ttl())
+        else:
+            raise ValueError("unknown op %r" % op)
+    return out
+
+
+class TestAdaptiveVectors(unittest.TestCase):
+    """scripts/lib/adaptive.lua in a real redis-server, and the model, against
+    the vectors check_adaptive.c replays."""
+
+    @classmethod
+    def setUpClass(cls):
+        from tests.integ.harness import RedisServer
+        cls.redis = RedisServer().start()
+        with open(ADAPT_LUA) as f:
+            cls.lib = f.read()
+        with open(ADAPT_WRAPPER_LUA) as f:
+            wrapper = f.read()
+        cls.conn = cls.redis.connect(timeout=30.0)
+        cls.sha = cls.conn.command("SCRIPT", "LOAD", cls.lib + "\n" + wrapper)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.conn.close()
+        cls.redis.cleanup()
+
+    def test_enough_cases(self):
+        self.assertGreaterEqual(len(load_adapt_vectors()), 15)
+
+    def test_model_agrees_with_vectors(self):
+        for line, case in load_adapt_vectors():
+            for i, (step, got) in enumerate(zip(case["steps"], adapt_model_run(case))):
+                self.assertEqual(got, step["expect"], "adaptive.jsonl:%d %r step %d (model)"
+                                 % (line, case["name"], i))
+
+    def test_lua_vectors(self):
+        for line, case in load_adapt_vectors():
+            flat = self.conn.command("EVALSHA", self.sha, 0, json.dumps(case))
+            for i, step in enumerate(case["steps"]):
+                where = "adaptive.jsonl:%d %r step %d" % (line, case["name"], i)
+                if step["op"] == "apply":
+                    got, flat = flat[:5], flat[5:]
+                    self.assertEqual({"changed": bool(got[0]),
+                                      "state": dict(zip(("amt", "td", "tc", "tl"), got[1:]))},
+                                     step["expect"], where)
+                else:
+                    got, flat = flat[0], flat[1:]
+                    self.assertEqual(got, step["expect"], where)
+            self.assertEqual(flat, [], "wrapper returned extra values")
+
+    def test_no_globals(self):
+        r = self.conn.command("EVAL", self.lib + "\nreturn 1", 0)
+        self.assertEqual(r, 1)
 
 
 def random_case(rnd, kind):

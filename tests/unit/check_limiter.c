@@ -28,12 +28,12 @@
 
 /* A fallback share: divisor d, rank unknown (rounded down); R: ranked. */
 static struct lim_share D(double d) {
-	return (struct lim_share){ d, -1 };
+	return (struct lim_share){ .div = d, .rank = -1 };
 }
 
 static struct lim_share
 R(double d, int64_t rank) {
-	return (struct lim_share){ d, rank };
+	return (struct lim_share){ .div = d, .rank = rank };
 }
 
 static struct conf *cf;

@@ -141,6 +141,8 @@ START_TEST(test_render_exact)
 	ck_assert(has_line(t, "admitd_redis_batches_total{scope=\"api\"} 2"));
 	ck_assert(has_line(t, "admitd_redis_batched_acquires_total{scope=\"api\"} 12"));
 	ck_assert(has_line(t, "admitd_keys 0"));
+	/* no adaptive scope: the family has no samples */
+	ck_assert(strstr(t, "\nadmitd_adaptive_amount{") == NULL);
 	ck_assert(has_line(t, "admitd_key_evictions_total 11"));
 	ck_assert(has_line(t, "admitd_backend_errors_total{op=\"acquire\"} 0"));
 	ck_assert(has_line(t, "admitd_backend_errors_total{op=\"heartbeat\"} 0"));
@@ -152,8 +154,8 @@ START_TEST(test_render_exact)
 	ck_assert(has_line(t, "admitd_build_info{version=\"" ADMITD_VERSION "\"} 1"));
 	/* one HELP and one TYPE per family, and nothing but them starts with # */
 	ck_assert_uint_eq(count_of(t, "# HELP "), count_of(t, "# TYPE "));
-	ck_assert_uint_eq(count_of(t, "# HELP "), 19);
-	ck_assert_uint_eq(count_of(t, "\n#"), 2 * 19 - 1);
+	ck_assert_uint_eq(count_of(t, "# HELP "), 20);
+	ck_assert_uint_eq(count_of(t, "\n#"), 2 * 20 - 1);
 	free(t);
 }
 END_TEST

@@ -13,6 +13,8 @@
 
 #include "proto.h"
 
+#include "adaptive.h"
+
 #include <check.h>
 #include <glob.h>
 #include <jansson.h>
@@ -282,6 +284,14 @@ static const struct {
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"cost\":1000000000,\"id\":999999999999999}", true },
 	{ "{\"op\":\"release\",\"lease\":\"abc.def\",\"id\":\"r1\"}", true },
 	{ "{\"op\":\"release\",\"lease\":\"abc\",\"scope\":7}", true },
+	{ "{\"op\":\"release\",\"lease\":\"abc\",\"outcome\":\"ok\"}", true },
+	{ "{\"op\":\"release\",\"lease\":\"abc\",\"outcome\":\"limited\",\"id\":3}", true },
+	{ "{\"op\":\"release\",\"outcome\":\"error\",\"lease\":\"abc\"}", true },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"outcome\":7}", true },
+	{ "{\"op\":\"release\",\"lease\":\"abc\",\"outcome\":\"OK\"}", false },
+	{ "{\"op\":\"release\",\"lease\":\"abc\",\"outcome\":\"limitedd\"}", false },
+	{ "{\"op\":\"release\",\"lease\":\"abc\",\"outcome\":429}", false },
+	{ "{\"op\":\"release\",\"lease\":\"abc\",\"outcome\":null}", false },
 	{ "{\"op\":\"ping\"}", true },
 	{ "{\"op\":\"status\",\"id\":0}", true },
 	/* left to the general decoder */
@@ -342,6 +352,42 @@ static void same_both_ways(const char *line, size_t len, int fast_want, const ch
 	proto_request_clear(&b);
 	proto_request_clear(&f);
 }
+
+/* A release's outcome: the three values, and anything else refused. */
+START_TEST(test_release_outcome)
+{
+	static const struct {
+		const char *line;
+		enum admit_err err;
+		int outcome;
+	} c[] = {
+		{ "{\"op\":\"release\",\"lease\":\"l\"}", ADMIT_OK, ADAPT_NONE },
+		{ "{\"op\":\"release\",\"lease\":\"l\",\"outcome\":\"ok\"}", ADMIT_OK, ADAPT_OK },
+		{ "{\"op\":\"release\",\"lease\":\"l\",\"outcome\":\"limited\"}", ADMIT_OK,
+		  ADAPT_LIMITED },
+		{ "{\"op\":\"release\",\"lease\":\"l\",\"outcome\":\"error\"}", ADMIT_OK,
+		  ADAPT_ERROR },
+		{ "{\"op\":\"release\",\"lease\":\"l\",\"outcome\":\"\"}", ADMIT_E_BAD_REQUEST, 0 },
+		{ "{\"op\":\"release\",\"lease\":\"l\",\"outcome\":[\"ok\"]}", ADMIT_E_BAD_REQUEST,
+		  0 },
+		{ "{\"op\":\"release\",\"lease\":\"l\",\"outcome\":true}", ADMIT_E_BAD_REQUEST, 0 },
+	};
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		struct request rq;
+		char msg[256];
+		enum admit_err e =
+		    proto_decode(c[i].line, strlen(c[i].line), &rq, msg, sizeof(msg));
+		ck_assert_msg(e == c[i].err, "%s: error %d", c[i].line, (int)e);
+		if (e == ADMIT_OK)
+			ck_assert_int_eq(rq.outcome, c[i].outcome);
+		else
+			ck_assert_str_eq(msg,
+					 "\"outcome\" must be \"ok\", \"limited\" or \"error\"");
+		proto_request_clear(&rq);
+	}
+}
+END_TEST
 
 START_TEST(test_fast_decoder_cases)
 {
@@ -1173,6 +1219,7 @@ static Suite *proto_suite(void)
 
 	tc = tcase_create("decode");
 	tcase_add_loop_test(tc, test_decode_table, 0, N(dcases));
+	tcase_add_test(tc, test_release_outcome);
 	tcase_add_loop_test(tc, test_fast_decoder_cases, 0, N(fcases));
 	tcase_add_loop_test(tc, test_fast_decoder_table, 0, N(dcases));
 	tcase_add_test(tc, test_decode_ops);
