@@ -1,0 +1,123 @@
+"""outage_cost.py - how much over its limit the fleet admits through each
+kind of Redis outage (a measurement, not a test; the table of
+docs/outages.md).
+
+Three daemons, the three limits of outage.py (quota 30/1s, token bucket
+30/3s, cluster_concurrency 6) under load at once, one outage per run:
+  killed    kill -9 of redis-server (appendfsync always), 2 s down,
+            restarted with its data
+  empty     kill -9, 2 s down, restarted empty (no persistence)
+  failover  Sentinel: SENTINEL FAILOVER
+  kill9     Sentinel: kill -9 of the master
+Each run prints, per limit, the admissions beyond the limit in the worst
+interval of the run (quota: a 1 s window; bucket: beyond 30 + 10 L over an
+interval of length L; cap: leases held at one instant beyond 6), counted
+from outside (outage.py). Then the median of the runs per kind.
+
+Run: python3 -m tests.integ.outage_cost [runs] [kinds,...] [BIN ...]
+  (BIN: daemon binaries to compare, default $ADMITD_BIN; e.g.
+   python3 -m tests.integ.outage_cost 3 killed,empty,failover,kill9 \\
+       /work/wt-old/daemon/admitd $PWD/daemon/admitd)
+"""
+
+import os
+import signal
+import statistics
+import sys
+import time
+
+from . import harness
+from .harness import RedisServer, now
+from .outage import CONF, EXTRA, measure, run_load
+from .redis_deploy import SentinelDeploy, what_is_missing
+from .redis_util import Pods, status
+
+KINDS = ("killed", "empty", "failover", "kill9")
+
+
+def _seen3(p):
+    harness._wait_until(lambda: all(status(d)["redis"]["pods_seen"] == 3 for d in p.daemons),
+                        15.0, "3 pods seen")
+
+
+def single(kind):
+    """One run of a single redis-server killed and started again."""
+    args = ["--appendonly", "yes", "--appendfsync", "always"] if kind == "killed" else []
+    r = RedisServer(args=args)
+    try:
+        with Pods(CONF, n=3, admitd_extra=EXTRA, redis=r) as p:
+            _seen3(p)
+
+            def control():
+                time.sleep(1.5)
+                r.proc.send_signal(signal.SIGKILL)
+                r.proc.wait()
+                r.proc = None
+                t0 = now()
+                time.sleep(2.0)
+                r.restart()
+                t1 = now()
+                time.sleep(4.0)
+                return t0, t1
+            recs, (t0, t1) = run_load(p, control)
+            return measure(recs), t1 - t0
+    finally:
+        r.cleanup()
+
+
+def sentinel(sd, kind):
+    sd.heal()
+    with Pods(CONF, n=3, admitd_extra=EXTRA, redis=sd, start_redis=False) as p:
+        _seen3(p)
+
+        def control():
+            time.sleep(1.5)
+            old, t0 = sd.failover() if kind == "failover" else sd.kill_master()
+            _, t1 = sd.wait_promoted(old)
+            time.sleep(5.0)
+            return t0, t1
+        recs, (t0, t1) = run_load(p, control)
+        return measure(recs), t1 - t0
+
+
+def main():
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    kinds = sys.argv[2].split(",") if len(sys.argv) > 2 else KINDS
+    bins = sys.argv[3:] or [harness.admitd_bin()]
+    sd = None
+    if any(k in ("failover", "kill9") for k in kinds):
+        why = what_is_missing("sentinel")
+        if why:
+            print("outage_cost: sentinel kinds skipped: " + why)
+            kinds = [k for k in kinds if k not in ("failover", "kill9")]
+        else:
+            sd = SentinelDeploy().__enter__()
+    table = {}
+    try:
+        for b in bins:
+            os.environ["ADMITD_BIN"] = b
+            for kind in kinds:
+                for i in range(runs):
+                    m, dt = single(kind) if kind in ("killed", "empty") else sentinel(sd, kind)
+                    table.setdefault((b, kind), []).append(m)
+                    print("%s %-8s run %d: over: quota %d, bucket %d, cap %d; admitted %s, by "
+                          "the fallback %s; outage %.2fs"
+                          % (b, kind, i + 1, m["q"], m["tb"], m["cc"], m["n"], m["fb"], dt),
+                          flush=True)
+    finally:
+        if sd is not None:
+            sd.cleanup(failed=False)
+    print("\nmedian over-admission (runs: %d)" % runs)
+    print("| kind | daemon | quota 30/1s | token bucket 30/3s | cluster_concurrency 6 |")
+    print("|---|---|---|---|---|")
+    for kind in kinds:
+        for b in bins:
+            ms = table[(b, kind)]
+            med = [statistics.median(m[s] for m in ms) for s in ("q", "tb", "cc")]
+            raw = ["/".join(str(m[s]) for m in ms) for s in ("q", "tb", "cc")]
+            print("| %s | %s | %g (%s) | %g (%s) | %g (%s) |"
+                  % (kind, b, med[0], raw[0], med[1], raw[1], med[2], raw[2]))
+
+
+if __name__ == "__main__":
+    main()
