@@ -25,6 +25,7 @@ TB_C, TB_W = 30, 3.0      # token bucket 30/3s: capacity 30, 10 a second
 TB_RATE = TB_C / TB_W
 CC = 6                    # cluster_concurrency 6
 HOLD = 0.1                # how long a cap holder keeps its lease
+PER_DAEMON = {"q": 2, "tb": 2, "cc": 4}  # 12 holders for a cap of 6
 
 CONF = """
 [scope q]
@@ -44,13 +45,16 @@ timeout = 30s
 EXTRA = "redis_timeout = 100ms\nfallback_pods = 3\n"
 
 
-def run_load(pods, control, scopes=("q", "tb", "cc"), per_daemon=2, budget_ms=300, key="k"):
-    """per_daemon clients per daemon and scope loop acquire -> (hold) ->
+def run_load(pods, control, scopes=("q", "tb", "cc"), per_daemon=None, budget_ms=300, key="k"):
+    """per_daemon (default PER_DAEMON: more holders than the cap) clients
+    per daemon and scope (an int, or {scope: n}) loop acquire -> (hold) ->
     release while control() runs; they stop when it returns. Returns
     (records, control's result); a record is (scope, daemon, t_send, t_recv,
     t_rel, reply), t_rel None for a refusal. A reply that is neither an
     admission nor a limit's refusal raises."""
-    jobs = [(s, d) for s in scopes for d in range(len(pods.daemons)) for _ in range(per_daemon)]
+    per = per_daemon if per_daemon is not None else PER_DAEMON
+    jobs = [(s, d) for s in scopes for d in range(len(pods.daemons))
+            for _ in range(per.get(s, 2) if isinstance(per, dict) else per)]
     done = threading.Event()
     res, out, lock = {}, [], threading.Lock()
 
