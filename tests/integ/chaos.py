@@ -138,8 +138,9 @@ def bound_client(daemon, stop):
 
 
 def check_bound(errors):
-    """Every outage phase (and the run as a whole): admissions of bound's
-    key per window within the limit plus one fallback budget."""
+    """Around every outage phase (from 1 s before it to 2 s after):
+    admissions of bound's key per window within the limit plus one
+    fallback budget. The run as a whole is printed."""
     ivs = [(lo, hi) for lo, hi, _ in BOUND_ADMS]
     fb = sum(1 for _, _, b in BOUND_ADMS if b == "fallback")
     for t0, t1, what in PHASES:
@@ -160,9 +161,8 @@ def check_bound(errors):
     print("chaos: bound: %d admitted (%d by the fallback) over %d outages; the worst 1s "
           "window %d (bound %d), the bucket's worst %d beyond (bound %d)"
           % (len(ivs), fb, len(PHASES), q, 2 * BOUND_Q, tb, BOUND_C))
-    if q > 2 * BOUND_Q or tb > BOUND_C:
-        errors.append("bound: over the limit + one fallback budget in the run: window %d, "
-                      "bucket %d" % (q, tb))
+    # (not asserted over the whole run: an interval there spans several
+    # outages, each of which may spend one fallback budget)
     if len(ivs) < BOUND_Q:
         errors.append("bound: only %d admissions of the bound key" % len(ivs))
 
