@@ -215,8 +215,9 @@ def request(rng, held, done):
         lease, metered = rng.choice(done)
         return {"op": "release", "lease": lease, "repeat": True, **tokens_for(rng, metered)}
     if r < 0.78:
-        return {"op": "release", "lease": forged(rng), "forged": True,
-                "tokens": {"output": 0}}
+        # no tokens: a scope without token rules refuses them (bad_request)
+        # before the handle is looked at
+        return {"op": "release", "lease": forged(rng), "forged": True}
     if r < 0.80:
         return {"op": "penalize", "scope": scope, "key": key,
                 "retry_after_ms": rng.randrange(50)}
