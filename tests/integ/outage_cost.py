@@ -9,6 +9,9 @@ Three daemons, the three limits of outage.py (quota 30/1s, token bucket
   empty     kill -9, 2 s down, restarted empty (no persistence)
   failover  Sentinel: SENTINEL FAILOVER
   kill9     Sentinel: kill -9 of the master
+  cluster   Cluster of three masters with a replica each: kill -9 of the
+            master of the loaded keys, its replica promoted (a new
+            deployment per run)
 Each run prints, per limit, the admissions beyond the limit in the worst
 interval of the run (quota: a 1 s window; bucket: beyond 30 + 10 L over an
 interval of length L; cap: leases held at one instant beyond 6), counted
@@ -23,16 +26,74 @@ Run: python3 -m tests.integ.outage_cost [runs] [kinds,...] [BIN ...]
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import time
 
 from . import harness
 from .harness import RedisServer, now
 from .outage import CONF, EXTRA, measure, run_load
-from .redis_deploy import SentinelDeploy, what_is_missing
+from .redis_deploy import RedisClusterDeploy, SentinelDeploy, admitd_slot, what_is_missing
 from .redis_util import Pods, status
 
-KINDS = ("killed", "empty", "failover", "kill9")
+KINDS = ("killed", "empty", "failover", "kill9", "cluster")
+
+
+class ReplicatedCluster(RedisClusterDeploy):
+    """Three masters, each with one replica (`redis-cli --cluster create
+    --cluster-replicas 1` over six nodes), node timeout 2 s, a replica
+    free to take over however long since it last heard its master."""
+
+    def __init__(self):
+        super().__init__(n=6, node_timeout_ms=2000)
+        # A replica judges its data too old to take over unless told not to
+        # (it refused: "Disconnected from master for longer than allowed").
+        for n in self.nodes:
+            n.extra_args += ["--cluster-replica-validity-factor", "0"]
+
+    def start(self):
+        for n in self.nodes:
+            n.start()
+        r = subprocess.run(["redis-cli", "--cluster", "create", *[n.addr for n in self.nodes],
+                            "--cluster-replicas", "1", "--cluster-yes"],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise AssertionError("redis-cli --cluster create failed\n%s%s" % (r.stdout, r.stderr))
+        for n in self.nodes:
+            n.node_id = n.command("CLUSTER", "MYID")
+        self.wait_ok()
+        return self
+
+    def master_key(self):
+        """(a key whose three scopes' slots one master owns, that master)."""
+        smap = self.slot_map()
+        for j in range(100000):
+            k = "c%d" % j
+            owners = {id(smap[admitd_slot(s, k)]) for s in ("q", "tb", "cc")}
+            if len(owners) == 1:
+                return k, smap[admitd_slot("q", k)]
+        raise AssertionError("no key")
+
+
+def cluster_run():
+    """One run: the master of the loaded keys killed (-9), its replica
+    promoted by the cluster."""
+    with ReplicatedCluster() as rc:
+        key, m = rc.master_key()
+        with Pods(CONF, n=3, admitd_extra=EXTRA, redis=rc, start_redis=False) as p:
+            _seen3(p)
+
+            def control():
+                time.sleep(1.5)
+                m.kill9()
+                t0 = now()
+                harness._wait_until(lambda: rc.slot_map()[admitd_slot("q", key)] is not m,
+                                    30.0, "a replica promoted", rc.logs, interval=0.05)
+                t1 = now()
+                time.sleep(5.0)
+                return t0, t1
+            recs, (t0, t1) = run_load(p, control, key=key)
+            return measure(recs), t1 - t0
 
 
 def _seen3(p):
@@ -98,7 +159,12 @@ def main():
             os.environ["ADMITD_BIN"] = b
             for kind in kinds:
                 for i in range(runs):
-                    m, dt = single(kind) if kind in ("killed", "empty") else sentinel(sd, kind)
+                    if kind == "cluster":
+                        m, dt = cluster_run()
+                    elif kind in ("killed", "empty"):
+                        m, dt = single(kind)
+                    else:
+                        m, dt = sentinel(sd, kind)
                     table.setdefault((b, kind), []).append(m)
                     print("%s %-8s run %d: over: quota %d, bucket %d, cap %d; admitted %s, by "
                           "the fallback %s; outage %.2fs"
