@@ -12,6 +12,9 @@ Three daemons, the three limits of outage.py (quota 30/1s, token bucket
   cluster   Cluster of three masters with a replica each: kill -9 of the
             master of the loaded keys, its replica promoted (a new
             deployment per run)
+  migration Cluster of three masters: the keys' three slots moved to
+            another master by hand, 40 other keys each, 20 ms apart
+            (about 1 s, longer than redis_timeout)
 Each run prints, per limit, the admissions beyond the limit in the worst
 interval of the run (quota: a 1 s window; bucket: beyond 30 + 10 L over an
 interval of length L; cap: leases held at one instant beyond 6), counted
@@ -27,6 +30,7 @@ import os
 import signal
 import statistics
 import subprocess
+import threading
 import sys
 import time
 
@@ -36,7 +40,7 @@ from .outage import CONF, EXTRA, measure, run_load
 from .redis_deploy import RedisClusterDeploy, SentinelDeploy, admitd_slot, what_is_missing
 from .redis_util import Pods, status
 
-KINDS = ("killed", "empty", "failover", "kill9", "cluster")
+KINDS = ("killed", "empty", "failover", "kill9", "cluster", "migration")
 
 
 class ReplicatedCluster(RedisClusterDeploy):
@@ -65,14 +69,50 @@ class ReplicatedCluster(RedisClusterDeploy):
         return self
 
     def master_key(self):
-        """(a key whose three scopes' slots one master owns, that master)."""
-        smap = self.slot_map()
-        for j in range(100000):
-            k = "c%d" % j
-            owners = {id(smap[admitd_slot(s, k)]) for s in ("q", "tb", "cc")}
-            if len(owners) == 1:
-                return k, smap[admitd_slot("q", k)]
-        raise AssertionError("no key")
+        return master_key(self)
+
+
+def master_key(rc):
+    """(a key whose three scopes' slots one master of rc owns, that master)."""
+    smap = rc.slot_map()
+    for j in range(100000):
+        k = "c%d" % j
+        owners = {id(smap[admitd_slot(s, k)]) for s in ("q", "tb", "cc")}
+        if len(owners) == 1:
+            return k, smap[admitd_slot("q", k)]
+    raise AssertionError("no key")
+
+
+def migration_run():
+    """One run: the three slots of the loaded keys moved to another master
+    by hand, each with 40 other keys moved 20 ms apart (about a second of
+    ASK/TRYAGAIN for admitd's calls, longer than redis_timeout)."""
+    with RedisClusterDeploy(n=3) as rc:
+        key, src = master_key(rc)
+        dst = next(n for n in rc.nodes if n is not src)
+        slots = [admitd_slot(s, key) for s in ("q", "tb", "cc")]
+        for s in ("q", "tb", "cc"):
+            for j in range(40):
+                src.command("SET", "other:{%s:%s}:%d" % (s, key, j), "x")
+        with Pods(CONF, n=3, admitd_extra=EXTRA, redis=rc, start_redis=False) as p:
+            _seen3(p)
+
+            def control():
+                time.sleep(1.5)
+                t0 = now()
+                ths = [threading.Thread(target=rc.migrate_slot, args=(sl, dst),
+                                        kwargs={"pace": 0.02, "batch": 1}) for sl in slots]
+                for t in ths:
+                    t.start()
+                for t in ths:
+                    t.join()
+                t1 = now()
+                time.sleep(4.0)
+                return t0, t1
+            recs, (t0, t1) = run_load(p, control, key=key)
+            for sl in slots:
+                rc.wait_slot_owner(sl, dst)
+            return measure(recs), t1 - t0
 
 
 def cluster_run():
@@ -161,6 +201,8 @@ def main():
                 for i in range(runs):
                     if kind == "cluster":
                         m, dt = cluster_run()
+                    elif kind == "migration":
+                        m, dt = migration_run()
                     elif kind in ("killed", "empty"):
                         m, dt = single(kind)
                     else:
