@@ -112,7 +112,12 @@ def migration_run():
             recs, (t0, t1) = run_load(p, control, key=key)
             for sl in slots:
                 rc.wait_slot_owner(sl, dst)
-            return measure(recs), t1 - t0
+            m = measure(recs)
+            # what the fallbacks admitted and still owe Redis, 4 s after
+            m["owed"] = [status(d)["redis"].get("owed") for d in p.daemons]
+            m["written"] = ["fallback admissions written back" in d.stderr_text()
+                            for d in p.daemons]
+            return m, t1 - t0
 
 
 def cluster_run():
@@ -212,6 +217,9 @@ def main():
                           "the fallback %s; outage %.2fs"
                           % (b, kind, i + 1, m["q"], m["tb"], m["cc"], m["n"], m["fb"], dt),
                           flush=True)
+                    if "owed" in m:
+                        print("    keys still owed to Redis per daemon %s; a write-back "
+                              "logged %s" % (m["owed"], m["written"]), flush=True)
     finally:
         if sd is not None:
             sd.cleanup(failed=False)
