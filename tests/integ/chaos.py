@@ -12,6 +12,13 @@ SCRIPT FLUSHes Redis, freezes it with DEBUG SLEEP, restarts a daemon
 with SIGTERM as a rolling deploy does, and reloads a daemon's conf while
 Redis is down (its release queue then outlives the conf it was made under).
 
+Through every outage (Redis stopped, restarted empty, paused, asleep)
+one key of scope `bound` (quota 20/1s and a token bucket 20/2s) is loaded
+from every daemon, and the admissions counted from outside must stay
+within the limit plus one fallback budget (the pods' shares add up to one
+limit): at most 2 x 20 in any 1 s window, and at most 20 + 10 L + 20 in
+any interval of length L. The worst window around each outage is printed.
+
 At the end every daemon must still answer ping, exit 0 on SIGTERM, and its
 log must show no sanitizer, valgrind or assert report (the harness checks
 at stop). Every reply must be one JSON object with "ok", and an id when the
@@ -35,12 +42,20 @@ import sys
 import threading
 import time
 
-from .harness import Admitd, RedisServer
+from .harness import Admitd, RedisServer, now
+from .outage import bucket_excess, quota_excess
+from .redis_util import LAG
 
 CONF = """
 [admitd]
 redis_timeout = 100ms
 client_write_timeout = 1s
+fallback_pods = 3
+
+[scope bound]
+quota = 20/1s
+rule = requests token-bucket 20/2s
+timeout = 200ms
 
 [scope pace]
 min_delay = 20ms
@@ -92,6 +107,64 @@ RELOADS = [0]  # conf reloads made while Redis was down
 LONG_TTL = ("pace", "cc")  # a slot leaked there would outlive the run's end
 DETACHED = []  # every detached lease granted: released at the end
 DETACHED_LOCK = threading.Lock()
+BOUND_Q, BOUND_W = 20, 1.0            # scope bound: quota 20/1s
+BOUND_C, BOUND_RATE = 20, 10.0        # and a token bucket 20/2s
+BOUND_ADMS = []  # (lo, hi, backend) of every admission of bound's key
+PHASES = []      # (start, end, what) of every outage made by faults()
+
+
+def bound_client(daemon, stop):
+    """Acquire and release one key of scope bound as fast as it is given,
+    recording each admission's bracket (redis_util: the decision lies in
+    [t_send + waited_ms - LAG, t_recv])."""
+    mine = []
+    while not stop.is_set():
+        try:
+            with daemon.connect(timeout=10) as c:
+                while not stop.is_set():
+                    t_send = now()
+                    r = c.request({"op": "acquire", "scope": "bound", "key": "b",
+                                   "timeout_ms": 200}, timeout=10)
+                    if r.get("ok"):
+                        mine.append((t_send + r.get("waited_ms", 0) / 1000.0 - LAG, c.last_t,
+                                     r.get("backend")))
+                        c.request({"op": "release", "lease": r["lease"]}, timeout=10)
+                    else:
+                        time.sleep(0.01)
+        except (OSError, TimeoutError, ConnectionError, ValueError):
+            time.sleep(0.05)  # the daemon restarting: connect again
+    with DETACHED_LOCK:
+        BOUND_ADMS.extend(mine)
+
+
+def check_bound(errors):
+    """Around every outage phase (from 1 s before it to 2 s after):
+    admissions of bound's key per window within the limit plus one
+    fallback budget. The run as a whole is printed."""
+    ivs = [(lo, hi) for lo, hi, _ in BOUND_ADMS]
+    fb = sum(1 for _, _, b in BOUND_ADMS if b == "fallback")
+    for t0, t1, what in PHASES:
+        near = [(lo, hi) for lo, hi in ivs if t0 - 1.0 <= lo <= t1 + 2.0]
+        q = quota_excess(near, BOUND_W, 0)
+        tb, span = bucket_excess(near, BOUND_C, BOUND_RATE)
+        print("chaos: bound: %-16s %.2fs: %3d admitted around it, the worst 1s window %d "
+              "(limit %d, bound %d), bucket: %d beyond 20 + 10/s over %.2fs (bound 20)"
+              % (what, t1 - t0, len(near), q, BOUND_Q, 2 * BOUND_Q, tb, span))
+        if q > 2 * BOUND_Q:
+            errors.append("bound: %d admissions in a 1s window around %s (limit %d + %d)"
+                          % (q, what, BOUND_Q, BOUND_Q))
+        if tb > BOUND_C:
+            errors.append("bound: %d beyond the bucket around %s (one bucket: %d)"
+                          % (tb, what, BOUND_C))
+    q = quota_excess(ivs, BOUND_W, 0)
+    tb, _ = bucket_excess(ivs, BOUND_C, BOUND_RATE)
+    print("chaos: bound: %d admitted (%d by the fallback) over %d outages; the worst 1s "
+          "window %d (bound %d), the bucket's worst %d beyond (bound %d)"
+          % (len(ivs), fb, len(PHASES), q, 2 * BOUND_Q, tb, BOUND_C))
+    # (not asserted over the whole run: an interval there spans several
+    # outages, each of which may spend one fallback budget)
+    if len(ivs) < BOUND_Q:
+        errors.append("bound: only %d admissions of the bound key" % len(ivs))
 
 
 def forged(rng):
@@ -142,8 +215,9 @@ def request(rng, held, done):
         lease, metered = rng.choice(done)
         return {"op": "release", "lease": lease, "repeat": True, **tokens_for(rng, metered)}
     if r < 0.78:
-        return {"op": "release", "lease": forged(rng), "forged": True,
-                "tokens": {"output": 0}}
+        # no tokens: a scope without token rules refuses them (bad_request)
+        # before the handle is looked at
+        return {"op": "release", "lease": forged(rng), "forged": True}
     if r < 0.80:
         return {"op": "penalize", "scope": scope, "key": key,
                 "retry_after_ms": rng.randrange(50)}
@@ -276,14 +350,17 @@ def faults(redis, daemons, stop, rng, errors):
     while not stop.is_set():
         time.sleep(rng.uniform(0.3, 1.5))
         what = rng.random()
+        t0 = now()
         if what < 0.2:
             redis.pause()
             time.sleep(rng.uniform(0.05, 0.5))
             redis.resume()
+            PHASES.append((t0, now(), "pause"))
         elif what < 0.35:
             redis.stop()
             time.sleep(rng.uniform(0.05, 0.5))
             redis.restart()
+            PHASES.append((t0, now(), "restart-empty"))
         elif what < 0.5:
             try:
                 redis.command("SCRIPT", "FLUSH")
@@ -295,6 +372,7 @@ def faults(redis, daemons, stop, rng, errors):
                 redis.command("DEBUG", "SLEEP", "%.2f" % rng.uniform(0.1, 0.3))
             except Exception:
                 pass
+            PHASES.append((t0, now(), "debug-sleep"))
         elif what < 0.87:
             # a reload while Redis is down: releases queued under the old
             # conf are sent under the new one once Redis is back
@@ -315,6 +393,7 @@ def faults(redis, daemons, stop, rng, errors):
                 pass
             time.sleep(rng.uniform(0.2, 0.4))
             redis.restart()
+            PHASES.append((t0, now(), "reload-while-down"))
         elif what < 0.95:
             d = rng.choice(daemons)  # a rolling deploy: SIGTERM, start again
             try:
@@ -361,6 +440,7 @@ def main(seconds):
             threads += [threading.Thread(target=pipeliner, args=(d, 7 + i, stop, errors))
                         for i, d in enumerate(daemons)]
             threads.append(threading.Thread(target=non_reader, args=(daemons[0], stop, errors)))
+            threads += [threading.Thread(target=bound_client, args=(d, stop)) for d in daemons]
             threads.append(threading.Thread(target=faults, args=(redis, daemons, stop, rng, errors)))
             for t in threads:
                 t.start()
@@ -386,6 +466,7 @@ def main(seconds):
         finally:
             for d in daemons:
                 d.stop()  # asserts exit 0 and a clean log
+        check_bound(errors)
         leaked = _leaked_slots(redis)
         if leaked:
             errors.append("slots still booked in Redis after every lease ended: %r"

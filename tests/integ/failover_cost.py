@@ -9,6 +9,10 @@ means none over), over the whole run and around the switch, and how many
 of the admissions were the fallback's.
 
 Run: ADMITD_BIN=daemon/admitd python3 -m tests.integ.failover_cost [runs] [failover|kill|both]
+
+Every other kind of outage (Redis killed, back empty, a Cluster master
+lost, a long slot migration), for a quota, a token bucket and a cap at
+once, and old against new daemons: outage_cost.py (docs/outages.md).
 """
 
 import sys
