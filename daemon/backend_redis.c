@@ -117,6 +117,7 @@ struct backend {
 	struct rb_owe_list sending; /* sent, or failed and to be sent again */
 	size_t wb_pending;	    /* write-back calls in flight */
 	bool wb_active;		    /* acquires wait for it: Redis serves after */
+	bool wb_partial; /* a write-back while Redis kept serving (see rb_writeback_owed) */
 	uint64_t wb_round, wb_keys, wb_dropped, wb_lost;
 	struct event *wb_ev;
 	uint64_t errors[RB_OP__COUNT]; /* failed calls by operation */
@@ -1950,10 +1951,11 @@ static void rb_wb_done(struct backend *b)
 					NULL);
 		return;
 	}
-	if (!TAILQ_EMPTY(&b->owing)) { /* admitted in fallback meanwhile */
+	if (!TAILQ_EMPTY(&b->owing) && !b->wb_partial) { /* admitted in fallback meanwhile */
 		rb_writeback(b);
 		return;
 	}
+	b->wb_partial = false;
 	if (b->wb_active)
 		log_info("fallback admissions written back to redis: limits are shared",
 			 "keys=%llu", (unsigned long long)b->wb_keys);
@@ -2177,6 +2179,33 @@ static void rb_writeback(struct backend *b)
 	rb_wb_run(b);
 }
 
+/*
+ * Owed while Redis kept serving: some calls met a node that could not take
+ * them (a slot migration longer than redis_timeout, one Cluster master
+ * lost) and the fallback decided them while the pool stayed up. What they
+ * admitted is written back at the next beat, with no walk of the keys and
+ * without holding acquires back (the rest of Redis is serving); a call that
+ * fails again is retried by the write-back timer.
+ */
+static void rb_writeback_owed(struct backend *b)
+{
+	struct rb_owe *o;
+
+	if (!b->up || b->wb_active || b->wb_partial || b->wb_pending > 0 ||
+	    TAILQ_EMPTY(&b->owing) || !TAILQ_EMPTY(&b->sending))
+		return;
+	b->wb_partial = true;
+	b->wb_round++;
+	while ((o = TAILQ_FIRST(&b->owing)) != NULL) {
+		TAILQ_REMOVE(&b->owing, o, link);
+		htab_del(b->owed, o->name);
+		TAILQ_INSERT_TAIL(&b->sending, o, link);
+	}
+	log_info("writing back what the fallback admitted while a redis node could not answer",
+		 "round=%llu", (unsigned long long)b->wb_round);
+	rb_wb_run(b);
+}
+
 /* ---- health, heartbeat, divisor ---- */
 
 static void rb_hb_cb(evutil_socket_t fd, short what, void *arg);
@@ -2244,7 +2273,7 @@ static void rb_hb_reply(void *arg, enum rp_status st, const struct rval *reply)
 		rb_failed(b, RB_OP_HEARTBEAT, st, reply);
 }
 
-static void rb_hb_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+static void rb_hb_cb(evutil_socket_t fd UNUSED, short what, void *arg)
 {
 	struct backend *b = arg;
 	const char *argv[4];
@@ -2266,6 +2295,8 @@ static void rb_hb_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 		rb_failed(b, RB_OP_HEARTBEAT, RP_CONN, NULL);
 	else
 		b->calls[RB_OP_HEARTBEAT]++;
+	if (what != 0) /* the beat's timer; rb_state_cb writes back itself */
+		rb_writeback_owed(b);
 }
 
 struct lim_share backend_share(const struct backend *b, const struct conf_scope *cs)

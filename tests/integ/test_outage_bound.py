@@ -91,9 +91,8 @@ class MigrationWriteBackTest(unittest.TestCase):
     """A slot migration longer than redis_timeout: a call that meets
     TRYAGAIN is decided by the fallback while the pool as a whole stays
     up. What the fallback admitted must reach Redis once the slot is
-    closed, as after an outage of the whole pool. (Fails today: the
-    write-back runs only when the whole pool comes back up, so these keys
-    stay owed and Redis's windows never count those admissions.)"""
+    closed, as after an outage of the whole pool (it did not, before the
+    write-back at the next beat: these keys stayed owed)."""
 
     def test_fallback_admissions_in_a_long_migration_are_written_back(self):
         from .outage_cost import migration_run
