@@ -280,6 +280,9 @@ static int cli_exit_code(int err)
  */
 static int cli_fail(const char *what, const struct admit_result *r)
 {
+	char *tscope = NULL, *tkey = NULL;
+	int64_t tix;
+
 	fprintf(stderr, "admit: %s: %s", what, admit_strerror(r->err));
 	/* the daemon's message for a code is often just the code's meaning */
 	if (r->message && strcmp(r->message, admit_strerror(r->err)) != 0 &&
@@ -287,6 +290,15 @@ static int cli_fail(const char *what, const struct admit_result *r)
 		fprintf(stderr, ": %s", r->message);
 	if (r->rule && (r->message == NULL || strstr(r->message, r->rule) == NULL))
 		fprintf(stderr, " by \"%s\"", r->rule);
+	tix = admit_result_target(r, &tscope, &tkey);
+	if (tix >= 0)
+		fprintf(stderr, " (target %lld: scope %s key %s)", (long long)tix,
+			tscope ? tscope : "?", tkey ? tkey : "?");
+	free(tscope);
+	free(tkey);
+	if (admit_result_remaining(r) >= 0)
+		fprintf(stderr, "; remaining %lld, full again in %lld ms",
+			(long long)admit_result_remaining(r), (long long)admit_result_reset_ms(r));
 	if (r->err == ADMIT_E_EXCEEDS_LIMIT && r->limit >= 0)
 		fprintf(stderr, "; limit %lld: do not retry", (long long)r->limit);
 	if (r->retry_after_ms >= 0) {

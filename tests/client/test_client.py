@@ -992,6 +992,13 @@ class TestNewer(unittest.TestCase):
         self.assertIn("want ok, limited or error", err)
         self.assertEqual(run_admit(["release", lease.strip()], s)[:2], (0, "released\n"))
 
+    def test_cli_refusal_names_target_and_remaining(self):
+        s = self.daemon.socket
+        self.assertEqual(run_admit(["try", "meter", "cli-ref-1", "--cost", "5"], s)[0], 0)
+        code, _, err, _ = run_admit(["try", "meter", "cli-ref-1"], s)
+        self.assertEqual(code, 75)
+        self.assertIn("(target 0: scope meter key cli-ref-1); remaining 0, full again in ", err)
+
     def test_cli_run_limited_exit(self):
         s = self.daemon.socket
         for status in (0, 3, 4):
