@@ -26,9 +26,11 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -50,6 +52,12 @@ struct admit {
 	char *buf; /* bytes received and not yet consumed */
 	size_t len;
 	size_t cap;
+	/* admit_cancel's side, touched from other threads and signal
+	 * handlers: the request flag and the eventfd that wakes the poll (-1
+	 * until the first acquire that may wait makes it). */
+	atomic_int cancel;
+	atomic_int wake_fd;
+	bool cancelable; /* the call in progress reads an acquire's reply */
 };
 
 static int64_t admit_now_ms(void)
@@ -248,6 +256,8 @@ struct admit *admit_new(const char *path)
 	if (a == NULL)
 		return NULL;
 	a->fd = -1;
+	atomic_init(&a->cancel, 0);
+	atomic_init(&a->wake_fd, -1);
 	a->io_timeout_ms = ADMIT_IO_TIMEOUT_MS;
 	ms = admit_parse_connect_timeout(getenv("ADMITD_CONNECT_TIMEOUT"));
 	a->connect_timeout_ms = ms >= 0 ? ms : ADMIT_CONNECT_TIMEOUT_MS;
@@ -283,6 +293,8 @@ void admit_close(struct admit *a)
 	if (a == NULL)
 		return;
 	admit_drop(a);
+	if (atomic_load(&a->wake_fd) >= 0)
+		close(atomic_load(&a->wake_fd));
 	free(a->path);
 	free(a->buf);
 	free(a);
@@ -303,30 +315,54 @@ void admit_set_connect_timeout(struct admit *a, int64_t ms)
 	a->connect_timeout_ms = ms < 0 ? 0 : ms;
 }
 
+/* Empty the eventfd admit_cancel writes to (it is non-blocking). */
+static void admit_drain_wake(struct admit *a)
+{
+	int fd = atomic_load(&a->wake_fd);
+	uint64_t v;
+	ssize_t r;
+
+	if (fd >= 0) {
+		r = read(fd, &v, sizeof(v));
+		(void)r; /* EAGAIN: it was empty */
+	}
+}
+
 /*
  * Wait for `events` on the socket until `deadline` (monotonic ms; -1 means
- * none). Returns 0 when ready, ADMIT_E_DEADLINE or ADMIT_E_IO.
+ * none). Returns 0 when ready, ADMIT_E_DEADLINE or ADMIT_E_IO; while the
+ * call reads an acquire's reply (a->cancelable), ADMIT_E_INTERRUPTED once
+ * admit_cancel asked for it (its eventfd wakes the poll, a signal's EINTR
+ * finds the flag).
  */
 static int admit_wait(struct admit *a, short events, int64_t deadline)
 {
-	struct pollfd pfd = { .fd = a->fd, .events = events };
+	struct pollfd pfd[2] = { { .fd = a->fd, .events = events },
+				 { .fd = atomic_load(&a->wake_fd), .events = POLLIN } };
+	nfds_t nfds = a->cancelable && pfd[1].fd >= 0 ? 2 : 1;
 	int64_t left;
 	int n;
 
 	for (;;) {
+		if (a->cancelable && atomic_load(&a->cancel))
+			return ADMIT_E_INTERRUPTED;
 		left = -1;
 		if (deadline >= 0) {
 			left = deadline - admit_now_ms();
 			if (left < 0)
 				left = 0;
 		}
-		n = poll(&pfd, 1, left > 1000000000 ? 1000000000 : (int)left);
-		if (n > 0)
+		n = poll(pfd, nfds, left > 1000000000 ? 1000000000 : (int)left);
+		if (n > 0 && pfd[0].revents != 0)
 			return 0;
 		if (n == 0)
 			return ADMIT_E_DEADLINE;
-		if (errno != EINTR)
+		if (n < 0 && errno != EINTR)
 			return ADMIT_E_IO;
+		/* EINTR, or the eventfd (emptied here, so that a stale wake-up
+		 * cannot spin): the loop's check of the flag */
+		if (n > 0)
+			admit_drain_wake(a);
 	}
 }
 
@@ -707,20 +743,116 @@ static int admit_ready(struct admit *a, int64_t cap_ms, struct admit_result *res
 }
 
 /*
+ * Read one reply line into *line (malloc'd) and *rep (its JSON object).
+ * 0, or a negative admit_client_err (ADMIT_E_PROTO: not a JSON object).
+ */
+static int admit_next_reply(struct admit *a, int64_t deadline, char **line, json_t **rep)
+{
+	json_error_t jerr;
+	int rc;
+
+	free(*line);
+	*line = NULL;
+	json_decref(*rep);
+	*rep = NULL;
+	rc = admit_read_line(a, deadline, line);
+	if (rc != 0)
+		return rc;
+	*rep = json_loads(*line, 0, &jerr);
+	return json_is_object(*rep) ? 0 : ADMIT_E_PROTO;
+}
+
+/* Send one request object (not consumed) with id `id`; 0 or an error. */
+static int admit_send_req(struct admit *a, json_t *req, int64_t id)
+{
+	char *line;
+	size_t n;
+	int rc;
+
+	if (json_object_set_new(req, "id", json_integer(id)) < 0)
+		return ADMIT_E_NOMEM;
+	line = json_dumps(req, JSON_COMPACT);
+	if (line == NULL)
+		return ADMIT_E_NOMEM;
+	n = strlen(line);
+	line[n] = '\n'; /* json_dumps' NUL becomes the frame's newline */
+	rc = admit_send_all(a, line, n + 1, admit_now_ms() + a->io_timeout_ms);
+	free(line);
+	return rc;
+}
+
+/*
+ * admit_cancel interrupted the wait for the reply to acquire `id`: send the
+ * cancel, then read until that acquire's reply (the daemon answers it
+ * first, "canceled" when it still waited) and the cancel's. A lease the
+ * acquire got before the cancel arrived is released. A daemon without the
+ * op (its cancel reply fails before the acquire's came) gets the
+ * connection closed, which ends the wait there too. Fills res with
+ * ADMIT_E_INTERRUPTED (raw: the acquire's reply, when it came); returns it.
+ */
+static int admit_cancel_wait(struct admit *a, int64_t id, struct admit_result *res)
+{
+	json_t *req = json_pack("{s:s, s:I}", "op", "cancel", "of", (json_int_t)id);
+	json_t *rep = NULL;
+	char *line = NULL, *lease = NULL;
+	const char *msg = "canceled: the acquire spent nothing";
+	struct admit_result rel;
+	int64_t cid = ++a->next_id, deadline = admit_now_ms() + a->io_timeout_ms, rid;
+	bool got = false, done = false;
+	int rc;
+
+	a->cancelable = false;
+	rc = req == NULL ? ADMIT_E_NOMEM : admit_send_req(a, req, cid);
+	json_decref(req);
+	while (rc == 0 && !(got && done)) {
+		rc = admit_next_reply(a, deadline, &line, &rep);
+		if (rc != 0)
+			break;
+		rid = admit_json_int(rep, "id");
+		if (rid == id && !got) {
+			got = true;
+			if (json_is_true(json_object_get(rep, "ok")))
+				lease = admit_json_str(rep, "lease");
+			free(res->raw);
+			res->raw = line;
+			line = NULL;
+		} else if (rid == cid) {
+			done = true;
+			if (!got && !json_is_true(json_object_get(rep, "ok")))
+				break; /* no cancel op: the acquire still waits */
+		}
+	}
+	if (rc != 0 || !got) {
+		admit_drop(a);
+		msg = "canceled: the connection was closed to end the wait (leases of this "
+		      "handle not detached went with it)";
+	}
+	if (lease != NULL && a->fd >= 0) {
+		/* admitted before the cancel arrived: nobody will use it */
+		admit_release(a, lease, NULL, 0, &rel);
+		admit_result_free(&rel);
+		msg = "canceled: a lease admitted before the cancel arrived was released";
+	}
+	free(lease);
+	free(line);
+	json_decref(rep);
+	return admit_fail(res, ADMIT_E_INTERRUPTED, msg);
+}
+
+/*
  * Send `req` (consumed) with a fresh id and read its reply into res.
  * `wait_ms` is how long the daemon may legitimately take (its wait budget),
  * -1 when unknown (no client deadline). An acquire passes its budget as
  * `wait_ms` with `acquire` set: connecting then counts against it (at most
- * the budget is spent connecting, and the timeout_ms sent is what is left).
+ * the budget is spent connecting, and the timeout_ms sent is what is left),
+ * and admit_cancel may end the wait for its reply.
  */
 static int admit_roundtrip(struct admit *a, json_t *req, int64_t wait_ms, bool acquire,
 			   struct admit_result *res)
 {
-	char *line = NULL, *reply = NULL;
+	char *reply = NULL;
 	json_t *rep = NULL;
-	json_error_t jerr;
 	int64_t id, deadline, t0, spent;
-	size_t n;
 	int rc;
 
 	admit_result_init(res);
@@ -741,35 +873,21 @@ static int admit_roundtrip(struct admit *a, json_t *req, int64_t wait_ms, bool a
 		}
 	}
 	id = ++a->next_id;
-	if (json_object_set_new(req, "id", json_integer(id)) < 0) {
-		rc = admit_fail(res, ADMIT_E_NOMEM, NULL);
-		goto out;
-	}
-	line = json_dumps(req, JSON_COMPACT);
-	if (line == NULL) {
-		rc = admit_fail(res, ADMIT_E_NOMEM, NULL);
-		goto out;
-	}
-	n = strlen(line);
-	line[n] = '\n'; /* json_dumps' NUL becomes the frame's newline */
 	deadline = wait_ms < 0 ? -1 : admit_now_ms() + wait_ms + a->io_timeout_ms;
-	rc = admit_send_all(a, line, n + 1, admit_now_ms() + a->io_timeout_ms);
+	rc = admit_send_req(a, req, id);
+	a->cancelable = acquire && wait_ms != 0;
 	while (rc == 0) {
-		free(reply);
-		reply = NULL;
-		rc = admit_read_line(a, deadline, &reply);
-		if (rc != 0)
-			break;
-		json_decref(rep);
-		rep = json_loads(reply, 0, &jerr);
-		if (!json_is_object(rep)) {
-			rc = ADMIT_E_PROTO;
-			break;
-		}
+		rc = admit_next_reply(a, deadline, &reply, &rep);
 		/* no id: an answer about the line itself (line_too_long) */
-		if (json_object_get(rep, "id") == NULL || admit_json_int(rep, "id") == id)
+		if (rc != 0 || json_object_get(rep, "id") == NULL ||
+		    admit_json_int(rep, "id") == id)
 			break;
 	}
+	if (rc == ADMIT_E_INTERRUPTED) {
+		rc = admit_cancel_wait(a, id, res);
+		goto out;
+	}
+	a->cancelable = false;
 	if (rc != 0) {
 		admit_drop(a);
 		admit_fail(res, rc, NULL);
@@ -781,7 +899,6 @@ static int admit_roundtrip(struct admit *a, json_t *req, int64_t wait_ms, bool a
 	if (rc == ADMIT_E_LINE_TOO_LONG)
 		admit_drop(a); /* the daemon closes after line_too_long */
 out:
-	free(line);
 	free(reply);
 	json_decref(rep);
 	json_decref(req);
@@ -873,6 +990,41 @@ fail:
 	return NULL;
 }
 
+/*
+ * Ready admit_cancel for an acquire that may wait: make the eventfd that
+ * wakes its poll (without one, only a signal's EINTR does), and forget a
+ * cancel that came before this call.
+ */
+static void admit_arm_cancel(struct admit *a)
+{
+	int fd;
+
+	if (atomic_load(&a->wake_fd) < 0) {
+		fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (fd >= 0)
+			atomic_store(&a->wake_fd, fd);
+	}
+	atomic_store(&a->cancel, 0);
+	admit_drain_wake(a);
+}
+
+int admit_cancel(struct admit *a)
+{
+	uint64_t one = 1;
+	ssize_t r;
+	int fd;
+
+	if (a == NULL)
+		return -1;
+	atomic_store(&a->cancel, 1);
+	fd = atomic_load(&a->wake_fd);
+	if (fd >= 0) {
+		r = write(fd, &one, sizeof(one));
+		(void)r; /* EAGAIN: the counter is full, a wake-up is pending anyway */
+	}
+	return 0;
+}
+
 static int admit_do_acquire(struct admit *a, const struct admit_req *rq, int64_t timeout_ms,
 			    struct admit_result *res)
 {
@@ -889,6 +1041,8 @@ static int admit_do_acquire(struct admit *a, const struct admit_req *rq, int64_t
 				  "acquire needs a scope, at most one of key and url, cost >= 0 "
 				  "(or ADMIT_COST_ZERO), named reserve counts >= 0");
 	}
+	if (timeout_ms != 0)
+		admit_arm_cancel(a);
 	return admit_roundtrip(a, req, timeout_ms, true, res);
 }
 
@@ -905,14 +1059,27 @@ int admit_try(struct admit *a, const struct admit_req *rq, struct admit_result *
 int admit_release(struct admit *a, const char *lease, const struct admit_token *tokens,
 		  size_t ntokens, struct admit_result *res)
 {
+	return admit_release_outcome(a, lease, tokens, ntokens, NULL, res);
+}
+
+int admit_release_outcome(struct admit *a, const char *lease, const struct admit_token *tokens,
+			  size_t ntokens, const char *outcome, struct admit_result *res)
+{
 	json_t *req;
 
 	if (a == NULL || lease == NULL || (ntokens > 0 && tokens == NULL)) {
 		admit_result_init(res);
 		return admit_fail(res, ADMIT_E_ARG, "release needs a handle and a lease");
 	}
+	if (outcome != NULL && strcmp(outcome, "ok") != 0 && strcmp(outcome, "limited") != 0 &&
+	    strcmp(outcome, "error") != 0) {
+		admit_result_init(res);
+		return admit_fail(res, ADMIT_E_ARG,
+				  "outcome must be \"ok\", \"limited\" or \"error\"");
+	}
 	req = json_pack("{s:s, s:s}", "op", "release", "lease", lease);
-	if (req == NULL || admit_set_tokens(req, "tokens", tokens, ntokens) < 0) {
+	if (req == NULL || admit_set_tokens(req, "tokens", tokens, ntokens) < 0 ||
+	    admit_set_str(req, "outcome", outcome) < 0) {
 		json_decref(req);
 		admit_result_init(res);
 		return admit_fail(res, ADMIT_E_ARG,
@@ -942,7 +1109,8 @@ int admit_penalize(struct admit *a, const char *scope, const char *key, const ch
 	if (rc < 0) {
 		json_decref(req);
 		admit_result_init(res);
-		return admit_fail(res, ADMIT_E_ARG, "penalize needs a scope and key or url");
+		return admit_fail(res, ADMIT_E_ARG,
+				  "penalize needs a scope and at most one of key and url");
 	}
 	return admit_roundtrip(a, req, 0, false, res);
 }
@@ -965,16 +1133,15 @@ int admit_ping(struct admit *a, struct admit_result *res)
 	return admit_roundtrip(a, json_pack("{s:s}", "op", "ping"), 0, false, res);
 }
 
-/* reset and inspect: {"op":OP,"scope":S,"key":K|"url":U[,"class":C]}. */
+/*
+ * reset and inspect: {"op":OP,"scope":S[,"key":K|"url":U][,"class":C]};
+ * neither key nor url: the scope's default key.
+ */
 static json_t *admit_encode_key_op(const char *op, const char *scope, const char *key,
 				   const char *url, const char *cls)
 {
 	json_t *req = json_pack("{s:s}", "op", op);
 
-	if (req != NULL && (key == NULL) == (url == NULL)) {
-		json_decref(req);
-		return NULL;
-	}
 	if (req != NULL && admit_set_target(req, scope, key, url, cls, 0) < 0) {
 		json_decref(req);
 		return NULL;
@@ -989,7 +1156,8 @@ int admit_reset(struct admit *a, const char *scope, const char *key, const char 
 
 	if (req == NULL) {
 		admit_result_init(res);
-		return admit_fail(res, ADMIT_E_ARG, "reset needs a handle, a scope and key or url");
+		return admit_fail(res, ADMIT_E_ARG,
+				  "reset needs a handle, a scope and at most one of key and url");
 	}
 	return admit_roundtrip(a, req, 0, false, res);
 }
@@ -1004,7 +1172,7 @@ int admit_inspect(struct admit *a, const char *scope, const char *key, const cha
 	if (req == NULL) {
 		admit_result_init(res);
 		return admit_fail(res, ADMIT_E_ARG,
-				  "inspect needs a handle, a scope and key or url");
+				  "inspect needs a handle, a scope and at most one of key and url");
 	}
 	rc = admit_roundtrip(a, req, 0, false, res);
 	if (rc != ADMIT_OK)
@@ -1017,6 +1185,41 @@ int admit_inspect(struct admit *a, const char *scope, const char *key, const cha
 	return rc;
 }
 
+/* The integer `k` of the reply in res->raw (of object `in` when set); -1. */
+static int64_t admit_raw_int(const struct admit_result *res, const char *in, const char *k)
+{
+	json_t *rep = res && res->raw ? json_loads(res->raw, 0, NULL) : NULL;
+	json_t *o = in ? json_object_get(rep, in) : rep;
+	int64_t v = admit_json_int(o, k);
+
+	json_decref(rep);
+	return v;
+}
+
+int64_t admit_result_remaining(const struct admit_result *res)
+{
+	return admit_raw_int(res, NULL, "remaining");
+}
+
+int64_t admit_result_reset_ms(const struct admit_result *res)
+{
+	return admit_raw_int(res, NULL, "reset_ms");
+}
+
+int64_t admit_result_target(const struct admit_result *res, char **scope, char **key)
+{
+	json_t *rep = res && res->raw ? json_loads(res->raw, 0, NULL) : NULL;
+	json_t *t = json_object_get(rep, "target");
+	int64_t index = admit_json_int(t, "index");
+
+	if (scope != NULL)
+		*scope = index >= 0 ? admit_json_str(t, "scope") : NULL;
+	if (key != NULL)
+		*key = index >= 0 ? admit_json_str(t, "key") : NULL;
+	json_decref(rep);
+	return index;
+}
+
 const char *admit_strerror(int err)
 {
 	switch (err) {
@@ -1026,6 +1229,7 @@ const char *admit_strerror(int err)
 	case ADMIT_E_PROTO: return "reply not understood";
 	case ADMIT_E_ARG: return "invalid arguments";
 	case ADMIT_E_NOMEM: return "out of memory";
+	case ADMIT_E_INTERRUPTED: return "canceled";
 	default: break;
 	}
 	if (err >= ADMIT_OK && err < ADMIT_E__COUNT)

@@ -15,7 +15,12 @@
  * string in it is malloc'd by the library and freed by admit_result_free
  * (also safe on a zeroed or already freed result), so a caller can keep or
  * drop any result without leaking. Nothing else is ever allocated on the
- * caller's behalf.
+ * caller's behalf, except the strings admit_result_target hands out.
+ *
+ * ABI: callers allocate the public structs, so their size and layout are
+ * fixed for a soname (libadmit.so.3). Reply fields newer than that are read
+ * through functions (admit_result_remaining and the like), never added as
+ * members; new calls are new functions.
  */
 
 #ifndef ADMIT_H
@@ -42,6 +47,7 @@ enum admit_client_err {
 	ADMIT_E_PROTO = -4,    /* the reply is not a protocol reply */
 	ADMIT_E_ARG = -5,      /* bad arguments to the call; nothing was sent */
 	ADMIT_E_NOMEM = -6,
+	ADMIT_E_INTERRUPTED = -7, /* admit_cancel ended the wait; the acquire spent nothing */
 };
 
 /* timeout_ms value meaning "the scope's `timeout`" (the field is not sent). */
@@ -264,7 +270,8 @@ void admit_set_connect_timeout(struct admit *a, int64_t ms);
  * timeout_ms 0 whatever rq says). admit_release is idempotent: res->held
  * says whether the lease was still held; tokens may be NULL. admit_penalize
  * sends retry_after (an upstream's Retry-After value: seconds or an
- * HTTP-date) when it is not NULL, else retry_after_ms.
+ * HTTP-date) when it is not NULL, else retry_after_ms; key and url both
+ * NULL penalize the scope's default key.
  */
 int admit_acquire(struct admit *a, const struct admit_req *rq, struct admit_result *res);
 int admit_try(struct admit *a, const struct admit_req *rq, struct admit_result *res);
@@ -276,11 +283,57 @@ int admit_status(struct admit *a, struct admit_result *res);
 int admit_ping(struct admit *a, struct admit_result *res);
 
 /*
- * Operator calls on one key (key, or url's host): admit_reset clears its
- * penalty and pacing on every daemon; admit_inspect fills res->inspect (and
- * res->backend) with where it stands: penalty, pacing, leases, quota and
- * each rule's remaining units. cls (may be NULL) picks the class whose
- * rules inspect reports. res->raw holds the whole reply.
+ * admit_release_outcome - admit_release that also reports how the upstream
+ * call went: outcome "ok", "limited" (the upstream refused for rate: a 429,
+ * or a 503 with Retry-After) or "error" (anything else); NULL sends none
+ * (admit_release). Any other string is ADMIT_E_ARG and nothing is sent.
+ */
+int admit_release_outcome(struct admit *a, const char *lease, const struct admit_token *tokens,
+			  size_t ntokens, const char *outcome, struct admit_result *res);
+
+/*
+ * admit_cancel - end the wait of the acquire in progress on `a`, from
+ * another thread or a signal handler (it is async-signal-safe: an atomic
+ * store and a write(2)). The acquire sends the daemon a cancel and returns
+ * ADMIT_E_INTERRUPTED: the daemon ended it and it spent nothing (a lease
+ * admitted just before the cancel arrived is released before it returns).
+ * A daemon that has no cancel op gets the connection closed instead, which
+ * ends the wait there too, along with the handle's leases not detached.
+ * Only an acquire that may wait (admit_acquire with a timeout other than 0)
+ * can be interrupted, once it has sent its request; a cancel when none is
+ * waiting is forgotten when the next one starts. Returns 0, or -1 for a
+ * NULL handle. The handle must outlive the call.
+ */
+int admit_cancel(struct admit *a);
+
+/*
+ * Reply fields read from res->raw (see "ABI" above), so they cost a parse
+ * of the reply each; they are absent from replies of a daemon that predates
+ * them.
+ *
+ * admit_result_remaining: on an acquire's result, admitted or refused
+ * (limited, budget_exceeded, timeout), what the tightest rule or cap of the
+ * targets still allows after this decision, in its meter's units;
+ * admit_result_reset_ms: the ms until that rule is full again (0: it is
+ * now). Both -1 when the reply had none (nothing limits the targets).
+ *
+ * admit_result_target: on a refused acquire, the index (into rq->targets;
+ * 0 for a single-target acquire) of the target that refused, -1 when the
+ * reply does not say. When scope or key is not NULL it is set to a
+ * malloc'd copy of that target's scope or key (NULL when absent), which the
+ * caller frees with free().
+ */
+int64_t admit_result_remaining(const struct admit_result *res);
+int64_t admit_result_reset_ms(const struct admit_result *res);
+int64_t admit_result_target(const struct admit_result *res, char **scope, char **key);
+
+/*
+ * Operator calls on one key (key, or url's host; both NULL: the scope's
+ * default key, its conf's `key =`, as for admit_penalize): admit_reset
+ * clears its penalty and pacing on every daemon; admit_inspect fills
+ * res->inspect (and res->backend) with where it stands: penalty, pacing,
+ * leases, quota and each rule's remaining units. cls (may be NULL) picks
+ * the class whose rules inspect reports. res->raw holds the whole reply.
  */
 int admit_reset(struct admit *a, const char *scope, const char *key, const char *url,
 		struct admit_result *res);

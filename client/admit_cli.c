@@ -89,6 +89,8 @@ enum cli_opt_id {
 	O_RESERVE,
 	O_JSON,
 	O_INTERVAL,
+	O_OUTCOME,
+	O_LIMITED_EXIT,
 	O_HELP,
 	O__COUNT
 };
@@ -126,6 +128,12 @@ static const struct cli_opt {
 			"output=500" },
 	[O_JSON] = { "json", false, "         status, inspect: print the raw reply" },
 	[O_INTERVAL] = { "interval", true, "D    top: refresh every D (default 1s)" },
+	[O_OUTCOME] = { "outcome", true,
+			"O     release: how the upstream call went: ok, limited (429, or\n"
+			"                    503 with Retry-After) or error" },
+	[O_LIMITED_EXIT] = { "limited-exit", true,
+			     "N run: CMD exiting N means the upstream limited (outcome\n"
+			     "                    limited); 0 is ok, any other status error" },
 	[O_HELP] = { "help", false, "         this help" },
 };
 
@@ -179,16 +187,19 @@ static const struct cli_cmd cli_cmds[] = {
 	  ACQ_OPTS & ~OPT(O_TIMEOUT), false, cmd_try,
 	  "admit now or exit 75 printing the retry-after (seconds); the lease\n"
 	  "\t\tis printed and detached like acquire's" },
-	{ "release", "LEASE [--tokens input=300,output=200]", 1, 1, OPT(O_TOKENS), false,
-	  cmd_release, "release a lease; prints \"released\" or \"not held\"" },
+	{ "release", "LEASE [--tokens input=300,output=200] [--outcome ok|limited|error]", 1, 1,
+	  OPT(O_TOKENS) | OPT(O_OUTCOME), false, cmd_release,
+	  "release a lease; prints \"released\" or \"not held\"" },
 	{ "penalize", "SCOPE [KEY] [--url URL] RETRY_AFTER", 2, 3, OPT(O_URL), false, cmd_penalize,
 	  "hold the key back: a duration (30s, 500ms) or a Retry-After header\n"
-	  "\t\tvalue as is (\"120\" seconds, or an HTTP-date)" },
+	  "\t\tvalue as is (\"120\" seconds, or an HTTP-date); no KEY or --url:\n"
+	  "\t\tthe scope's default key (reset and inspect alike)" },
 	{ "run",
-	  "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] [--reserve LIST] -- "
-	  "CMD [ARG...]",
-	  1, 2, ACQ_OPTS, true, cmd_run,
-	  "acquire, run CMD, release when it ends; exit with CMD's status;\n"
+	  "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] [--reserve LIST] "
+	  "[--limited-exit N] -- CMD [ARG...]",
+	  1, 2, ACQ_OPTS | OPT(O_LIMITED_EXIT), true, cmd_run,
+	  "acquire, run CMD, release when it ends with CMD's outcome (0: ok,\n"
+	  "\t\t--limited-exit N: limited, else error); exit with CMD's status;\n"
 	  "\t\tSIGINT/SIGTERM/SIGHUP/SIGQUIT are passed on to CMD" },
 	{ "reset", "SCOPE [KEY] [--url URL]", 1, 2, OPT(O_URL), false, cmd_reset,
 	  "clear the key's penalty and pacing (on every daemon); prints \"reset\"" },
@@ -269,6 +280,9 @@ static int cli_exit_code(int err)
  */
 static int cli_fail(const char *what, const struct admit_result *r)
 {
+	char *tscope = NULL, *tkey = NULL;
+	int64_t tix;
+
 	fprintf(stderr, "admit: %s: %s", what, admit_strerror(r->err));
 	/* the daemon's message for a code is often just the code's meaning */
 	if (r->message && strcmp(r->message, admit_strerror(r->err)) != 0 &&
@@ -276,6 +290,15 @@ static int cli_fail(const char *what, const struct admit_result *r)
 		fprintf(stderr, ": %s", r->message);
 	if (r->rule && (r->message == NULL || strstr(r->message, r->rule) == NULL))
 		fprintf(stderr, " by \"%s\"", r->rule);
+	tix = admit_result_target(r, &tscope, &tkey);
+	if (tix >= 0)
+		fprintf(stderr, " (target %lld: scope %s key %s)", (long long)tix,
+			tscope ? tscope : "?", tkey ? tkey : "?");
+	free(tscope);
+	free(tkey);
+	if (admit_result_remaining(r) >= 0)
+		fprintf(stderr, "; remaining %lld, full again in %lld ms",
+			(long long)admit_result_remaining(r), (long long)admit_result_reset_ms(r));
 	if (r->err == ADMIT_E_EXCEEDS_LIMIT && r->limit >= 0)
 		fprintf(stderr, "; limit %lld: do not retry", (long long)r->limit);
 	if (r->retry_after_ms >= 0) {
@@ -469,7 +492,14 @@ static int cmd_release(struct admit *a, const struct cli_args *ar)
 					       ar->val[O_TOKENS]);
 		}
 	}
-	admit_release(a, ar->pos[0], tk, n, &r);
+	if (ar->set[O_OUTCOME] && strcmp(ar->val[O_OUTCOME], "ok") != 0 &&
+	    strcmp(ar->val[O_OUTCOME], "limited") != 0 &&
+	    strcmp(ar->val[O_OUTCOME], "error") != 0) {
+		free(buf);
+		return cli_usage_error("--outcome %s: want ok, limited or error",
+				       ar->val[O_OUTCOME]);
+	}
+	admit_release_outcome(a, ar->pos[0], tk, n, ar->val[O_OUTCOME], &r);
 	free(buf);
 	if (r.err == ADMIT_OK)
 		printf("%s\n", r.held ? "released" : "not held");
@@ -489,10 +519,7 @@ static int cmd_penalize(struct admit *a, const struct cli_args *ar)
 		return cli_usage_error("%s: give KEY or --url, not both", ar->pos[1]);
 	else if (ar->npos == 3)
 		key = ar->pos[1];
-	else if (ar->val[O_URL] == NULL)
-		return cli_usage_error("%s: penalize wants SCOPE KEY RETRY_AFTER", ar->pos[0]);
-	else if (ar->npos != 2)
-		return cli_usage_error("%s: give KEY or --url, not both", ar->pos[1]);
+	/* SCOPE RETRY_AFTER: --url's host, or the scope's default key */
 	hold = ar->pos[ar->npos - 1];
 	/* "30s" is ours to convert; "120" or a date goes as the header value */
 	if (cli_duration(hold, false, &ms) < 0)
@@ -592,9 +619,15 @@ static int cmd_run(struct admit *a, const struct cli_args *ar)
 {
 	struct cli_acq q = { .rq = ADMIT_REQ_INIT };
 	struct admit_result r;
+	const char *outcome;
+	int64_t limited_exit = -1;
 	char *lease;
 	int rc, status;
 
+	if (ar->set[O_LIMITED_EXIT] && (cli_int(ar->val[O_LIMITED_EXIT], &limited_exit) < 0 ||
+					limited_exit < 1 || limited_exit > 255))
+		return cli_usage_error("--limited-exit %s: want an exit status 1 to 255",
+				       ar->val[O_LIMITED_EXIT]);
 	rc = cli_req(ar, &q);
 	if (rc != 0) {
 		cli_acq_free(&q);
@@ -621,7 +654,10 @@ static int cmd_run(struct admit *a, const struct cli_args *ar)
 	} else {
 		rc = WEXITSTATUS(status);
 	}
-	if (admit_release(a, lease, NULL, 0, &r) != ADMIT_OK)
+	outcome = status >= 0 && WIFEXITED(status) && rc == 0		   ? "ok"
+		  : status >= 0 && WIFEXITED(status) && rc == limited_exit ? "limited"
+									   : "error";
+	if (admit_release_outcome(a, lease, NULL, 0, outcome, &r) != ADMIT_OK)
 		cli_fail("run: release", &r);
 	else if (!r.held)
 		fprintf(stderr, "admit: run: the lease was no longer held when the command ended "
@@ -750,16 +786,14 @@ static int cmd_top(struct admit *a, const struct cli_args *ar)
 	return rc;
 }
 
-/* SCOPE [KEY] [--url URL] of reset and inspect: key or url, exactly one. */
+/* SCOPE [KEY] [--url URL] of reset and inspect: key or url, at most one. */
 static int cli_key_args(const struct cli_args *ar, const char **key, const char **url)
 {
 	*key = ar->npos > 1 ? ar->pos[1] : NULL;
 	*url = ar->val[O_URL];
 	if (*key && *url)
 		return cli_usage_error("%s: give KEY or --url, not both", *key);
-	if (*key == NULL && *url == NULL)
-		return cli_usage_error("%s: give KEY or --url", ar->pos[0]);
-	return 0;
+	return 0; /* neither: the scope's default key (its conf's `key =`) */
 }
 
 static int cmd_reset(struct admit *a, const struct cli_args *ar)

@@ -10,6 +10,9 @@
 # size or layout (callers allocate admit_req and admit_result): 2 since
 # admit_req gained reserve and admit_result limit, redis and inspect; 3
 # since admit_result and admit_scope_stat gained the wait histogram.
+# Reply fields and calls added since are functions (admit_result_remaining,
+# admit_result_reset_ms, admit_result_target, admit_release_outcome,
+# admit_cancel), so programs built against libadmit.so.3 keep working.
 CLIENT_SONAME   := libadmit.so.3
 CLIENT_LIB_OBJS := client/admit.o
 CLIENT_LDLIBS   := $(shell pkg-config --libs jansson) -lm

@@ -197,7 +197,8 @@ class TestCli(DaemonCase):
         code, _, err = self.admit("release")
         self.assertEqual(code, 64)
         self.assertEqual(err.splitlines()[0],
-                         "admit: usage: admit release LEASE [--tokens input=300,output=200]")
+                         "admit: usage: admit release LEASE [--tokens input=300,output=200] "
+                         "[--outcome ok|limited|error]")
         code, _, err = self.admit("penalize", "open")
         self.assertEqual(code, 64)
         self.assertIn("admit: usage: admit penalize SCOPE", err.splitlines()[0])
@@ -432,7 +433,7 @@ class TestCli(DaemonCase):
         items = self.inspect("once", "cli-ri-3")
         self.assertRegex(items["quota"][0], r"^used 0, limit 1, frees_in_ms \d+$")
         # usage and refusals
-        self.assertExit(self.admit("reset", "open"), 64)
+        self.assertExit(self.admit("reset", "open"), 65)  # no default key in open
         self.assertExit(self.admit("inspect", "open", "k", "--url", "http://k/"), 64)
         self.assertExit(self.admit("reset", "open", "k", "--class", "c"), 64)
         self.assertExit(self.admit("inspect", "nope", "k"), 78)
@@ -485,7 +486,8 @@ class TestCli(DaemonCase):
         self.assertExit(self.admit("penalize", "open", "--url", "https://CLI-Pen.Example.com/x",
                                    "1m"), 0)
         self.assertExit(self.admit("try", "open", "cli-pen.example.com"), 75)
-        self.assertExit(self.admit("penalize", "open", "cli-pen-4"), 64)
+        # SCOPE RETRY_AFTER: the scope's default key; open has none
+        self.assertExit(self.admit("penalize", "open", "cli-pen-4"), 65)
         self.assertExit(self.admit("penalize", "open", "cli-pen-4", "soon"), 65)
         # KEY and --url together: a usage error, not the library's bad arguments
         code, _, err = self.admit("penalize", "open", "cli-pen-4", "30s", "--url", "http://x/")
@@ -916,6 +918,97 @@ class TestLibadmitScenarios(unittest.TestCase):
         took = int(out.split("took ")[1].split()[0])
         self.assertGreaterEqual(took, 1000 - 5)  # whole ms, counted from the daemon's read
         self.assertLess(took, 1000 + SLACK * 1000)
+
+
+# Scopes for the calls the protocol gained later (default keys, release
+# outcomes, remaining/reset_ms/target, cancel); test_libadmit's modes
+# defaults, fields and cancel name them too.
+NEWER_CONF = """
+[scope dflt]
+key = shared
+max_concurrent = 100
+timeout = 1s
+
+[scope busy]
+max_concurrent = 1
+rule = requests token-bucket 10/1h
+timeout = 1m
+
+[scope meter]
+rule = requests token-bucket 5/1h
+timeout = 1s
+
+[scope hold]
+max_concurrent = 1
+timeout = 1s
+"""
+
+
+class TestNewer(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        launcher.require_binaries(launcher.ADMITD_BIN, launcher.ADMIT_BIN,
+                                  launcher.LIBADMIT_TEST)
+        cls.daemon = launcher.Daemon(conf_text=NEWER_CONF).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+
+    def lib(self, mode):
+        p = subprocess.run([launcher.LIBADMIT_TEST, mode, self.daemon.socket],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+    def test_libadmit_default_keys_and_outcome(self):
+        self.lib("defaults")
+
+    def test_libadmit_remaining_reset_ms_target(self):
+        self.lib("fields")
+
+    def test_libadmit_cancel_spends_nothing(self):
+        self.lib("cancel")
+
+    def test_cli_default_key(self):
+        s = self.daemon.socket
+        self.assertEqual(run_admit(["penalize", "dflt", "60s"], s)[0], 0)
+        code, out, err, _ = run_admit(["inspect", "dflt"], s)
+        self.assertEqual(code, 0, err)
+        self.assertIn("key         shared\n", out)
+        self.assertEqual(run_admit(["try", "dflt", "shared"], s)[0], 75)
+        self.assertEqual(run_admit(["reset", "dflt"], s)[:2], (0, "reset\n"))
+        self.assertEqual(run_admit(["try", "dflt"], s)[0], 0)
+
+    def test_cli_release_outcome(self):
+        s = self.daemon.socket
+        for o in ("ok", "limited", "error"):
+            code, lease, _, _ = run_admit(["acquire", "meter", "cli-out-" + o], s)
+            self.assertEqual(code, 0)
+            self.assertEqual(run_admit(["release", lease.strip(), "--outcome", o], s)[:2],
+                             (0, "released\n"))
+        code, lease, _, _ = run_admit(["acquire", "dflt", "cli-out-bad"], s)
+        code, _, err, _ = run_admit(["release", lease.strip(), "--outcome", "429"], s)
+        self.assertEqual(code, 64)
+        self.assertIn("want ok, limited or error", err)
+        self.assertEqual(run_admit(["release", lease.strip()], s)[:2], (0, "released\n"))
+
+    def test_cli_refusal_names_target_and_remaining(self):
+        s = self.daemon.socket
+        self.assertEqual(run_admit(["try", "meter", "cli-ref-1", "--cost", "5"], s)[0], 0)
+        code, _, err, _ = run_admit(["try", "meter", "cli-ref-1"], s)
+        self.assertEqual(code, 75)
+        self.assertIn("(target 0: scope meter key cli-ref-1); remaining 0, full again in ", err)
+
+    def test_cli_run_limited_exit(self):
+        s = self.daemon.socket
+        for status in (0, 3, 4):
+            code = run_admit(["run", "hold", "cli-run-le", "--limited-exit", "3", "--",
+                              "sh", "-c", "exit %d" % status], s)[0]
+            self.assertEqual(code, status)
+        self.assertEqual(run_admit(["try", "hold", "cli-run-le"], s)[0], 0)  # released
+        for bad in ("0", "256", "x"):
+            self.assertEqual(run_admit(["run", "hold", "k", "--limited-exit", bad, "--",
+                                        "true"], s)[0], 64)
 
 
 class TestStatusRedis(unittest.TestCase):

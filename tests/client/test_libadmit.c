@@ -11,13 +11,16 @@
  * Exits 0 when every check passed, 1 otherwise (each failure printed).
  *
  * `test_libadmit MODE SOCKET [KEY]` runs one scenario whose daemon the
- * Python side starts late, restarts or kills around it (see main).
+ * Python side starts late, restarts or kills around it, or starts on a conf
+ * of its own (NEWER_CONF in test_client.py: the modes defaults, fields and
+ * cancel; see main).
  */
 
 #include "admit.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -597,8 +600,9 @@ static void test_reset_inspect(struct admit *a)
 	CHECK_ERR(r, ADMIT_E_UNKNOWN_SCOPE);
 	CHECK(r.inspect == NULL, "no inspect on a failure");
 	admit_result_free(&r);
-	CHECK(admit_reset(a, "open", NULL, NULL, &r) == ADMIT_E_ARG, "reset without key: %d",
-	      r.err);
+	/* without a key: the scope's default key, and open has none */
+	CHECK(admit_reset(a, "open", NULL, NULL, &r) == ADMIT_E_BAD_REQUEST,
+	      "reset without key: %d", r.err);
 	admit_result_free(&r);
 	CHECK(admit_inspect(a, "open", "k", "http://k/", NULL, &r) == ADMIT_E_ARG,
 	      "inspect with key and url: %d", r.err);
@@ -827,6 +831,288 @@ static void mode_budget(const char *key)
 	admit_close(a);
 }
 
+/* The scopes of NEWER_CONF (test_client.py) the modes below use. */
+#define BUSY_RULE "requests token-bucket 10/1h"
+#define REFILL_MS 720000 /* meter's 5/1h: one unit back every 720 s */
+
+/*
+ * defaults: reset, inspect and penalize with neither key nor url act on the
+ * scope's default key; release's outcome is sent when valid, refused here
+ * (ADMIT_E_ARG, nothing sent) when not.
+ */
+static void mode_defaults(void)
+{
+	static const char *const outcomes[] = { "ok", "limited", "error", NULL };
+	struct admit *a = admit_connect(sock_path);
+	struct admit_req rq = req("dflt", "lib-outcome");
+	struct admit_result r;
+	char *lease;
+	size_t i;
+
+	CHECK(a != NULL, "connect: %s", strerror(errno));
+	if (a == NULL)
+		return;
+	CHECK(admit_penalize(a, "dflt", NULL, NULL, 60000, NULL, &r) == ADMIT_OK,
+	      "penalize the default key: %s", r.message);
+	admit_result_free(&r);
+	CHECK(admit_inspect(a, "dflt", NULL, NULL, NULL, &r) == ADMIT_OK, "inspect: %s", r.message);
+	if (r.inspect != NULL) {
+		CHECK_STR(r.inspect->key, "shared");
+		CHECK(r.inspect->penalty_ms > 55000, "penalty_ms %lld",
+		      (long long)r.inspect->penalty_ms);
+	}
+	admit_result_free(&r);
+	CHECK(admit_reset(a, "dflt", NULL, NULL, &r) == ADMIT_OK, "reset: %s", r.message);
+	admit_result_free(&r);
+	CHECK(admit_inspect(a, "dflt", NULL, NULL, NULL, &r) == ADMIT_OK, "inspect: %s", r.message);
+	CHECK(r.inspect != NULL && r.inspect->penalty_ms == 0, "penalty lifted");
+	admit_result_free(&r);
+	admit_inspect(a, "meter", NULL, NULL, NULL, &r);
+	CHECK_ERR(r, ADMIT_E_BAD_REQUEST); /* no default key there */
+	admit_result_free(&r);
+	admit_inspect(a, "dflt", "k", "http://k/", NULL, &r);
+	CHECK_ERR(r, ADMIT_E_ARG);
+	admit_result_free(&r);
+
+	for (i = 0; i < sizeof(outcomes) / sizeof(outcomes[0]); i++) {
+		CHECK(admit_acquire(a, &rq, &r) == ADMIT_OK, "acquire: %s", r.message);
+		lease = steal_lease(&r);
+		CHECK(admit_release_outcome(a, lease, NULL, 0, outcomes[i], &r) == ADMIT_OK,
+		      "release outcome %s: %s", outcomes[i] ? outcomes[i] : "NULL", r.message);
+		CHECK(r.held, "held");
+		admit_result_free(&r);
+		free(lease);
+	}
+	CHECK(admit_acquire(a, &rq, &r) == ADMIT_OK, "acquire: %s", r.message);
+	lease = steal_lease(&r);
+	admit_release_outcome(a, lease, NULL, 0, "429", &r);
+	CHECK_ERR(r, ADMIT_E_ARG);
+	CHECK(r.message && strstr(r.message, "\"limited\""), "message %s", r.message);
+	admit_result_free(&r);
+	CHECK(admit_release(a, lease, NULL, 0, &r) == ADMIT_OK && r.held,
+	      "the refused release sent nothing: still held");
+	admit_result_free(&r);
+	free(lease);
+	admit_close(a);
+}
+
+/*
+ * fields: remaining and reset_ms of an admission and a refusal, and the
+ * refusing target, read through their accessors.
+ */
+static void mode_fields(void)
+{
+	struct admit *a = admit_connect(sock_path);
+	struct admit_req rq = req("meter", "lib-fields");
+	struct admit_target tg[2] = { { .scope = "busy", .key = "lib-fields" },
+				      { .scope = "meter", .key = "lib-fields" } };
+	struct admit_result r;
+	char *scope = NULL, *key = NULL;
+	int64_t ms;
+
+	CHECK(a != NULL, "connect: %s", strerror(errno));
+	if (a == NULL)
+		return;
+	CHECK(admit_acquire(a, &rq, &r) == ADMIT_OK, "acquire: %s", r.message);
+	CHECK(admit_result_remaining(&r) == 4, "remaining %lld",
+	      (long long)admit_result_remaining(&r));
+	ms = admit_result_reset_ms(&r);
+	CHECK(ms > REFILL_MS - 60000 && ms <= REFILL_MS, "reset_ms %lld", (long long)ms);
+	CHECK(admit_result_target(&r, &scope, &key) == -1 && scope == NULL && key == NULL,
+	      "no target on an admission");
+	free(steal_lease(&r));
+	rq.cost = 4;
+	CHECK(admit_try(a, &rq, &r) == ADMIT_OK, "cost 4: %s", r.message);
+	CHECK(admit_result_remaining(&r) == 0, "remaining %lld",
+	      (long long)admit_result_remaining(&r));
+	admit_result_free(&r);
+	rq.cost = 0;
+	admit_try(a, &rq, &r);
+	CHECK_ERR(r, ADMIT_E_LIMITED);
+	CHECK(admit_result_remaining(&r) == 0, "refusal remaining %lld",
+	      (long long)admit_result_remaining(&r));
+	ms = admit_result_reset_ms(&r);
+	CHECK(ms > 5 * REFILL_MS - 60000 && ms <= 5 * REFILL_MS, "refusal reset_ms %lld",
+	      (long long)ms);
+	CHECK(admit_result_target(&r, &scope, &key) == 0, "target index");
+	CHECK_STR(scope, "meter");
+	CHECK_STR(key, "lib-fields");
+	free(scope);
+	free(key);
+	admit_result_free(&r);
+	rq = (struct admit_req)ADMIT_REQ_INIT;
+	rq.targets = tg;
+	rq.ntargets = 2;
+	admit_try(a, &rq, &r);
+	CHECK_ERR(r, ADMIT_E_LIMITED);
+	CHECK(admit_result_target(&r, NULL, &key) == 1, "the second target refused");
+	CHECK_STR(key, "lib-fields");
+	free(key);
+	admit_result_free(&r);
+	CHECK(admit_ping(a, &r) == ADMIT_OK, "ping: %s", r.message);
+	CHECK(admit_result_remaining(&r) == -1 && admit_result_reset_ms(&r) == -1,
+	      "absent fields are -1");
+	admit_result_free(&r);
+	memset(&r, 0, sizeof(r));
+	CHECK(admit_result_remaining(&r) == -1 && admit_result_target(&r, &scope, NULL) == -1,
+	      "a zeroed result has none");
+	admit_close(a);
+}
+
+/* status' "waiting" of scope busy, -1 when it cannot be read. */
+static int64_t busy_waiting(struct admit *c)
+{
+	struct admit_result r;
+	int64_t n = -1;
+	size_t i;
+
+	if (admit_status(c, &r) == ADMIT_OK)
+		for (i = 0; i < r.nscopes; i++)
+			if (strcmp(r.scopes[i].name, "busy") == 0)
+				n = r.scopes[i].waiting;
+	admit_result_free(&r);
+	return n;
+}
+
+/* Poll until busy has `n` waiting (true), or 5 s have passed (false). */
+static bool busy_waits(struct admit *c, int64_t n)
+{
+	int64_t end = mono_ms() + 5000;
+	const struct timespec tick = { 0, 10 * 1000000L };
+
+	while (busy_waiting(c) != n) {
+		if (mono_ms() >= end)
+			return false;
+		nanosleep(&tick, NULL);
+	}
+	return true;
+}
+
+/* busy's remaining units for key k, -1 when inspect fails. */
+static int64_t busy_remaining(struct admit *c, const char *k)
+{
+	struct admit_result r;
+	int64_t n = -1;
+	size_t i;
+
+	if (admit_inspect(c, "busy", k, NULL, NULL, &r) == ADMIT_OK)
+		for (i = 0; i < r.inspect->nrules; i++)
+			if (strcmp(r.inspect->rules[i].rule, BUSY_RULE) == 0)
+				n = r.inspect->rules[i].remaining;
+	admit_result_free(&r);
+	return n;
+}
+
+struct canceler {
+	struct admit *watch; /* its own handle: a handle serves one thread */
+	struct admit *victim;
+	pthread_t signal_to; /* with `by_signal`: SIGUSR1 to this thread instead */
+	bool by_signal;
+	bool seen;
+};
+
+static struct admit *cancel_on_signal;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	admit_cancel(cancel_on_signal);
+}
+
+static void *canceler_main(void *arg)
+{
+	struct canceler *cn = arg;
+
+	cn->seen = busy_waits(cn->watch, 1);
+	if (cn->by_signal)
+		pthread_kill(cn->signal_to, SIGUSR1);
+	else
+		admit_cancel(cn->victim);
+	return NULL;
+}
+
+/*
+ * One acquire on busy/k that waits behind a holder, canceled from another
+ * thread (or by a signal whose handler calls admit_cancel): it returns
+ * ADMIT_E_INTERRUPTED at once and spent nothing; the handle's other lease
+ * is still held (the connection was kept) and it serves the next call.
+ */
+static void cancel_one(struct admit *a, struct admit *c, const char *k, bool by_signal)
+{
+	struct admit *b = admit_connect(sock_path), *w = admit_connect(sock_path);
+	struct admit_req rq = req("busy", k), hold = req("hold", k);
+	struct canceler cn = { .watch = w, .victim = a, .by_signal = by_signal };
+	struct admit_result r;
+	char *holder, *mine;
+	pthread_t th;
+	int64_t t0;
+
+	CHECK(b != NULL && w != NULL, "connect: %s", strerror(errno));
+	if (b == NULL || w == NULL) {
+		admit_close(b);
+		admit_close(w);
+		return;
+	}
+	CHECK(admit_acquire(b, &rq, &r) == ADMIT_OK, "holder: %s", r.message);
+	holder = steal_lease(&r);
+	CHECK(admit_acquire(a, &hold, &r) == ADMIT_OK, "own lease: %s", r.message);
+	mine = steal_lease(&r);
+	cn.signal_to = pthread_self();
+	cancel_on_signal = a;
+	rq.timeout_ms = 30000;
+	CHECK(pthread_create(&th, NULL, canceler_main, &cn) == 0, "thread");
+	t0 = mono_ms();
+	admit_acquire(a, &rq, &r);
+	pthread_join(th, NULL);
+	CHECK(cn.seen, "the acquire waited");
+	CHECK_ERR(r, ADMIT_E_INTERRUPTED);
+	CHECK(mono_ms() - t0 < 5000 + 2000, "returned soon after the cancel: %lld ms",
+	      (long long)(mono_ms() - t0));
+	admit_result_free(&r);
+	CHECK(busy_waits(c, 0), "the daemon no longer has it waiting");
+	CHECK(admit_release(b, holder, NULL, 0, &r) == ADMIT_OK && r.held, "holder released");
+	admit_result_free(&r);
+	CHECK(busy_remaining(c, k) == 9, "only the holder's unit is spent: %lld",
+	      (long long)busy_remaining(c, k));
+	admit_try(c, &hold, &r);
+	CHECK_ERR(r, ADMIT_E_LIMITED); /* a's own lease survived the cancel */
+	admit_result_free(&r);
+	CHECK(admit_release(a, mine, NULL, 0, &r) == ADMIT_OK && r.held, "own lease still held");
+	admit_result_free(&r);
+	rq.timeout_ms = 1000;
+	CHECK(admit_acquire(a, &rq, &r) == ADMIT_OK, "the handle serves on: %s", r.message);
+	admit_result_free(&r);
+	CHECK(busy_remaining(c, k) == 8, "and that one spent a unit");
+	free(holder);
+	free(mine);
+	admit_close(b);
+	admit_close(w);
+}
+
+static void mode_cancel(void)
+{
+	struct admit *a = admit_connect(sock_path), *c = admit_connect(sock_path);
+	struct sigaction sa = { .sa_handler = on_usr1 };
+	struct admit_req rq = req("busy", "lib-cancel-late");
+	struct admit_result r;
+
+	CHECK(a != NULL && c != NULL, "connect: %s", strerror(errno));
+	CHECK(admit_cancel(NULL) == -1, "NULL handle");
+	if (a != NULL && c != NULL) {
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGUSR1, &sa, NULL);
+		cancel_one(a, c, "lib-cancel-thread", false);
+		cancel_one(a, c, "lib-cancel-signal", true);
+		/* a cancel when nothing waits is forgotten by the next acquire */
+		CHECK(admit_cancel(a) == 0, "cancel");
+		rq.timeout_ms = 1000;
+		CHECK(admit_acquire(a, &rq, &r) == ADMIT_OK, "not canceled: %s", r.message);
+		admit_result_free(&r);
+	}
+	admit_close(a);
+	admit_close(c);
+}
+
 int main(int argc, char **argv)
 {
 	struct admit *a;
@@ -841,6 +1127,12 @@ int main(int argc, char **argv)
 			mode_inflight(argv[3]);
 		else if (strcmp(argv[1], "budget") == 0 && argc == 4)
 			mode_budget(argv[3]);
+		else if (strcmp(argv[1], "defaults") == 0)
+			mode_defaults();
+		else if (strcmp(argv[1], "fields") == 0)
+			mode_fields();
+		else if (strcmp(argv[1], "cancel") == 0)
+			mode_cancel();
 		else
 			CHECK(0, "unknown mode %s", argv[1]);
 		printf("test_libadmit %s: %s\n", argv[1], failures ? "FAILED" : "ok");

@@ -20,7 +20,7 @@ import os
 import random
 import select
 
-from .errors import BadRequest, error_from_reply
+from .errors import BadRequest, error_from_reply, reply_int
 
 DEFAULT_SOCKET = "/run/admitd/admitd.sock"
 SOCKET_ENV = "ADMITD_SOCKET"
@@ -229,9 +229,9 @@ def acquire_request(scope=None, key=None, url=None, timeout=None, cls=None, cost
 
 
 def key_request(op, scope, key=None, url=None, cls=None):
-    """reset and inspect: {"op", "scope", "key" or "url"[, "class"]}."""
-    if key is None and url is None:
-        raise ValueError("%s needs a key or a url" % (op,))
+    """reset and inspect: {"op", "scope"[, "key" or "url"][, "class"]}.
+    Neither key nor url names the scope's default key (its conf's `key =`;
+    the daemon refuses the request with BadRequest when there is none)."""
     req = {"op": op, "scope": str(scope)}
     _target(req, key, url)
     if cls is not None:
@@ -297,7 +297,21 @@ def hung_up(fd):
     return any(ev & _HUP for _, ev in events)
 
 
-def release_request(lease, tokens=None):
+# What a release may report of the upstream call the lease covered: "ok",
+# "limited" (the upstream refused for rate: a 429, or a 503 with
+# Retry-After) or "error" (anything else that went wrong).
+OUTCOMES = ("ok", "limited", "error")
+
+
+def check_outcome(outcome):
+    """outcome as given to a release: None (not sent) or one of OUTCOMES."""
+    if outcome is None or (isinstance(outcome, str) and outcome in OUTCOMES):
+        return outcome
+    raise ValueError("outcome must be one of %s (or None), not %r"
+                     % (", ".join(map(repr, OUTCOMES)), outcome))
+
+
+def release_request(lease, tokens=None, outcome=None):
     """The release request dict for a lease (a Lease or its string)."""
     lease_id = lease.lease if isinstance(lease, LeaseState) else lease
     if not isinstance(lease_id, str):
@@ -305,7 +319,15 @@ def release_request(lease, tokens=None):
     req = {"op": "release", "lease": lease_id}
     if tokens:
         req["tokens"] = token_counts(tokens, "tokens")
+    if check_outcome(outcome) is not None:
+        req["outcome"] = outcome
     return req
+
+
+def cancel_request(of):
+    """The cancel of the still-waiting acquire sent with id `of` on the
+    same connection."""
+    return {"op": "cancel", "of": of}
 
 
 def penalize_request(scope, key=None, url=None, retry_after=None):
@@ -447,8 +469,14 @@ def check(reply):
 class LeaseState(object):
     """What an admitted acquire returned. ``lease`` is the opaque lease
     string; ``waited`` the seconds the daemon made it wait; ``reply`` the
-    whole reply dict; ``tokens`` the meter counts sent when the lease is
-    released by its context manager (set it inside the with block).
+    whole reply dict; ``tokens`` the meter counts and ``outcome`` ("ok",
+    "limited" or "error") sent when the lease is released by its context
+    manager (set them inside the with block).
+
+    ``remaining`` is what the tightest rule or cap of the targets still
+    allows after this admission, in its meter's units, and ``reset_ms`` the
+    milliseconds until that rule is full again (0: full now); both None
+    when nothing limits the targets (or the daemon does not say).
 
     ``scope`` and ``key`` say what was admitted: the key sent, or for
     ``url=`` the host the daemon keyed on (see url_host); None when neither
@@ -474,7 +502,10 @@ class LeaseState(object):
         self.waited = ms / 1000.0 if isinstance(ms, (int, float)) else 0.0
         self.backend = reply.get("backend")
         self.shadow_limited = bool(reply.get("shadow_limited", False))
+        self.remaining = reply_int(reply, "remaining")
+        self.reset_ms = reply_int(reply, "reset_ms")
         self.tokens = None
+        self.outcome = None
         self.released = False
         self.held = None  # what the release reply said, once released
 

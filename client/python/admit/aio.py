@@ -20,6 +20,7 @@ since the last one.
 """
 
 import asyncio
+import collections.abc
 import itertools
 import time
 
@@ -34,19 +35,21 @@ _READ_LIMIT = 16 * 1024 * 1024
 
 class AsyncLease(_proto.LeaseState):
     """An admitted acquire: ``async with`` it (released on exit, with
-    ``lease.tokens`` if set) or ``await lease.release(tokens=...)``."""
+    ``lease.tokens`` and ``lease.outcome`` if set) or ``await
+    lease.release(tokens=..., outcome=...)``."""
 
     def __init__(self, client, reply, scope, key=None, url=None, targets=None):
         super().__init__(reply, scope, key, url, targets)
         self._client = client
 
-    async def release(self, tokens=None):
-        """Release the lease; see Client.release. Returns held (bool). A
+    async def release(self, tokens=None, outcome=None):
+        """Release the lease; see Lease.release. Returns held (bool). A
         second call after a reply sends nothing and returns False (after a
         lost reply it sends again: the daemon settles a lease only once)."""
         if self.released:
             return False
-        return await self._client.release(self, tokens if tokens is not None else self.tokens)
+        return await self._client.release(self, tokens if tokens is not None else self.tokens,
+                                          outcome if outcome is not None else self.outcome)
 
     async def __aenter__(self):
         return self
@@ -62,22 +65,44 @@ class AsyncLease(_proto.LeaseState):
         return False
 
 
-class _AcquireCall(object):
-    """What AsyncClient.acquire returns: await it for the lease, or use it
-    directly as ``async with client.acquire(...) as lease``."""
+class _AcquireCall(collections.abc.Coroutine):
+    """What AsyncClient.acquire returns: a coroutine (await it, or hand it
+    to asyncio.create_task, ensure_future, gather or wait_for) that gives
+    the lease, and also an async context manager,
+    ``async with client.acquire(...) as lease``, that releases it on exit.
+    The acquire starts when it is first awaited, run or entered, and runs
+    once: a second await raises RuntimeError, as a spent coroutine does."""
 
     def __init__(self, start):
         self._start = start
+        self._inner = None
         self._lease = None
 
     def _coro(self):
-        # One call, one acquire: awaiting it twice must not take two leases.
-        start, self._start = self._start, None
-        if start is None:
-            raise RuntimeError("this acquire was already awaited")
-        return start()
+        if self._inner is None:
+            start, self._start = self._start, None
+            if start is None:
+                raise RuntimeError("this acquire was already awaited")
+            self._inner = start()
+        return self._inner
+
+    def send(self, value):
+        return self._coro().send(value)
+
+    def throw(self, typ, val=None, tb=None):
+        if val is None and tb is None:
+            return self._coro().throw(typ)
+        return self._coro().throw(typ, val, tb)
+
+    def close(self):
+        self._start = None
+        if self._inner is not None:
+            self._inner.close()
 
     def __await__(self):
+        # One call, one acquire: awaiting it twice must not take two leases.
+        if self._inner is not None:
+            raise RuntimeError("this acquire was already awaited")
         return self._coro().__await__()
 
     async def __aenter__(self):
@@ -157,10 +182,25 @@ class _AsyncConn(object):
         """The caller of rid gives up (cancelled, timed out, failed): stop
         waiting (orphan: release its lease if admitted later), and release
         the lease of a reply fut already holds (taken in the same loop pass
-        as the cancel: the caller will never see it)."""
+        as the cancel: the caller will never see it). An orphan acquire
+        still unanswered is canceled in the daemon: it answers "canceled"
+        and spends nothing (a daemon without the op answers unknown_op, and
+        the lease, if admitted later, is released as it arrives)."""
         self.pending.forget(rid, fut, orphan)
         if fut.done() and not fut.cancelled():
             self._release_soon(_proto.lease_of(fut.result()))
+        elif orphan and rid is not None and self.dead is None:
+            self._cancel_now(rid)
+
+    def _cancel_now(self, rid):
+        # Written at once, not in a task: the cancel must not wait for a
+        # loop pass in which the daemon could admit the acquire.
+        line, cid = _proto.frame(_proto.cancel_request(rid), None, next(self.ids))
+        self.pending.add(cid, self.loop.create_future(), len(line))
+        try:
+            self.writer.write(line)
+        except (OSError, RuntimeError) as e:
+            self._die("connection to admitd lost: %s" % e)
 
     def _dispatch(self, reply):
         fut, lease = self.pending.take(reply)
@@ -358,9 +398,11 @@ class AsyncClient(object):
 
     def acquire(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
                 detach=False, targets=None, reserve=None):
-        """See Client.acquire. ``await`` it for an AsyncLease, or
-        ``async with client.acquire(...) as lease``. A cancelled acquire
-        that the daemon admits later has its lease released at once."""
+        """See Client.acquire. A coroutine: ``await`` it for an AsyncLease
+        (or run it as a task), or ``async with client.acquire(...) as
+        lease``. Cancelling the task that awaits it sends the daemon a
+        cancel, so the acquire spends nothing; a lease admitted before the
+        cancel arrived is released at once."""
         return _AcquireCall(
             lambda: self._acquire(scope, key, url, timeout, cls, cost, detach, targets, reserve)
         )
@@ -370,9 +412,9 @@ class AsyncClient(object):
         """See Client.try_acquire (never waits; raises Limited)."""
         return self.acquire(scope, key, url, 0, cls, cost, detach, targets, reserve)
 
-    async def release(self, lease, tokens=None):
+    async def release(self, lease, tokens=None, outcome=None):
         """See Client.release."""
-        reply = await self.request(_proto.release_request(lease, tokens))
+        reply = await self.request(_proto.release_request(lease, tokens, outcome))
         held = reply.get("held") is True
         if isinstance(lease, _proto.LeaseState):
             lease.released = True

@@ -41,22 +41,27 @@ __all__ = ["Client", "Lease"]
 
 class Lease(_proto.LeaseState):
     """An admitted acquire. Use it as a context manager (released on exit,
-    with ``lease.tokens`` if set) or call ``release(tokens=...)``."""
+    with ``lease.tokens`` and ``lease.outcome`` if set) or call
+    ``release(tokens=..., outcome=...)``."""
 
     def __init__(self, client, reply, scope, key=None, url=None, targets=None):
         super().__init__(reply, scope, key, url, targets)
         self._client = client
 
-    def release(self, tokens=None):
+    def release(self, tokens=None, outcome=None):
         """Release the lease, charging ``tokens`` (default: ``self.tokens``)
-        to the scope's token meters. Returns whether the daemon still held
-        it (False once released, expired, or dropped with its connection).
-        A second call after a reply sends nothing and returns False; after a
-        lost reply it sends again, which is safe: the daemon settles a lease
-        exactly once, and a repeat changes nothing."""
+        to the scope's token meters and reporting ``outcome`` (default:
+        ``self.outcome``): "ok", "limited" (the upstream refused for rate:
+        429, or 503 with Retry-After) or "error"; anything else is a
+        ValueError, raised before anything is sent. Returns whether the
+        daemon still held it (False once released, expired, or dropped with
+        its connection). A second call after a reply sends nothing and
+        returns False; after a lost reply it sends again, which is safe: the
+        daemon settles a lease exactly once, and a repeat changes nothing."""
         if self.released:
             return False
-        return self._client.release(self, tokens if tokens is not None else self.tokens)
+        return self._client.release(self, tokens if tokens is not None else self.tokens,
+                                    outcome if outcome is not None else self.outcome)
 
     def __enter__(self):
         return self
@@ -148,6 +153,22 @@ class _Conn(object):
         if lease is not None:
             self._release_in_background(lease)
         return reply
+
+    def cancel(self, rid):
+        """Ask the daemon to end the acquire sent with id rid, if it still
+        waits: it answers that acquire "canceled" (spending nothing), which
+        nobody reads. Call it after abandon(..., orphan=True), so that a
+        lease admitted before the cancel arrives is released. A daemon
+        without the op answers unknown_op, and the orphan's lease (when it
+        is admitted later) is released all the same. Never raises: a
+        connection that is gone took the acquire with it."""
+        if rid is None:
+            return
+        try:
+            self.send(*_proto.frame(_proto.cancel_request(rid), None, self.next_id()),
+                      waiter=_Waiter())
+        except Unavailable:
+            pass
 
     def next_id(self):
         with self.lock:
@@ -397,12 +418,16 @@ class Client(object):
             done = w.event.wait(limit)
         except BaseException:
             # KeyboardInterrupt and the like: nobody will read the reply,
-            # so a lease it already brought is released like an orphan's.
-            c.abandon(rid, w, orphan, release=True)
+            # so a lease it already brought is released like an orphan's,
+            # and a waiting acquire is canceled.
+            if c.abandon(rid, w, orphan, release=True) is None and orphan:
+                c.cancel(rid)
             raise
         if not done:
             reply = c.abandon(rid, w, orphan)
             if reply is None:
+                if orphan:
+                    c.cancel(rid)
                 raise Unavailable("unavailable", "no reply from admitd within %.3gs" % limit)
             return reply
         return w.reply
@@ -445,11 +470,14 @@ class Client(object):
         connect is tried once (a budget of 0 has no time to wait for it)."""
         return self.acquire(scope, key, url, 0, cls, cost, detach, targets, reserve)
 
-    def release(self, lease, tokens=None):
+    def release(self, lease, tokens=None, outcome=None):
         """Release a lease (a Lease or its string), charging tokens
-        ({"input": 300, "output": 200}) to the token meters. Returns
-        whether the daemon held it; releasing twice is harmless (False)."""
-        reply = self.request(_proto.release_request(lease, tokens))
+        ({"input": 300, "output": 200}) to the token meters. outcome
+        reports how the upstream call went: "ok", "limited" (429, or 503
+        with Retry-After) or "error" (ValueError for anything else, before
+        anything is sent); None sends none. Returns whether the daemon held
+        it; releasing twice is harmless (False)."""
+        reply = self.request(_proto.release_request(lease, tokens, outcome))
         held = reply.get("held") is True
         if isinstance(lease, _proto.LeaseState):
             lease.released = True
@@ -459,16 +487,19 @@ class Client(object):
     def penalize(self, scope, key=None, url=None, retry_after=None):
         """Hold key (or url's host) in scope for retry_after: seconds (a
         number) or an upstream Retry-After header value (a string, delta
-        seconds or HTTP-date). Only ever extends a hold. Returns the reply."""
+        seconds or HTTP-date). Only ever extends a hold. Neither key nor
+        url: the scope's default key. Returns the reply."""
         return self.request(_proto.penalize_request(scope, key, url, retry_after))
 
     def reset(self, scope, key=None, url=None):
         """Clear the penalty and pacing of key (or url's host) in scope, on
-        every daemon. Returns the reply ({"ok": True})."""
+        every daemon; neither key nor url: the scope's default key (its
+        conf's ``key =``). Returns the reply ({"ok": True})."""
         return self.request(_proto.key_request("reset", scope, key, url))
 
     def inspect(self, scope, key=None, url=None, cls=None):
-        """Where key (or url's host) stands in scope: the reply dict with
+        """Where key (or url's host; neither: the scope's default key)
+        stands in scope: the reply dict with
         backend, scope, key, penalty_ms, next_in_ms, leases, quota (when the
         scope has one: used, limit, frees_in_ms) and rules (rule, remaining,
         capacity, full_in_ms), for class cls (None: the default class)."""

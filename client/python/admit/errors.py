@@ -4,9 +4,13 @@ Owns: one exception class per protocol error code (proto/PROTOCOL.md,
 "Replies"), and the mapping from a reply's "error" string to that class.
 Every class carries the wire code, the daemon's message, ``retry_after`` in
 seconds (None when the reply had no retry_after_ms), ``rule`` (the conf
-text of the rule that decided a refusal, when given) and the raw ``reply``
-dict. Limited, BudgetExceeded and Timeout are worth retrying later;
-ExceedsLimit never is (no wait can admit that request).
+text of the rule that decided a refusal, when given), ``remaining`` and
+``reset_ms`` (what the tightest rule still allows, and the milliseconds
+until it is full again; None when the reply had none), ``target`` (which
+target of the request refused: {"index", "scope", "key"}, None when the
+reply did not say) and the raw ``reply`` dict. Limited, BudgetExceeded and
+Timeout are worth retrying later; ExceedsLimit never is (no wait can admit
+that request), nor Canceled (the client itself ended the wait).
 """
 
 __all__ = [
@@ -20,6 +24,7 @@ __all__ = [
     "ShuttingDown",
     "TooManyWaiters",
     "ExceedsLimit",
+    "Canceled",
     "error_from_reply",
 ]
 
@@ -35,6 +40,9 @@ class AdmitError(Exception):
         self.retry_after = retry_after
         self.rule = rule
         self.reply = reply
+        self.remaining = reply_int(reply, "remaining")
+        self.reset_ms = reply_int(reply, "reset_ms")
+        self.target = _target(reply)
 
     def __str__(self):
         s = "%s: %s" % (self.code, self.message) if self.message else str(self.code)
@@ -42,7 +50,31 @@ class AdmitError(Exception):
             s += " (rule %r)" % (self.rule,)
         if self.retry_after is not None:
             s += " (retry after %.3fs)" % (self.retry_after,)
+        if self.target is not None and self.target["scope"] is not None:
+            s += " (target %d: scope %r key %r)" % (
+                self.target["index"], self.target["scope"], self.target["key"])
         return s
+
+
+def reply_int(reply, name):
+    """The integer field name of a reply dict, None when absent or not an
+    integer (a server's bytes are input)."""
+    v = reply.get(name) if isinstance(reply, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _target(reply):
+    """A refusal's "target" as {"index", "scope", "key"} (a member the reply
+    lacks or gives with the wrong type is None), or None without an index."""
+    t = reply.get("target") if isinstance(reply, dict) else None
+    if not isinstance(t, dict) or reply_int(t, "index") is None:
+        return None
+    scope, key = t.get("scope"), t.get("key")
+    return {
+        "index": t["index"],
+        "scope": scope if isinstance(scope, str) else None,
+        "key": key if isinstance(key, str) else None,
+    }
 
 
 class Limited(AdmitError):
@@ -84,6 +116,12 @@ class Forbidden(AdmitError):
     allow_gids): it said so in one line and closed the connection."""
 
 
+class Canceled(AdmitError):
+    """The acquire was ended by a cancel from this client before it was
+    decided; it spent nothing. Not worth retrying as such: the caller
+    asked for it to stop."""
+
+
 class ExceedsLimit(AdmitError):
     """No wait can admit the request: it asks more than a rule holds (its
     cost is larger than the rule's capacity). Do not retry it. ``rule`` is
@@ -93,8 +131,7 @@ class ExceedsLimit(AdmitError):
 
     def __init__(self, code, message="", retry_after=None, rule=None, reply=None):
         super().__init__(code, message, retry_after, rule, reply)
-        limit = (reply or {}).get("limit")
-        self.limit = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+        self.limit = reply_int(reply, "limit")
 
     def __str__(self):
         s = super().__str__()
@@ -116,6 +153,7 @@ _BY_CODE = {
     "too_many_waiters": TooManyWaiters,
     "exceeds_limit": ExceedsLimit,
     "forbidden": Forbidden,
+    "canceled": Canceled,
 }
 
 

@@ -4,13 +4,16 @@ Owns: finding and loading the repo's integration harness
 (tests/integ/harness.py: its Admitd starts the real binary from ADMITD_BIN
 or ./daemon/admitd on a temp socket and fails the test on a sanitizer
 report), the conf every client test runs against, and DaemonCase, a
-TestCase that starts one daemon per class.
+TestCase that starts one daemon per class (ClientCase and AsyncClientCase
+add a fresh client per test).
 """
 
 import importlib.util
 import os
 import sys
 import unittest
+
+import admit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -123,3 +126,23 @@ class AsyncDaemonCase(unittest.IsolatedAsyncioTestCase):
     setUpClass = DaemonCase.__dict__["setUpClass"]
     tearDownClass = DaemonCase.__dict__["tearDownClass"]
     key = DaemonCase.key
+
+
+class ClientCase(DaemonCase):
+    """DaemonCase with a fresh admit.Client on the daemon as self.client."""
+
+    def setUp(self):
+        self.client = admit.Client(self.daemon.sock_path)
+
+    def tearDown(self):
+        self.client.close()
+
+
+class AsyncClientCase(AsyncDaemonCase):
+    """AsyncDaemonCase with a fresh admit.AsyncClient as self.client."""
+
+    async def asyncSetUp(self):
+        self.client = admit.AsyncClient(self.daemon.sock_path)
+
+    async def asyncTearDown(self):
+        await self.client.close()

@@ -119,8 +119,6 @@ class LocalChecksTest(unittest.TestCase):
                 with self.assertRaises(exc):
                     c.acquire(**kw)
         with self.assertRaises(ValueError):
-            c.reset("pen")  # neither key nor url
-        with self.assertRaises(ValueError):
             c.inspect("pen", key="a", url="http://a/")
 
     def test_requests_sent(self):
@@ -136,6 +134,8 @@ class LocalChecksTest(unittest.TestCase):
         self.assertEqual(_proto.acquire_request("s", "k", cost=0)["cost"], 0)
         self.assertEqual(_proto.key_request("inspect", "s", url="http://h/", cls="c"),
                          {"op": "inspect", "scope": "s", "url": "http://h/", "class": "c"})
+        # neither key nor url: the scope's default key, resolved by the daemon
+        self.assertEqual(_proto.key_request("reset", "s"), {"op": "reset", "scope": "s"})
 
 
 class FeaturesTest(DaemonCase):
