@@ -59,6 +59,9 @@ timeout = 1s
 key = shared
 max_concurrent = 1
 timeout = 1s
+
+[scope free]
+timeout = 1s
 `;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
