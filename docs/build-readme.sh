@@ -17,5 +17,7 @@ cd "$(dirname "$0")"
 	cat clients-c.md
 	echo
 	cat clients-python.md
+	echo
+	cat clients-node.md
 	cat readme-tail.md
 } > ../README.md

@@ -62,6 +62,10 @@ timeout = 1s
 
 [scope free]
 timeout = 1s
+
+[scope cc]
+cluster_concurrency = 1
+timeout = 1s
 `;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
