@@ -21,6 +21,7 @@ import signal
 import time
 import unittest
 
+from . import harness
 from .adaptive_judge import NGINX, Fleet, Nginx
 from .harness import Admitd, _wait_until, acquire_req, run_admitd
 from .redis_util import Pods
@@ -244,6 +245,7 @@ timeout = 5s
 
 
 @unittest.skipIf(NGINX is None, "nginx not installed (Debian package nginx-light)")
+@unittest.skipIf(harness.VALGRIND, "rates against a real upstream; run plain and under ASan")
 class TestAdaptiveJudge(unittest.TestCase):
     """A real upstream refusing at 18 r/s (burst 2, 429 past it) while the
     scope says 60/s: three daemons, 8 crawler threads each."""
