@@ -2152,10 +2152,22 @@ static void rb_walk_key(void *arg, const char *key, void *val)
 		(void)rb_owe_of(w->b, w->cs, key); /* NULL: out of memory, or new rules */
 }
 
+/* A new write-back round: everything owed moves to the sending list. */
+static void rb_wb_take_owing(struct backend *b)
+{
+	struct rb_owe *o;
+
+	b->wb_round++;
+	while ((o = TAILQ_FIRST(&b->owing)) != NULL) {
+		TAILQ_REMOVE(&b->owing, o, link);
+		htab_del(b->owed, o->name);
+		TAILQ_INSERT_TAIL(&b->sending, o, link);
+	}
+}
+
 static void rb_writeback(struct backend *b)
 {
 	struct rb_walk w = { .b = b, .now = clock_mono_ms() };
-	struct rb_owe *o;
 	size_t i;
 
 	/* Every key with something in its current windows goes too: if Redis
@@ -2167,12 +2179,7 @@ static void rb_writeback(struct backend *b)
 	}
 	if (TAILQ_EMPTY(&b->owing) && TAILQ_EMPTY(&b->sending))
 		return;
-	b->wb_round++;
-	while ((o = TAILQ_FIRST(&b->owing)) != NULL) {
-		TAILQ_REMOVE(&b->owing, o, link);
-		htab_del(b->owed, o->name);
-		TAILQ_INSERT_TAIL(&b->sending, o, link);
-	}
+	rb_wb_take_owing(b);
 	b->wb_active = true;
 	log_info("redis is back: writing back what the fallback admitted", "round=%llu",
 		 (unsigned long long)b->wb_round);
@@ -2189,18 +2196,11 @@ static void rb_writeback(struct backend *b)
  */
 static void rb_writeback_owed(struct backend *b)
 {
-	struct rb_owe *o;
-
 	if (!b->up || b->wb_active || b->wb_partial || b->wb_pending > 0 ||
 	    TAILQ_EMPTY(&b->owing) || !TAILQ_EMPTY(&b->sending))
 		return;
 	b->wb_partial = true;
-	b->wb_round++;
-	while ((o = TAILQ_FIRST(&b->owing)) != NULL) {
-		TAILQ_REMOVE(&b->owing, o, link);
-		htab_del(b->owed, o->name);
-		TAILQ_INSERT_TAIL(&b->sending, o, link);
-	}
+	rb_wb_take_owing(b);
 	log_info("writing back what the fallback admitted while a redis node could not answer",
 		 "round=%llu", (unsigned long long)b->wb_round);
 	rb_wb_run(b);
