@@ -196,8 +196,9 @@ struct op_pend {
 	TAILQ_ENTRY(op_pend) conn_link;
 	struct conn *conn; /* NULL once the client went away */
 	char *id;	   /* raw JSON id to echo, owned */
-	struct kq *kq;	   /* reset, inspect: the key (a ref is held) */
+	struct kq *kq;	   /* reset, inspect, override: the key (a ref is held) */
 	const struct conf_class *cls;
+	int64_t ttl_ms; /* override: echoed */
 };
 TAILQ_HEAD(op_pend_list, op_pend);
 

@@ -106,6 +106,13 @@ bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *
 bool backend_reset(struct backend *b, struct kq *kq, eng_reset_cb *cb, void *arg);
 
 /*
+ * backend_override - set the key's override in Redis (eng_override's
+ * arguments): true when sent (cb later, as backend_reset's).
+ */
+bool backend_override(struct backend *b, struct kq *kq, int64_t ttl_ms, int64_t min_delay_ms,
+		      const int64_t *amount, eng_reset_cb *cb, void *arg);
+
+/*
  * backend_share - this pod's fallback share of cs's limits now (LIM_WHOLE
  * when b is NULL): the divisor, and the rank the last heartbeat gave.
  */

@@ -80,12 +80,13 @@ enum rb_op {
 	RB_OP_INSPECT,
 	RB_OP_RESET,
 	RB_OP_WRITEBACK,
+	RB_OP_OVERRIDE,
 	RB_OP__COUNT
 };
-static const char *const rb_op_names[RB_OP__COUNT] = { "acquire",  "release",	"rollback",
-						       "penalize", "heartbeat", "reconcile",
-						       "rebook",   "inspect",	"reset",
-						       "writeback" };
+static const char *const rb_op_names[RB_OP__COUNT] = { "acquire",   "release",	 "rollback",
+						       "penalize",  "heartbeat", "reconcile",
+						       "rebook",    "inspect",	 "reset",
+						       "writeback", "override" };
 
 struct rb_rel;
 TAILQ_HEAD(rb_rel_list, rb_rel);
@@ -110,6 +111,7 @@ struct backend {
 	char *pods_key;
 	struct event *hb_ev;
 	int s_acquire, s_release, s_penalize, s_heartbeat, s_reset, s_inspect, s_writeback;
+	int s_override;
 	/* What the fallback admitted while Redis could not be asked, by key
 	 * (rb_owe), and the write-back of it in flight once Redis answers. */
 	struct htab *owed;
@@ -438,6 +440,23 @@ static void rb_adapt_args(struct rargs *a, const struct conf_scope *cs)
 	rargs_int(a, cs->adapt.interval_ms);
 }
 
+/*
+ * The tail of acquire.lua's and release.lua's ARGV: the adaptive params
+ * (five zeros when only the override follows), then override_milli.
+ */
+static void rb_adapt_ovr_args(struct rargs *a, const struct conf_scope *cs, bool adapt, bool ovr)
+{
+	int i;
+
+	if (adapt)
+		rb_adapt_args(a, cs);
+	else if (ovr)
+		for (i = 0; i < 5; i++)
+			rargs_int(a, 0);
+	if (ovr)
+		rargs_int(a, cs->override_milli);
+}
+
 /* KEYS and ARGV of acquire.lua for one target (see the script's header). */
 static void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 			    const char *lease_id, size_t count, int64_t not_after,
@@ -489,12 +508,11 @@ static void rb_acquire_args(struct rargs *a, struct backend *b, const struct tar
 		lease_id_claim(reserve, nreserve, claim, sizeof(claim));
 		rargs_int(a, cs->lease_ttl_ms + RB_GRACE_MS(cs));
 		rargs_str(a, claim);
-	} else if (cs->adaptive) {
+	} else if (cs->adaptive || cs->override_milli > 0) {
 		rargs_int(a, 0); /* no settlement record: the adaptive params follow */
 		rargs_str(a, "");
 	}
-	if (cs->adaptive)
-		rb_adapt_args(a, cs);
+	rb_adapt_ovr_args(a, cs, cs->adaptive, cs->override_milli > 0);
 }
 
 /* The modes of release.lua (see its header). */
@@ -524,6 +542,7 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 {
 	const struct conf_scope *cs = t->cs;
 	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
+	bool adapt, ovr;
 	size_t i;
 
 	*nkeys = rb_keys(a, b, cs, t->key, pl);
@@ -557,12 +576,14 @@ static void rb_release_args(struct rargs *a, const struct backend *b, const stru
 	rargs_int(a, se->own ? 1 : 0);
 	rargs_str(a, se->claim != NULL ? se->claim : "");
 	rargs_int(a, RB_GRACE_MS(cs));
-	if (cs->adaptive && (mode == RB_M_RELEASE || mode == RB_M_OUTCOME)) {
-		rargs_str(a, se->outcome == ADAPT_OK	    ? "ok"
+	adapt = cs->adaptive && (mode == RB_M_RELEASE || mode == RB_M_OUTCOME);
+	ovr = cs->override_milli > 0 && pl->serialized && mode == RB_M_RELEASE;
+	if (adapt || ovr)
+		rargs_str(a, !adapt			    ? ""
+			     : se->outcome == ADAPT_OK	    ? "ok"
 			     : se->outcome == ADAPT_LIMITED ? "limited"
 							    : "");
-		rb_adapt_args(a, cs);
-	}
+	rb_adapt_ovr_args(a, cs, adapt, ovr);
 }
 
 /* ---- failures ---- */
@@ -1278,6 +1299,7 @@ struct rb_op_ctx {
 	const struct conf_class *cls;
 	eng_insp_cb *insp_cb;
 	eng_reset_cb *reset_cb;
+	enum rb_op op; /* reset_cb's: RB_OP_RESET or RB_OP_OVERRIDE */
 	void *arg;
 };
 
@@ -1287,7 +1309,8 @@ static void rb_inspect_cb(void *arg, enum rp_status st, const struct rval *reply
 	const struct conf_scope *cs = x->cs;
 	const struct conf_plan *pl = conf_plan_of(cs, x->cls);
 	struct strat_state *rules = NULL;
-	size_t i, j;
+	struct lim_ovr *ov = NULL;
+	size_t i, j, nov = cs->override_milli > 0 ? 2 + pl->nrules : 0;
 	struct eng_insp in = { .via = VIA_REDIS };
 	bool ok;
 
@@ -1303,7 +1326,7 @@ static void rb_inspect_cb(void *arg, enum rp_status st, const struct rval *reply
 
 	for (i = 0; ok && i < reply->n; i++)
 		ok = reply->a[i].type == RV_INT;
-	ok = ok && (reply->n == 6 + 3 * pl->nrules || reply->n == 10 + 3 * pl->nrules);
+	ok = ok && reply->n == 10 + 3 * pl->nrules + nov;
 	if (!ok) {
 		if (st != RP_SHUTDOWN)
 			rb_failed(x->b, RB_OP_INSPECT, st, reply);
@@ -1322,11 +1345,22 @@ static void rb_inspect_cb(void *arg, enum rp_status st, const struct rval *reply
 		rules[pl->rules[i]].t = reply->a[j + 2].i;
 	}
 	in.rules = rules;
-	if (reply->n == 10 + 3 * pl->nrules) /* the adaptive hash: amt, td, tc, tl */
-		in.ad = (struct adapt_state){ reply->a[j].i, reply->a[j + 1].i, reply->a[j + 2].i,
-					      reply->a[j + 3].i };
+	/* the adaptive hash: amt, td, tc, tl, then the override */
+	in.ad = (struct adapt_state){ reply->a[j].i, reply->a[j + 1].i, reply->a[j + 2].i,
+				      reply->a[j + 3].i };
+	j += 4;
+	if (nov > 0 && reply->a[j].i > 0 &&
+	    (ov = calloc(1, sizeof(*ov) + (cs->nrules + 1) * sizeof(ov->amount[0]))) != NULL) {
+		ov->until = reply->a[j].i;
+		ov->min_delay_ms = reply->a[j + 1].i;
+		ov->nrules = (uint32_t)cs->nrules;
+		for (i = 0; i < pl->nrules; i++)
+			ov->amount[pl->rules[i]] = reply->a[j + 2 + i].i;
+		in.ov = ov;
+	}
 	x->insp_cb(x->arg, &in);
 out:
+	free(ov);
 	free(rules);
 	free(x);
 }
@@ -1338,7 +1372,7 @@ bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *
 	const struct conf_plan *pl = conf_plan_of(cs, cls);
 	struct rb_op_ctx *x = calloc(1, sizeof(*x));
 	struct rargs a = { 0 };
-	size_t nkeys;
+	size_t nkeys, i;
 	bool ok = false;
 
 	if (b->closing || !b->up || !rpool_up(b->pool) || x == NULL)
@@ -1350,6 +1384,11 @@ bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *
 	}
 	rargs_int(&a, cs->quota > 0 ? cs->quota_window_ms : 0);
 	rargs_int(&a, (int64_t)pl->nrules);
+	if (cs->override_milli > 0) { /* its override too, by the rules' indexes */
+		rargs_int(&a, 1);
+		for (i = 0; i < pl->nrules; i++)
+			rargs_int(&a, (int64_t)pl->rules[i]);
+	}
 	*x =
 	    (struct rb_op_ctx){ .b = b, .kq = kq, .cs = cs, .cls = cls, .insp_cb = cb, .arg = arg };
 	ok = !a.oom && rb_eval(b, cs, kq->key, b->s_inspect, &a, nkeys, rb_inspect_cb, x) == 0;
@@ -1368,7 +1407,7 @@ static void rb_reset_cb(void *arg, enum rp_status st, const struct rval *reply)
 	bool ok = st == RP_OK && reply != NULL && reply->type == RV_INT;
 
 	if (!ok && st != RP_SHUTDOWN)
-		rb_failed(x->b, RB_OP_RESET, st, reply);
+		rb_failed(x->b, x->op, st, reply);
 	x->reset_cb(x->arg, ok ? VIA_REDIS : VIA_FALLBACK, ok);
 	free(x);
 }
@@ -1384,10 +1423,40 @@ bool backend_reset(struct backend *b, struct kq *kq, eng_reset_cb *cb, void *arg
 	rb_key(&a, b, kq->sc->cs, kq->key, "s", -1);
 	if (kq->sc->cs->penalty_rule >= 0)
 		rb_penalty_key(&a, b, kq->sc->cs, kq->key);
-	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .reset_cb = cb, .arg = arg };
+	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .op = RB_OP_RESET, .reset_cb = cb, .arg = arg };
 	ok = !a.oom && rb_eval(b, kq->sc->cs, kq->key, b->s_reset, &a, a.n, rb_reset_cb, x) == 0;
 	if (ok)
 		b->calls[RB_OP_RESET]++;
+out:
+	if (!ok)
+		free(x);
+	rargs_clear(&a);
+	return ok;
+}
+
+bool backend_override(struct backend *b, struct kq *kq, int64_t ttl_ms, int64_t min_delay_ms,
+		      const int64_t *amount, eng_reset_cb *cb, void *arg)
+{
+	const struct conf_scope *cs = kq->sc->cs;
+	struct rb_op_ctx *x = calloc(1, sizeof(*x));
+	struct rargs a = { 0 };
+	bool ok = false;
+	size_t i;
+
+	if (b->closing || !b->up || !rpool_up(b->pool) || x == NULL)
+		goto out;
+	rb_key(&a, b, cs, kq->key, "a", -1);
+	rargs_int(&a, ttl_ms);
+	rargs_int(&a, min_delay_ms);
+	rargs_int(&a, (int64_t)cs->nrules);
+	for (i = 0; i < cs->nrules; i++)
+		rargs_int(&a, amount != NULL ? amount[i] : 0);
+	*x = (struct rb_op_ctx){
+		.b = b, .kq = kq, .op = RB_OP_OVERRIDE, .reset_cb = cb, .arg = arg
+	};
+	ok = !a.oom && rb_eval(b, cs, kq->key, b->s_override, &a, 1, rb_reset_cb, x) == 0;
+	if (ok)
+		b->calls[RB_OP_OVERRIDE]++;
 out:
 	if (!ok)
 		free(x);
@@ -1449,10 +1518,46 @@ static void rb_left_parse(struct lim_left *acc, const struct rval *reply, const 
 		sh.ad_amt = reply->a[6].i;
 		sh.ad_ceil = cs->adapt.ceil;
 	}
+	if ((sh.ov = lim_ovr_in_force(kq_lim(t->kq), cs, clock_mono_ms())) != NULL)
+		sh.ov_milli = cs->override_milli; /* rb_ovr_mirror has just set it */
 	lim_left_scope(acc, cs, t->cls, sh, rules, true, reply->a[7].i, reply->a[8].i,
 		       reply->a[9].i, reply->a[3].i);
 	if (rules != few)
 		free(rules);
+}
+
+/*
+ * What an acquire reply says of t's override (after the rules' counters: its
+ * end, its min_delay, then per rule of the plan its amount): the key's
+ * in-process state takes it, on this daemon's clock, so that the fallback
+ * holds it too should Redis go away, and so that what is left is counted
+ * against it. An override another daemon set, or lifted, comes here too.
+ */
+static void rb_ovr_mirror(const struct rval *reply, const struct target_rt *t)
+{
+	const struct conf_scope *cs = t->kq->sc->cs;
+	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
+	struct lim_state *st = kq_lim(t->kq);
+	size_t k, base = 10 + 3 * pl->nrules;
+	int64_t until;
+
+	if (cs->override_milli <= 0 || st == NULL || reply->n < base + 2 + pl->nrules)
+		return;
+	for (k = base; k < base + 2 + pl->nrules; k++)
+		if (reply->a[k].type != RV_INT)
+			return;
+	if (reply->a[base].i <= reply->a[3].i) {
+		lim_override_lift(st);
+		return;
+	}
+	until = clock_mono_ms() + (reply->a[base].i - reply->a[3].i);
+	if ((st->ov == NULL || st->ov->nrules != cs->nrules) &&
+	    !lim_override(st, cs, until, -1, NULL))
+		return;
+	st->ov->until = until;
+	st->ov->min_delay_ms = reply->a[base + 1].i;
+	for (k = 0; k < pl->nrules; k++)
+		st->ov->amount[pl->rules[k]] = reply->a[base + 2 + k].i;
 }
 
 /* Undo the targets of q that Redis admitted (another refused or failed). */
@@ -1630,6 +1735,7 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 			rb_stale(q->b, RB_OP_ACQUIRE);
 			q->r[i].out = RB_R_STALE;
 		} else {
+			rb_ovr_mirror(reply, &q->w->t[i]);
 			rb_left_parse(&q->r[i].left, reply, &q->w->t[i]);
 		}
 	} else {
@@ -1741,6 +1847,7 @@ static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
 		struct lim_left left = { 0 };
 		m = (size_t)reply->a[0].i;
 		/* after the whole batch: each admitted one is told the least */
+		rb_ovr_mirror(reply, t);
 		rb_left_parse(&left, reply, t);
 		for (i = 0; i < q->n; i++) {
 			res[i].via = VIA_REDIS;
@@ -2436,9 +2543,10 @@ struct backend *backend_new(struct admitd *ad)
 	b->s_heartbeat = script_index("heartbeat");
 	b->s_reset = script_index("reset");
 	b->s_inspect = script_index("inspect");
+	b->s_override = script_index("override");
 	b->s_writeback = script_index("writeback");
 	if (b->s_acquire < 0 || b->s_release < 0 || b->s_penalize < 0 || b->s_heartbeat < 0 ||
-	    b->s_reset < 0 || b->s_inspect < 0) {
+	    b->s_reset < 0 || b->s_inspect < 0 || b->s_override < 0) {
 		log_error("a Redis script is missing from the build", NULL);
 		goto fail;
 	}

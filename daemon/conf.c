@@ -251,6 +251,10 @@ static const struct conf_key conf_scope_keys[] = {
 	  "limited one adds to the key's amount" },
 	{ "adaptive_interval", CT_DURATION, SCOPE_OFF(adaptive_interval_ms), "1s", 10, MS_HOUR, 0,
 	  "at most one decrease, and one increase, of a key's amount per interval" },
+	{ "override_max", CT_DOUBLE, SCOPE_OFF(override_max), "0", 0, 1000, 0,
+	  "the scope takes per-key overrides (the override op, shared by every daemon on the "
+	  "Redis): they may tighten freely, and loosen rule amounts up to F times the conf's "
+	  "and min_delay down to the conf's / F (1: tighten only; 0: no overrides)" },
 	{ NULL, 0, 0, NULL, 0, 0, 0, NULL },
 };
 
@@ -1322,6 +1326,13 @@ static void conf_validate_scope(struct conf_ctx *x, struct conf_scope *s, struct
 	if (s->max_concurrent != 0 && s->cluster_concurrency > s->max_concurrent)
 		s->max_concurrent = s->cluster_concurrency;
 	conf_validate_adaptive(x, s, ps);
+	for (size_t r = 0; r < s->nrules; r++)
+		s->rules[r].idx = r;
+	if (s->override_max != 0 && s->override_max < 1)
+		conf_err(x, ps->seen[conf_key_index(conf_scope_keys, "override_max")],
+			 "override_max: 0 (no overrides) or a factor of at least 1 (1: overrides "
+			 "may only tighten)");
+	s->override_milli = (int64_t)floor(s->override_max * 1000.0 + 0.5);
 }
 
 /* The Redis keys that only make sense together. */

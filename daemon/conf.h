@@ -40,6 +40,7 @@ struct conf_rule {
 	enum conf_meter meter;
 	char *meter_key;	/* tokens.NAME: "NAME"; else NULL */
 	struct strat_params sp; /* concurrency: sp.amount = N, kind unused */
+	size_t idx;		/* its index in conf_scope.rules */
 	int line;
 };
 
@@ -102,6 +103,12 @@ struct conf_scope {
 	int64_t adaptive_interval_ms;
 	long adapt_rule;	   /* the first requests rule: its amount is the ceiling; -1 */
 	struct adapt_params adapt; /* in milli-units of adapt_rule (valid when adaptive) */
+	/* override_max = F: a key's override (the override op) may set its rule
+	 * amounts up to F times the conf's and min_delay down to the conf's / F;
+	 * tightening is always allowed. override_milli = F * 1000; 0: the scope
+	 * takes no overrides (and its acquires read no override). */
+	double override_max;
+	int64_t override_milli;
 	/* Compiled at load (conf_plan.c): */
 	long penalty_rule; /* the rule whose Redis hash holds a key's penalty; -1: the state hash */
 	struct conf_plan *plans; /* nclasses + 1: one per class, then the one of no class */

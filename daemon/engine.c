@@ -292,8 +292,18 @@ void eng_inspect_local(struct kq *kq, enum via via, eng_insp_cb *cb, void *arg)
 		in.penalty_until = st->penalty_until;
 		in.rules = st->rules;
 		in.ad = st->ad;
+		in.ov = lim_ovr_in_force(st, kq->sc->cs, in.now);
 	}
 	cb(arg, &in);
+}
+
+/* The head may be sleeping out a limit that was just lifted or loosened. */
+static void eng_wake_head(struct kq *kq)
+{
+	if (kq->wake_at != 0 && kq->retry_ev != NULL) {
+		event_del(kq->retry_ev);
+		kq->wake_at = 0;
+	}
 }
 
 void eng_reset(struct kq *kq, eng_reset_cb *cb, void *arg)
@@ -301,17 +311,32 @@ void eng_reset(struct kq *kq, eng_reset_cb *cb, void *arg)
 	struct admitd *ad = kq->sc->ad;
 
 	lim_reset(kq_lim(kq));
-	/* The head may be sleeping out what was just lifted. */
-	if (kq->wake_at != 0 && kq->retry_ev != NULL) {
-		event_del(kq->retry_ev);
-		kq->wake_at = 0;
-	}
+	eng_wake_head(kq);
 	if (ad->redis != NULL && backend_reset(ad->redis, kq, cb, arg)) {
 		waitq_pump(kq);
 		return;
 	}
 	waitq_pump(kq);
 	cb(arg, ad->redis == NULL ? VIA_LOCAL : VIA_FALLBACK, ad->redis == NULL);
+}
+
+void eng_override(struct kq *kq, int64_t ttl_ms, int64_t min_delay_ms, const int64_t *amount,
+		  eng_reset_cb *cb, void *arg)
+{
+	struct admitd *ad = kq->sc->ad;
+	struct lim_state *st = kq_lim(kq);
+	bool here = st != NULL &&
+		    lim_override(st, kq->sc->cs, clock_mono_ms() + ttl_ms, min_delay_ms, amount);
+
+	eng_wake_head(kq);
+	/* Sent before the head asks again: on the key's connection, in order. */
+	if (ad->redis != NULL &&
+	    backend_override(ad->redis, kq, ttl_ms, min_delay_ms, amount, cb, arg)) {
+		waitq_pump(kq);
+		return;
+	}
+	waitq_pump(kq);
+	cb(arg, ad->redis == NULL ? VIA_LOCAL : VIA_FALLBACK, ad->redis == NULL && here);
 }
 
 void eng_penalize(struct kq *kq, int64_t delay_ms)

@@ -122,6 +122,7 @@ struct eng_insp {
 	int64_t quota_used, quota_oldest;
 	const struct strat_state *rules; /* by conf rule index */
 	struct adapt_state ad;		 /* adaptive scopes: the key's learned amount */
+	const struct lim_ovr *ov;	 /* the key's override in force; NULL: none */
 };
 typedef void eng_insp_cb(void *arg, const struct eng_insp *in);
 
@@ -142,6 +143,16 @@ void eng_inspect_local(struct kq *kq, enum via via, eng_insp_cb *cb, void *arg);
 
 typedef void eng_reset_cb(void *arg, enum via via, bool ok);
 void eng_reset(struct kq *kq, eng_reset_cb *cb, void *arg);
+
+/*
+ * eng_override - the key's override (what the caller checked against the
+ * scope's override_max) holds for ttl_ms: min_delay_ms (-1: the conf's) and
+ * amount[0..nrules) by conf rule index (NULL, or 0: the conf's), replacing
+ * any it had. In Redis for every daemon, and in process (which the fallback
+ * then uses). cb as eng_reset's: ok false when Redis could not be told.
+ */
+void eng_override(struct kq *kq, int64_t ttl_ms, int64_t min_delay_ms, const int64_t *amount,
+		  eng_reset_cb *cb, void *arg);
 
 /* eng_penalize - hold the key back for delay_ms (never shortens a hold). */
 void eng_penalize(struct kq *kq, int64_t delay_ms);

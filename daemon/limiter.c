@@ -19,6 +19,7 @@
 
 #include "limiter.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,12 +34,55 @@ int64_t lim_share_of(int64_t v, struct lim_share sh)
 	return (int64_t)((double)v / sh.div);
 }
 
+int64_t lim_ovr_cap(int64_t v, int64_t milli)
+{
+	double c = floor((double)v * (double)milli / 1000.0);
+
+	return c > (double)STRAT_MAX_AMOUNT ? STRAT_MAX_AMOUNT : c < 1 ? 1 : (int64_t)c;
+}
+
+int64_t lim_ovr_delay_floor(int64_t d, int64_t milli)
+{
+	return milli <= 0 ? d : (int64_t)floor((double)d * 1000.0 / (double)milli);
+}
+
+int64_t lim_ovr_amount(int64_t v, int64_t o, int64_t milli)
+{
+	int64_t cap = lim_ovr_cap(v, milli);
+
+	if (o <= 0 || milli <= 0)
+		return v;
+	return o > cap ? cap : o;
+}
+
+int64_t lim_ovr_delay(int64_t d, int64_t o, int64_t milli)
+{
+	int64_t fl = lim_ovr_delay_floor(d, milli);
+
+	if (o < 0 || d <= 0 || milli <= 0)
+		return d;
+	return o < fl ? fl : o;
+}
+
+/* A burst b of a rule of amount v, when an override makes the amount a. */
+static int64_t lim_ovr_burst(int64_t b, int64_t a, int64_t v)
+{
+	double s = floor((double)b * (double)a / (double)v);
+
+	return s < 1 ? 1 : (int64_t)s;
+}
+
 struct strat_params lim_rule_params(const struct conf_rule *r, struct lim_share sh)
 {
 	struct strat_params p = r->sp;
 
 	if (p.burst == 0)
 		p.burst = p.amount;
+	if (sh.ov != NULL && r->idx < sh.ov->nrules && sh.ov->amount[r->idx] > 0) {
+		int64_t a = lim_ovr_amount(p.amount, sh.ov->amount[r->idx], sh.ov_milli);
+		p.burst = lim_ovr_burst(p.burst, a, p.amount);
+		p.amount = a;
+	}
 	if (sh.ad_ceil > 0 && r->meter == METER_REQUESTS) {
 		p.amount = adapt_scale(p.amount, sh.ad_amt, sh.ad_ceil);
 		p.burst = adapt_scale(p.burst, sh.ad_amt, sh.ad_ceil);
@@ -48,19 +92,57 @@ struct strat_params lim_rule_params(const struct conf_rule *r, struct lim_share 
 	return p;
 }
 
-struct lim_share lim_adapt_share(const struct lim_state *st, const struct conf_scope *cs,
-				 struct lim_share sh)
+const struct lim_ovr *lim_ovr_in_force(const struct lim_state *st, const struct conf_scope *cs,
+				       int64_t now)
+{
+	if (st == NULL || st->ov == NULL || cs->override_milli <= 0 || now >= st->ov->until ||
+	    st->ov->nrules != cs->nrules)
+		return NULL;
+	return st->ov;
+}
+
+struct lim_share lim_key_share(const struct lim_state *st, const struct conf_scope *cs,
+			       struct lim_share sh, int64_t now)
 {
 	if (cs->adaptive && st != NULL) {
 		sh.ad_amt = adapt_amount(&st->ad, &cs->adapt);
 		sh.ad_ceil = cs->adapt.ceil;
 	}
+	if ((sh.ov = lim_ovr_in_force(st, cs, now)) != NULL)
+		sh.ov_milli = cs->override_milli;
 	return sh;
 }
 
-static int64_t lim_min_delay(const struct conf_scope *cs, struct lim_share sh)
+int64_t lim_min_delay(const struct conf_scope *cs, struct lim_share sh)
 {
-	return sh.div <= 1.0 ? cs->min_delay_ms : (int64_t)((double)cs->min_delay_ms * sh.div);
+	int64_t d = cs->min_delay_ms;
+
+	if (sh.ov != NULL)
+		d = lim_ovr_delay(d, sh.ov->min_delay_ms, sh.ov_milli);
+	return sh.div <= 1.0 ? d : (int64_t)((double)d * sh.div);
+}
+
+bool lim_override(struct lim_state *st, const struct conf_scope *cs, int64_t until,
+		  int64_t min_delay_ms, const int64_t *amount)
+{
+	struct lim_ovr *ov = malloc(sizeof(*ov) + (cs->nrules + 1) * sizeof(ov->amount[0]));
+
+	if (ov == NULL)
+		return false;
+	ov->until = until;
+	ov->min_delay_ms = min_delay_ms;
+	ov->nrules = (uint32_t)cs->nrules;
+	for (size_t i = 0; i < cs->nrules; i++)
+		ov->amount[i] = amount != NULL ? amount[i] : 0;
+	free(st->ov);
+	st->ov = ov;
+	return true;
+}
+
+void lim_override_lift(struct lim_state *st)
+{
+	free(st->ov);
+	st->ov = NULL;
 }
 
 bool lim_serialized(const struct conf_scope *cs)
@@ -116,8 +198,10 @@ void lim_state_clear(struct lim_state *st)
 {
 	free(st->quota);
 	free(st->leases);
+	free(st->ov);
 	st->quota = NULL;
 	st->leases = NULL;
+	st->ov = NULL;
 	st->quota_n = st->quota_cap = st->quota_head = 0;
 	st->nleases = st->leases_cap = 0;
 }
@@ -185,6 +269,10 @@ void lim_state_carry(struct lim_state *dst, const struct conf_scope *ncs, struct
 	dst->penalty_until = src->penalty_until;
 	dst->last_ms = src->last_ms;
 	dst->ad = src->ad; /* clamped into the new range when read */
+	if (src->ov != NULL && ocs->nrules == ncs->nrules) { /* rules by position, as in Redis */
+		dst->ov = src->ov;
+		src->ov = NULL;
+	}
 	dst->leases = src->leases;
 	dst->nleases = src->nleases;
 	dst->leases_cap = src->leases_cap;
@@ -318,7 +406,7 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 	const struct conf_plan *pl = conf_plan_of(cs, rq->cls);
 	int64_t floor = rq->cls ? rq->cls->floor : 0;
 
-	sh = lim_adapt_share(st, cs, sh);
+	sh = lim_key_share(st, cs, sh, now);
 	lim_purge(st, cs, now);
 	if (now < st->penalty_until)
 		lim_refuse(&d, cs, st->penalty_until - now, LIM_WHICH_PENALTY);
@@ -452,7 +540,7 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, struct lim_shar
 	const struct conf_plan *pl = conf_plan_of(cs, rq->cls);
 	int64_t k;
 
-	sh = lim_adapt_share(st, cs, sh);
+	sh = lim_key_share(st, cs, sh, now);
 	if (lim_tracks_leases(cs) && lease_ids != NULL &&
 	    !lim_leases_reserve(st, (size_t)rq->count))
 		return false;
@@ -521,7 +609,7 @@ bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, struc
 	bool held = false;
 	size_t i;
 
-	sh = lim_adapt_share(st, cs, sh);
+	sh = lim_key_share(st, cs, sh, now);
 	lim_purge(st, cs, now);
 	for (i = 0; i < st->nleases; i++) {
 		if (strcmp(st->leases[i].id, lease_id) == 0) {
@@ -648,7 +736,7 @@ void lim_left_state(struct lim_left *acc, struct lim_state *st, const struct con
 	int64_t leases, used, oldest;
 
 	lim_view(st, cs, now, &leases, &used, &oldest);
-	lim_left_scope(acc, cs, cls, lim_adapt_share(st, cs, sh), st->rules, false, leases, used,
+	lim_left_scope(acc, cs, cls, lim_key_share(st, cs, sh, now), st->rules, false, leases, used,
 		       used > 0 ? lim_quota_at(st, (size_t)used - 1) : 0, now);
 }
 
@@ -674,6 +762,7 @@ void lim_reset(struct lim_state *st)
 	st->next_at = 0;
 	st->penalty_until = 0;
 	st->ad = (struct adapt_state){ 0 }; /* back to the ceiling */
+	lim_override_lift(st);		    /* back to the conf's limits */
 }
 
 bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now)
@@ -683,6 +772,8 @@ bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now)
 	lim_purge(st, cs, now);
 	if (st->nleases > 0 || st->quota_n > 0 || now < st->next_at || now < st->penalty_until)
 		return false;
+	if (st->ov != NULL && now < st->ov->until)
+		return false; /* an override holds until its end */
 	if (cs->adaptive && st->ad.amt != 0 &&
 	    now - (st->ad.tc > st->ad.tl ? st->ad.tc : st->ad.tl) < adapt_ttl_ms(&cs->adapt))
 		return false; /* what it learned is not forgotten before its time */

@@ -33,12 +33,17 @@
 
 #define LIM_LEASE_ID_LEN 32
 
+struct lim_ovr;
+
 struct lim_share {
 	double div;   /* 1: the whole limit */
 	int64_t rank; /* 0-based among the pods alive; -1 unknown */
 	/* adaptive scopes: requests rules are scaled by ad_amt / ad_ceil before
-	 * the division (lim_adapt_share fills them from the key's state); 0: not */
+	 * the division (lim_key_share fills them from the key's state); 0: not */
 	int64_t ad_amt, ad_ceil;
+	/* the key's override in force (NULL: none), and its scope's override_milli */
+	const struct lim_ovr *ov;
+	int64_t ov_milli;
 };
 #define LIM_WHOLE ((struct lim_share){ .div = 1.0, .rank = -1 })
 
@@ -50,6 +55,30 @@ struct lim_lease {
 	int64_t deadline;
 };
 
+/*
+ * A key's override (the override op): its own min_delay and rule amounts,
+ * in force until `until`. The scope's override_max bounds how far they
+ * loosen, when they are used (lim_ovr_amount, lim_ovr_delay): a reload that
+ * lowers it bounds the overrides already set. scripts/acquire.lua applies
+ * the same arithmetic to the fields the override op left in the key's
+ * adaptive hash (ou, od, o<rule index>).
+ */
+struct lim_ovr {
+	int64_t until;	      /* on the deciding limiter's clock */
+	int64_t min_delay_ms; /* -1: the conf's */
+	uint32_t nrules;
+	int64_t amount[]; /* by conf rule index; 0: the conf's */
+};
+
+/* lim_ovr_cap - the loosest amount an override may give a rule of amount v. */
+int64_t lim_ovr_cap(int64_t v, int64_t milli);
+/* lim_ovr_delay_floor - the shortest min_delay an override may give a conf's d. */
+int64_t lim_ovr_delay_floor(int64_t d, int64_t milli);
+/* lim_ovr_amount - the amount in force: o (0: none) bounded by the cap, at least 1. */
+int64_t lim_ovr_amount(int64_t v, int64_t o, int64_t milli);
+/* lim_ovr_delay - the min_delay in force: o (-1: none) no shorter than the floor. */
+int64_t lim_ovr_delay(int64_t d, int64_t o, int64_t milli);
+
 struct lim_state {
 	int64_t next_at;	  /* min_delay: no admission before this */
 	int64_t penalty_until;	  /* penalize: no admission before this */
@@ -59,6 +88,7 @@ struct lim_state {
 	uint32_t quota_head, quota_n, quota_cap;
 	uint32_t nleases, leases_cap;
 	struct adapt_state ad; /* adaptive scopes: the key's learned amount */
+	struct lim_ovr *ov;    /* the key's override (owned); NULL: none */
 	uint32_t nrules;
 	struct strat_state rules[]; /* one per conf rule, same index */
 };
@@ -261,7 +291,22 @@ void lim_view(struct lim_state *st, const struct conf_scope *cs, int64_t now, in
 void lim_spent(struct lim_state *st, const struct conf_scope *cs, int64_t now, int64_t *quota_n,
 	       int64_t *units);
 
-/* lim_reset - lift the key's penalty and pacing (reset). */
+/*
+ * lim_override - the key's override becomes (until, min_delay_ms, amount[0..
+ * cs->nrules)), replacing any it had; false only on allocation failure
+ * (the old one is kept).
+ */
+bool lim_override(struct lim_state *st, const struct conf_scope *cs, int64_t until,
+		  int64_t min_delay_ms, const int64_t *amount);
+
+/* lim_override_lift - st has no override any more. */
+void lim_override_lift(struct lim_state *st);
+
+/* lim_ovr_in_force - st's override at now, NULL when none (or it has ended). */
+const struct lim_ovr *lim_ovr_in_force(const struct lim_state *st, const struct conf_scope *cs,
+				       int64_t now);
+
+/* lim_reset - lift the key's penalty, pacing and override (reset). */
 void lim_reset(struct lim_state *st);
 
 /* lim_idle - true when the state is indistinguishable from a fresh one. */
@@ -305,14 +350,23 @@ void lim_left_state(struct lim_left *acc, struct lim_state *st, const struct con
 		    const struct conf_class *cls, struct lim_share sh, int64_t now);
 
 /*
- * lim_adapt_share - sh with the key's adaptive amount in it, when the scope
- * is adaptive (every check and booking of st goes through it): in process
- * as in Redis, the requests rules are scaled by the amount, then divided.
+ * lim_key_share - sh with what is the key's own at now: its adaptive
+ * amount, when the scope is adaptive, and its override in force (every
+ * check and booking of st goes through it). In process as in Redis, a
+ * rule's amount is the override's, then scaled by the adaptive amount
+ * (requests rules), then divided.
  */
-struct lim_share lim_adapt_share(const struct lim_state *st, const struct conf_scope *cs,
-				 struct lim_share sh);
+struct lim_share lim_key_share(const struct lim_state *st, const struct conf_scope *cs,
+			       struct lim_share sh, int64_t now);
 
-/* lim_rule_params - a rule's strategy params with the adaptive amount and the divisor applied. */
+/* lim_min_delay - min_delay with the override in sh and the divisor applied. */
+int64_t lim_min_delay(const struct conf_scope *cs, struct lim_share sh);
+
+/*
+ * lim_rule_params - a rule's strategy params with the override, the
+ * adaptive amount and the divisor applied (the burst follows an overridden
+ * amount in proportion).
+ */
 struct strat_params lim_rule_params(const struct conf_rule *r, struct lim_share sh);
 
 #endif

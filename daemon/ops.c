@@ -481,6 +481,30 @@ static void op_status(struct conn *c, struct request *rq)
 	conn_send_reply(c, r);
 }
 
+/* The "override" object of an inspect reply: what is in force, and for how long. */
+static void ops_inspect_override(struct preply *r, const struct conf_scope *cs,
+				 const struct lim_ovr *ov, int64_t now, struct lim_share sh)
+{
+	char idx[24];
+	size_t i;
+
+	preply_push(r, "override");
+	preply_int(r, "ttl_ms", ov->until - now);
+	if (ov->min_delay_ms >= 0 && cs->min_delay_ms > 0)
+		preply_int(r, "min_delay_ms", lim_min_delay(cs, sh));
+	preply_push(r, "rules");
+	for (i = 0; i < cs->nrules && i < ov->nrules; i++) {
+		if (ov->amount[i] <= 0)
+			continue;
+		snprintf(idx, sizeof(idx), "%zu", i);
+		preply_int(
+		    r, cs->rules[i].name ? cs->rules[i].name : idx,
+		    lim_ovr_amount(cs->rules[i].sp.amount, ov->amount[i], cs->override_milli));
+	}
+	preply_pop(r);
+	preply_pop(r);
+}
+
 static void op_inspect_done(void *arg, const struct eng_insp *in)
 {
 	struct op_pend *p = arg;
@@ -514,6 +538,11 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 		preply_pop(r);
 	}
 	adrt_inspect(r, cs, in);
+	if (in->ov != NULL && in->ov->until > in->now && cs->override_milli > 0) {
+		div.ov = in->ov;
+		div.ov_milli = cs->override_milli;
+		ops_inspect_override(r, cs, in->ov, in->now, div);
+	}
 	preply_list(r, "rules");
 	for (k = 0; k < pl->nrules; k++) {
 		size_t i = pl->rules[k];
@@ -590,6 +619,126 @@ static void op_reset(struct conn *c, struct request *rq)
 	}
 }
 
+/*
+ * The conf rule an override names: by name, or by its index in the scope
+ * (decimal); -1 when there is none.
+ */
+static long ops_rule_named(const struct conf_scope *cs, const char *name)
+{
+	char *end;
+	unsigned long i;
+
+	for (i = 0; i < cs->nrules; i++)
+		if (cs->rules[i].name != NULL && strcmp(cs->rules[i].name, name) == 0)
+			return (long)i;
+	if (name[0] < '0' || name[0] > '9')
+		return -1;
+	i = strtoul(name, &end, 10);
+	return *end == '\0' && i < cs->nrules ? (long)i : -1;
+}
+
+/*
+ * What an override asks, checked against the scope: amount[] by conf rule
+ * index. Tightening is always allowed, loosening up to override_max.
+ * false with the reason in msg.
+ */
+static bool ops_override_check(const struct conf_scope *cs, const struct request *rq,
+			       int64_t *amount, char *msg, size_t len)
+{
+	size_t i;
+
+	if (cs->override_milli <= 0) {
+		snprintf(msg, len,
+			 "[scope %s] takes no overrides (override_max in its conf section allows "
+			 "them)",
+			 cs->name);
+		return false;
+	}
+	if (rq->ov_min_delay_ms >= 0) {
+		int64_t fl = lim_ovr_delay_floor(cs->min_delay_ms, cs->override_milli);
+		if (cs->min_delay_ms == 0) {
+			snprintf(msg, len, "min_delay_ms: [scope %s] has no min_delay to override",
+				 cs->name);
+			return false;
+		}
+		if (rq->ov_min_delay_ms < fl) {
+			snprintf(msg, len,
+				 "min_delay_ms: %lld loosens past override_max (%g): at least %lld",
+				 (long long)rq->ov_min_delay_ms, cs->override_max, (long long)fl);
+			return false;
+		}
+	}
+	for (i = 0; i < rq->nov; i++) {
+		long k = ops_rule_named(cs, rq->ov_rules[i].name);
+		int64_t cap;
+		if (k < 0) {
+			snprintf(msg, len,
+				 "rules: no rule \"%s\" in [scope %s] (a rule's name, or its index "
+				 "0..%zu)",
+				 rq->ov_rules[i].name, cs->name, cs->nrules ? cs->nrules - 1 : 0);
+			return false;
+		}
+		cap = lim_ovr_cap(cs->rules[k].sp.amount, cs->override_milli);
+		if (rq->ov_rules[i].n > cap) {
+			snprintf(msg, len,
+				 "rules: %s: %lld loosens past override_max (%g): at most %lld",
+				 rq->ov_rules[i].name, (long long)rq->ov_rules[i].n,
+				 cs->override_max, (long long)cap);
+			return false;
+		}
+		amount[k] = rq->ov_rules[i].n;
+	}
+	return true;
+}
+
+static void op_override_done(void *arg, enum via via, bool ok)
+{
+	struct op_pend *p = arg;
+	struct preply *r;
+
+	if (!ok) {
+		r = preply_error(p->id, ADMIT_E_UNAVAILABLE,
+				 "override here only: Redis could not be told, other daemons keep "
+				 "the key's limits");
+	} else {
+		r = preply_new(p->id, true);
+		preply_int(r, "ttl_ms", p->ttl_ms);
+	}
+	preply_str(r, "backend", via_name(via));
+	ops_pend_done(p, r);
+}
+
+/*
+ * override: the key's own min_delay and rule amounts for ttl_ms, for every
+ * daemon on the Redis (replacing any override it had).
+ */
+static void op_override(struct conn *c, struct request *rq)
+{
+	struct op_pend *p = ops_key_pend(c, rq);
+	const struct conf_scope *cs;
+	int64_t *amount;
+	char msg[256];
+
+	if (p == NULL)
+		return;
+	cs = p->kq->sc->cs;
+	if ((amount = calloc(cs->nrules + 1, sizeof(*amount))) == NULL) {
+		ops_pend_done(p, preply_error(p->id, ADMIT_E_UNAVAILABLE, "out of memory"));
+		return;
+	}
+	if (!ops_override_check(cs, rq, amount, msg, sizeof(msg))) {
+		ops_pend_done(p, preply_error(p->id, ADMIT_E_BAD_REQUEST, msg));
+		goto out;
+	}
+	p->ttl_ms = rq->ov_ttl_ms;
+	log_info("key override", "scope=%s key=\"%s\" ttl_ms=%lld min_delay_ms=%lld rules=%zu",
+		 cs->name, p->kq->key, (long long)rq->ov_ttl_ms, (long long)rq->ov_min_delay_ms,
+		 rq->nov);
+	eng_override(p->kq, rq->ov_ttl_ms, rq->ov_min_delay_ms, amount, op_override_done, p);
+out:
+	free(amount);
+}
+
 /* Is the raw JSON id a the same value as the compact JSON b? */
 static bool ops_same_id(const char *a, const char *b)
 {
@@ -641,6 +790,7 @@ static const struct op_entry op_table[OP__COUNT] = {
 	[OP_PENALIZE] = { op_penalize }, [OP_STATUS] = { op_status },
 	[OP_PING] = { op_ping },	 [OP_RESET] = { op_reset },
 	[OP_INSPECT] = { op_inspect },	 [OP_CANCEL] = { op_cancel },
+	[OP_OVERRIDE] = { op_override },
 };
 
 void ops_dispatch(struct conn *c, const char *line, size_t len)

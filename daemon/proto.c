@@ -26,7 +26,7 @@
 static const char *const proto_op_names[OP__COUNT] = {
 	[OP_ACQUIRE] = "acquire", [OP_RELEASE] = "release", [OP_PENALIZE] = "penalize",
 	[OP_RESET] = "reset",	  [OP_INSPECT] = "inspect", [OP_STATUS] = "status",
-	[OP_PING] = "ping",	  [OP_CANCEL] = "cancel",
+	[OP_PING] = "ping",	  [OP_CANCEL] = "cancel",   [OP_OVERRIDE] = "override",
 };
 
 /* ---- decoding ---- */
@@ -158,9 +158,18 @@ static enum admit_err proto_outcome(json_t *root, struct request *rq, char *msg,
 	return ADMIT_OK;
 }
 
-/* "tokens" of a release, "reserve" of an acquire: meter name -> count. */
-static enum admit_err proto_tokens(json_t *root, const char *field, struct proto_token *out,
-				   size_t *nout, char *msg, size_t msglen)
+/* The words of a name -> count object's errors: token counts, rule amounts. */
+struct proto_counts {
+	const char *of, *name, *count;
+	int64_t min;
+};
+static const struct proto_counts proto_tokens_of = { "counts", "token meter name", "token count",
+						     0 };
+static const struct proto_counts proto_rules_of = { "amounts", "rule name", "rule amount", 1 };
+
+/* "tokens" of a release, "reserve" of an acquire (meter name -> count), "rules" of an override. */
+static enum admit_err proto_counts(json_t *root, const char *field, const struct proto_counts *w,
+				   struct proto_token *out, size_t *nout, char *msg, size_t msglen)
 {
 	json_t *obj = json_object_get(root, field), *v;
 	const char *k;
@@ -168,18 +177,17 @@ static enum admit_err proto_tokens(json_t *root, const char *field, struct proto
 	if (obj == NULL || json_is_null(obj))
 		return ADMIT_OK;
 	if (!json_is_object(obj))
-		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"%s\" must be an object of counts", field);
+		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"%s\" must be an object of %s", field, w->of);
 	if (json_object_size(obj) > PROTO_MAX_TOKENS)
-		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "at most %d token counts", PROTO_MAX_TOKENS);
+		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "at most %d %ss", PROTO_MAX_TOKENS, w->count);
 	json_object_foreach (obj, k, v) {
 		struct proto_token *t = &out[*nout];
 		if (strlen(k) == 0 || strlen(k) > PROTO_NAME_MAX)
-			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "bad token meter name");
-		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "bad %s", w->name);
+		if (!json_is_integer(v) || json_integer_value(v) < w->min ||
 		    json_integer_value(v) > PROTO_MAX_COST)
-			PROTO_FAIL(ADMIT_E_BAD_REQUEST,
-				   "token count \"%s\" must be an integer 0..%lld", k,
-				   PROTO_MAX_COST);
+			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "%s \"%s\" must be an integer %lld..%lld",
+				   w->count, k, (long long)w->min, PROTO_MAX_COST);
 		strcpy(t->name, k);
 		t->n = json_integer_value(v);
 		(*nout)++;
@@ -213,6 +221,31 @@ static enum admit_err proto_penalty(json_t *root, struct request *rq, char *msg,
 	return ADMIT_OK;
 }
 
+/* override: one target, its ttl, a min_delay and rule amounts (at least one of these). */
+static enum admit_err proto_override(json_t *root, struct request *rq, char *msg, size_t msglen)
+{
+	bool has_ttl, has_delay;
+
+	PROTO_TRY(proto_targets(root, rq, msg, msglen));
+	if (rq->ntargets != 1)
+		PROTO_FAIL(ADMIT_E_BAD_REQUEST, "one scope and key");
+	PROTO_TRY(proto_int(root, "ttl_ms", 1, PROTO_MAX_OVERRIDE_MS, "ms", &rq->ov_ttl_ms,
+			    &has_ttl, msg, msglen));
+	if (!has_ttl)
+		PROTO_FAIL(ADMIT_E_BAD_REQUEST,
+			   "\"ttl_ms\" (how long the override holds) is required");
+	PROTO_TRY(proto_int(root, "min_delay_ms", 0, PROTO_MAX_TIMEOUT_MS, "ms",
+			    &rq->ov_min_delay_ms, &has_delay, msg, msglen));
+	if (!has_delay)
+		rq->ov_min_delay_ms = -1;
+	PROTO_TRY(
+	    proto_counts(root, "rules", &proto_rules_of, rq->ov_rules, &rq->nov, msg, msglen));
+	if (!has_delay && rq->nov == 0)
+		PROTO_FAIL(ADMIT_E_BAD_REQUEST,
+			   "give \"min_delay_ms\" or \"rules\" (what the override sets)");
+	return ADMIT_OK;
+}
+
 static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *msg, size_t msglen)
 {
 	json_t *op = json_object_get(root, "op"), *id = json_object_get(root, "id");
@@ -239,14 +272,16 @@ static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *m
 		if (det != NULL && !json_is_null(det) && !json_is_boolean(det))
 			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"detach\" must be true or false");
 		rq->detach = det != NULL && json_is_true(det);
-		return proto_tokens(root, "reserve", rq->reserve, &rq->nreserve, msg, msglen);
+		return proto_counts(root, "reserve", &proto_tokens_of, rq->reserve, &rq->nreserve,
+				    msg, msglen);
 	case OP_RELEASE:
 		PROTO_TRY(proto_str(root, "lease", rq->lease, sizeof(rq->lease), &has_lease, msg,
 				    msglen));
 		if (!has_lease)
 			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"lease\" is required");
 		PROTO_TRY(proto_outcome(root, rq, msg, msglen));
-		return proto_tokens(root, "tokens", rq->tokens, &rq->ntokens, msg, msglen);
+		return proto_counts(root, "tokens", &proto_tokens_of, rq->tokens, &rq->ntokens, msg,
+				    msglen);
 	case OP_PENALIZE:
 		PROTO_TRY(proto_targets(root, rq, msg, msglen));
 		return proto_penalty(root, rq, msg, msglen);
@@ -264,6 +299,7 @@ static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *m
 		if (rq->of == NULL)
 			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "unusable \"of\"");
 		return ADMIT_OK;
+	case OP_OVERRIDE: return proto_override(root, rq, msg, msglen);
 	case OP_STATUS:
 	case OP_PING: return ADMIT_OK;
 	default: PROTO_FAIL(ADMIT_E_UNKNOWN_OP, "unknown op \"%.64s\"", json_string_value(op));
@@ -287,6 +323,9 @@ static void proto_request_init(struct request *rq)
 	rq->nreserve = 0;
 	rq->penalty_ms = 0;
 	rq->penalty_until_wall_ms = 0;
+	rq->ov_ttl_ms = 0;
+	rq->ov_min_delay_ms = 0; /* an override without it: -1 */
+	rq->nov = 0;
 }
 
 /* Does the integer token d[0..n) (digits, after an optional '-') fit int64? */
@@ -443,7 +482,9 @@ bool proto_request_equal(const struct request *a, const struct request *b)
 	    a->has_timeout != b->has_timeout || a->timeout_ms != b->timeout_ms ||
 	    a->detach != b->detach || strcmp(a->lease, b->lease) != 0 || a->ntokens != b->ntokens ||
 	    a->outcome != b->outcome || a->nreserve != b->nreserve ||
-	    a->penalty_ms != b->penalty_ms || a->penalty_until_wall_ms != b->penalty_until_wall_ms)
+	    a->penalty_ms != b->penalty_ms ||
+	    a->penalty_until_wall_ms != b->penalty_until_wall_ms || a->ov_ttl_ms != b->ov_ttl_ms ||
+	    a->ov_min_delay_ms != b->ov_min_delay_ms || a->nov != b->nov)
 		return false;
 	for (i = 0; i < a->ntargets; i++)
 		if (!proto_target_equal(&a->targets[i], &b->targets[i]))
@@ -455,6 +496,10 @@ bool proto_request_equal(const struct request *a, const struct request *b)
 	for (i = 0; i < a->nreserve; i++)
 		if (strcmp(a->reserve[i].name, b->reserve[i].name) != 0 ||
 		    a->reserve[i].n != b->reserve[i].n)
+			return false;
+	for (i = 0; i < a->nov; i++)
+		if (strcmp(a->ov_rules[i].name, b->ov_rules[i].name) != 0 ||
+		    a->ov_rules[i].n != b->ov_rules[i].n)
 			return false;
 	return true;
 }

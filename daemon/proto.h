@@ -30,16 +30,18 @@ enum proto_op {
 	OP_RESET,
 	OP_INSPECT,
 	OP_CANCEL,
+	OP_OVERRIDE,
 	OP__COUNT
 };
 
-#define PROTO_NAME_MAX	     64	   /* scope, class, token meter names */
-#define PROTO_KEY_MAX	     512   /* keys and hosts */
-#define PROTO_LEASE_MAX	     12288 /* lease handles carry their targets: see lease_id.h */
-#define PROTO_MAX_TARGETS    8
-#define PROTO_MAX_TOKENS     16
-#define PROTO_MAX_COST	     1000000000LL
-#define PROTO_MAX_TIMEOUT_MS (24LL * 3600 * 1000)
+#define PROTO_NAME_MAX	      64    /* scope, class, token meter names */
+#define PROTO_KEY_MAX	      512   /* keys and hosts */
+#define PROTO_LEASE_MAX	      12288 /* lease handles carry their targets: see lease_id.h */
+#define PROTO_MAX_TARGETS     8
+#define PROTO_MAX_TOKENS      16
+#define PROTO_MAX_COST	      1000000000LL
+#define PROTO_MAX_TIMEOUT_MS  (24LL * 3600 * 1000)
+#define PROTO_MAX_OVERRIDE_MS (30LL * 24 * 3600 * 1000) /* an override's ttl_ms */
 
 struct proto_target {
 	char scope[PROTO_NAME_MAX + 1];
@@ -73,6 +75,11 @@ struct request {
 	/* penalize: a relative delay, or an absolute wall-clock instant (HTTP-date) */
 	int64_t penalty_ms; /* -1 when given as a date */
 	int64_t penalty_until_wall_ms;
+	/* override: for ttl_ms, min_delay_ms (-1: not given; 0 in other ops) and rule amounts
+	 * (name: a rule's name, or its index in the scope, in decimal) */
+	int64_t ov_ttl_ms, ov_min_delay_ms;
+	size_t nov;
+	struct proto_token ov_rules[PROTO_MAX_TOKENS];
 };
 
 /*

@@ -30,6 +30,10 @@
 --       record), ceil floor factor step interval_ms (adaptive.lua's
 --       adapt_arg): the requests rules are scaled by the key's learned
 --       amount, read from its adaptive hash beside KEYS[1]
+--       then, in a scope that takes overrides (the adaptive params as five
+--       zeros when it is not adaptive), ovr: its override_max times 1000
+--       (override.lua): the key's override, read from the same hash in the
+--       same call, sets min_delay and rule amounts, within what ovr allows
 -- lease_ids: `count` lease ids, comma-separated, of the first `count`
 -- waiters of the key (FIFO); each admitted one is booked under its own id.
 -- Returns {admitted (how many of the first count: 0..count), retry_after_ms,
@@ -44,6 +48,8 @@
 -- the learned amount the check used (milli-units; 0 outside adaptive scopes).
 -- Then what is left after the decision: leases in the set, quota instants in
 -- the window, the newest of them (0: none), and per rule its counter a, b, t.
+-- Then, when ovr is given, the key's override: its end (0: none in force),
+-- its min_delay (-1: none) and per rule its amount (0: none), as stored.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -68,8 +74,21 @@ local not_after = tonumber(ARGV[15 + nrules * 7]) or 0
 local rec_ttl = tonumber(ARGV[16 + nrules * 7]) or 0
 local rec = ARGV[17 + nrules * 7] or ''
 local ad = adapt_arg(ARGV, 17 + nrules * 7)
-local ad_amt = 0
-if ad then ad_amt = adapt_amount(adapt_read(adapt_key(KEYS[1])), ad) end
+local ovr = tonumber(ARGV[23 + nrules * 7]) or 0
+local ad_amt, ov_until, ov_delay, ov = 0, 0, -1, nil
+if ad or ovr > 0 then -- one read of the key's adaptive hash for both
+	local f = { 'amt' }
+	if ovr > 0 then
+		f[2], f[3] = 'ou', 'od'
+		for i = 1, nrules do f[3 + i] = 'o' .. ARGV[19 + (i - 1) * 7] end
+	end
+	local h = redis.call('HMGET', adapt_key(KEYS[1]), unpack(f))
+	if ad then ad_amt = adapt_amount({ amt = tonumber(h[1]) or 0 }, ad) end
+	if ovr > 0 and (tonumber(h[2]) or 0) > now then
+		ov_until, ov_delay, ov = tonumber(h[2]), tonumber(h[3]) or -1, {}
+		for i = 1, nrules do ov[i] = tonumber(h[3 + i]) or 0 end
+	end
+end
 
 -- A call that Redis runs late (it was frozen, or the reply could not make the
 -- caller's timeout) must not book a lease nobody will release.
@@ -106,6 +125,7 @@ if pen == 0 or min_delay > 0 then
 	next_at = tonumber(st[1]) or 0
 	if pen == 0 then penalty_until = tonumber(st[2]) or 0 end
 end
+if ov then min_delay = ovr_delay(min_delay, ov_delay, ovr) end
 if pen == nrules + 1 then
 	penalty_until = tonumber(redis.call('HGET', KEYS[4 + nrules], 'penalty_until')) or 0
 end
@@ -124,8 +144,14 @@ for i = 1, nrules do
 		reserve = tonumber(ARGV[b + 7]) or 0,
 		key = KEYS[3 + i],
 	}
+	local burst = tonumber(ARGV[b + 5])
+	if ov and ov[i] > 0 then
+		local a = ovr_amount(r.amount, ov[i], ovr)
+		burst = ovr_burst(burst, a, r.amount)
+		r.amount = a
+	end
 	if r.meter ~= 'c' then
-		local amount, burst = r.amount, tonumber(ARGV[b + 5])
+		local amount = r.amount
 		if ad and r.meter == 'r' then
 			amount, burst = adapt_scale(amount, ad_amt, ad.ceil), adapt_scale(burst, ad_amt, ad.ceil)
 		end
@@ -229,6 +255,10 @@ local function left(out, n_admitted)
 			out[k], out[k + 1], out[k + 2] = 0, 0, 0
 		end
 		k = k + 3
+	end
+	if ovr > 0 then
+		out[k], out[k + 1] = ov_until, ov_delay
+		for i = 1, nrules do out[k + 1 + i] = ov and ov[i] or 0 end
 	end
 	return out
 end

@@ -3,10 +3,13 @@
 --
 -- KEYS as acquire.lua: state hash, quota zset, leases zset, one hash per rule,
 -- then the hash that holds the penalty when it is not the state hash
--- ARGV[1] quota_window_ms  ARGV[2] nrules
+-- ARGV[1] quota_window_ms  ARGV[2] nrules, then in a scope that takes
+-- overrides ARGV[3] 1 and per rule its index in the scope
 -- Returns {now_ms, next_at, penalty_until, leases in flight, quota instants
 -- in the window, the oldest of them (0: none), then per rule a, b, t,
--- then the key's adaptive hash: amt, td, tc, tl (all 0: never learned)}.
+-- then the key's adaptive hash: amt, td, tc, tl (all 0: never learned),
+-- then, when ARGV[3] is 1, its override: ou (0: none), od (-1: none) and
+-- per rule its amount (0: none)}.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -30,9 +33,18 @@ for i = 4, 3 + nrules do
 	out[#out + 1] = tonumber(h[2]) or 0
 	out[#out + 1] = tonumber(h[3]) or 0
 end
-local ad = adapt_read(adapt_key(KEYS[1]))
-out[#out + 1] = ad.amt
-out[#out + 1] = ad.td
-out[#out + 1] = ad.tc
-out[#out + 1] = ad.tl
+local f = { 'amt', 'td', 'tc', 'tl' }
+if ARGV[3] == '1' then
+	f[5], f[6] = 'ou', 'od'
+	for i = 1, nrules do f[6 + i] = 'o' .. ARGV[3 + i] end
+end
+local h = redis.call('HMGET', adapt_key(KEYS[1]), unpack(f))
+for i = 1, 4 do out[#out + 1] = tonumber(h[i]) or 0 end
+if ARGV[3] == '1' then
+	local ou = tonumber(h[5]) or 0
+	if ou <= now then ou = 0 end
+	out[#out + 1] = ou
+	out[#out + 1] = ou > 0 and (tonumber(h[6]) or -1) or -1
+	for i = 1, nrules do out[#out + 1] = ou > 0 and (tonumber(h[6 + i]) or 0) or 0 end
+end
 return out

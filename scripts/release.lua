@@ -49,6 +49,9 @@
 --       ('ok', 'limited' or '': none) and ceil floor factor step interval_ms:
 --       the outcome moves the key's learned amount (adaptive.lua), once per
 --       settlement (a repeat, or a handle with no record, moves nothing)
+--       then, in a scope that takes overrides (outcome '' and five zeros
+--       when it is not adaptive), ovr: override_max times 1000; a serialized
+--       release then paces by the key's override in force (override.lua)
 -- Returns, release: 1 when the lease was in flight, 0 when it was settled
 -- but no longer in flight, -2 when it was settled before (a repeat), -3
 -- when there is no record of it (never issued, or long gone): -2 and -3
@@ -75,6 +78,7 @@ local grace = tonumber(ARGV[11 + nrules * 5]) or 0
 local sk, qk, lk, rk = KEYS[1], KEYS[2], KEYS[3], KEYS[4 + nrules]
 local outcome = ARGV[12 + nrules * 5] or ''
 local ad = adapt_arg(ARGV, 12 + nrules * 5)
+local ovr = tonumber(ARGV[18 + nrules * 5]) or 0
 
 if mode == 'outcome' then
 	adapt_outcome_key(sk, ad, now, outcome)
@@ -122,6 +126,7 @@ if mode == 'rollback' then
 		end
 	end
 elseif held == 1 and serialized and min_delay > 0 then
+	if ovr > 0 then min_delay = ovr_delay_key(sk, min_delay, ovr, now) end
 	local next_at = tonumber(redis.call('HGET', sk, 'next_at')) or 0
 	if now + min_delay > next_at then
 		redis.call('HSET', sk, 'next_at', now + min_delay)

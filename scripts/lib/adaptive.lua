@@ -109,8 +109,10 @@ local function adapt_read(key)
 end
 
 local function adapt_write(key, st, p)
+	local ttl = adapt_ttl_ms(p)
 	redis.call('HSET', key, 'amt', st.amt, 'td', st.td, 'tc', st.tc, 'tl', st.tl)
-	redis.call('PEXPIRE', key, adapt_ttl_ms(p))
+	-- The hash may hold an override (override.lua) that outlives this.
+	if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
 end
 
 -- An outcome on the key whose state hash is state_key, at Redis time now.
