@@ -64,8 +64,7 @@ int64_t lim_ovr_delay(int64_t d, int64_t o, int64_t milli)
 	return o < fl ? fl : o;
 }
 
-/* A burst b of a rule of amount v, when an override makes the amount a. */
-static int64_t lim_ovr_burst(int64_t b, int64_t a, int64_t v)
+int64_t lim_ovr_burst(int64_t b, int64_t a, int64_t v)
 {
 	double s = floor((double)b * (double)a / (double)v);
 

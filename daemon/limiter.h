@@ -76,6 +76,8 @@ int64_t lim_ovr_cap(int64_t v, int64_t milli);
 int64_t lim_ovr_delay_floor(int64_t d, int64_t milli);
 /* lim_ovr_amount - the amount in force: o (0: none) bounded by the cap, at least 1. */
 int64_t lim_ovr_amount(int64_t v, int64_t o, int64_t milli);
+/* lim_ovr_burst - a burst b of a rule of amount v, when an override makes the amount a. */
+int64_t lim_ovr_burst(int64_t b, int64_t a, int64_t v);
 /* lim_ovr_delay - the min_delay in force: o (-1: none) no shorter than the floor. */
 int64_t lim_ovr_delay(int64_t d, int64_t o, int64_t milli);
 

@@ -1,5 +1,6 @@
 """test_lua_vectors.py - scripts/lib/strategy.lua against tests/vectors/strategy/*.jsonl,
-and scripts/lib/adaptive.lua against tests/vectors/adaptive/adaptive.jsonl.
+scripts/lib/adaptive.lua against tests/vectors/adaptive/adaptive.jsonl, and
+scripts/lib/override.lua against tests/vectors/override/override.jsonl.
 
 Owns: replaying every strategy vector in a real redis-server (EVAL of
 scripts/lib/strategy.lua + tests/integ/lua_vectors.lua, one call per case),
@@ -33,6 +34,9 @@ WRAPPER_LUA = os.path.join(REPO, "tests", "integ", "lua_vectors.lua")
 ADAPT_VECTORS = os.path.join(REPO, "tests", "vectors", "adaptive", "adaptive.jsonl")
 ADAPT_LUA = os.path.join(REPO, "scripts", "lib", "adaptive.lua")
 ADAPT_WRAPPER_LUA = os.path.join(REPO, "tests", "integ", "lua_adaptive.lua")
+OVR_VECTORS = os.path.join(REPO, "tests", "vectors", "override", "override.jsonl")
+OVR_LUA = os.path.join(REPO, "scripts", "lib", "override.lua")
+OVR_WRAPPER_LUA = os.path.join(REPO, "tests", "integ", "lua_override.lua")
 
 MAX_AMOUNT = 10 ** 9
 MAX_WINDOW = 86400000
@@ -423,6 +427,42 @@ class TestAdaptiveVectors(unittest.TestCase):
     def test_no_globals(self):
         r = self.conn.command("EVAL", self.lib + "\nreturn 1", 0)
         self.assertEqual(r, 1)
+
+
+class TestOverrideVectors(unittest.TestCase):
+    """scripts/lib/override.lua in a real redis-server against the vectors
+    check_limiter.c replays (their expectations are exact rationals, written
+    by tests/vectors/override/gen.py)."""
+
+    @classmethod
+    def setUpClass(cls):
+        from tests.integ.harness import RedisServer
+        cls.redis = RedisServer().start()
+        with open(ADAPT_LUA) as f:
+            adapt = f.read()
+        with open(OVR_LUA) as f:
+            cls.lib = adapt + "\n" + f.read()
+        with open(OVR_WRAPPER_LUA) as f:
+            cls.wrapper = f.read()
+        cls.conn = cls.redis.connect(timeout=30.0)
+        with open(OVR_VECTORS) as f:
+            cls.cases = [json.loads(line) for line in f if line.strip()]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.conn.close()
+        cls.redis.cleanup()
+
+    def test_lua_vectors(self):
+        self.assertGreaterEqual(len(self.cases), 100)
+        got = self.conn.command("EVAL", self.lib + "\n" + self.wrapper, 0,
+                                json.dumps([{"fn": c["fn"], "args": c["args"]} for c in self.cases]))
+        self.assertEqual(len(got), len(self.cases))
+        for i, (c, g) in enumerate(zip(self.cases, got), 1):
+            self.assertEqual(g, c["want"], "override.jsonl:%d %s%r" % (i, c["fn"], c["args"]))
+
+    def test_no_globals(self):
+        self.assertEqual(self.conn.command("EVAL", self.lib + "\nreturn 1", 0), 1)
 
 
 def random_case(rnd, kind):

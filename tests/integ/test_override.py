@@ -1,0 +1,194 @@
+"""test_override.py - per-key overrides (the override op) with the real daemon.
+
+An override sets one key's own min_delay and rule amounts for ttl_ms.
+Checked here in process and through a real redis-server shared by two
+daemons: it tightens for every daemon at once, loosens only up to the
+scope's override_max, ends at its time, paces a serialized scope's next
+admission from the release, is lifted by a reset through another daemon,
+is kept by a daemon's fallback while Redis is down (and is refused
+`unavailable`, applied here only, when Redis cannot be told), survives an
+adaptive write in the same hash, and is bounded again by a reload that
+lowers override_max. proto/vectors/override.jsonl holds the protocol's
+cases (errors, inspect, reset) that every client replays.
+"""
+
+import time
+import unittest
+
+from .harness import Admitd, RedisServer, acquire_req
+from .test_reload import ReloadCase
+
+CONF = """
+[scope api]
+rule = requests fixed-window 5/1h
+override_max = 2
+fallback_divisor = 1
+
+[scope crawl]
+min_delay = 2s
+override_max = 4
+lease_ttl = 30s
+
+[scope learn]
+rule = requests fixed-window 100/1h
+adaptive = yes
+adaptive_floor = 10/1h
+override_max = 1
+
+[scope plain]
+rule = requests fixed-window 5/1h
+"""
+
+HOUR = 3600000
+
+
+def ovr(c, scope, key, ttl_ms=HOUR, **kw):
+    r = {"op": "override", "scope": scope, "key": key, "ttl_ms": ttl_ms}
+    r.update(kw)
+    return c.request(r)
+
+
+def admitted(c, scope, key, n):
+    """How many of n try-acquires (no wait) are admitted; leases are held."""
+    k = 0
+    for _ in range(n):
+        r = c.request(acquire_req(scope, key, timeout_ms=0, detach=True))
+        k += bool(r.get("ok"))
+    return k
+
+
+class LocalOverrideTest(unittest.TestCase):
+    def setUp(self):
+        self.d = Admitd(CONF).start()
+        self.c = self.d.connect()
+
+    def tearDown(self):
+        self.c.close()
+        self.d.cleanup(failed=False)
+
+    def test_tightens_then_ends(self):
+        r = ovr(self.c, "api", "a", ttl_ms=400, rules={"0": 2})
+        self.assertEqual(r, {"ok": True, "ttl_ms": 400, "backend": "local"})
+        self.assertEqual(admitted(self.c, "api", "a", 4), 2)
+        time.sleep(0.45)
+        self.assertEqual(admitted(self.c, "api", "a", 4), 3)  # the conf's 5, 2 used
+
+    def test_loosens_to_the_ceiling_only(self):
+        r = ovr(self.c, "api", "b", rules={"0": 11})
+        self.assertEqual((r["ok"], r["error"]), (False, "bad_request"), r)
+        self.assertEqual(admitted(self.c, "api", "b", 1), 1)  # nothing was set
+        self.assertTrue(ovr(self.c, "api", "b", rules={"0": 10})["ok"])
+        self.assertEqual(admitted(self.c, "api", "b", 12), 9)
+
+    def test_serialized_min_delay_from_the_release(self):
+        self.assertTrue(ovr(self.c, "crawl", "h", min_delay_ms=500)["ok"])
+        r = self.c.request(acquire_req("crawl", "h", timeout_ms=0))
+        self.c.request({"op": "release", "lease": r["lease"]})
+        ref = self.c.request(acquire_req("crawl", "h", timeout_ms=0))
+        self.assertEqual((ref["ok"], ref["rule"]), (False, "min_delay"), ref)
+        self.assertTrue(400 < ref["retry_after_ms"] <= 500, ref)
+        # waits the override's 500 ms, not the conf's 2 s
+        t0 = time.monotonic()
+        r = self.c.request(acquire_req("crawl", "h", timeout_ms=1500))
+        self.assertTrue(r["ok"], r)
+        self.assertLess(time.monotonic() - t0, 0.9)
+
+    def test_scope_without_override_max(self):
+        r = ovr(self.c, "plain", "p", rules={"0": 1})
+        self.assertEqual((r["ok"], r["error"]), (False, "bad_request"), r)
+        self.assertIn("takes no overrides", r["message"])
+        self.assertEqual(admitted(self.c, "plain", "p", 6), 5)
+
+
+class RedisOverrideTest(unittest.TestCase):
+    """Two daemons on one Redis: what one sets, the other obeys."""
+
+    def setUp(self):
+        self.rs = RedisServer().start()
+        self.a = Admitd(CONF, redis_url=self.rs.url).start()
+        self.b = Admitd(CONF, redis_url=self.rs.url).start()
+        self.ca, self.cb = self.a.connect(), self.b.connect()
+
+    def tearDown(self):
+        self.ca.close()
+        self.cb.close()
+        self.a.cleanup(failed=False)
+        self.b.cleanup(failed=False)
+        self.rs.cleanup(failed=False)
+
+    def test_set_on_one_daemon_holds_on_the_other(self):
+        r = ovr(self.ca, "api", "k", rules={"0": 2})
+        self.assertEqual(r, {"ok": True, "ttl_ms": HOUR, "backend": "redis"})
+        self.assertEqual(admitted(self.cb, "api", "k", 3), 2)
+        self.assertEqual(admitted(self.ca, "api", "k", 1), 0)
+        ins = self.cb.request({"op": "inspect", "scope": "api", "key": "k"})
+        self.assertEqual(ins["override"]["rules"], {"0": 2}, ins)
+        self.assertTrue(HOUR - 5000 < ins["override"]["ttl_ms"] <= HOUR, ins)
+        self.assertEqual(ins["rules"][0]["capacity"], 2, ins)
+        # loosened through B, up to 2 x 5: A admits up to 10 in all
+        self.assertTrue(ovr(self.cb, "api", "k", rules={"0": 10})["ok"])
+        self.assertEqual(admitted(self.ca, "api", "k", 10), 8)
+        # a reset through A lifts it for B: the conf's 5, all used
+        self.assertTrue(self.ca.request({"op": "reset", "scope": "api", "key": "k"})["ok"])
+        ins = self.cb.request({"op": "inspect", "scope": "api", "key": "k"})
+        self.assertNotIn("override", ins)
+        self.assertEqual(admitted(self.cb, "api", "k", 1), 0)
+
+    def test_ends_at_its_time_in_redis(self):
+        self.assertTrue(ovr(self.ca, "api", "t", ttl_ms=400, rules={"0": 1})["ok"])
+        self.assertEqual(admitted(self.cb, "api", "t", 2), 1)
+        time.sleep(0.45)
+        self.assertEqual(admitted(self.cb, "api", "t", 5), 4)
+
+    def test_serialized_pacing_across_daemons(self):
+        self.assertTrue(ovr(self.ca, "crawl", "host", min_delay_ms=600)["ok"])
+        r = self.cb.request(acquire_req("crawl", "host", timeout_ms=0))
+        self.assertTrue(r["ok"], r)
+        self.assertTrue(self.cb.request({"op": "release", "lease": r["lease"]})["ok"])
+        ref = self.ca.request(acquire_req("crawl", "host", timeout_ms=0))
+        self.assertEqual((ref["ok"], ref["rule"]), (False, "min_delay"), ref)
+        self.assertTrue(450 < ref["retry_after_ms"] <= 600, ref)
+
+    def test_fallback_keeps_what_redis_said(self):
+        self.assertTrue(ovr(self.ca, "api", "f", rules={"0": 1})["ok"])
+        # B learns it from an acquire's reply, then Redis goes away
+        self.assertEqual(admitted(self.cb, "api", "f", 1), 1)
+        self.rs.stop()
+        r = self.cb.request(acquire_req("api", "f", timeout_ms=0))
+        self.assertEqual((r["ok"], r["backend"]), (False, "fallback"), r)
+        self.assertEqual(r["rule"], "requests fixed-window 5/1h", r)
+        # an override that cannot reach Redis holds here only, and says so
+        r = ovr(self.ca, "api", "g", rules={"0": 1})
+        self.assertEqual((r["ok"], r["error"], r["backend"]), (False, "unavailable", "fallback"), r)
+        self.assertEqual(admitted(self.ca, "api", "g", 2), 1)
+
+    def test_adaptive_write_keeps_the_override(self):
+        self.assertTrue(ovr(self.ca, "learn", "x", rules={"0": 50})["ok"])
+        # a penalty is a limited outcome: the learned amount is written in the same hash
+        self.assertTrue(self.cb.request({"op": "penalize", "scope": "learn", "key": "x",
+                                         "retry_after_ms": 0})["ok"])
+        key = "admitd:{learn:x}:a"
+        h = self.rs.command("HGETALL", key)
+        fields = dict(zip(h[::2], h[1::2]))
+        self.assertEqual((fields.get("o0"), fields.get("amt")), ("50", "80000"), fields)
+        self.assertGreater(self.rs.command("PTTL", key), 3000000)  # the override's hour
+        ins = self.ca.request({"op": "inspect", "scope": "learn", "key": "x"})
+        # 50 in force, scaled by the learned 80 of 100
+        self.assertEqual(ins["rules"][0]["capacity"], 40, ins)
+
+
+class ReloadOverrideTest(ReloadCase):
+    def test_lower_ceiling_bounds_an_override_already_set(self):
+        self.start("[scope s]\nrule = requests fixed-window 5/1h\noverride_max = 2\n")
+        c = self.conn()
+        self.assertTrue(ovr(c, "s", "k", rules={"0": 10})["ok"])
+        ins = c.request({"op": "inspect", "scope": "s", "key": "k"})
+        self.assertEqual(ins["rules"][0]["capacity"], 10, ins)
+        self.reload("[scope s]\nrule = requests fixed-window 5/1h\noverride_max = 1.2\n")
+        ins = c.request({"op": "inspect", "scope": "s", "key": "k"})
+        self.assertEqual(ins["rules"][0]["capacity"], 6, ins)
+        self.assertEqual(ins["override"]["rules"], {"0": 6}, ins)
+
+
+if __name__ == "__main__":
+    unittest.main()
