@@ -132,6 +132,10 @@ static const struct conf_key conf_admitd_keys[] = {
 	  "a client with replies pending that takes none of them for this long is disconnected" },
 	{ "redis_pool", CT_INT, ADMITD_OFF(redis_pool), "2", 1, 64, CONF_F_REDIS,
 	  "connections to Redis" },
+	{ "redis_batch", CT_INT, ADMITD_OFF(redis_batch), "32", 1, 256, CONF_F_REDIS,
+	  "acquires of different keys that one pass of the event loop sends on one Redis "
+	  "connection go in one call, each decided alone, at most this many (1: a call each; "
+	  "not in a Cluster)" },
 	{ "redis_functions", CT_BOOL, ADMITD_OFF(redis_functions), "yes", 0, 0, CONF_F_REDIS,
 	  "load the scripts as one function library and FCALL them (Redis 7); no, or a Redis "
 	  "that refuses FUNCTION LOAD: EVALSHA" },

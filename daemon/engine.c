@@ -19,6 +19,7 @@
 #include "log.h"
 
 #include <event2/event.h>
+#include <stdlib.h>
 
 void eng_merge(struct eng_res *res, struct kq *kq, bool admitted, int64_t retry, const char *rule,
 	       bool slot, int64_t limit)
@@ -126,11 +127,78 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 	return res;
 }
 
+struct eng_refused {
+	const struct conf_scope *cs; /* the conf it was decided under */
+	const struct conf_class *cls;
+	int64_t cost;
+	int64_t at, until; /* when Redis said it, when it may pass (mono ms) */
+	const char *rule;
+	struct lim_left left;
+};
+
+void eng_refused_forget(struct kq *kq)
+{
+	free(kq->refused);
+	kq->refused = NULL;
+}
+
+void eng_refused_keep(const struct waiter *w, const struct eng_res *res)
+{
+	struct kq *kq = w->t[0].kq;
+	struct eng_refused *r = kq->refused;
+	int64_t now = clock_mono_ms();
+
+	if (w->nt != 1 || w->nreserve != 0 || res->admitted || res->slot_wait ||
+	    res->retry_after_ms <= 0 || res->unavailable || kq->sc->cs->shadow)
+		return;
+	if (r == NULL && (r = malloc(sizeof(*r))) == NULL)
+		return; /* the next ask goes to Redis, as without it */
+	*r = (struct eng_refused){ .cs = kq->sc->cs,
+				   .cls = w->t[0].cls,
+				   .cost = w->t[0].cost,
+				   .at = now,
+				   .until = now + res->retry_after_ms,
+				   .rule = res->rule,
+				   .left = res->left };
+	kq->refused = r;
+}
+
+/* Is w refused by what Redis said of its key before? Then res says so. */
+static bool eng_refused_known(struct waiter *w, struct eng_res *res)
+{
+	struct kq *kq = w->t[0].kq;
+	const struct eng_refused *r = kq->refused;
+	int64_t now;
+
+	if (r == NULL || w->nt != 1 || w->nreserve != 0)
+		return false;
+	now = clock_mono_ms();
+	if (r->cs != kq->sc->cs || now >= r->until) {
+		eng_refused_forget(kq); /* passed, or a reload replaced the scope */
+		return false;
+	}
+	if (r->cls != w->t[0].cls || w->t[0].cost < r->cost)
+		return false;
+	*res = (struct eng_res){ .via = VIA_REDIS,
+				 .refused = true,
+				 .retry_after_ms = r->until - now,
+				 .rule = r->rule,
+				 .by = kq,
+				 .left = r->left };
+	if (res->left.has)
+		res->left.reset_ms =
+		    res->left.reset_ms > now - r->at ? res->left.reset_ms - (now - r->at) : 0;
+	kq->sc->refused_known++;
+	return true;
+}
+
 void eng_acquire(struct admitd *ad, struct waiter *w, const char *lease_id, eng_cb *cb, void *arg)
 {
 	struct eng_res res;
 
-	if (ad->redis == NULL)
+	if (ad->redis != NULL && eng_refused_known(w, &res))
+		; /* answered without a call */
+	else if (ad->redis == NULL)
 		res = eng_local(ad, w->t, w->nt, clock_mono_ms(), lease_id, VIA_LOCAL, w->reserve,
 				w->nreserve);
 	else if (backend_acquire(ad->redis, w, lease_id, cb, arg))
@@ -202,6 +270,7 @@ void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntoken
 	 */
 	for (i = 0; i < l->nt; i++) {
 		struct kq *kq = l->t[i].kq;
+		eng_refused_forget(kq); /* a release may refund: Redis is asked again */
 		lim_release_settle(kq_lim(kq), kq->sc->cs, backend_share(l->ad->redis, kq->sc->cs),
 				   now, l->id, l->t[i].cls, tokens, ntokens, l->reserve,
 				   l->nreserve);
@@ -311,6 +380,7 @@ void eng_reset(struct kq *kq, eng_reset_cb *cb, void *arg)
 	struct admitd *ad = kq->sc->ad;
 
 	lim_reset(kq_lim(kq));
+	eng_refused_forget(kq);
 	eng_wake_head(kq);
 	if (ad->redis != NULL && backend_reset(ad->redis, kq, cb, arg)) {
 		waitq_pump(kq);
@@ -328,6 +398,7 @@ void eng_override(struct kq *kq, int64_t ttl_ms, int64_t min_delay_ms, const int
 	bool here = st != NULL &&
 		    lim_override(st, kq->sc->cs, clock_mono_ms() + ttl_ms, min_delay_ms, amount);
 
+	eng_refused_forget(kq);
 	eng_wake_head(kq);
 	/* Sent before the head asks again: on the key's connection, in order. */
 	if (ad->redis != NULL &&

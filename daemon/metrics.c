@@ -138,6 +138,7 @@ METRICS_SCOPE_FIELD(m_fallback, sc->fallbacks)
 METRICS_SCOPE_FIELD(m_expired, sc->expired)
 METRICS_SCOPE_FIELD(m_batches, sc->batches)
 METRICS_SCOPE_FIELD(m_batched, sc->batched)
+METRICS_SCOPE_FIELD(m_refused_known, sc->refused_known)
 METRICS_SCOPE_FIELD(m_leases, sc->leases > 0 ? sc->leases : 0)
 METRICS_SCOPE_FIELD(m_waiters, sc->waiting > 0 ? sc->waiting : 0)
 #undef METRICS_SCOPE_FIELD
@@ -233,6 +234,9 @@ static void m_build_info(struct mw *w, const struct admitd *ad, const char *name
 	  "Acquire calls to Redis deciding several waiters of one key at once.", m_batches)        \
 	X(redis_batched_acquires_total, "counter",                                                 \
 	  "Acquire attempts decided in those batched calls.", m_batched)                           \
+	X(refusals_known_total, "counter",                                                         \
+	  "Acquires refused from a refusal Redis gave the key before, with no call.",              \
+	  m_refused_known)                                                                         \
 	X(redis_up, "gauge", "1 while Redis takes calls, else 0 (always 0 in local mode).",        \
 	  m_redis_up)                                                                              \
 	X(connections, "gauge", "Client connections open now.", m_connections)                     \

@@ -465,6 +465,7 @@ static void op_status(struct conn *c, struct request *rq)
 		preply_int(r, "expired", (int64_t)sc->expired);
 		preply_int(r, "releases", (int64_t)sc->releases);
 		preply_int(r, "penalties", (int64_t)sc->penalties);
+		preply_int(r, "refused_known", (int64_t)sc->refused_known);
 		preply_list(r, "wait_buckets");
 		for (j = 0; j < METRICS_WAIT_NBUCKETS; j++)
 			preply_int(r, NULL, (int64_t)sc->wait_hist[j]);

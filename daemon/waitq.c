@@ -664,6 +664,7 @@ void waitq_free_kq(struct kq *kq)
 	if (kq->retry_ev != NULL)
 		event_free(kq->retry_ev);
 	kq->retry_ev = NULL;
+	eng_refused_forget(kq);
 	if (kq->lim_ext) {
 		lim_state_free(kq_lim(kq));
 		kq->lim_ext = false;

@@ -56,262 +56,283 @@ if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local lease_ids = ARGV[1]
-local count = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local floor_units = tonumber(ARGV[4])
-local min_delay = tonumber(ARGV[5])
-local serialized = ARGV[6] == '1'
-local cluster = tonumber(ARGV[7])
-local quota = tonumber(ARGV[8])
-local quota_window = tonumber(ARGV[9])
-local lease_ttl = tonumber(ARGV[10])
-local conc_retry = tonumber(ARGV[11])
-local track = ARGV[12] == '1'
-local nrules = tonumber(ARGV[13])
-local pen = tonumber(ARGV[14 + nrules * 7]) or 0
-local not_after = tonumber(ARGV[15 + nrules * 7]) or 0
-local rec_ttl = tonumber(ARGV[16 + nrules * 7]) or 0
-local rec = ARGV[17 + nrules * 7] or ''
-local ad = adapt_arg(ARGV, 17 + nrules * 7)
-local ovr = tonumber(ARGV[23 + nrules * 7]) or 0
-local ad_amt, ov_until, ov_delay, ov = 0, 0, -1, nil
-if ad or ovr > 0 then -- one read of the key's adaptive hash for both
-	local f = { 'amt' }
-	if ovr > 0 then
-		f[2], f[3] = 'ou', 'od'
-		for i = 1, nrules do f[3 + i] = 'o' .. ARGV[19 + (i - 1) * 7] end
-	end
-	local h = redis.call('HMGET', adapt_key(KEYS[1]), unpack(f))
-	if ad then ad_amt = adapt_amount({ amt = tonumber(h[1]) or 0 }, ad) end
-	if ovr > 0 and (tonumber(h[2]) or 0) > now then
-		ov_until, ov_delay, ov = tonumber(h[2]), tonumber(h[3]) or -1, {}
-		for i = 1, nrules do ov[i] = tonumber(h[3 + i]) or 0 end
-	end
-end
+-- One acquire: KEYS and ARGV as described above, now the Redis time.
+local function acquire_one(KEYS, ARGV)
 
--- A call that Redis runs late (it was frozen, or the reply could not make the
--- caller's timeout) must not book a lease nobody will release.
-if not_after > 0 and now > not_after then
-	return { 0, 0, -6, now }
-end
-
-local sk, qk, lk = KEYS[1], KEYS[2], KEYS[3]
-
--- Drop expired leases and quota instants out of the window (lim_purge).
--- A scope that keeps no lease set (no cluster_concurrency, concurrency
--- rule or serialized min_delay) never has one: it costs no call.
-if track then
-	redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
-end
-if quota > 0 then
-	redis.call('ZREMRANGEBYSCORE', qk, '-inf', now - quota_window)
-end
-
-local function lease_wait(n)
-	local w = conc_retry
-	if n > 0 then
-		local first = redis.call('ZRANGE', lk, 0, 0, 'WITHSCORES')
-		local d = tonumber(first[2]) - now
-		if d < w then w = d end
-	end
-	if w < 1 then w = 1 end
-	return w
-end
-
-local next_at, penalty_until = 0, 0
-if pen == 0 or min_delay > 0 then
-	local st = redis.call('HMGET', sk, 'next_at', 'penalty_until')
-	next_at = tonumber(st[1]) or 0
-	if pen == 0 then penalty_until = tonumber(st[2]) or 0 end
-end
-if ov then min_delay = ovr_delay(min_delay, ov_delay, ovr) end
-if pen == nrules + 1 then
-	penalty_until = tonumber(redis.call('HGET', KEYS[4 + nrules], 'penalty_until')) or 0
-end
-local nleases = 0
-if track then nleases = redis.call('ZCARD', lk) end
-local nquota = 0
-if quota > 0 then nquota = redis.call('ZCARD', qk) end
-
-local rules = {}
-for i = 1, nrules do
-	local b = 13 + (i - 1) * 7
-	local r = {
-		meter = ARGV[b + 1],
-		amount = tonumber(ARGV[b + 3]),
-		code = tonumber(ARGV[b + 6]),
-		reserve = tonumber(ARGV[b + 7]) or 0,
-		key = KEYS[3 + i],
-	}
-	local burst = tonumber(ARGV[b + 5])
-	if ov and ov[i] > 0 then
-		local a = ovr_amount(r.amount, ov[i], ovr)
-		burst = ovr_burst(burst, a, r.amount)
-		r.amount = a
-	end
-	if r.meter ~= 'c' then
-		local amount = r.amount
-		if ad and r.meter == 'r' then
-			amount, burst = adapt_scale(amount, ad_amt, ad.ceil), adapt_scale(burst, ad_amt, ad.ceil)
+	local lease_ids = ARGV[1]
+	local count = tonumber(ARGV[2])
+	local cost = tonumber(ARGV[3])
+	local floor_units = tonumber(ARGV[4])
+	local min_delay = tonumber(ARGV[5])
+	local serialized = ARGV[6] == '1'
+	local cluster = tonumber(ARGV[7])
+	local quota = tonumber(ARGV[8])
+	local quota_window = tonumber(ARGV[9])
+	local lease_ttl = tonumber(ARGV[10])
+	local conc_retry = tonumber(ARGV[11])
+	local track = ARGV[12] == '1'
+	local nrules = tonumber(ARGV[13])
+	local pen = tonumber(ARGV[14 + nrules * 7]) or 0
+	local not_after = tonumber(ARGV[15 + nrules * 7]) or 0
+	local rec_ttl = tonumber(ARGV[16 + nrules * 7]) or 0
+	local rec = ARGV[17 + nrules * 7] or ''
+	local ad = adapt_arg(ARGV, 17 + nrules * 7)
+	local ovr = tonumber(ARGV[23 + nrules * 7]) or 0
+	local ad_amt, ov_until, ov_delay, ov = 0, 0, -1, nil
+	if ad or ovr > 0 then -- one read of the key's adaptive hash for both
+		local f = { 'amt' }
+		if ovr > 0 then
+			f[2], f[3] = 'ou', 'od'
+			for i = 1, nrules do f[3 + i] = 'o' .. ARGV[19 + (i - 1) * 7] end
 		end
-		r.ops, r.np = strat_prep({ kind = ARGV[b + 2], amount = amount,
-			window_ms = tonumber(ARGV[b + 4]), burst = burst })
-		local h
-		if pen == i then
-			h = redis.call('HMGET', r.key, 'a', 'b', 't', 'penalty_until')
-			penalty_until = tonumber(h[4]) or 0
-		else
-			h = redis.call('HMGET', r.key, 'a', 'b', 't')
+		local h = redis.call('HMGET', adapt_key(KEYS[1]), unpack(f))
+		if ad then ad_amt = adapt_amount({ amt = tonumber(h[1]) or 0 }, ad) end
+		if ovr > 0 and (tonumber(h[2]) or 0) > now then
+			ov_until, ov_delay, ov = tonumber(h[2]), tonumber(h[3]) or -1, {}
+			for i = 1, nrules do ov[i] = tonumber(h[3 + i]) or 0 end
 		end
-		r.st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
 	end
-	rules[i] = r
-end
 
--- Would n admissions at once pass every limit? Returns admitted, wait, code.
--- (refuse keeps the decision in chunk locals: no closure is made per check.)
-local c_admitted, c_wait, c_code
-local function refuse(w, c)
-	if c_admitted or (c_wait ~= -1 and (w == -1 or w > c_wait)) then
-		c_admitted, c_wait, c_code = false, w, c
+	-- A call that Redis runs late (it was frozen, or the reply could not make the
+	-- caller's timeout) must not book a lease nobody will release.
+	if not_after > 0 and now > not_after then
+		return { 0, 0, -6, now }
 	end
-end
-local function check(n)
-	c_admitted, c_wait, c_code = true, 0, -1
-	if now < penalty_until then refuse(penalty_until - now, -2) end
-	if serialized and nleases > 0 then refuse(lease_wait(nleases), -7) end
-	if now < next_at then refuse(next_at - now, -3) end
-	if min_delay > 0 and n > 1 then refuse(min_delay, -3) end -- paced: one at a time
-	if cluster > 0 and nleases + n > cluster then
-		if n > cluster then refuse(-1, -4) else refuse(lease_wait(nleases), -4) end
+
+	local sk, qk, lk = KEYS[1], KEYS[2], KEYS[3]
+
+	-- Drop expired leases and quota instants out of the window (lim_purge).
+	-- A scope that keeps no lease set (no cluster_concurrency, concurrency
+	-- rule or serialized min_delay) never has one: it costs no call.
+	if track then
+		redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
 	end
 	if quota > 0 then
-		if n > quota then
-			refuse(-1, -5)
-		elseif nquota + n > quota then
-			local k = nquota + n - quota - 1
-			local at = redis.call('ZRANGE', qk, k, k, 'WITHSCORES')
-			refuse(tonumber(at[2]) + quota_window - now, -5)
+		redis.call('ZREMRANGEBYSCORE', qk, '-inf', now - quota_window)
+	end
+
+	local function lease_wait(n)
+		local w = conc_retry
+		if n > 0 then
+			local first = redis.call('ZRANGE', lk, 0, 0, 'WITHSCORES')
+			local d = tonumber(first[2]) - now
+			if d < w then w = d end
 		end
+		if w < 1 then w = 1 end
+		return w
+	end
+
+	local next_at, penalty_until = 0, 0
+	if pen == 0 or min_delay > 0 then
+		local st = redis.call('HMGET', sk, 'next_at', 'penalty_until')
+		next_at = tonumber(st[1]) or 0
+		if pen == 0 then penalty_until = tonumber(st[2]) or 0 end
+	end
+	if ov then min_delay = ovr_delay(min_delay, ov_delay, ovr) end
+	if pen == nrules + 1 then
+		penalty_until = tonumber(redis.call('HGET', KEYS[4 + nrules], 'penalty_until')) or 0
+	end
+	local nleases = 0
+	if track then nleases = redis.call('ZCARD', lk) end
+	local nquota = 0
+	if quota > 0 then nquota = redis.call('ZCARD', qk) end
+
+	local rules = {}
+	for i = 1, nrules do
+		local b = 13 + (i - 1) * 7
+		local r = {
+			meter = ARGV[b + 1],
+			amount = tonumber(ARGV[b + 3]),
+			code = tonumber(ARGV[b + 6]),
+			reserve = tonumber(ARGV[b + 7]) or 0,
+			key = KEYS[3 + i],
+		}
+		local burst = tonumber(ARGV[b + 5])
+		if ov and ov[i] > 0 then
+			local a = ovr_amount(r.amount, ov[i], ovr)
+			burst = ovr_burst(burst, a, r.amount)
+			r.amount = a
+		end
+		if r.meter ~= 'c' then
+			local amount = r.amount
+			if ad and r.meter == 'r' then
+				amount, burst = adapt_scale(amount, ad_amt, ad.ceil), adapt_scale(burst, ad_amt, ad.ceil)
+			end
+			r.ops, r.np = strat_prep({ kind = ARGV[b + 2], amount = amount,
+				window_ms = tonumber(ARGV[b + 4]), burst = burst })
+			local h
+			if pen == i then
+				h = redis.call('HMGET', r.key, 'a', 'b', 't', 'penalty_until')
+				penalty_until = tonumber(h[4]) or 0
+			else
+				h = redis.call('HMGET', r.key, 'a', 'b', 't')
+			end
+			r.st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
+		end
+		rules[i] = r
+	end
+
+	-- Would n admissions at once pass every limit? Returns admitted, wait, code.
+	-- (refuse keeps the decision in chunk locals: no closure is made per check.)
+	local c_admitted, c_wait, c_code
+	local function refuse(w, c)
+		if c_admitted or (c_wait ~= -1 and (w == -1 or w > c_wait)) then
+			c_admitted, c_wait, c_code = false, w, c
+		end
+	end
+	local function check(n)
+		c_admitted, c_wait, c_code = true, 0, -1
+		if now < penalty_until then refuse(penalty_until - now, -2) end
+		if serialized and nleases > 0 then refuse(lease_wait(nleases), -7) end
+		if now < next_at then refuse(next_at - now, -3) end
+		if min_delay > 0 and n > 1 then refuse(min_delay, -3) end -- paced: one at a time
+		if cluster > 0 and nleases + n > cluster then
+			if n > cluster then refuse(-1, -4) else refuse(lease_wait(nleases), -4) end
+		end
+		if quota > 0 then
+			if n > quota then
+				refuse(-1, -5)
+			elseif nquota + n > quota then
+				local k = nquota + n - quota - 1
+				local at = redis.call('ZRANGE', qk, k, k, 'WITHSCORES')
+				refuse(tonumber(at[2]) + quota_window - now, -5)
+			end
+		end
+		for i = 1, nrules do
+			local r = rules[i]
+			if r.meter == 'c' then
+				if nleases + n > r.amount then
+					if n > r.amount then refuse(-1, r.code) else refuse(lease_wait(nleases), r.code) end
+				end
+			else
+				local c = r.reserve * n
+				if r.meter == 'r' then c = cost * n end
+				local ok, w = strat_check_prepared(r.st, r.ops, r.np, now, c, floor_units)
+				if not ok then refuse(w, r.code) end
+			end
+		end
+		return c_admitted, c_wait, c_code
+	end
+
+	-- The first `count` waiters of the key, in FIFO order: admit as many as every
+	-- limit allows (more admissions never pass where fewer fail); the refusal of
+	-- the next one is checked once they are booked, as if it came alone.
+	local ids
+	if count == 1 then
+		ids = { lease_ids }
+	else
+		ids = {}
+		for id in string.gmatch(lease_ids, '[^,]+') do ids[#ids + 1] = id end
+	end
+	if #ids < count then count = #ids end
+	local asked = count
+	local admitted, wait, code = check(count)
+	if not admitted and count > 1 then
+		local lo, hi = 0, count - 1
+		while lo < hi do
+			local mid = math.floor((lo + hi + 1) / 2)
+			if check(mid) then lo = mid else hi = mid - 1 end
+		end
+		count = lo
+		if count == 0 then admitted, wait, code = check(1) end
+	elseif not admitted then
+		count = 0
+	end
+	-- What is left after this decision, for the reply's remaining and reset_ms:
+	-- the lease set's and quota's counts, the newest quota instant, then each
+	-- rule's counter (a, b, t; zeros for a concurrency rule).
+	local function left(out, n_admitted)
+		local newest = 0
+		if quota > 0 and n_admitted > 0 then
+			newest = now
+		elseif quota > 0 and nquota > 0 then
+			newest = tonumber(redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')[2]) or 0
+		end
+		out[8], out[9], out[10] = nleases, nquota, newest
+		local k = 11
+		for i = 1, nrules do
+			local st = rules[i].st
+			if st then
+				out[k], out[k + 1], out[k + 2] = st.a, st.b, st.t
+			else
+				out[k], out[k + 1], out[k + 2] = 0, 0, 0
+			end
+			k = k + 3
+		end
+		if ovr > 0 then
+			out[k], out[k + 1] = ov_until, ov_delay
+			for i = 1, nrules do out[k + 1 + i] = ov and ov[i] or 0 end
+		end
+		return out
+	end
+
+	if count == 0 then
+		return left({ 0, wait, code, now, 0, 0, ad_amt }, 0)
+	end
+
+	-- Book everything (lim_book). Every key gets a TTL bounded by what it holds.
+	if quota > 0 then
+		for k = 1, count do
+			redis.call('ZADD', qk, now, ids[k] .. ':1')
+		end
+		redis.call('PEXPIRE', qk, quota_window)
+	end
+	if track then
+		for k = 1, count do
+			redis.call('ZADD', lk, now + lease_ttl, ids[k])
+		end
+		redis.call('PEXPIRE', lk, lease_ttl)
+	end
+	if rec_ttl > 0 then
+		local rkp = KEYS[#KEYS]
+		for k = 1, count do
+			redis.call('SET', rkp .. ids[k], 'L' .. rec, 'PX', rec_ttl)
+		end
+	end
+	local next_before, next_booked = next_at, 0
+	if cluster > 0 and min_delay > 0 and now + min_delay > next_at then
+		next_at = now + min_delay
+		next_booked = next_at
+		redis.call('HSET', sk, 'next_at', next_at)
+		local ttl = next_at - now
+		if penalty_until - now > ttl then ttl = penalty_until - now end
+		redis.call('PEXPIRE', sk, ttl)
 	end
 	for i = 1, nrules do
 		local r = rules[i]
-		if r.meter == 'c' then
-			if nleases + n > r.amount then
-				if n > r.amount then refuse(-1, r.code) else refuse(lease_wait(nleases), r.code) end
-			end
-		else
-			local c = r.reserve * n
-			if r.meter == 'r' then c = cost * n end
-			local ok, w = strat_check_prepared(r.st, r.ops, r.np, now, c, floor_units)
-			if not ok then refuse(w, r.code) end
+		local n = r.reserve * count
+		if r.meter == 'r' then n = cost * count end
+		if r.meter == 'r' or (r.meter == 't' and n ~= 0) then
+			strat_book_prepared(r.st, r.ops, r.np, now, n)
+			redis.call('HSET', r.key, 'a', r.st.a, 'b', r.st.b, 't', r.st.t)
+			-- Booking means no penalty is in force: this TTL cannot cut one short.
+			redis.call('PEXPIRE', r.key, strat_ttl_prepared(r.ops, r.np))
 		end
 	end
-	return c_admitted, c_wait, c_code
+	if track then nleases = nleases + count end
+	if quota > 0 then nquota = nquota + count end
+	if count < asked then
+		admitted, wait, code = check(1)
+		if admitted then wait, code = 0, -1 end -- cannot be: count was the most
+	else
+		wait, code = 0, -1
+	end
+	return left({ count, wait, code, now, next_booked, next_before, ad_amt }, count)
 end
 
--- The first `count` waiters of the key, in FIFO order: admit as many as every
--- limit allows (more admissions never pass where fewer fail); the refusal of
--- the next one is checked once they are booked, as if it came alone.
-local ids
-if count == 1 then
-	ids = { lease_ids }
-else
-	ids = {}
-	for id in string.gmatch(lease_ids, '[^,]+') do ids[#ids + 1] = id end
+-- A batch of independent acquires of different keys (one call instead of
+-- n): ARGV is '*', n, then per acquire its KEYS count and ARGV count, then
+-- every acquire's ARGV in order; KEYS are every acquire's KEYS in order.
+-- Each is decided alone, as if it were its own call, at the same instant;
+-- the reply is one acquire reply per acquire, in order.
+if ARGV[1] ~= '*' then return acquire_one(KEYS, ARGV) end
+local n, out, kb, ab = tonumber(ARGV[2]), {}, 0, 2 + 2 * tonumber(ARGV[2])
+for i = 1, n do
+	local nk, na = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i])
+	local k, a = {}, {}
+	for j = 1, nk do k[j] = KEYS[kb + j] end
+	for j = 1, na do a[j] = ARGV[ab + j] end
+	out[i] = acquire_one(k, a)
+	kb, ab = kb + nk, ab + na
 end
-if #ids < count then count = #ids end
-local asked = count
-local admitted, wait, code = check(count)
-if not admitted and count > 1 then
-	local lo, hi = 0, count - 1
-	while lo < hi do
-		local mid = math.floor((lo + hi + 1) / 2)
-		if check(mid) then lo = mid else hi = mid - 1 end
-	end
-	count = lo
-	if count == 0 then admitted, wait, code = check(1) end
-elseif not admitted then
-	count = 0
-end
--- What is left after this decision, for the reply's remaining and reset_ms:
--- the lease set's and quota's counts, the newest quota instant, then each
--- rule's counter (a, b, t; zeros for a concurrency rule).
-local function left(out, n_admitted)
-	local newest = 0
-	if quota > 0 and n_admitted > 0 then
-		newest = now
-	elseif quota > 0 and nquota > 0 then
-		newest = tonumber(redis.call('ZRANGE', qk, -1, -1, 'WITHSCORES')[2]) or 0
-	end
-	out[8], out[9], out[10] = nleases, nquota, newest
-	local k = 11
-	for i = 1, nrules do
-		local st = rules[i].st
-		if st then
-			out[k], out[k + 1], out[k + 2] = st.a, st.b, st.t
-		else
-			out[k], out[k + 1], out[k + 2] = 0, 0, 0
-		end
-		k = k + 3
-	end
-	if ovr > 0 then
-		out[k], out[k + 1] = ov_until, ov_delay
-		for i = 1, nrules do out[k + 1 + i] = ov and ov[i] or 0 end
-	end
-	return out
-end
-
-if count == 0 then
-	return left({ 0, wait, code, now, 0, 0, ad_amt }, 0)
-end
-
--- Book everything (lim_book). Every key gets a TTL bounded by what it holds.
-if quota > 0 then
-	for k = 1, count do
-		redis.call('ZADD', qk, now, ids[k] .. ':1')
-	end
-	redis.call('PEXPIRE', qk, quota_window)
-end
-if track then
-	for k = 1, count do
-		redis.call('ZADD', lk, now + lease_ttl, ids[k])
-	end
-	redis.call('PEXPIRE', lk, lease_ttl)
-end
-if rec_ttl > 0 then
-	local rkp = KEYS[#KEYS]
-	for k = 1, count do
-		redis.call('SET', rkp .. ids[k], 'L' .. rec, 'PX', rec_ttl)
-	end
-end
-local next_before, next_booked = next_at, 0
-if cluster > 0 and min_delay > 0 and now + min_delay > next_at then
-	next_at = now + min_delay
-	next_booked = next_at
-	redis.call('HSET', sk, 'next_at', next_at)
-	local ttl = next_at - now
-	if penalty_until - now > ttl then ttl = penalty_until - now end
-	redis.call('PEXPIRE', sk, ttl)
-end
-for i = 1, nrules do
-	local r = rules[i]
-	local n = r.reserve * count
-	if r.meter == 'r' then n = cost * count end
-	if r.meter == 'r' or (r.meter == 't' and n ~= 0) then
-		strat_book_prepared(r.st, r.ops, r.np, now, n)
-		redis.call('HSET', r.key, 'a', r.st.a, 'b', r.st.b, 't', r.st.t)
-		-- Booking means no penalty is in force: this TTL cannot cut one short.
-		redis.call('PEXPIRE', r.key, strat_ttl_prepared(r.ops, r.np))
-	end
-end
-if track then nleases = nleases + count end
-if quota > 0 then nquota = nquota + count end
-if count < asked then
-	admitted, wait, code = check(1)
-	if admitted then wait, code = 0, -1 end -- cannot be: count was the most
-else
-	wait, code = 0, -1
-end
-return left({ count, wait, code, now, next_booked, next_before, ad_amt }, count)
+return out

@@ -1,0 +1,152 @@
+"""test_known_refusals.py - refusals Redis already answered, served in process.
+
+A single-target acquire that Redis refused with a wait no release can
+shorten (a rate rule, pacing, a penalty, the quota) is refused by the
+daemon itself, with no Redis call, until the wait has passed, for the same
+class and a cost at least as large. Checked with a real redis-server: a
+burst of try-acquires on a refused key costs one script call; the replies
+keep their rule, target and a retry_after_ms that counts down; a smaller
+cost, another class, a lease-slot refusal, and asks after a reset, an
+override or a release through this daemon all go to Redis again.
+"""
+
+import time
+import unittest
+
+from .harness import Admitd, RedisServer, acquire_req
+from .test_hot_key import evalsha_calls
+
+CONF = """
+[scope one]
+rule = requests fixed-window 3/1h
+override_max = 2
+
+[scope cls]
+rule bg = requests fixed-window 1/1h
+rule fg = requests fixed-window 100/1h
+class background = bg
+class priority = fg
+default_class = background
+
+[scope cap]
+cluster_concurrency = 1
+lease_ttl = 1h
+
+[scope tok]
+rule = tokens fixed-window 10/1h
+"""
+
+
+class KnownRefusalTest(unittest.TestCase):
+    def setUp(self):
+        self.rs = RedisServer().start()
+        self.addCleanup(self.rs.cleanup)
+        self.d = Admitd(CONF, redis_url=self.rs.url).start()
+        self.addCleanup(self.d.cleanup)
+        self.c = self.d.connect()
+        self.addCleanup(self.c.close)
+
+    def acq(self, scope, key, **kw):
+        return self.c.request(acquire_req(scope, key, timeout_ms=0, **kw))
+
+    def known(self, scope):
+        return self.c.request({"op": "status"})["scopes"][scope]["refused_known"]
+
+    def test_burst_on_a_refused_key_costs_one_call(self):
+        self.assertTrue(self.acq("one", "k", cost=3)["ok"])
+        before = evalsha_calls(self.rs)
+        first = self.acq("one", "k")
+        self.assertEqual((first["ok"], first["error"], first["backend"]),
+                         (False, "limited", "redis"), first)
+        last = first["retry_after_ms"]
+        for _ in range(30):
+            r = self.acq("one", "k")
+            self.assertEqual((r["ok"], r["error"], r["rule"], r["backend"]),
+                             (False, "limited", first["rule"], "redis"), r)
+            self.assertEqual(r["target"], first["target"], r)
+            self.assertLessEqual(r["retry_after_ms"], last, r)
+            self.assertEqual(r["remaining"], 0, r)
+            last = r["retry_after_ms"]
+        self.assertEqual(evalsha_calls(self.rs) - before, 1)
+        self.assertEqual(self.known("one"), 30)
+        # a larger cost is refused the same way; a smaller one is asked
+        self.assertFalse(self.acq("one", "k", cost=2)["ok"])
+        self.assertEqual(evalsha_calls(self.rs) - before, 1)
+        r = self.acq("one", "k", cost=0)  # a smaller cost: Redis is asked (and refuses)
+        self.assertEqual((r["ok"], r["error"]), (False, "limited"), r)
+        self.assertEqual(evalsha_calls(self.rs) - before, 2)
+
+    def test_another_class_is_asked(self):
+        self.assertTrue(self.acq("cls", "k")["ok"])
+        self.assertFalse(self.acq("cls", "k")["ok"])  # background: used up
+        before = evalsha_calls(self.rs)
+        r = self.acq("cls", "k", **{"class": "priority"})
+        self.assertTrue(r["ok"], r)
+        self.assertEqual(evalsha_calls(self.rs) - before, 1)
+
+    def test_slot_refusals_are_asked_each_time(self):
+        held = self.acq("cap", "s", detach=True)
+        self.assertTrue(held["ok"], held)
+        before = evalsha_calls(self.rs)
+        for _ in range(5):
+            r = self.acq("cap", "s")
+            self.assertEqual((r["ok"], r["rule"]), (False, "cluster_concurrency"), r)
+        self.assertEqual(evalsha_calls(self.rs) - before, 5)
+        self.assertEqual(self.known("cap"), 0)
+
+    def test_override_reset_and_release_forget_it(self):
+        self.assertTrue(self.acq("one", "o", cost=3)["ok"])
+        self.assertFalse(self.acq("one", "o")["ok"])
+        # loosened through this daemon: admitted at once (2 x 3 = 6)
+        self.assertTrue(self.c.request({"op": "override", "scope": "one", "key": "o",
+                                        "ttl_ms": 60000, "rules": {"0": 6}})["ok"])
+        self.assertTrue(self.acq("one", "o")["ok"])
+        self.assertTrue(self.acq("one", "o", cost=2)["ok"])
+        self.assertFalse(self.acq("one", "o")["ok"])
+        before = evalsha_calls(self.rs)
+        self.assertTrue(self.c.request({"op": "reset", "scope": "one", "key": "o"})["ok"])
+        r = self.acq("one", "o")  # asked again: the conf's 3, 6 used
+        self.assertFalse(r["ok"])
+        self.assertEqual(evalsha_calls(self.rs) - before, 2)  # the reset, the acquire
+        # a release that books nothing in Redis can refund nothing: still known
+        self.assertTrue(self.acq("one", "p", cost=2)["ok"])
+        lease = self.acq("one", "p")["lease"]
+        self.assertFalse(self.acq("one", "p")["ok"])
+        self.assertTrue(self.c.request({"op": "release", "lease": lease})["ok"])
+        before = evalsha_calls(self.rs)
+        self.assertFalse(self.acq("one", "p")["ok"])
+        self.assertEqual(evalsha_calls(self.rs) - before, 0)
+
+    def test_a_release_that_books_forgets_it(self):
+        a = self.acq("tok", "t")
+        b = self.acq("tok", "t")
+        self.assertTrue(a["ok"] and b["ok"], (a, b))
+        # a's 20 tokens overdraw the 10/1h budget: acquires wait for the window
+        self.assertTrue(self.c.request({"op": "release", "lease": a["lease"],
+                                        "tokens": {"out": 20}})["ok"])
+        self.assertFalse(self.acq("tok", "t")["ok"])
+        before = evalsha_calls(self.rs)
+        self.assertFalse(self.acq("tok", "t")["ok"])
+        self.assertEqual(evalsha_calls(self.rs) - before, 0)
+        # b's release books (its tokens): the next acquire asks Redis again
+        self.assertTrue(self.c.request({"op": "release", "lease": b["lease"],
+                                        "tokens": {"out": 0}})["ok"])
+        before = evalsha_calls(self.rs)
+        self.assertFalse(self.acq("tok", "t")["ok"])
+        self.assertEqual(evalsha_calls(self.rs) - before, 1)
+
+    def test_asks_again_once_the_wait_has_passed(self):
+        self.assertTrue(self.c.request({"op": "penalize", "scope": "one", "key": "w",
+                                        "retry_after_ms": 300})["ok"])
+        before = evalsha_calls(self.rs)
+        r = self.acq("one", "w")
+        self.assertEqual((r["ok"], r["rule"]), (False, "penalty"), r)
+        self.assertFalse(self.acq("one", "w")["ok"])
+        self.assertEqual(evalsha_calls(self.rs) - before, 1)
+        time.sleep(0.35)
+        self.assertTrue(self.acq("one", "w")["ok"])
+        self.assertEqual(evalsha_calls(self.rs) - before, 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
