@@ -2,14 +2,14 @@
 
 Owns: the default socket path resolution, turning API arguments into
 request dicts (acquire with its targets and reservation, release,
-penalize, reset, override, inspect), the key the daemon derives from a URL, encoding
-a request as one JSON line, checking a reply (raise the matching AdmitError
-or hand back the dict), the state a lease carries, and the connect rules
-both clients follow: which connect errors mean "the daemon is not up yet"
-(retried with a jittered backoff within the connect timeout and the
-request's budget), and how a connection the daemon closed is recognised
-before a request is sent on it. The blocking client (client.py) and the
-asyncio client (aio.py) differ only in how lines move.
+penalize, reset, override, inspect), the key the daemon derives from a
+URL, encoding a request as one JSON line, checking a reply (raise the
+matching AdmitError or hand back the dict), the state a lease carries, and
+the connect rules both clients follow: which connect errors mean "the
+daemon is not up yet" (retried with a jittered backoff within the connect
+timeout and the request's budget), and how a connection the daemon closed
+is recognised before a request is sent on it. The blocking client
+(client.py) and the asyncio client (aio.py) differ only in how lines move.
 """
 
 import collections
@@ -352,8 +352,8 @@ def override_request(scope, key=None, url=None, ttl=None, min_delay=None, rules=
     sent as ttl_ms (at least 1 ms, at most 30 days) and min_delay_ms; rules
     is {rule: amount}, a rule named as in the conf or by its 0-based index
     in the scope (an int or its decimal string), each amount a whole number
-    >= 1. At least one of min_delay (at most 24h) and rules. Neither key nor url: the
-    scope's default key."""
+    >= 1. At least one of min_delay (at most 24h) and rules. Neither key
+    nor url: the scope's default key."""
     req = {"op": "override", "scope": str(scope)}
     _target(req, key, url)
     if ttl is None:
