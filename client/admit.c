@@ -930,6 +930,17 @@ static int admit_set_target(json_t *o, const char *scope, const char *key, const
 }
 
 /*
+ * One "NAME":N of a {name: count} object; 0, or -1: the name missing or
+ * already there, n below min, out of memory.
+ */
+static int admit_set_count(json_t *obj, const char *name, int64_t n, int64_t min)
+{
+	if (name == NULL || n < min || json_object_get(obj, name) != NULL)
+		return -1;
+	return json_object_set_new(obj, name, json_integer(n));
+}
+
+/*
  * {"NAME":COUNT,...} from n token counts under `k` of o (nothing when n is
  * 0). 0, or -1: a name missing or given twice, a negative count, more than
  * ADMIT_MAX_TOKENS, out of memory.
@@ -947,9 +958,7 @@ static int admit_set_tokens(json_t *o, const char *k, const struct admit_token *
 	if (obj == NULL || json_object_set_new(o, k, obj) < 0)
 		return -1;
 	for (i = 0; i < n; i++)
-		if (tk[i].name == NULL || tk[i].count < 0 ||
-		    json_object_get(obj, tk[i].name) != NULL ||
-		    json_object_set_new(obj, tk[i].name, json_integer(tk[i].count)) < 0)
+		if (admit_set_count(obj, tk[i].name, tk[i].count, 0) < 0)
 			return -1;
 	return 0;
 }
@@ -1183,6 +1192,59 @@ int admit_inspect(struct admit *a, const char *scope, const char *key, const cha
 		rc = admit_fail(res, rep == NULL ? ADMIT_E_PROTO : ADMIT_E_NOMEM, NULL);
 	json_decref(rep);
 	return rc;
+}
+
+/*
+ * The override request: its target (admit_set_target), ttl_ms, min_delay_ms
+ * unless -1, and the rule amounts; NULL for arguments it refuses (a rule
+ * unnamed, empty or given twice, an amount below 1, nothing to set).
+ */
+static json_t *admit_encode_override(const char *scope, const char *key, const char *url,
+				     int64_t ttl_ms, int64_t min_delay_ms,
+				     const struct admit_rule_amount *rules, size_t nrules)
+{
+	json_t *req, *obj;
+	size_t i;
+
+	if (ttl_ms < 1 || min_delay_ms < -1 || (min_delay_ms < 0 && nrules == 0) ||
+	    (nrules > 0 && rules == NULL) || nrules > ADMIT_MAX_TOKENS)
+		return NULL;
+	req = json_pack("{s:s, s:I}", "op", "override", "ttl_ms", (json_int_t)ttl_ms);
+	if (req == NULL || admit_set_target(req, scope, key, url, NULL, 0) < 0)
+		goto fail;
+	if (min_delay_ms >= 0 &&
+	    json_object_set_new(req, "min_delay_ms", json_integer(min_delay_ms)) < 0)
+		goto fail;
+	if (nrules > 0) {
+		obj = json_object();
+		if (obj == NULL || json_object_set_new(req, "rules", obj) < 0)
+			goto fail;
+		for (i = 0; i < nrules; i++)
+			if (rules[i].rule == NULL || rules[i].rule[0] == '\0' ||
+			    admit_set_count(obj, rules[i].rule, rules[i].amount, 1) < 0)
+				goto fail;
+	}
+	return req;
+fail:
+	json_decref(req);
+	return NULL;
+}
+
+int admit_override(struct admit *a, const char *scope, const char *key, const char *url,
+		   int64_t ttl_ms, int64_t min_delay_ms, const struct admit_rule_amount *rules,
+		   size_t nrules, struct admit_result *res)
+{
+	json_t *req =
+	    a ? admit_encode_override(scope, key, url, ttl_ms, min_delay_ms, rules, nrules) : NULL;
+
+	if (req == NULL) {
+		admit_result_init(res);
+		return admit_fail(res, ADMIT_E_ARG,
+				  "override needs a handle, a scope, at most one of key and url, "
+				  "a ttl_ms >= 1, and a min_delay_ms >= 0 or rule amounts >= 1 "
+				  "(at most 16, each rule named once)");
+	}
+	return admit_roundtrip(a, req, 0, false, res);
 }
 
 /* The integer `k` of the reply in res->raw (of object `in` when set); -1. */

@@ -105,6 +105,16 @@ struct admit_req {
 	size_t nreserve;
 };
 
+/*
+ * One rule amount of an override: {"0", 1} sets the scope's first rule to 1
+ * for the key. rule is a rule's name in the conf, or its 0-based index in
+ * the scope as a decimal string; amount is >= 1.
+ */
+struct admit_rule_amount {
+	const char *rule;
+	int64_t amount;
+};
+
 /* Most token names one release or reservation may carry. */
 #define ADMIT_MAX_TOKENS 16
 
@@ -339,6 +349,26 @@ int admit_reset(struct admit *a, const char *scope, const char *key, const char 
 		struct admit_result *res);
 int admit_inspect(struct admit *a, const char *scope, const char *key, const char *url,
 		  const char *cls, struct admit_result *res);
+
+/*
+ * admit_override - for ttl_ms (1 to 30 days), replace one key's min_delay
+ * (min_delay_ms >= 0; -1: not given) and rule amounts (nrules entries, at
+ * most ADMIT_MAX_TOKENS), in Redis (so on every daemon) and in this daemon;
+ * at least one of the two. Key and url as for admit_reset (both NULL: the
+ * scope's default key). A new override replaces the key's last one whole;
+ * admit_reset lifts it, and admit_inspect's res->raw shows it while it holds
+ * ("override": ttl_ms left, min_delay_ms, rules). Tightening is always
+ * allowed; loosening only within the scope's override_max (the conf's
+ * amounts times it, its min_delay divided by it), else
+ * ADMIT_E_BAD_REQUEST, as for a scope without override_max or a rule it
+ * does not have. ADMIT_E_UNAVAILABLE: Redis could not be told, and the
+ * override holds on this daemon only (retry). Bad arguments are ADMIT_E_ARG
+ * and nothing is sent. res->backend names the backend; res->raw has the
+ * whole reply.
+ */
+int admit_override(struct admit *a, const char *scope, const char *key, const char *url,
+		   int64_t ttl_ms, int64_t min_delay_ms, const struct admit_rule_amount *rules,
+		   size_t nrules, struct admit_result *res);
 
 /* Free what a result holds and zero it. */
 void admit_result_free(struct admit_result *res);

@@ -6,7 +6,8 @@
  * admit_cli.c - the `admit` command: libadmit for shell scripts.
  *
  * Owns: the subcommand table (name, usage, arity, allowed options, handler,
- * smtpctl/tmux style), the option table, parsing durations and token lists,
+ * smtpctl/tmux style), the option table (an option may repeat), parsing
+ * durations, token lists and an override's rule amounts,
  * the connect timeout (--connect-timeout, else $ADMITD_CONNECT_TIMEOUT), the
  * exit-code table (sysexits style, printed by --help), the status and
  * inspect tables, and `admit run`'s fork/exec/wait with signal forwarding.
@@ -91,6 +92,9 @@ enum cli_opt_id {
 	O_INTERVAL,
 	O_OUTCOME,
 	O_LIMITED_EXIT,
+	O_TTL,
+	O_MIN_DELAY,
+	O_RULE,
 	O_HELP,
 	O__COUNT
 };
@@ -104,6 +108,7 @@ static const struct cli_opt {
 	const char *name;
 	bool has_arg;
 	const char *help;
+	bool repeats; /* each use adds a value (cli_args.multi), up to CLI_MAX_MULTI */
 } cli_opts[O__COUNT] = {
 	[O_SOCKET] = { "socket", true,
 		       "PATH   admitd's socket (else $ADMITD_SOCKET, else " ADMIT_DEFAULT_SOCKET
@@ -134,15 +139,25 @@ static const struct cli_opt {
 	[O_LIMITED_EXIT] = { "limited-exit", true,
 			     "N run: CMD exiting N means the upstream limited (outcome\n"
 			     "                    limited); 0 is ok, any other status error" },
+	[O_TTL] = { "ttl", true,
+		    "D         override: how long it holds (1h, 90m; bare number: seconds;\n"
+		    "                    at most 30 days, 720h)" },
+	[O_MIN_DELAY] = { "min-delay", true, "D   override: the key's min_delay (0 allowed)" },
+	[O_RULE] = { "rule", true,
+		     "RULE=N   override: the rule's amount (RULE: its name, or its\n"
+		     "                    0-based index in the scope); repeat for more rules",
+		     true },
 	[O_HELP] = { "help", false, "         this help" },
 };
 
 #define CLI_MAX_POS    4
 #define CLI_MAX_TOKENS ADMIT_MAX_TOKENS
+#define CLI_MAX_MULTI  ADMIT_MAX_TOKENS /* values of a repeated option */
 /* The protocol's bounds, checked here so that a refusal is worded in the
  * units given on the command line, not in the daemon's milliseconds. */
 #define CLI_MAX_COST	1000000000LL
 #define CLI_MAX_WAIT_MS (24LL * 3600 * 1000)
+#define CLI_MAX_TTL_MS	(30LL * 24 * 3600 * 1000) /* an override's */
 
 struct cli_args {
 	const char *val[O__COUNT];
@@ -151,6 +166,9 @@ struct cli_args {
 	int npos;
 	const char *extra; /* the first positional past CLI_MAX_POS, if any */
 	char **cmd;	   /* run: argv after "--" */
+	/* every value of the repeating option (cli_opt.repeats; one so far) */
+	const char *multi[CLI_MAX_MULTI];
+	int nmulti;
 };
 
 struct cli_cmd {
@@ -172,6 +190,7 @@ static int cmd_status(struct admit *, const struct cli_args *);
 static int cmd_ping(struct admit *, const struct cli_args *);
 static int cmd_reset(struct admit *, const struct cli_args *);
 static int cmd_inspect(struct admit *, const struct cli_args *);
+static int cmd_override(struct admit *, const struct cli_args *);
 static int cmd_top(struct admit *, const struct cli_args *);
 
 #define RUN_USAGE "SCOPE KEY [options] -- CMD ..."
@@ -207,6 +226,11 @@ static const struct cli_cmd cli_cmds[] = {
 	  OPT(O_URL) | OPT(O_CLASS) | OPT(O_JSON), false, cmd_inspect,
 	  "where the key stands, one line per item: penalty, pacing, leases,\n"
 	  "\t\tquota, each rule's remaining units (--json: the raw reply)" },
+	{ "override", "SCOPE [KEY] [--url URL] --ttl D [--min-delay D] [--rule RULE=N]...", 1, 2,
+	  OPT(O_URL) | OPT(O_TTL) | OPT(O_MIN_DELAY) | OPT(O_RULE), false, cmd_override,
+	  "for --ttl, replace the key's min_delay and rule amounts (on every\n"
+	  "\t\tdaemon; a new override replaces the last, reset lifts it); within\n"
+	  "\t\tthe scope's override_max when it loosens; prints \"override\"" },
 	{ "status", "[--json]", 0, 0, OPT(O_JSON), false, cmd_status,
 	  "top's table once (since the daemon started), then the counters\n"
 	  "\t\tas tables (--json: the raw reply)" },
@@ -813,6 +837,80 @@ static int cmd_reset(struct admit *a, const struct cli_args *ar)
 	return rc;
 }
 
+/*
+ * --rule RULE=N (each value of the repeated option) into rules; the names
+ * point into buf (one copy of all values, the caller frees it). 0 or the
+ * usage error status.
+ */
+static int cli_rule_amounts(const struct cli_args *ar, struct admit_rule_amount *rules, char **buf)
+{
+	size_t len = 0, off = 0;
+	char *item, *eq;
+	int i;
+
+	for (i = 0; i < ar->nmulti; i++)
+		len += strlen(ar->multi[i]) + 1;
+	*buf = malloc(len + 1);
+	if (*buf == NULL) {
+		fprintf(stderr, "admit: out of memory\n");
+		return EXIT_SOFTWARE;
+	}
+	for (i = 0; i < ar->nmulti; i++) {
+		item = strcpy(*buf + off, ar->multi[i]);
+		off += strlen(item) + 1;
+		eq = strrchr(item, '='); /* the amount follows the last '=' */
+		if (eq == NULL || eq == item || cli_int(eq + 1, &rules[i].amount) < 0 ||
+		    rules[i].amount < 1 || rules[i].amount > CLI_MAX_COST)
+			return cli_usage_error("--rule %s: want RULE=N, N from 1 to 1000000000",
+					       ar->multi[i]);
+		*eq = '\0';
+		rules[i].rule = item;
+	}
+	return 0;
+}
+
+static int cmd_override(struct admit *a, const struct cli_args *ar)
+{
+	struct admit_rule_amount rules[CLI_MAX_MULTI];
+	int64_t ttl_ms, min_delay_ms = -1;
+	const char *key, *url;
+	struct admit_result r;
+	char *buf = NULL;
+	int rc;
+
+	rc = cli_key_args(ar, &key, &url);
+	if (rc != 0)
+		return rc;
+	if (!ar->set[O_TTL])
+		return cli_usage_error("%s: wants --ttl D (how long the override holds)",
+				       "override");
+	if (cli_duration(ar->val[O_TTL], true, &ttl_ms) < 0 || ttl_ms < 1)
+		return cli_usage_error("--ttl %s: want a duration above 0 like 90s, 1h",
+				       ar->val[O_TTL]);
+	if (ttl_ms > CLI_MAX_TTL_MS)
+		return cli_usage_error("--ttl %s: at most 30 days (720h)", ar->val[O_TTL]);
+	if (ar->set[O_MIN_DELAY] && cli_duration(ar->val[O_MIN_DELAY], true, &min_delay_ms) < 0)
+		return cli_usage_error("--min-delay %s: want a duration like 500ms, 2s",
+				       ar->val[O_MIN_DELAY]);
+	if (min_delay_ms > CLI_MAX_WAIT_MS)
+		return cli_usage_error("--min-delay %s: at most 24h (86400s)",
+				       ar->val[O_MIN_DELAY]);
+	if (min_delay_ms < 0 && ar->nmulti == 0)
+		return cli_usage_error("%s: wants --min-delay D or --rule RULE=N (what it sets)",
+				       "override");
+	rc = ar->nmulti > 0 ? cli_rule_amounts(ar, rules, &buf) : 0;
+	if (rc == 0) {
+		admit_override(a, ar->pos[0], key, url, ttl_ms, min_delay_ms, rules,
+			       (size_t)ar->nmulti, &r);
+		if (r.err == ADMIT_OK)
+			printf("override\n");
+		rc = r.err == ADMIT_OK ? EXIT_ADMITTED : cli_fail("override", &r);
+		admit_result_free(&r);
+	}
+	free(buf);
+	return rc;
+}
+
 static void cli_item(const char *name, int64_t v)
 {
 	if (v < 0)
@@ -928,6 +1026,12 @@ static int cli_parse(int argc, char **argv, struct cli_args *ar, const char **cm
 			ar->val[o] = argv[++i];
 		} else {
 			return cli_usage_error("%s: wants a value", arg);
+		}
+		if (cli_opts[o].repeats) {
+			if (ar->nmulti == CLI_MAX_MULTI)
+				return cli_usage_error("%s: given too many times (at most 16)",
+						       arg);
+			ar->multi[ar->nmulti++] = ar->val[o];
 		}
 	}
 	return 0;

@@ -12,7 +12,8 @@
 # since admit_result and admit_scope_stat gained the wait histogram.
 # Reply fields and calls added since are functions (admit_result_remaining,
 # admit_result_reset_ms, admit_result_target, admit_release_outcome,
-# admit_cancel), so programs built against libadmit.so.3 keep working.
+# admit_cancel, admit_override with its own struct admit_rule_amount), so
+# programs built against libadmit.so.3 keep working.
 CLIENT_SONAME   := libadmit.so.3
 CLIENT_LIB_OBJS := client/admit.o
 CLIENT_LDLIBS   := $(shell pkg-config --libs jansson) -lm

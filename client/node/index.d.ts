@@ -74,6 +74,18 @@ export interface PenalizeOptions extends KeyOptions {
   retryAfterMs?: number;
 }
 
+export interface OverrideOptions {
+  scope?: string;
+  key?: string;
+  url?: string;
+  /** How long the override holds, in ms (1 to 30 days). */
+  ttlMs: number;
+  /** The key's min_delay while it holds, in ms (at least one of minDelayMs and rules). */
+  minDelayMs?: number;
+  /** Rule amounts by rule name or 0-based index in the scope ("0"), each >= 1. */
+  rules?: Record<string, number>;
+}
+
 /** A reply object as the daemon sent it (without the client's id). */
 export type Reply = { ok: boolean; [field: string]: unknown };
 
@@ -86,6 +98,13 @@ export interface InspectReply extends Reply {
   leases: number;
   quota?: { used: number; limit: number; frees_in_ms: number };
   rules: { rule: string; capacity: number; remaining: number; full_in_ms?: number }[];
+  /** While an override holds: the ms it has left and what it sets. */
+  override?: { ttl_ms: number; min_delay_ms?: number; rules?: Record<string, number> };
+}
+
+export interface OverrideReply extends Reply {
+  backend: 'local' | 'redis' | 'fallback';
+  ttl_ms: number;
 }
 
 export interface StatusReply extends Reply {
@@ -143,6 +162,9 @@ export declare class Client {
   reset(scope: string, key?: string | null, options?: KeyOptions): Promise<Reply>;
   reset(scope: string, options: KeyOptions): Promise<Reply>;
   reset(options: KeyOptions): Promise<Reply>;
+  override(scope: string, key: string | null, options: OverrideOptions): Promise<OverrideReply>;
+  override(scope: string, options: OverrideOptions): Promise<OverrideReply>;
+  override(options: OverrideOptions & { scope: string }): Promise<OverrideReply>;
   inspect(scope: string, key?: string | null, options?: KeyOptions): Promise<InspectReply>;
   inspect(scope: string, options: KeyOptions): Promise<InspectReply>;
   inspect(options: KeyOptions): Promise<InspectReply>;

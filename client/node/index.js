@@ -488,8 +488,22 @@ class Client {
     return this.request(proto.keyRequest('reset', scope, key, o));
   }
 
+  /* For options.ttlMs, replace key's (or options.url's host's; neither:
+   * the scope's default key) min_delay (options.minDelayMs) and rule
+   * amounts (options.rules: {"0": 1}, a rule by its conf name or its 0-based
+   * index), on every daemon; a new override replaces the last one whole and
+   * reset lifts it. Loosening past the scope's override_max, or a scope
+   * without it, rejects with BadRequest; Unavailable: Redis could not be
+   * told (it holds on this daemon only). Resolves to the reply (backend,
+   * ttl_ms). */
+  async override(a, b, c) {
+    const [scope, key, o] = proto.splitArgs(a, b, c);
+    return this.request(proto.overrideRequest(scope, key, o));
+  }
+
   /* Where key stands: backend, penalty_ms, next_in_ms, leases, quota, rules
-   * (for options.class, default the scope's default class). */
+   * and, while one holds, override (for options.class, default the scope's
+   * default class). */
   async inspect(a, b, c) {
     const [scope, key, o] = proto.splitArgs(a, b, c);
     return this.request(proto.keyRequest('inspect', scope, key, o));

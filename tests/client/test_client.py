@@ -161,9 +161,9 @@ class TestCli(DaemonCase):
         for c in (" 64 ", " 69 ", " 75 ", " 78 ", " 79 ", " 80 ", " 81 "):
             self.assertIn(c, out)
         self.assertIn("exceeds_limit", out)
-        for word in ("reset", "inspect"):
+        for word in ("reset", "inspect", "override"):
             self.assertIn("admit " + word, out)
-        for opt in ("--connect-timeout", "--reserve"):
+        for opt in ("--connect-timeout", "--reserve", "--ttl", "--min-delay", "--rule"):
             self.assertIn(opt, out)
         self.assertIn("can collide", out)  # run: admit's codes vs the command's
 
@@ -714,7 +714,8 @@ class TestNoDaemon(unittest.TestCase):
         for args in (["ping"], ["status"], ["try", "s", "k"], ["acquire", "s", "k"],
                      ["release", "L"], ["penalize", "s", "k", "1s"],
                      ["run", "s", "k", "--", "true"], ["reset", "s", "k"],
-                     ["inspect", "s", "k"]):
+                     ["inspect", "s", "k"], ["override", "s", "k", "--ttl", "1s",
+                                             "--rule", "0=1"]):
             with self.subTest(args=args):
                 code, _, err, took = run_admit(["--connect-timeout", "0"] + args, path)
                 self.assertEqual(code, 69, err)
@@ -921,8 +922,8 @@ class TestLibadmitScenarios(unittest.TestCase):
 
 
 # Scopes for the calls the protocol gained later (default keys, release
-# outcomes, remaining/reset_ms/target, cancel); test_libadmit's modes
-# defaults, fields and cancel name them too.
+# outcomes, remaining/reset_ms/target, cancel, override); test_libadmit's
+# modes defaults, fields, cancel and override name them too.
 NEWER_CONF = """
 [scope dflt]
 key = shared
@@ -940,6 +941,13 @@ timeout = 1s
 
 [scope hold]
 max_concurrent = 1
+timeout = 1s
+
+[scope ovr]
+; per-key overrides: tighten freely, loosen up to 2x (rule 0: at most 10)
+rule = requests fixed-window 5/1h
+override_max = 2
+key = k
 timeout = 1s
 """
 
@@ -969,6 +977,9 @@ class TestNewer(unittest.TestCase):
     def test_libadmit_cancel_spends_nothing(self):
         self.lib("cancel")
 
+    def test_libadmit_override(self):
+        self.lib("override")
+
     def test_cli_default_key(self):
         s = self.daemon.socket
         self.assertEqual(run_admit(["penalize", "dflt", "60s"], s)[0], 0)
@@ -978,6 +989,55 @@ class TestNewer(unittest.TestCase):
         self.assertEqual(run_admit(["try", "dflt", "shared"], s)[0], 75)
         self.assertEqual(run_admit(["reset", "dflt"], s)[:2], (0, "reset\n"))
         self.assertEqual(run_admit(["try", "dflt"], s)[0], 0)
+
+    def test_cli_override(self):
+        s = self.daemon.socket
+        self.assertEqual(run_admit(["override", "ovr", "cli-ovr-1", "--ttl", "60s",
+                                    "--rule", "0=1"], s)[:2], (0, "override\n"))
+        self.assertEqual(run_admit(["try", "ovr", "cli-ovr-1"], s)[0], 0)
+        code, out, err, _ = run_admit(["try", "ovr", "cli-ovr-1"], s)
+        self.assertEqual(code, 75, err)  # refused afterwards
+        self.assertIn('limited by "requests fixed-window 5/1h"', err)
+        self.assertGreater(float(out), 0)
+        code, out, _, _ = run_admit(["inspect", "ovr", "cli-ovr-1", "--json"], s)
+        ovr = json.loads(out)["override"]
+        self.assertEqual(ovr["rules"], {"0": 1})
+        self.assertTrue(0 < ovr["ttl_ms"] <= 60000, ovr)
+        # loosening past override_max (2 x 5) is the daemon's bad_request
+        code, _, err, _ = run_admit(["override", "ovr", "cli-ovr-1", "--ttl", "1m",
+                                     "--rule", "0=11"], s)
+        self.assertEqual(code, 65)
+        self.assertIn("loosens past override_max", err)
+        self.assertEqual(run_admit(["reset", "ovr", "cli-ovr-1"], s)[:2], (0, "reset\n"))
+        code, out, _, _ = run_admit(["inspect", "ovr", "cli-ovr-1", "--json"], s)
+        self.assertNotIn("override", json.loads(out))
+        self.assertEqual(run_admit(["try", "ovr", "cli-ovr-1"], s)[0], 0)
+        # the default key, a url, a bare --ttl in seconds, a rule loosened within the ceiling
+        self.assertEqual(run_admit(["override", "ovr", "--ttl", "90", "--rule", "0=10"], s)[0],
+                         0)
+        self.assertIn('"capacity":10', run_admit(["inspect", "ovr", "--json"], s)[1])
+        self.assertEqual(run_admit(["override", "ovr", "--url", "http://CLI-Ovr.example/",
+                                    "--ttl", "1h", "--rule", "0=2", "--rule", "0=3"], s)[0],
+                         65)  # a rule given twice: libadmit refuses it, nothing sent
+        # refusals of the daemon and usage errors
+        for args, code in ((["override", "hold", "k", "--ttl", "1s", "--rule", "0=1"], 65),
+                           (["override", "ovr", "k", "--ttl", "1s", "--rule", "fast=1"], 65),
+                           (["override", "ovr", "k", "--ttl", "1s", "--min-delay", "1s"], 65),
+                           (["override", "nope", "k", "--ttl", "1s", "--rule", "0=1"], 78),
+                           (["override", "ovr", "k", "--rule", "0=1"], 64),
+                           (["override", "ovr", "k", "--ttl", "1s"], 64),
+                           (["override", "ovr", "k", "--ttl", "0", "--rule", "0=1"], 64),
+                           (["override", "ovr", "k", "--ttl", "721h", "--rule", "0=1"], 64),
+                           (["override", "ovr", "k", "--ttl", "soon", "--rule", "0=1"], 64),
+                           (["override", "ovr", "k", "--ttl", "1s", "--min-delay", "25h"], 64),
+                           (["override", "ovr", "k", "--ttl", "1s", "--rule", "0"], 64),
+                           (["override", "ovr", "k", "--ttl", "1s", "--rule", "=1"], 64),
+                           (["override", "ovr", "k", "--ttl", "1s", "--rule", "0=0"], 64),
+                           (["override", "ovr", "k", "--url", "http://k/", "--ttl", "1s",
+                             "--rule", "0=1"], 64),
+                           (["reset", "ovr", "k", "--rule", "0=1"], 64)):
+            with self.subTest(args=args):
+                self.assertEqual(run_admit(args, s)[0], code)
 
     def test_cli_release_outcome(self):
         s = self.daemon.socket

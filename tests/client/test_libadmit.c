@@ -12,8 +12,8 @@
  *
  * `test_libadmit MODE SOCKET [KEY]` runs one scenario whose daemon the
  * Python side starts late, restarts or kills around it, or starts on a conf
- * of its own (NEWER_CONF in test_client.py: the modes defaults, fields and
- * cancel; see main).
+ * of its own (NEWER_CONF in test_client.py: the modes defaults, fields,
+ * cancel and override; see main).
  */
 
 #include "admit.h"
@@ -959,6 +959,119 @@ static void mode_fields(void)
 	admit_close(a);
 }
 
+/* Whether an inspect of scope ovr's key k shows an override in force. */
+static bool ovr_shown(struct admit *a, const char *k)
+{
+	struct admit_result r;
+	bool shown;
+
+	CHECK(admit_inspect(a, "ovr", k, NULL, NULL, &r) == ADMIT_OK, "inspect: %s", r.message);
+	shown = r.raw != NULL && strstr(r.raw, "\"override\":{\"ttl_ms\":") != NULL;
+	admit_result_free(&r);
+	return shown;
+}
+
+/*
+ * override: on NEWER_CONF's [scope ovr] (rule 0 `requests fixed-window
+ * 5/1h`, override_max 2, default key "k"), a rule tightened to 1 admits one
+ * try and refuses the next; loosening past 2 x 5 is bad_request; inspect
+ * shows the override until reset lifts it; bad arguments send nothing.
+ */
+static void mode_override(void)
+{
+	static const struct admit_rule_amount one[] = { { "0", 1 } }, eleven[] = { { "0", 11 } };
+	static const struct admit_rule_amount twice[] = { { "0", 1 }, { "0", 2 } };
+	static const struct admit_rule_amount zero[] = { { "0", 0 } }, unnamed[] = { { "", 1 } };
+	static const struct {
+		const char *what, *scope, *url;
+		int64_t ttl_ms, min_delay_ms;
+		const struct admit_rule_amount *rules;
+		size_t nrules;
+	} bad[] = {
+		{ "no scope", NULL, NULL, 1000, -1, one, 1 },
+		{ "key and url", "ovr", "http://k/", 1000, -1, one, 1 },
+		{ "ttl 0", "ovr", NULL, 0, -1, one, 1 },
+		{ "nothing to set", "ovr", NULL, 1000, -1, NULL, 0 },
+		{ "min_delay_ms below -1", "ovr", NULL, 1000, -2, one, 1 },
+		{ "rules NULL", "ovr", NULL, 1000, -1, NULL, 1 },
+		{ "a rule twice", "ovr", NULL, 1000, -1, twice, 2 },
+		{ "amount 0", "ovr", NULL, 1000, -1, zero, 1 },
+		{ "an empty rule", "ovr", NULL, 1000, -1, unnamed, 1 },
+	};
+	struct admit *a = admit_connect(sock_path);
+	struct admit_req rq = req("ovr", "lib-ovr");
+	struct admit_result r;
+	size_t i;
+
+	CHECK(a != NULL, "connect: %s", strerror(errno));
+	if (a == NULL)
+		return;
+	CHECK(admit_override(a, "ovr", "lib-ovr", NULL, 60000, -1, one, 1, &r) == ADMIT_OK,
+	      "override: %s", r.message);
+	CHECK_STR(r.backend, "local");
+	CHECK(r.raw != NULL && strstr(r.raw, "\"ttl_ms\":60000") != NULL, "reply %s",
+	      r.raw ? r.raw : "-");
+	admit_result_free(&r);
+	CHECK(admit_try(a, &rq, &r) == ADMIT_OK, "first try: %s", r.message);
+	CHECK(admit_result_remaining(&r) == 0, "remaining %lld",
+	      (long long)admit_result_remaining(&r));
+	admit_result_free(&r);
+	admit_try(a, &rq, &r);
+	CHECK_ERR(r, ADMIT_E_LIMITED);
+	CHECK_STR(r.rule, "requests fixed-window 5/1h");
+	admit_result_free(&r);
+
+	admit_override(a, "ovr", "lib-ovr", NULL, 60000, -1, eleven, 1, &r);
+	CHECK_ERR(r, ADMIT_E_BAD_REQUEST);
+	CHECK(r.message && strstr(r.message, "override_max"), "message %s", r.message);
+	admit_result_free(&r);
+	CHECK(ovr_shown(a, "lib-ovr"), "inspect shows the override");
+	CHECK(admit_inspect(a, "ovr", "lib-ovr", NULL, NULL, &r) == ADMIT_OK, "inspect: %s",
+	      r.message);
+	CHECK(r.inspect && r.inspect->nrules == 1 && r.inspect->rules[0].capacity == 1,
+	      "the rule's capacity is the override's");
+	admit_result_free(&r);
+	CHECK(admit_reset(a, "ovr", "lib-ovr", NULL, &r) == ADMIT_OK, "reset: %s", r.message);
+	admit_result_free(&r);
+	CHECK(!ovr_shown(a, "lib-ovr"), "reset lifted the override");
+	CHECK(admit_try(a, &rq, &r) == ADMIT_OK, "admitted after reset: %s", r.message);
+	admit_result_free(&r);
+
+	/* the default key, by url, and the daemon's refusals */
+	CHECK(admit_override(a, "ovr", NULL, NULL, 60000, -1, one, 1, &r) == ADMIT_OK,
+	      "override the default key: %s", r.message);
+	admit_result_free(&r);
+	CHECK(ovr_shown(a, "k"), "the default key is k");
+	CHECK(admit_override(a, "ovr", NULL, "https://LIB-Ovr.Example.com/x", 1000, -1, one, 1,
+			     &r) == ADMIT_OK,
+	      "override by url: %s", r.message);
+	admit_result_free(&r);
+	CHECK(ovr_shown(a, "lib-ovr.example.com"), "keyed on the url's host");
+	admit_override(a, "hold", "lib-ovr", NULL, 60000, -1, one, 1, &r);
+	CHECK_ERR(r, ADMIT_E_BAD_REQUEST); /* no override_max there */
+	admit_result_free(&r);
+	admit_override(a, "ovr", "lib-ovr", NULL, 60000, 10, NULL, 0, &r);
+	CHECK_ERR(r, ADMIT_E_BAD_REQUEST); /* ovr has no min_delay */
+	admit_result_free(&r);
+	admit_override(a, "nope", "lib-ovr", NULL, 60000, -1, one, 1, &r);
+	CHECK_ERR(r, ADMIT_E_UNKNOWN_SCOPE);
+	admit_result_free(&r);
+
+	/* refused here, nothing sent */
+	CHECK(admit_override(NULL, "ovr", "k", NULL, 1000, -1, one, 1, &r) == ADMIT_E_ARG,
+	      "no handle");
+	admit_result_free(&r);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		admit_override(a, bad[i].scope, "k", bad[i].url, bad[i].ttl_ms, bad[i].min_delay_ms,
+			       bad[i].rules, bad[i].nrules, &r);
+		CHECK(r.err == ADMIT_E_ARG, "%s: err %d", bad[i].what, r.err);
+		admit_result_free(&r);
+	}
+	CHECK(admit_ping(a, &r) == ADMIT_OK, "ping after bad args: %s", r.message);
+	admit_result_free(&r);
+	admit_close(a);
+}
+
 /* status' "waiting" of scope busy, -1 when it cannot be read. */
 static int64_t busy_waiting(struct admit *c)
 {
@@ -1133,6 +1246,8 @@ int main(int argc, char **argv)
 			mode_fields();
 		else if (strcmp(argv[1], "cancel") == 0)
 			mode_cancel();
+		else if (strcmp(argv[1], "override") == 0)
+			mode_override();
 		else
 			CHECK(0, "unknown mode %s", argv[1]);
 		printf("test_libadmit %s: %s\n", argv[1], failures ? "FAILED" : "ok");

@@ -4,7 +4,7 @@
  *
  * Owns: the socket path resolution, turning API arguments into request
  * objects (acquire with its targets and reservation, release with its
- * tokens and outcome, penalize, reset, inspect, cancel) checked before
+ * tokens and outcome, penalize, reset, override, inspect, cancel) checked before
  * they are sent, the key the daemon derives from a URL, encoding a request
  * as one line, decoding a reply line, the id the daemon will echo for a
  * raw line (none when it refuses the line whole), the table of who waits
@@ -24,6 +24,7 @@ const MAX_TOKENS = 16;
 const MAX_KEY = 512;
 const MAX_COST = 1000000000;
 const MAX_WAIT_MS = 86400000;
+const MAX_OVERRIDE_TTL_MS = 2592000000; /* an override's ttl_ms: 30 days */
 const TARGET_FIELDS = ['scope', 'key', 'url', 'class', 'cost'];
 const OUTCOMES = ['ok', 'limited', 'error'];
 
@@ -34,8 +35,9 @@ function socketPath(socket) {
 }
 
 /* A duration in ms as sent: a finite number >= 0, rounded up so that a
- * tiny positive wait never becomes 0 ("do not wait"), at most maxMs. */
-function wholeMs(v, what, maxMs) {
+ * tiny positive wait never becomes 0 ("do not wait"), at most maxMs
+ * (maxText says it for people). */
+function wholeMs(v, what, maxMs, maxText = '24h') {
   if (typeof v !== 'number' || Number.isNaN(v)) {
     throw new TypeError(`${what} must be a number of milliseconds, not ${show(v)}`);
   }
@@ -44,7 +46,7 @@ function wholeMs(v, what, maxMs) {
   }
   const ms = Math.ceil(v);
   if (maxMs !== undefined && ms > maxMs) {
-    throw new RangeError(`${what} must be at most ${maxMs} ms (24h), not ${v}`);
+    throw new RangeError(`${what} must be at most ${maxMs} ms (${maxText}), not ${v}`);
   }
   return ms;
 }
@@ -193,6 +195,46 @@ function penalizeRequest(scope, key, o) {
   else if (o.retryAfter != null) req.retry_after_ms = wholeMs(o.retryAfter * 1000, 'retryAfter (s)', MAX_WAIT_MS);
   else if (o.retryAfterMs != null) req.retry_after_ms = wholeMs(o.retryAfterMs, 'retryAfterMs', MAX_WAIT_MS);
   else throw new TypeError('penalize needs retryAfter (a Retry-After value or seconds) or retryAfterMs');
+  return req;
+}
+
+/* An override's rules as sent: {rule: amount}, a rule by its conf name or
+ * its 0-based index in the scope ("0"), 1 to MAX_TOKENS of them, each
+ * amount a whole number 1..MAX_COST. */
+function ruleAmounts(rules) {
+  if (rules === null || typeof rules !== 'object' || Array.isArray(rules)) {
+    throw new TypeError('rules must be an object of rule name or index to amount');
+  }
+  const names = Object.keys(rules);
+  if (names.length < 1 || names.length > MAX_TOKENS) {
+    throw new RangeError(`rules: 1 to ${MAX_TOKENS} rules, not ${names.length}`);
+  }
+  const out = {};
+  for (const name of names) {
+    const n = rules[name];
+    if (!name) throw new TypeError('rules: a rule is a name or a 0-based index');
+    if (!Number.isInteger(n)) throw new TypeError(`rules: ${show(name)} must be a whole number >= 1, not ${show(n)}`);
+    if (n < 1 || n > MAX_COST) throw new RangeError(`rules: ${show(name)} must be 1 to ${MAX_COST}, not ${n}`);
+    out[name] = n;
+  }
+  return out;
+}
+
+/* ttlMs (required, 1 ms to 30 days) and minDelayMs (at most 24h) in ms, as
+ * on the wire; rules: see ruleAmounts. At least one of minDelayMs and
+ * rules. Neither key nor url: the scope's default key. */
+function overrideRequest(scope, key, o) {
+  if (scope == null) throw new TypeError('override needs a scope');
+  const req = { op: 'override', scope: String(scope) };
+  setKey(req, key, o.url);
+  if (o.ttlMs == null) throw new TypeError('override needs ttlMs (how long it holds)');
+  req.ttl_ms = wholeMs(o.ttlMs, 'ttlMs', MAX_OVERRIDE_TTL_MS, '30 days');
+  if (req.ttl_ms < 1) throw new RangeError(`ttlMs must be more than 0, not ${o.ttlMs}`);
+  if (o.minDelayMs == null && o.rules == null) {
+    throw new TypeError('override needs minDelayMs or rules (what it sets)');
+  }
+  if (o.minDelayMs != null) req.min_delay_ms = wholeMs(o.minDelayMs, 'minDelayMs', MAX_WAIT_MS);
+  if (o.rules != null) req.rules = ruleAmounts(o.rules);
   return req;
 }
 
@@ -522,6 +564,7 @@ module.exports = {
   acquireRequest,
   releaseRequest,
   penalizeRequest,
+  overrideRequest,
   keyRequest,
   outcomeFor,
   splitArgs,

@@ -5,8 +5,8 @@
  * Every call's result is checked, refusals included: their class, code,
  * retryAfterMs, rule and retryable; a lease's fields; release twice sends
  * once; the scope's default key; url keys; pipelining (replies out of
- * order, matched by id); tokens; penalize and reset; dispose; arguments
- * refused before anything is sent.
+ * order, matched by id); tokens; penalize and reset; override; dispose;
+ * arguments refused before anything is sent.
  */
 
 const test = require('node:test');
@@ -262,6 +262,43 @@ test('penalize holds a key back; reset lifts it', async () => {
   assert.equal((await client.penalize('pen', key('pen-s'), { retryAfter: 2 })).penalty_ms, 2000);
 });
 
+test('override tightens a rule until reset lifts it; loosening is bounded', async () => {
+  const k = key('ovr');
+  const r = await client.override('ovr', k, { ttlMs: 60000, rules: { 0: 1 } });
+  assert.deepEqual([r.ok, r.backend, r.ttl_ms, 'id' in r], [true, 'local', 60000, false]);
+  const lease = await client.tryAcquire('ovr', k);
+  assert.equal(lease.remaining, 0);
+  await assert.rejects(client.tryAcquire('ovr', k), (e) => e instanceof admit.Limited && e.rule === 'requests fixed-window 5/1h');
+  await lease.release();
+  // past override_max (2 x 5): the daemon's BadRequest
+  await assert.rejects(client.override('ovr', k, { ttlMs: 60000, rules: { 0: 11 } }),
+    (e) => e instanceof admit.BadRequest && e.code === 'bad_request' && /override_max/.test(e.message) && !e.retryable);
+  const info = await client.inspect('ovr', k);
+  assert.deepEqual(info.override.rules, { 0: 1 });
+  assert.ok(info.override.ttl_ms > 0 && info.override.ttl_ms <= 60000, `ttl_ms ${info.override.ttl_ms}`);
+  assert.equal(info.rules[0].capacity, 1);
+  assert.equal((await client.reset('ovr', k)).ok, true);
+  const after = await client.inspect('ovr', k);
+  assert.equal('override' in after, false);
+  assert.equal(after.rules[0].capacity, 5);
+  assert.equal(await admitted('ovr', k), true);
+});
+
+test('override: the default key, a url, replacing, and the refusals', async () => {
+  await client.override('ovr', { ttlMs: 60000, rules: { 0: 1 } });
+  assert.equal((await client.inspect('ovr', 'k')).override.rules['0'], 1);
+  const host = `${key('ovr-url').toLowerCase()}.example.com`;
+  await client.override({ scope: 'ovr', url: `https://${host.toUpperCase()}/x`, ttlMs: 60000, rules: { 0: 10 } });
+  assert.equal((await client.tryAcquire('ovr', host)).remaining, 9);
+  await client.override('ovr', host, { ttlMs: 60000, rules: { 0: 2 } }); // replaces the last whole
+  assert.equal(await admitted('ovr', host), true);
+  assert.equal(await admitted('ovr', host), false);
+  await assert.rejects(client.override('pen', 'k', { ttlMs: 1000, rules: { 0: 1 } }), admit.BadRequest);
+  await assert.rejects(client.override('ovr', 'k', { ttlMs: 1000, rules: { fast: 1 } }), admit.BadRequest);
+  await assert.rejects(client.override('ovr', 'k', { ttlMs: 1000, minDelayMs: 5 }), admit.BadRequest);
+  await assert.rejects(client.override('nope', 'k', { ttlMs: 1000, rules: { 0: 1 } }), admit.UnknownScope);
+});
+
 test('a multi-target lease names its targets; a refusal books nothing', async () => {
   const k1 = key('t1');
   const k2 = key('t2');
@@ -333,6 +370,19 @@ test('arguments are checked before anything is sent', async () => {
   await assert.rejects(c.release('x', { outcome: 'maybe' }), TypeError);
   await assert.rejects(c.reset('one'), TypeError);
   await assert.rejects(c.inspect('one'), TypeError);
+  await assert.rejects(c.override('ovr', 'a', { rules: { 0: 1 } }), TypeError); // no ttlMs
+  await assert.rejects(c.override('ovr', 'a', { ttlMs: 1000 }), TypeError); // nothing to set
+  await assert.rejects(c.override('ovr', 'a', { ttlMs: 0, rules: { 0: 1 } }), RangeError);
+  await assert.rejects(c.override('ovr', 'a', { ttlMs: 2592000001, rules: { 0: 1 } }), RangeError);
+  await assert.rejects(c.override('ovr', 'a', { ttlMs: '1000', rules: { 0: 1 } }), TypeError);
+  await assert.rejects(c.override('ovr', 'a', { ttlMs: 1000, minDelayMs: -1 }), RangeError);
+  await assert.rejects(c.override('ovr', 'a', { ttlMs: 1000, minDelayMs: 86400001 }), RangeError);
+  await assert.rejects(c.override('ovr', 'a', { ttlMs: 1000, rules: [] }), TypeError);
+  await assert.rejects(c.override('ovr', 'a', { ttlMs: 1000, rules: {} }), RangeError);
+  await assert.rejects(c.override('ovr', 'a', { ttlMs: 1000, rules: { 0: 0 } }), RangeError);
+  await assert.rejects(c.override('ovr', 'a', { ttlMs: 1000, rules: { 0: 1.5 } }), TypeError);
+  await assert.rejects(c.override('ovr', 'a', { ttlMs: 1000, rules: { '': 1 } }), TypeError);
+  await assert.rejects(c.override('ovr', 'a', { url: 'http://a/', ttlMs: 1000, rules: { 0: 1 } }), TypeError);
   assert.throws(() => new admit.Client({ connectTimeoutMs: -1 }), RangeError);
   assert.throws(() => new admit.Client({ connectTimeoutMs: '5' }), TypeError);
   assert.throws(() => new admit.Client({ maxLine: 1 }), RangeError);

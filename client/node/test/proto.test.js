@@ -2,7 +2,7 @@
 /*
  * proto.test.js - the pure codec (lib/proto.js): which id the daemon will
  * echo for a raw line, ids matched whatever their key order, the id-less
- * FIFO and line_too_long's pick, and url keys.
+ * FIFO and line_too_long's pick, url keys, and the override request.
  */
 
 const test = require('node:test');
@@ -66,4 +66,16 @@ test('spend takes the connect time from the budget, keeping a wait a wait', () =
   assert.equal(proto.connectBudget({ op: 'acquire', timeout_ms: 0 }), 0);
   assert.equal(proto.connectBudget({ op: 'acquire' }), null);
   assert.equal(proto.connectBudget({ op: 'ping' }), null);
+});
+
+test('overrideRequest: ms as on the wire, rules by name or index', () => {
+  assert.deepEqual(proto.overrideRequest('s', 'k', { ttlMs: 60000, rules: { 0: 1 } }),
+    { op: 'override', scope: 's', key: 'k', ttl_ms: 60000, rules: { 0: 1 } });
+  assert.deepEqual(proto.overrideRequest('s', null, { url: 'http://h/', ttlMs: 0.2, minDelayMs: 250.1, rules: { burst: 20 } }),
+    { op: 'override', scope: 's', url: 'http://h/', ttl_ms: 1, min_delay_ms: 251, rules: { burst: 20 } });
+  // neither key nor url: the scope's default key, resolved by the daemon
+  assert.deepEqual(proto.overrideRequest('s', null, { ttlMs: 2592000000, minDelayMs: 0 }),
+    { op: 'override', scope: 's', ttl_ms: 2592000000, min_delay_ms: 0 });
+  assert.throws(() => proto.overrideRequest('s', 'k', { ttlMs: 1, rules: Object.fromEntries([...Array(17).keys()].map((i) => [`r${i}`, 1])) }), RangeError);
+  assert.throws(() => proto.overrideRequest(null, 'k', { ttlMs: 1, rules: { 0: 1 } }), TypeError);
 });

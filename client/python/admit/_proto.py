@@ -2,14 +2,14 @@
 
 Owns: the default socket path resolution, turning API arguments into
 request dicts (acquire with its targets and reservation, release,
-penalize, reset, inspect), the key the daemon derives from a URL, encoding
-a request as one JSON line, checking a reply (raise the matching AdmitError
-or hand back the dict), the state a lease carries, and the connect rules
-both clients follow: which connect errors mean "the daemon is not up yet"
-(retried with a jittered backoff within the connect timeout and the
-request's budget), and how a connection the daemon closed is recognised
-before a request is sent on it. The blocking client (client.py) and the
-asyncio client (aio.py) differ only in how lines move.
+penalize, reset, override, inspect), the key the daemon derives from a
+URL, encoding a request as one JSON line, checking a reply (raise the
+matching AdmitError or hand back the dict), the state a lease carries, and
+the connect rules both clients follow: which connect errors mean "the
+daemon is not up yet" (retried with a jittered backoff within the connect
+timeout and the request's budget), and how a connection the daemon closed
+is recognised before a request is sent on it. The blocking client
+(client.py) and the asyncio client (aio.py) differ only in how lines move.
 """
 
 import collections
@@ -67,19 +67,20 @@ def socket_path(socket=None):
     return DEFAULT_SOCKET
 
 
-def seconds_to_ms(seconds, what, max_ms=None):
+def seconds_to_ms(seconds, what, max_ms=None, max_text="24h"):
     """A non-negative duration in seconds (int or float) as whole
     milliseconds, rounded up so that a tiny positive wait never becomes 0
-    ("do not wait"). Past max_ms it is refused here, in seconds, the unit
-    it was given in (the daemon would word it in ms)."""
+    ("do not wait"). Past max_ms (max_text says it for people) it is
+    refused here, in seconds, the unit it was given in (the daemon would
+    word it in ms)."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise TypeError("%s must be a number of seconds, not %r" % (what, seconds))
     if seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
         raise ValueError("%s must be a finite number >= 0, not %r" % (what, seconds))
     ms = int(math.ceil(seconds * 1000.0 - 1e-9))
     if max_ms is not None and ms > max_ms:
-        raise ValueError("%s must be at most %d seconds (24h), not %r"
-                         % (what, max_ms // 1000, seconds))
+        raise ValueError("%s must be at most %d seconds (%s), not %r"
+                         % (what, max_ms // 1000, max_text, seconds))
     return ms
 
 
@@ -129,6 +130,7 @@ MAX_TOKENS = 16
 MAX_KEY = 512
 MAX_COST = 1000000000  # cost, and each token count
 MAX_WAIT_MS = 86400000  # timeout_ms and retry_after_ms: 24h
+MAX_OVERRIDE_TTL_MS = 2592000000  # an override's ttl_ms: 30 days
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 # The fields of one target of a multi-target acquire.
@@ -343,6 +345,54 @@ def penalize_request(scope, key=None, url=None, retry_after=None):
     else:
         req["retry_after_ms"] = seconds_to_ms(retry_after, "retry_after", MAX_WAIT_MS)
     return req
+
+
+def override_request(scope, key=None, url=None, ttl=None, min_delay=None, rules=None):
+    """The override request dict. ttl (required) and min_delay are seconds,
+    sent as ttl_ms (at least 1 ms, at most 30 days) and min_delay_ms; rules
+    is {rule: amount}, a rule named as in the conf or by its 0-based index
+    in the scope (an int or its decimal string), each amount a whole number
+    >= 1. At least one of min_delay (at most 24h) and rules. Neither key
+    nor url: the scope's default key."""
+    req = {"op": "override", "scope": str(scope)}
+    _target(req, key, url)
+    if ttl is None:
+        raise TypeError("override needs ttl (seconds the override holds)")
+    req["ttl_ms"] = seconds_to_ms(ttl, "ttl", MAX_OVERRIDE_TTL_MS, "30 days")
+    if req["ttl_ms"] == 0:
+        raise ValueError("ttl must be more than 0 seconds, not %r" % (ttl,))
+    if min_delay is None and rules is None:
+        raise TypeError("override needs min_delay or rules (what it sets)")
+    if min_delay is not None:
+        req["min_delay_ms"] = seconds_to_ms(min_delay, "min_delay", MAX_WAIT_MS)
+    if rules is not None:
+        req["rules"] = rule_amounts(rules)
+    return req
+
+
+def rule_amounts(rules):
+    """An override's {rule: amount} as sent: names are non-empty strings,
+    or ints (a rule's index, sent as its decimal string); amounts whole
+    numbers 1..MAX_COST."""
+    if not isinstance(rules, dict):
+        raise TypeError("rules must be a dict of rule name or index to amount, not %r"
+                        % (rules,))
+    if not rules or len(rules) > MAX_TOKENS:
+        raise ValueError("rules: 1 to %d rules, not %d" % (MAX_TOKENS, len(rules)))
+    out = {}
+    for rule, n in rules.items():
+        if isinstance(rule, int) and not isinstance(rule, bool) and rule >= 0:
+            rule = str(rule)
+        if not isinstance(rule, str) or not rule:
+            raise ValueError("rules: a rule is a name or a 0-based index, not %r" % (rule,))
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError("rules: %r must be a whole number >= 1, not %r" % (rule, n))
+        if n > MAX_COST:
+            raise ValueError("rules: %r must be at most %d, not %r" % (rule, MAX_COST, n))
+        if rule in out:
+            raise ValueError("rules: %r is given twice" % (rule,))
+        out[rule] = n
+    return out
 
 
 def _check_ints(v, path):

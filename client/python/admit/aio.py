@@ -429,6 +429,11 @@ class AsyncClient(object):
         """See Client.reset."""
         return await self.request(_proto.key_request("reset", scope, key, url))
 
+    async def override(self, scope, key=None, url=None, *, ttl, min_delay=None, rules=None):
+        """See Client.override."""
+        return await self.request(
+            _proto.override_request(scope, key, url, ttl, min_delay, rules))
+
     async def inspect(self, scope, key=None, url=None, cls=None):
         """See Client.inspect."""
         return await self.request(_proto.key_request("inspect", scope, key, url, cls))

@@ -497,12 +497,26 @@ class Client(object):
         conf's ``key =``). Returns the reply ({"ok": True})."""
         return self.request(_proto.key_request("reset", scope, key, url))
 
+    def override(self, scope, key=None, url=None, *, ttl, min_delay=None, rules=None):
+        """For ttl seconds, replace key's (or url's host's; neither: the
+        scope's default key) min_delay (seconds) and rule amounts (rules:
+        {"0": 1} or {"burst": 20}, a rule by its conf name or its 0-based
+        index in the scope), on every daemon; give min_delay or rules or
+        both. A new override replaces the key's last one whole, and reset
+        lifts it. The scope's override_max bounds loosening (BadRequest
+        past it, or when the scope takes no overrides); Unavailable when
+        Redis could not be told (the override holds on this daemon only).
+        Returns the reply ({"ok": True, "backend": ..., "ttl_ms": ...})."""
+        return self.request(_proto.override_request(scope, key, url, ttl, min_delay, rules))
+
     def inspect(self, scope, key=None, url=None, cls=None):
         """Where key (or url's host; neither: the scope's default key)
         stands in scope: the reply dict with
         backend, scope, key, penalty_ms, next_in_ms, leases, quota (when the
         scope has one: used, limit, frees_in_ms) and rules (rule, remaining,
-        capacity, full_in_ms), for class cls (None: the default class)."""
+        capacity, full_in_ms), and while an override is in force override
+        (ttl_ms, min_delay_ms, rules), for class cls (None: the default
+        class)."""
         return self.request(_proto.key_request("inspect", scope, key, url, cls))
 
     def status(self):

@@ -71,9 +71,16 @@ class high = r
 class low = r floor=1
 default_class = high
 timeout = 1s
+
+[scope ovr]
+; per-key overrides: tighten freely, loosen up to 2x (rule 0: at most 10)
+rule = requests fixed-window 5/1h
+override_max = 2
+key = k
+timeout = 1s
 """
 
-SCOPES = ("one", "two", "narrow", "quota", "pen", "tok", "cost", "cls")
+SCOPES = ("one", "two", "narrow", "quota", "pen", "tok", "cost", "cls", "ovr")
 
 # Generous bounds for "answered at once" on a loaded or sanitized box.
 PROMPT = 1.0 if harness.VALGRIND else 0.5
@@ -89,6 +96,7 @@ def unreachable_calls(client):
         lambda: client.try_acquire("one", "k"),
         lambda: client.release("lease-x"),
         lambda: client.penalize("one", "k", retry_after=1),
+        lambda: client.override("one", "k", ttl=1, rules={"0": 1}),
     ]
 
 

@@ -66,6 +66,13 @@ timeout = 1s
 [scope cc]
 cluster_concurrency = 1
 timeout = 1s
+
+[scope ovr]
+; per-key overrides: tighten freely, loosen up to 2x (rule 0: at most 10)
+rule = requests fixed-window 5/1h
+override_max = 2
+key = k
+timeout = 1s
 `;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
