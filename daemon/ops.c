@@ -493,8 +493,14 @@ static void ops_inspect_override(struct preply *r, const struct conf_scope *cs,
 	preply_int(r, "ttl_ms", ov->until - now);
 	if (ov->min_delay_ms >= 0 && cs->min_delay_ms > 0)
 		preply_int(r, "min_delay_ms", lim_min_delay(cs, sh));
+	for (i = 0; i < cs->nrules && i < ov->nrules && ov->amount[i] <= 0; i++)
+		;
+	if (i == cs->nrules || i == ov->nrules) { /* it sets no rule amount */
+		preply_pop(r);
+		return;
+	}
 	preply_push(r, "rules");
-	for (i = 0; i < cs->nrules && i < ov->nrules; i++) {
+	for (; i < cs->nrules && i < ov->nrules; i++) {
 		if (ov->amount[i] <= 0)
 			continue;
 		snprintf(idx, sizeof(idx), "%zu", i);
