@@ -136,6 +136,11 @@ static const struct conf_key conf_admitd_keys[] = {
 	  "acquires of different keys that one pass of the event loop sends on one Redis "
 	  "connection go in one call, each decided alone, at most this many (1: a call each; "
 	  "not in a Cluster)" },
+	{ "redis_refusal_hold", CT_DURATION, ADMITD_OFF(redis_refusal_hold_ms), "1s", 0, MS_MIN,
+	  CONF_F_LIVE,
+	  "a refusal Redis gave a key (a wait no release can shorten) is given again here, "
+	  "with no call, until that wait ends but for at most this long: a reset or override "
+	  "through another daemon reaches this one within it (0: every acquire asks Redis)" },
 	{ "redis_functions", CT_BOOL, ADMITD_OFF(redis_functions), "yes", 0, 0, CONF_F_REDIS,
 	  "load the scripts as one function library and FCALL them (Redis 7); no, or a Redis "
 	  "that refuses FUNCTION LOAD: EVALSHA" },

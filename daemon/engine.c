@@ -131,7 +131,8 @@ struct eng_refused {
 	const struct conf_scope *cs; /* the conf it was decided under */
 	const struct conf_class *cls;
 	int64_t cost;
-	int64_t at, until; /* when Redis said it, when it may pass (mono ms) */
+	int64_t at, until; /* when Redis said it, until when it is given again (mono ms) */
+	int64_t wait_end;  /* when Redis said it may pass */
 	const char *rule;
 	struct lim_left left;
 };
@@ -148,8 +149,17 @@ void eng_refused_keep(const struct waiter *w, const struct eng_res *res)
 	struct eng_refused *r = kq->refused;
 	int64_t now = clock_mono_ms();
 
+	int64_t hold = kq->sc->ad->conf->redis_refusal_hold_ms, until;
+	const struct lim_ovr *ov;
+
 	if (w->nt != 1 || w->nreserve != 0 || res->admitted || res->slot_wait ||
-	    res->retry_after_ms <= 0 || res->unavailable || kq->sc->cs->shadow)
+	    res->retry_after_ms <= 0 || res->unavailable || kq->sc->cs->shadow || hold <= 0)
+		return;
+	until = now + (res->retry_after_ms < hold ? res->retry_after_ms : hold);
+	/* the end of an override may let it pass sooner than Redis said */
+	if ((ov = lim_ovr_in_force(kq_lim(kq), kq->sc->cs, now)) != NULL && ov->until < until)
+		until = ov->until;
+	if (until <= now)
 		return;
 	if (r == NULL && (r = malloc(sizeof(*r))) == NULL)
 		return; /* the next ask goes to Redis, as without it */
@@ -157,7 +167,8 @@ void eng_refused_keep(const struct waiter *w, const struct eng_res *res)
 				   .cls = w->t[0].cls,
 				   .cost = w->t[0].cost,
 				   .at = now,
-				   .until = now + res->retry_after_ms,
+				   .until = until,
+				   .wait_end = now + res->retry_after_ms,
 				   .rule = res->rule,
 				   .left = res->left };
 	kq->refused = r;
@@ -181,7 +192,7 @@ static bool eng_refused_known(struct waiter *w, struct eng_res *res)
 		return false;
 	*res = (struct eng_res){ .via = VIA_REDIS,
 				 .refused = true,
-				 .retry_after_ms = r->until - now,
+				 .retry_after_ms = r->wait_end - now,
 				 .rule = r->rule,
 				 .by = kq,
 				 .left = r->left };

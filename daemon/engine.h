@@ -53,13 +53,14 @@ typedef void eng_cb(void *arg, const struct eng_res *r);
  * The refusals Redis already answered. A single-target acquire that Redis
  * refused with a known wait that no release can shorten (pacing, a
  * penalty, a rate rule, the quota: not a lease slot) is refused here, with
- * no call, until that wait has passed, for the same class and a cost at
- * least as large with no reservation: nothing but a refund can admit it
- * sooner. A release through this daemon of a lease on the key, a rollback
- * of one, a reset or an override through it, and a reload forget it. A
- * refund, reset or override through another daemon is not seen: the key
- * is refused here until the wait Redis gave (what it would have been
- * without that), never admitted beyond a limit.
+ * no call, until that wait has passed (but for at most redis_refusal_hold,
+ * and not past the end of the key's override), for the same class and a
+ * cost at least as large with no reservation: nothing but a refund, a
+ * reset or an override can admit it sooner. A release through this daemon
+ * of a lease on the key, a rollback of one, a reset or an override through
+ * it, and a reload forget it; one through another daemon is seen here
+ * within redis_refusal_hold (until then the key is refused as Redis said,
+ * never admitted beyond a limit).
  *
  * eng_refused_keep - remember res (a refusal Redis gave the waiter w of one
  * target) on its key; eng_refused_forget - kq's is forgotten (and freed).

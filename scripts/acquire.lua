@@ -56,8 +56,42 @@ if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+-- The plainest plan: one acquire of one requests rule whose hash holds the
+-- penalty, and nothing else (no pacing, quota, lease set, settlement record,
+-- adaptive amount or override: ARGV ends at not_after). The same decision and
+-- reply as acquire_one's general path below, which it must match, made as a
+-- plain bucket script makes it: no table of rules, no closures.
+local function acquire_plain(KEYS, ARGV)
+	local not_after = tonumber(ARGV[22])
+	if not_after > 0 and now > not_after then
+		return { 0, 0, -6, now }
+	end
+	local ops, np = strat_prep({ kind = ARGV[15], amount = tonumber(ARGV[16]),
+		window_ms = tonumber(ARGV[17]), burst = tonumber(ARGV[18]) })
+	local key, cost = KEYS[4], tonumber(ARGV[3])
+	local h = redis.call('HMGET', key, 'a', 'b', 't', 'penalty_until')
+	local st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
+	local penalty_until = tonumber(h[4]) or 0
+	local ok, w = strat_check_prepared(st, ops, np, now, cost, tonumber(ARGV[4]))
+	local wait, code = 0, -1 -- the longest wait names the refusal (ties: the penalty)
+	if now < penalty_until then wait, code = penalty_until - now, -2 end
+	if not ok and (code == -1 or w == -1 or w > wait) then wait, code = w, tonumber(ARGV[19]) end
+	if code ~= -1 then
+		return { 0, wait, code, now, 0, 0, 0, 0, 0, 0, st.a, st.b, st.t }
+	end
+	strat_book_prepared(st, ops, np, now, cost)
+	redis.call('HSET', key, 'a', st.a, 'b', st.b, 't', st.t)
+	redis.call('PEXPIRE', key, strat_ttl_prepared(ops, np))
+	return { 1, 0, -1, now, 0, 0, 0, 0, 0, 0, st.a, st.b, st.t }
+end
+
 -- One acquire: KEYS and ARGV as described above, now the Redis time.
 local function acquire_one(KEYS, ARGV)
+	if ARGV[23] == nil and ARGV[13] == '1' and ARGV[14] == 'r' and ARGV[21] == '1' and
+	    ARGV[2] == '1' and ARGV[5] == '0' and ARGV[7] == '0' and ARGV[8] == '0' and
+	    ARGV[12] == '0' then
+		return acquire_plain(KEYS, ARGV)
+	end
 
 	local lease_ids = ARGV[1]
 	local count = tonumber(ARGV[2])

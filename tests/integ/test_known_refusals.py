@@ -7,7 +7,8 @@ class and a cost at least as large. Checked with a real redis-server: a
 burst of try-acquires on a refused key costs one script call; the replies
 keep their rule, target and a retry_after_ms that counts down; a smaller
 cost, another class, a lease-slot refusal, and asks after a reset, an
-override or a release through this daemon all go to Redis again.
+override or a release that books through this daemon all go to Redis again;
+a reset through another daemon is seen within redis_refusal_hold (1 s).
 """
 
 import time
@@ -134,6 +135,24 @@ class KnownRefusalTest(unittest.TestCase):
         before = evalsha_calls(self.rs)
         self.assertFalse(self.acq("tok", "t")["ok"])
         self.assertEqual(evalsha_calls(self.rs) - before, 1)
+
+    def test_a_reset_elsewhere_is_seen_within_the_hold(self):
+        other = Admitd(CONF, redis_url=self.rs.url).start()
+        self.addCleanup(other.cleanup)
+        oc = other.connect()
+        self.addCleanup(oc.close)
+        self.assertTrue(self.c.request({"op": "penalize", "scope": "one", "key": "r",
+                                        "retry_after_ms": 600000})["ok"])
+        self.assertEqual(self.acq("one", "r")["rule"], "penalty")
+        self.assertTrue(oc.request({"op": "reset", "scope": "one", "key": "r"})["ok"])
+        r = self.acq("one", "r")  # known here: the penalty Redis gave
+        self.assertEqual((r["ok"], r["rule"]), (False, "penalty"), r)
+        self.assertGreater(r["retry_after_ms"], 590000, r)
+        t0 = time.monotonic()
+        while not self.acq("one", "r")["ok"]:
+            self.assertLess(time.monotonic() - t0, 1.5, "the reset did not reach this daemon")
+            time.sleep(0.05)
+        self.assertGreater(time.monotonic() - t0, 0.5)  # it was held, for about 1s
 
     def test_asks_again_once_the_wait_has_passed(self):
         self.assertTrue(self.c.request({"op": "penalize", "scope": "one", "key": "w",

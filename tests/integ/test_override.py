@@ -19,6 +19,10 @@ from .harness import Admitd, RedisServer, acquire_req
 from .test_reload import ReloadCase
 
 CONF = """
+[admitd]
+; what another daemon sets is seen at once (not after a known refusal's hold)
+redis_refusal_hold = 0
+
 [scope api]
 rule = requests fixed-window 5/1h
 override_max = 2
