@@ -238,10 +238,10 @@ function overrideRequest(scope, key, o) {
   return req;
 }
 
-/* reset and inspect: {"op", "scope", "key" or "url"[, "class"]}. */
+/* reset and inspect: {"op", "scope", "key" or "url"[, "class"]}; neither
+ * key nor url: the scope's default key (its conf's `key =`). */
 function keyRequest(op, scope, key, o) {
   if (scope == null) throw new TypeError(`${op} needs a scope`);
-  if (key == null && o.url == null) throw new TypeError(`${op} needs a key or a url`);
   const req = { op, scope: String(scope) };
   setKey(req, key, o.url);
   if (o.class != null) req.class = String(o.class);

@@ -192,6 +192,10 @@ test("a scope's default key needs no key", async () => {
   assert.equal(await admitted('dflt', 'other'), true);
   assert.equal(await lease.release(), true);
   assert.equal(await admitted('dflt', 'shared'), true);
+  // inspect and reset take it too; a scope without one is the daemon's bad_request
+  assert.equal((await client.inspect('dflt')).key, 'shared');
+  assert.equal((await client.reset('dflt')).ok, true);
+  await assert.rejects(client.reset('one'), admit.BadRequest);
 });
 
 test('a url is keyed by its host, as the daemon does', async () => {
@@ -368,8 +372,8 @@ test('arguments are checked before anything is sent', async () => {
   await assert.rejects(c.penalize('one', 'a'), TypeError);
   await assert.rejects(c.release(42), TypeError);
   await assert.rejects(c.release('x', { outcome: 'maybe' }), TypeError);
-  await assert.rejects(c.reset('one'), TypeError);
-  await assert.rejects(c.inspect('one'), TypeError);
+  await assert.rejects(c.reset(), TypeError);
+  await assert.rejects(c.inspect(), TypeError);
   await assert.rejects(c.override('ovr', 'a', { rules: { 0: 1 } }), TypeError); // no ttlMs
   await assert.rejects(c.override('ovr', 'a', { ttlMs: 1000 }), TypeError); // nothing to set
   await assert.rejects(c.override('ovr', 'a', { ttlMs: 0, rules: { 0: 1 } }), RangeError);
