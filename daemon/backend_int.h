@@ -1,0 +1,261 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * backend_int.h - what the rooms of the Redis backend share: struct backend,
+ * the argument vectors, the modes and records of release.lua calls, and
+ * the functions one room calls in another. Not a public interface (that is
+ * backend.h); only backend_redis.c and the rb_*.c files include it.
+ *
+ * Owns: no code. The rooms: backend_redis.c (the state, the calls every
+ * room makes, failures, penalize, inspect/reset/override, health and the
+ * heartbeat), rb_args.c (a plan to KEYS and ARGV), rb_acquire.c (acquire
+ * calls, batched across keys and for a hot key, their replies and
+ * rollbacks) and rb_queue.c (releases, reconciliations, rebooks, the outage
+ * queue and the write-back of what the fallback admitted).
+ */
+
+#ifndef ADMITD_BACKEND_INT_H
+#define ADMITD_BACKEND_INT_H
+
+#include "backend.h"
+
+#include "rpool.h"
+
+#include <sys/queue.h>
+
+/* A pod that has not beaten for this long is not counted by divisor = auto. */
+#define RB_POD_WINDOW_MS 5000
+#define RB_HEARTBEAT_MS	 1000
+/* The release queue: checked every tick, at most BATCH sends a tick. */
+#define RB_QUEUE_TICK_MS   50
+#define RB_QUEUE_BATCH	   1024
+#define RB_QUEUE_MAX	   100000
+#define RB_QUEUE_MAX_BYTES (64 * 1024 * 1024)
+#define RB_QUEUE_ATTEMPTS  20
+/* Waited past a late call's not_after before reconciling it (clock steps). */
+#define RB_CLOCK_MARGIN_MS 50
+/*
+ * How long a lease's settlement record outlives the lease: tokens reported
+ * that much after lease_ttl (a call that outlived its lease) still settle.
+ */
+#define RB_GRACE_MS(cs) ((cs)->lease_ttl_ms)
+/* Nodes listed by `status` (a Cluster of more masters shows the first ones). */
+#define RB_STATUS_NODES 64
+
+/* The operations whose failures are counted, for `status`. */
+enum rb_op {
+	RB_OP_ACQUIRE = 0,
+	RB_OP_RELEASE,
+	RB_OP_ROLLBACK,
+	RB_OP_PENALIZE,
+	RB_OP_HEARTBEAT,
+	RB_OP_RECONCILE,
+	RB_OP_REBOOK,
+	RB_OP_INSPECT,
+	RB_OP_RESET,
+	RB_OP_WRITEBACK,
+	RB_OP_OVERRIDE,
+	RB_OP__COUNT
+};
+extern const char *const rb_op_names[RB_OP__COUNT];
+
+struct rb_rel;
+TAILQ_HEAD(rb_rel_list, rb_rel);
+struct rb_owe;
+TAILQ_HEAD(rb_owe_list, rb_owe);
+
+struct backend {
+	struct admitd *ad;
+	struct rpool *pool;
+	struct rpool_conf pc;
+	char *password;
+	char *sentinel_password;
+	char url_log[512]; /* conf redis with the password hidden, for log lines */
+	bool up;
+	bool closing; /* inside backend_free: calls complete, nothing new is sent */
+	int64_t since_ms;
+	int64_t pods_seen; /* from the last heartbeat while up */
+	int64_t pod_rank;  /* ... and this pod's rank among them (heartbeat.lua) */
+	int64_t offset_ms; /* Redis TIME minus clock_mono_ms, from the last reply */
+	bool offset_known;
+	char pod_id[64];
+	char *pods_key;
+	struct event *hb_ev;
+	int s_acquire, s_release, s_penalize, s_heartbeat, s_reset, s_inspect, s_writeback;
+	int s_override;
+	/* What the fallback admitted while Redis could not be asked, by key
+	 * (rb_owe), and the write-back of it in flight once Redis answers. */
+	struct htab *owed;
+	struct rb_owe_list owing;   /* the same entries, for the write-back */
+	struct rb_owe_list sending; /* sent, or failed and to be sent again */
+	size_t wb_pending;	    /* write-back calls in flight */
+	bool wb_active;		    /* acquires wait for it: Redis serves after */
+	bool wb_partial; /* a write-back while Redis kept serving (see rb_writeback_owed) */
+	uint64_t wb_round, wb_keys, wb_dropped, wb_lost;
+	struct event *wb_ev;
+	uint64_t errors[RB_OP__COUNT]; /* failed calls by operation */
+	uint64_t calls[RB_OP__COUNT];  /* calls the pool took, by operation (metrics) */
+	struct rb_rel_list queue;      /* owed to Redis, oldest first */
+	size_t nqueued;
+	size_t queued_bytes; /* what the queue's records hold (rb_rel.bytes) */
+	struct event *queue_ev;
+	uint64_t reconciled, rebooked, dropped;
+	uint64_t beats; /* heartbeats answered */
+	bool was_up;	/* up at least once: a later up is a return */
+	/* Single-target acquires of this loop pass, by pool connection, sent
+	 * as one call per connection when the pass ends (rb_xb_*). */
+	struct rb_xb *xb; /* nxb of them; NULL: every acquire its own call */
+	size_t nxb, xb_pending;
+	struct event *xb_ev;
+};
+
+/* ---- argument vectors ---- */
+
+/*
+ * A growable argv whose strings it owns. The first 48 arguments and 1 KB of
+ * their bytes live in the struct itself (a call's arguments cost no malloc
+ * and no printf on the hot path); more spill into allocated blocks, which
+ * never move, so every v[i] stays valid while the argv grows.
+ */
+#define RARGS_INLINE_N 48
+#define RARGS_INLINE_B 1024
+
+struct rblk {
+	struct rblk *next;
+	size_t used, cap;
+	char data[];
+};
+
+struct rargs {
+	char **v;
+	size_t *len;
+	size_t n, cap;
+	bool oom;
+	struct rblk *blk; /* overflow bytes, newest first */
+	size_t iused;
+	char *iv[RARGS_INLINE_N];
+	size_t ilen[RARGS_INLINE_N];
+	char ibuf[RARGS_INLINE_B];
+};
+
+/* The modes of release.lua (see its header). */
+enum rb_mode { RB_M_RELEASE = 0, RB_M_ROLLBACK, RB_M_RECONCILE, RB_M_REBOOK, RB_M_OUTCOME };
+
+/*
+ * KEYS and ARGV of release.lua for one target. A release charges the token
+ * meters that apply what was reported, less what was reserved under the
+ * names reported (lim_settle_charge); a rollback refunds `cost` to the
+ * request meters and the reservation to the token meters, and passes x1,
+ * x2 (the pacing it booked and replaced); rebook passes the ms the lease
+ * has left and not_after.
+ */
+struct rb_settle {
+	const struct lim_tokens *tokens, *reserve;
+	size_t ntokens, nreserve;
+	bool own;	   /* sent by the daemon that issued the lease */
+	const char *claim; /* the reservation the handle names (lease_id_claim) */
+	int outcome;	   /* enum adapt_outcome the release reports */
+};
+
+/*
+ * One target of a queued call, by name: a record may wait through reloads,
+ * so it never points into a conf; each send resolves it against the
+ * running one (rb_tgt_resolve). The three strings share one allocation.
+ */
+struct rb_tgt {
+	char *scope;
+	const char *cls; /* NULL: none */
+	const char *key;
+};
+
+/*
+ * struct rb_rel - one release.lua call per target of one lease, in flight
+ * or queued. Owns copies of everything it sends (the lease and its keys may
+ * be gone by the time Redis can take it).
+ */
+struct rb_rel {
+	struct backend *b;
+	TAILQ_ENTRY(rb_rel) link; /* the queue, while queued */
+	enum rb_mode mode;
+	enum rb_op op;
+	char nonce[LIM_LEASE_ID_LEN + 1];
+	bool own;     /* this daemon issued the lease (it knows what was booked) */
+	char *claim;  /* the reservation its handle names, owned; NULL: none */
+	size_t bytes; /* what it holds, counted against the queue's bound */
+	size_t nt;
+	struct rb_tgt t[PROTO_MAX_TARGETS];
+	int64_t cost[PROTO_MAX_TARGETS]; /* rollback: the request units to refund */
+	int64_t x1[PROTO_MAX_TARGETS], x2[PROTO_MAX_TARGETS];
+	size_t ntokens;
+	struct lim_tokens *tokens; /* owned copy (names too), or NULL */
+	int64_t not_before;	   /* mono ms: not sent before (a late booking call's bound) */
+	int attempts;
+	size_t nreserve;
+	struct lim_tokens *reserve; /* owned copy, or NULL */
+	int outcome;		    /* release: enum adapt_outcome, for adaptive targets */
+	bool outcome_only;	    /* release: nothing to settle, only the outcome */
+	/* in flight */
+	size_t pending;
+	bool unknown; /* a target's outcome is unknown */
+	bool gone;    /* rebook: released meanwhile through another daemon */
+	int held;     /* some target answered 1 */
+	bool settled; /* release: some target settled (answered 0 or 1) */
+	bool repeat;  /* release: some target had been settled before (-2) */
+	eng_settled_cb *cb;
+	void *cb_arg;
+};
+
+/* backend_redis.c: the calls every room makes, and their failures */
+int rb_eval(struct backend *b, const struct conf_scope *cs, const char *key, int script,
+	    const struct rargs *a, size_t nkeys, rpool_cb *cb, void *arg);
+int64_t rb_not_after(struct backend *b, int64_t *mono);
+void rb_saw_time(struct backend *b, long long redis_ms);
+void rb_failed(struct backend *b, enum rb_op opi, enum rp_status st, const struct rval *reply);
+void rb_stale(struct backend *b, enum rb_op opi);
+
+/* rb_args.c: a plan to KEYS and ARGV (the scripts' headers say what each holds) */
+extern const char *const rb_mode_names[]; /* by enum rb_mode */
+void rargs_cat(struct rargs *a, const char *const *s, size_t ns);
+void rargs_str(struct rargs *a, const char *s);
+void rargs_int(struct rargs *a, int64_t v);
+void rargs_clear(struct rargs *a);
+void rb_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs, const char *key,
+	    const char *suffix, long idx);
+size_t rb_keys(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+	       const char *key, const struct conf_plan *pl);
+void rb_penalty_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+		    const char *key);
+unsigned rb_affinity(const struct conf_scope *cs, const char *key);
+void rb_adapt_args(struct rargs *a, const struct conf_scope *cs);
+void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
+		     const char *lease_id, size_t count, int64_t not_after,
+		     const struct lim_tokens *reserve, size_t nreserve, size_t *nkeys);
+void rb_release_args(struct rargs *a, const struct backend *b, const struct be_target *t,
+		     const char *lease_id, enum rb_mode mode, int64_t cost,
+		     const struct rb_settle *se, int64_t x1, int64_t x2, size_t *nkeys);
+
+/* rb_acquire.c: acquires of different keys, one call per connection and loop pass */
+bool rb_xb_init(struct backend *b);
+void rb_xb_free(struct backend *b);
+void rb_xb_flush(struct backend *b);
+
+/* rb_queue.c: releases, reconciliations, rebooks, the queue, the write-back */
+bool rb_queue_init(struct backend *b);
+void rb_queue_free(struct backend *b);
+struct rb_rel *rb_rel_new(struct backend *b, enum rb_mode mode, enum rb_op op, const char *nonce);
+bool rb_rel_target(struct rb_rel *r, const struct conf_scope *cs, const struct conf_class *cls,
+		   const char *key);
+bool rb_rel_send(struct rb_rel *r);
+void rb_rel_free(struct rb_rel *r);
+void rb_queue(struct backend *b, struct rb_rel *r, int64_t not_before);
+void rb_queue_run(struct backend *b, bool all_due);
+void rb_reconcile(struct backend *b, const struct waiter *w, const bool *which, const char *nonce,
+		  int64_t after);
+void rb_rebook_all(struct backend *b, const char *why);
+void rb_writeback(struct backend *b);
+void rb_writeback_owed(struct backend *b);
+void rb_owe_penalty(struct backend *b, struct kq *kq, int64_t until);
+
+#endif

@@ -1,0 +1,726 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * rb_acquire.c - the Redis backend's acquires.
+ *
+ * Owns: the acquire calls of one waiter (one call per target, pipelined),
+ * of the first waiters of one hot key (one call), and of the single-target
+ * acquires of different keys one loop pass makes (one call per pool
+ * connection, rb_xb); reading their replies (what is left, the adaptive
+ * amount and the override they carry back), and rolling back the targets
+ * that admitted when another refused, failed or the waiter left.
+ */
+
+#include "backend_int.h"
+
+#include "adaptive_rt.h"
+#include "clock.h"
+#include "log.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- acquire ---- */
+
+enum rb_outcome { RB_R_REFUSED = 0, RB_R_ADMITTED, RB_R_STALE, RB_R_UNKNOWN };
+
+struct rb_acq {
+	struct backend *b;
+	struct waiter *w;
+	eng_cb *cb;
+	void *arg;
+	char lease_id[LIM_LEASE_ID_LEN + 1];
+	size_t pending;
+	int64_t not_after_mono; /* no run of these scripts books after this */
+	struct eng_res res;	/* the answer, once decided */
+	size_t rollbacks;	/* answered when the last rollback is in */
+	struct {
+		enum rb_outcome out;
+		int64_t retry;
+		long code;
+		int64_t next_booked, next_before;
+		struct lim_left left;
+	} r[PROTO_MAX_TARGETS];
+};
+
+/*
+ * What the acquire script's reply says is left of t's limits after its
+ * decision (reply[7..9]: leases, quota instants, the newest; then a, b, t
+ * per rule of the plan; reply[6] is the adaptive amount), folded into acc. A reply without it (a stale run)
+ * adds nothing.
+ */
+static void rb_left_parse(struct lim_left *acc, const struct rval *reply, const struct target_rt *t)
+{
+	const struct conf_scope *cs = t->kq->sc->cs;
+	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
+	struct strat_state few[8] = { { 0, 0, 0 } }, *rules = few;
+	struct lim_share sh = LIM_WHOLE;
+	size_t k, n = 10 + 3 * pl->nrules;
+
+	if (cs->shadow || reply->n < n)
+		return;
+	for (k = 3; k < n; k++)
+		if (reply->a[k].type != RV_INT)
+			return;
+	if (pl->nrules > sizeof(few) / sizeof(few[0]) &&
+	    (rules = calloc(pl->nrules, sizeof(*rules))) == NULL)
+		return;
+	for (k = 0; k < pl->nrules; k++) {
+		rules[k].a = reply->a[10 + 3 * k].i;
+		rules[k].b = reply->a[11 + 3 * k].i;
+		rules[k].t = reply->a[12 + 3 * k].i;
+	}
+	if (cs->adaptive && reply->a[6].i > 0) { /* the capacities the check used */
+		sh.ad_amt = reply->a[6].i;
+		sh.ad_ceil = cs->adapt.ceil;
+	}
+	if ((sh.ov = lim_ovr_in_force(kq_lim(t->kq), cs, clock_mono_ms())) != NULL)
+		sh.ov_milli = cs->override_milli; /* rb_ovr_mirror has just set it */
+	lim_left_scope(acc, cs, t->cls, sh, rules, true, reply->a[7].i, reply->a[8].i,
+		       reply->a[9].i, reply->a[3].i);
+	if (rules != few)
+		free(rules);
+}
+
+/*
+ * What an acquire reply says of t's override (after the rules' counters: its
+ * end, its min_delay, then per rule of the plan its amount): the key's
+ * in-process state takes it, on this daemon's clock, so that the fallback
+ * holds it too should Redis go away, and so that what is left is counted
+ * against it. An override another daemon set, or lifted, comes here too.
+ */
+static void rb_ovr_mirror(const struct rval *reply, const struct target_rt *t)
+{
+	const struct conf_scope *cs = t->kq->sc->cs;
+	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
+	struct lim_state *st = kq_lim(t->kq);
+	size_t k, base = 10 + 3 * pl->nrules;
+	int64_t until;
+
+	if (cs->override_milli <= 0 || st == NULL || reply->n < base + 2 + pl->nrules)
+		return;
+	for (k = base; k < base + 2 + pl->nrules; k++)
+		if (reply->a[k].type != RV_INT)
+			return;
+	if (reply->a[base].i <= reply->a[3].i) {
+		lim_override_lift(st);
+		return;
+	}
+	until = clock_mono_ms() + (reply->a[base].i - reply->a[3].i);
+	if ((st->ov == NULL || st->ov->nrules != cs->nrules) &&
+	    !lim_override(st, cs, until, -1, NULL))
+		return;
+	st->ov->until = until;
+	st->ov->min_delay_ms = reply->a[base + 1].i;
+	for (k = 0; k < pl->nrules; k++)
+		st->ov->amount[pl->rules[k]] = reply->a[base + 2 + k].i;
+}
+
+/* Undo the targets of q that Redis admitted (another refused or failed). */
+static void rb_acq_finish(struct rb_acq *q)
+{
+	q->cb(q->arg, &q->res);
+	free(q);
+}
+
+/* A rollback answered (or was queued after an unknown outcome). */
+static void rb_rollback_done(void *arg, const struct eng_settled *st UNUSED)
+{
+	struct rb_acq *q = arg;
+
+	if (--q->rollbacks == 0)
+		rb_acq_finish(q);
+}
+
+/*
+ * Undo the targets Redis admitted, and answer the waiter only once Redis
+ * has: a client told "refused" that asks again at once must not find the
+ * rolled-back booking still there (it may go through another connection).
+ * q->res is the answer; q is finished here or when the last rollback is in.
+ */
+/*
+ * Undo what target i of w booked in Redis under lease_id (next_booked and
+ * next_before: the pacing it set and replaced). With cb, true when cb will
+ * run once Redis has answered; otherwise (or when it cannot be sent now) the
+ * undo goes out alone, or waits in the queue until Redis takes calls again.
+ */
+static bool rb_rollback_target(struct backend *b, const struct waiter *w, size_t i,
+			       const char *lease_id, int64_t next_booked, int64_t next_before,
+			       eng_settled_cb *cb, void *arg)
+{
+	struct rb_rel *r = rb_rel_new(b, RB_M_ROLLBACK, RB_OP_ROLLBACK, lease_id);
+
+	eng_refused_forget(w->t[i].kq); /* a refund: what Redis refused may pass */
+	if (r == NULL || !rb_rel_target(r, w->t[i].kq->sc->cs, w->t[i].cls, w->t[i].kq->key)) {
+		if (r != NULL)
+			rb_rel_free(r);
+		rb_failed(b, RB_OP_ROLLBACK, RP_CONN, NULL);
+		return false;
+	}
+	r->cost[0] = w->t[i].cost;
+	r->reserve = lim_tokens_dup(w->reserve, w->nreserve, &r->nreserve);
+	r->x1[0] = next_booked;
+	r->x2[0] = next_before;
+	r->cb = cb;
+	r->cb_arg = arg;
+	if (rb_rel_send(r))
+		return cb != NULL;
+	r->cb = NULL;
+	rb_queue(b, r, 0);
+	return false;
+}
+
+static void rb_rollback(struct rb_acq *q, bool wait)
+{
+	struct waiter *w = q->w;
+	size_t i;
+
+	q->rollbacks = 1; /* held while they are sent: one may complete at once */
+	for (i = 0; i < w->nt; i++) {
+		if (q->r[i].out != RB_R_ADMITTED)
+			continue;
+		q->rollbacks++;
+		if (!rb_rollback_target(q->b, w, i, q->lease_id, q->r[i].next_booked,
+					q->r[i].next_before, wait ? rb_rollback_done : NULL, q))
+			q->rollbacks--;
+	}
+	rb_rollback_done(q, NULL);
+}
+
+/* All targets answered (or failed): combine, roll back partial admissions. */
+static void rb_acq_done(struct rb_acq *q)
+{
+	struct backend *b = q->b;
+	struct waiter *w = q->w;
+	struct eng_res res = { .admitted = true, .via = VIA_REDIS };
+	bool unknown[PROTO_MAX_TARGETS] = { false };
+	bool failed = false, any_unknown = false;
+	size_t i;
+
+	for (i = 0; i < w->nt; i++) {
+		if (q->r[i].out == RB_R_STALE || q->r[i].out == RB_R_UNKNOWN)
+			failed = true;
+		if (q->r[i].out == RB_R_UNKNOWN)
+			unknown[i] = any_unknown = true;
+	}
+	if (b->closing) {
+		/* The pool is gone: nothing can be sent. What Redis booked
+		 * expires by its TTLs. */
+		struct eng_res gone = { .via = VIA_REDIS, .unavailable = true };
+		q->cb(q->arg, &gone);
+		free(q);
+		return;
+	}
+	for (i = 0; i < w->nt && !failed; i++) {
+		const struct conf_scope *cs = w->t[i].kq->sc->cs;
+		bool admitted = q->r[i].out == RB_R_ADMITTED;
+		if (admitted && lim_release_books(cs, w->t[i].cls))
+			res.booked = true;
+		eng_merge(&res, w->t[i].kq, admitted, q->r[i].retry,
+			  lim_which_rule(cs, q->r[i].code), lim_which_slot(cs, q->r[i].code),
+			  q->r[i].retry < 0
+			      ? lim_which_limit(cs, w->t[i].cls, q->r[i].code, LIM_WHOLE)
+			      : 0);
+	}
+	eng_merge_end(&res);
+	for (i = 0; i < w->nt && !failed; i++)
+		if (q->r[i].left.has)
+			lim_left_fold(&res.left, q->r[i].left.remaining, q->r[i].left.capacity,
+				      q->r[i].left.reset_ms);
+	if (failed) {
+		bool admitted_any = false;
+		for (i = 0; i < w->nt; i++)
+			admitted_any |= q->r[i].out == RB_R_ADMITTED;
+		res = eng_fallback(b->ad, w, q->lease_id);
+		if (any_unknown && res.admitted) {
+			/* The lease the fallback grants is released in Redis too. */
+			res.redis_maybe = true;
+			res.redis_after = q->not_after_mono + RB_CLOCK_MARGIN_MS;
+		} else if (any_unknown) {
+			rb_reconcile(b, w, unknown, q->lease_id, q->not_after_mono);
+		}
+		q->res = res;
+		if (admitted_any) /* Redis is failing: the fallback answers now */
+			rb_rollback(q, false);
+		else
+			rb_acq_finish(q);
+		return;
+	}
+	if (res.admitted && w->canceled) {
+		/* Its client canceled it (or left) while Redis decided: nobody
+		 * will use the admission, so it is undone, not released. */
+		res.admitted = false;
+		res.booked = false;
+		q->res = res;
+		rb_rollback(q, false);
+		return;
+	}
+	q->res = res;
+	if (!res.admitted) {
+		eng_refused_keep(w, &res); /* asked again here only once it can pass */
+		rb_rollback(q, true);
+		return;
+	}
+	rb_acq_finish(q);
+}
+
+struct rb_acq_part {
+	struct rb_acq *q;
+	size_t i;
+};
+
+static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
+{
+	struct rb_acq_part *part = arg;
+	struct rb_acq *q = part->q;
+	size_t i = part->i;
+
+	if (st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n >= 4 &&
+	    reply->a[0].type == RV_INT && reply->a[1].type == RV_INT &&
+	    reply->a[2].type == RV_INT) {
+		q->r[i].out = reply->a[0].i == 1 ? RB_R_ADMITTED : RB_R_REFUSED;
+		q->r[i].retry = reply->a[1].i;
+		q->r[i].code = (long)reply->a[2].i;
+		if (reply->a[3].type == RV_INT)
+			rb_saw_time(q->b, reply->a[3].i);
+		if (reply->n >= 6 && reply->a[4].type == RV_INT && reply->a[5].type == RV_INT) {
+			q->r[i].next_booked = reply->a[4].i;
+			q->r[i].next_before = reply->a[5].i;
+		}
+		if (reply->n >= 7 && reply->a[6].type == RV_INT)
+			adrt_mirror(q->w->t[i].kq, reply->a[6].i);
+		if (q->r[i].code == LIM_WHICH_STALE) {
+			rb_stale(q->b, RB_OP_ACQUIRE);
+			q->r[i].out = RB_R_STALE;
+		} else {
+			rb_ovr_mirror(reply, &q->w->t[i]);
+			rb_left_parse(&q->r[i].left, reply, &q->w->t[i]);
+		}
+	} else {
+		if (st != RP_SHUTDOWN)
+			rb_failed(q->b, RB_OP_ACQUIRE, st, reply);
+		q->r[i].out = RB_R_UNKNOWN;
+	}
+	free(part);
+	if (--q->pending == 0)
+		rb_acq_done(q);
+}
+
+/* ---- acquire, across keys: one call per connection and loop pass ---- */
+
+/*
+ * A single-target acquire is not sent at once: it waits, with the others of
+ * this pass of the event loop for the same pool connection, until the pass
+ * ends (xb_ev is made active, and runs after the pass's other callbacks),
+ * until redis_batch of them wait, or until anything else is sent (so that
+ * what this daemon sends for a key still reaches Redis in the order it was
+ * made). Then one acquire.lua call carries them all ('*' form: each
+ * decided alone, one reply each); one alone goes as it would have. This
+ * adds no waiting, and saves Redis a call's dispatch, its TIME and, on a
+ * socket, its read and write per acquire. In a Cluster the keys of one
+ * connection are not in one slot: there every acquire is its own call.
+ */
+struct rb_xone {
+	struct rargs a; /* KEYS then ARGV, as a lone call would send them */
+	size_t nkeys;
+	struct rb_acq_part *part;
+};
+
+struct rb_xb {
+	struct rb_xone *c[256]; /* redis_batch at most */
+	size_t n;
+	unsigned affinity; /* the first one's: the connection they share */
+};
+
+/* An acquire that was never sent: the fallback decides, nothing to reconcile. */
+static void rb_acq_unsent(struct rb_acq_part *part)
+{
+	struct rb_acq *q = part->q;
+
+	q->b->errors[RB_OP_ACQUIRE]++;
+	q->r[part->i].out = RB_R_STALE;
+	free(part);
+	if (--q->pending == 0) /* as rb_acq_cb ends */
+		rb_acq_done(q);
+}
+
+/* A batch's reply: one acquire reply per acquire, in order. */
+static void rb_xb_cb(void *arg, enum rp_status st, const struct rval *reply)
+{
+	struct rb_xb *x = arg;
+	bool ok = st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == x->n;
+	size_t i;
+
+	for (i = 0; i < x->n; i++)
+		rb_acq_cb(x->c[i]->part, ok ? RP_OK : st,
+			  ok					   ? &reply->a[i]
+			  : reply != NULL && reply->type == RV_ERR ? reply
+								   : NULL);
+	for (i = 0; i < x->n; i++) {
+		rargs_clear(&x->c[i]->a);
+		free(x->c[i]);
+	}
+	free(x);
+}
+
+/* Send what bucket x holds (and empty it). */
+static void rb_xb_send(struct backend *b, struct rb_xb *x)
+{
+	const char **argv = NULL;
+	size_t *len = NULL, i, j, k = 0, nkeys = 0, argc = 0;
+	struct rb_xb *out = NULL;
+	struct rargs hdr = { 0 };
+	struct rpool_call call = { .affinity = x->affinity, .script = (size_t)b->s_acquire };
+
+	if (x->n == 0)
+		return;
+	b->xb_pending -= x->n;
+	if (x->n == 1) {
+		struct rb_xone *one = x->c[0];
+		call.nkeys = one->nkeys;
+		call.argc = one->a.n;
+		call.argv = (const char *const *)one->a.v;
+		call.argvlen = one->a.len;
+		call.cb = rb_acq_cb;
+		call.arg = one->part;
+		if (one->a.oom || rpool_eval_multi(b->pool, 1, &call) != 0)
+			rb_acq_unsent(one->part);
+		else
+			b->calls[RB_OP_ACQUIRE]++;
+		rargs_clear(&one->a);
+		free(one);
+		x->n = 0;
+		return;
+	}
+	rargs_str(&hdr, "*");
+	rargs_int(&hdr, (int64_t)x->n);
+	for (i = 0; i < x->n; i++) {
+		rargs_int(&hdr, (int64_t)x->c[i]->nkeys);
+		rargs_int(&hdr, (int64_t)(x->c[i]->a.n - x->c[i]->nkeys));
+		nkeys += x->c[i]->nkeys;
+		argc += x->c[i]->a.n;
+	}
+	argc += hdr.n;
+	out = malloc(sizeof(*out));
+	argv = malloc(argc * sizeof(*argv));
+	len = malloc(argc * sizeof(*len));
+	if (out == NULL || argv == NULL || len == NULL || hdr.oom)
+		goto unsent;
+	for (i = 0; i < x->n; i++) /* every KEYS, then the header, then every ARGV */
+		for (j = 0; j < x->c[i]->nkeys; j++, k++) {
+			argv[k] = x->c[i]->a.v[j];
+			len[k] = x->c[i]->a.len[j];
+		}
+	for (j = 0; j < hdr.n; j++, k++) {
+		argv[k] = hdr.v[j];
+		len[k] = hdr.len[j];
+	}
+	for (i = 0; i < x->n; i++)
+		for (j = x->c[i]->nkeys; j < x->c[i]->a.n; j++, k++) {
+			argv[k] = x->c[i]->a.v[j];
+			len[k] = x->c[i]->a.len[j];
+		}
+	*out = *x; /* the acquires go with the call; x is empty again */
+	call.nkeys = nkeys;
+	call.argc = argc;
+	call.argv = argv;
+	call.argvlen = len;
+	call.cb = rb_xb_cb;
+	call.arg = out;
+	for (i = 0; i < x->n && !x->c[i]->a.oom; i++)
+		;
+	if (i < x->n || rpool_eval_multi(b->pool, 1, &call) != 0) {
+		free(out);
+		out = NULL;
+		goto unsent;
+	}
+	b->calls[RB_OP_ACQUIRE]++;
+	x->n = 0;
+	goto done;
+unsent:
+	free(out);
+	for (i = 0; i < x->n; i++) {
+		rb_acq_unsent(x->c[i]->part);
+		rargs_clear(&x->c[i]->a);
+		free(x->c[i]);
+	}
+	x->n = 0;
+done:
+	free(argv);
+	free(len);
+	rargs_clear(&hdr);
+}
+
+void rb_xb_flush(struct backend *b)
+{
+	size_t i;
+
+	if (b->xb_pending == 0)
+		return;
+	for (i = 0; i < b->nxb; i++)
+		rb_xb_send(b, &b->xb[i]);
+}
+
+static void rb_xb_ev_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+{
+	rb_xb_flush(arg);
+}
+
+/*
+ * Queue w's one target for the pass's batch of its connection. false when
+ * it cannot be queued (no memory): the caller sends it alone.
+ */
+static bool rb_xb_add(struct backend *b, struct rb_acq *q, const struct target_rt *t,
+		      int64_t not_after)
+{
+	unsigned aff = rb_affinity(t->kq->sc->cs, t->kq->key);
+	struct rb_xb *x = &b->xb[aff % b->nxb];
+	struct rb_xone *one = calloc(1, sizeof(*one));
+	struct rb_acq_part *part = malloc(sizeof(*part));
+
+	if (one == NULL || part == NULL) {
+		free(one);
+		free(part);
+		return false;
+	}
+	rb_acquire_args(&one->a, b, t, q->lease_id, 1, not_after, q->w->reserve, q->w->nreserve,
+			&one->nkeys);
+	part->q = q;
+	part->i = 0;
+	one->part = part;
+	q->pending = 1;
+	if (x->n == 0)
+		x->affinity = aff;
+	x->c[x->n++] = one;
+	if (b->xb_pending++ == 0)
+		event_active(b->xb_ev, EV_TIMEOUT, 0);
+	if (x->n >= (size_t)b->ad->conf->redis_batch)
+		rb_xb_send(b, x);
+	return true;
+}
+
+bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, eng_cb *cb,
+		     void *arg)
+{
+	struct rargs a[PROTO_MAX_TARGETS];
+	struct rpool_call calls[PROTO_MAX_TARGETS];
+	struct rb_acq *q;
+	int64_t not_after;
+	bool ok = false;
+	size_t i, made = 0;
+
+	if (b->closing)
+		return false;
+	if (!b->up || b->wb_active || !rpool_up(b->pool)) {
+		b->errors[RB_OP_ACQUIRE]++; /* decided in fallback: Redis was not reached */
+		return false;
+	}
+	q = calloc(1, sizeof(*q));
+	if (q == NULL)
+		return false;
+	memset(a, 0, sizeof(a));
+	q->b = b;
+	q->w = w;
+	q->cb = cb;
+	q->arg = arg;
+	memcpy(q->lease_id, lease_id, sizeof(q->lease_id));
+	not_after = rb_not_after(b, &q->not_after_mono);
+	if (w->nt == 1 && b->xb != NULL && rb_xb_add(b, q, &w->t[0], not_after))
+		return true;
+	for (i = 0; i < w->nt; i++) {
+		struct rb_acq_part *part = malloc(sizeof(*part));
+		size_t nkeys = 0;
+		rb_acquire_args(&a[i], b, &w->t[i], lease_id, 1, not_after, w->reserve, w->nreserve,
+				&nkeys);
+		if (part == NULL || a[i].oom) {
+			free(part);
+			goto out;
+		}
+		part->q = q;
+		part->i = i;
+		calls[i] = (struct rpool_call){ .affinity = rb_affinity(w->t[0].kq->sc->cs,
+									w->t[0].kq->key),
+						.script = (size_t)b->s_acquire,
+						.nkeys = nkeys,
+						.argc = a[i].n,
+						.argv = (const char *const *)a[i].v,
+						.argvlen = a[i].len,
+						.cb = rb_acq_cb,
+						.arg = part };
+		made++;
+	}
+	q->pending = w->nt;
+	rb_xb_flush(b);
+	ok = rpool_eval_multi(b->pool, w->nt, calls) == 0;
+	if (ok) /* one script call per target, pipelined */
+		b->calls[RB_OP_ACQUIRE] += w->nt;
+out:
+	if (!ok) {
+		for (i = 0; i < made; i++)
+			free(calls[i].arg);
+		free(q);
+	}
+	for (i = 0; i < PROTO_MAX_TARGETS; i++)
+		rargs_clear(&a[i]);
+	return ok;
+}
+
+/* ---- acquire, batched: the first n waiters of one hot key in one call ---- */
+
+struct rb_batch {
+	struct backend *b;
+	struct waiter *ws[ENG_BATCH_MAX];
+	size_t n;
+	eng_batch_cb *cb;
+	void *arg;
+	int64_t not_after_mono;
+};
+
+static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
+{
+	struct rb_batch *q = arg;
+	struct backend *b = q->b;
+	struct eng_res res[ENG_BATCH_MAX];
+	const struct target_rt *t = &q->ws[0]->t[0];
+	const struct conf_scope *cs = t->kq->sc->cs;
+	bool ok = st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n >= 4 &&
+		  reply->a[0].type == RV_INT && reply->a[1].type == RV_INT &&
+		  reply->a[2].type == RV_INT && reply->a[0].i >= 0 && (size_t)reply->a[0].i <= q->n;
+	size_t i, m;
+
+	memset(res, 0, sizeof(res));
+	if (ok && reply->a[3].type == RV_INT)
+		rb_saw_time(b, reply->a[3].i);
+	if (ok && reply->n >= 7 && reply->a[6].type == RV_INT)
+		adrt_mirror(t->kq, reply->a[6].i);
+	if (ok && reply->a[2].i == LIM_WHICH_STALE) {
+		rb_stale(b, RB_OP_ACQUIRE);
+		for (i = 0; i < q->n; i++) /* it booked nothing: decide in process */
+			res[i] = eng_fallback(b->ad, q->ws[i], q->ws[i]->lease_id);
+	} else if (ok) {
+		struct lim_left left = { 0 };
+		m = (size_t)reply->a[0].i;
+		/* after the whole batch: each admitted one is told the least */
+		rb_ovr_mirror(reply, t);
+		rb_left_parse(&left, reply, t);
+		for (i = 0; i < q->n; i++) {
+			res[i].via = VIA_REDIS;
+			res[i].left = left;
+			if (i < m && q->ws[i]->canceled) {
+				/* canceled while Redis decided: undone (a batch's
+				 * scope has no pacing to put back) */
+				rb_rollback_target(b, q->ws[i], 0, q->ws[i]->lease_id, 0, 0, NULL,
+						   NULL);
+				res[i].undecided = true;
+			} else if (i < m) {
+				res[i].admitted = true;
+				res[i].booked = lim_release_books(cs, t->cls);
+			} else if (i == m) {
+				long code = (long)reply->a[2].i;
+				eng_merge(&res[i], t->kq, false, reply->a[1].i,
+					  lim_which_rule(cs, code), lim_which_slot(cs, code),
+					  reply->a[1].i < 0
+					      ? lim_which_limit(cs, t->cls, code, LIM_WHOLE)
+					      : 0);
+				eng_merge_end(&res[i]);
+			} else {
+				res[i].undecided = true;
+			}
+		}
+	} else {
+		/* Unknown: each in turn through the fallback, under its own id;
+		 * what Redis may have booked is settled once its bound passed. */
+		if (st != RP_SHUTDOWN)
+			rb_failed(b, RB_OP_ACQUIRE, st, reply);
+		for (i = 0; i < q->n; i++) {
+			bool one = true;
+			if (b->closing) {
+				res[i] = (struct eng_res){ .via = VIA_REDIS, .unavailable = true };
+				continue;
+			}
+			res[i] = eng_fallback(b->ad, q->ws[i], q->ws[i]->lease_id);
+			if (res[i].admitted) {
+				res[i].redis_maybe = true;
+				res[i].redis_after = q->not_after_mono + RB_CLOCK_MARGIN_MS;
+			} else {
+				rb_reconcile(b, q->ws[i], &one, q->ws[i]->lease_id,
+					     q->not_after_mono);
+			}
+		}
+	}
+	q->cb(q->arg, q->ws, q->n, res);
+	free(q);
+}
+
+bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n, eng_batch_cb *cb,
+			   void *arg)
+{
+	char ids[ENG_BATCH_MAX * (LIM_LEASE_ID_LEN + 1)];
+	struct rargs a = { 0 };
+	struct rb_batch *q;
+	size_t i, nkeys = 0, off = 0;
+	int64_t not_after;
+
+	if (b->closing || !b->up || b->wb_active || !rpool_up(b->pool) || n == 0 ||
+	    n > ENG_BATCH_MAX)
+		return false;
+	q = calloc(1, sizeof(*q));
+	if (q == NULL)
+		return false;
+	for (i = 0; i < n; i++) {
+		if (i > 0)
+			ids[off++] = ',';
+		memcpy(ids + off, ws[i]->lease_id, LIM_LEASE_ID_LEN);
+		off += LIM_LEASE_ID_LEN;
+		q->ws[i] = ws[i];
+	}
+	ids[off] = '\0';
+	q->b = b;
+	q->n = n;
+	q->cb = cb;
+	q->arg = arg;
+	not_after = rb_not_after(b, &q->not_after_mono);
+	rb_acquire_args(&a, b, &ws[0]->t[0], ids, n, not_after, NULL, 0, &nkeys);
+	if (a.oom || rb_eval(b, ws[0]->t[0].kq->sc->cs, ws[0]->t[0].kq->key, b->s_acquire, &a,
+			     nkeys, rb_batch_cb, q) != 0) {
+		free(q);
+		rargs_clear(&a);
+		return false;
+	}
+	b->calls[RB_OP_ACQUIRE]++; /* one call admits the whole batch */
+	ws[0]->t[0].kq->sc->batches++;
+	ws[0]->t[0].kq->sc->batched += n;
+	rargs_clear(&a);
+	return true;
+}
+
+bool rb_xb_init(struct backend *b)
+{
+	struct admitd *ad = b->ad;
+
+	if (ad->conf->redis_batch <= 1 || strcmp(rpool_topology(b->pool), "cluster") == 0)
+		return true; /* every acquire its own call */
+	b->nxb = (size_t)ad->conf->redis_pool;
+	return (b->xb = calloc(b->nxb, sizeof(*b->xb))) != NULL &&
+	       (b->xb_ev = event_new(ad->base, -1, 0, rb_xb_ev_cb, b)) != NULL;
+}
+
+void rb_xb_free(struct backend *b)
+{
+	for (size_t i = 0; i < b->nxb && b->xb != NULL; i++) {
+		struct rb_xb *x = &b->xb[i];
+		for (size_t j = 0; j < x->n; j++) {
+			rb_acq_unsent(x->c[j]->part);
+			rargs_clear(&x->c[j]->a);
+			free(x->c[j]);
+		}
+	}
+	free(b->xb);
+	b->xb = NULL;
+	if (b->xb_ev)
+		event_free(b->xb_ev);
+	b->xb_ev = NULL;
+}

@@ -1,0 +1,380 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * rb_args.c - the Redis backend's arguments: a plan to KEYS and ARGV.
+ *
+ * Owns: the argument vectors (struct rargs), the Redis key names of every
+ * (scope, key), and the KEYS and ARGV of acquire.lua and release.lua as the
+ * scripts' headers describe them, built from the compiled plan
+ * (conf_plan.c). Nothing here sends: the other rooms make the calls
+ * (backend_int.h).
+ */
+
+#include "backend_int.h"
+
+#include "lease_id.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Room for n bytes and a NUL, where they will not move. */
+static char *rargs_room(struct rargs *a, size_t n)
+{
+	struct rblk *k;
+	char *p;
+
+	if (a->oom)
+		return NULL;
+	if (a->iused + n + 1 <= sizeof(a->ibuf)) {
+		p = a->ibuf + a->iused;
+		a->iused += n + 1;
+		return p;
+	}
+	k = a->blk;
+	if (k == NULL || k->used + n + 1 > k->cap) {
+		size_t cap = n + 1 > 4096 ? n + 1 : 4096;
+		k = malloc(sizeof(*k) + cap);
+		if (k == NULL) {
+			a->oom = true;
+			return NULL;
+		}
+		k->used = 0;
+		k->cap = cap;
+		k->next = a->blk;
+		a->blk = k;
+	}
+	p = k->data + k->used;
+	k->used += n + 1;
+	return p;
+}
+
+/* Register the argument at p (n bytes, NUL-terminated by the caller). */
+static void rargs_push(struct rargs *a, char *p, size_t n)
+{
+	if (a->oom || p == NULL)
+		return;
+	if (a->v == NULL) {
+		a->v = a->iv;
+		a->len = a->ilen;
+		a->cap = RARGS_INLINE_N;
+	}
+	if (a->n == a->cap) {
+		size_t ncap = a->cap * 2;
+		char **nv = malloc(ncap * sizeof(*nv));
+		size_t *nl = malloc(ncap * sizeof(*nl));
+		if (nv == NULL || nl == NULL) {
+			free(nv);
+			free(nl);
+			a->oom = true;
+			return;
+		}
+		memcpy(nv, a->v, a->n * sizeof(*nv));
+		memcpy(nl, a->len, a->n * sizeof(*nl));
+		if (a->v != a->iv) {
+			free(a->v);
+			free(a->len);
+		}
+		a->v = nv;
+		a->len = nl;
+		a->cap = ncap;
+	}
+	a->v[a->n] = p;
+	a->len[a->n++] = n;
+}
+
+/* An argument made of the pieces s[0..ns), each NUL-terminated. */
+void rargs_cat(struct rargs *a, const char *const *s, size_t ns)
+{
+	size_t i, n = 0, off = 0;
+	char *p;
+
+	for (i = 0; i < ns; i++)
+		n += strlen(s[i]);
+	p = rargs_room(a, n);
+	if (p == NULL)
+		return;
+	for (i = 0; i < ns; i++) {
+		size_t k = strlen(s[i]);
+		memcpy(p + off, s[i], k);
+		off += k;
+	}
+	p[n] = '\0';
+	rargs_push(a, p, n);
+}
+
+void rargs_str(struct rargs *a, const char *s)
+{
+	rargs_cat(a, &s, 1);
+}
+
+/* v in decimal, NUL-terminated, at the end of buf[24]; returns its start. */
+static char *rb_itoa(char *buf, int64_t v)
+{
+	char *q = buf + 23;
+	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+
+	*q = '\0';
+	do
+		*--q = (char)('0' + u % 10);
+	while ((u /= 10) != 0);
+	if (v < 0)
+		*--q = '-';
+	return q;
+}
+
+/* A decimal integer, without printf. */
+void rargs_int(struct rargs *a, int64_t v)
+{
+	char num[24], *q = rb_itoa(num, v);
+	size_t n = (size_t)(num + 23 - q);
+	char *p;
+
+	p = rargs_room(a, n);
+	if (p != NULL) {
+		memcpy(p, q, n + 1);
+		rargs_push(a, p, n);
+	}
+}
+
+void rargs_clear(struct rargs *a)
+{
+	while (a->blk != NULL) {
+		struct rblk *k = a->blk;
+		a->blk = k->next;
+		free(k);
+	}
+	if (a->v != a->iv) {
+		free(a->v);
+		free(a->len);
+	}
+	a->v = NULL;
+	a->len = NULL;
+	a->n = a->cap = a->iused = 0;
+	a->oom = false;
+}
+
+void rb_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs, const char *key,
+	    const char *suffix, long idx)
+{
+	char num[24];
+	const char *parts[8] = { b->ad->conf->prefix,
+				 ":{",
+				 cs->name,
+				 ":",
+				 key,
+				 "}:",
+				 suffix,
+				 idx >= 0 ? rb_itoa(num, idx) : "" };
+
+	rargs_cat(a, parts, 8);
+}
+
+/*
+ * The KEYS of acquire.lua and release.lua, which take the same ones: the
+ * pacing hash, the quota instants, the leases, then the counters of the
+ * plan's rules. Returns how many.
+ */
+size_t rb_keys(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+	       const char *key, const struct conf_plan *pl)
+{
+	size_t i;
+
+	rb_key(a, b, cs, key, "s", -1);
+	rb_key(a, b, cs, key, "q", -1);
+	rb_key(a, b, cs, key, "l", -1);
+	for (i = 0; i < pl->nrules; i++)
+		rb_key(a, b, cs, key, "r", (long)pl->rules[i]);
+	return 3 + pl->nrules;
+}
+
+/* The hash that holds a key's penalty (conf_plan.c says which). */
+void rb_penalty_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+		    const char *key)
+{
+	if (cs->penalty_rule < 0)
+		rb_key(a, b, cs, key, "s", -1);
+	else
+		rb_key(a, b, cs, key, "r", cs->penalty_rule);
+}
+
+/*
+ * A lease's settlement record, PREFIX:{SCOPE:KEY}:k:NONCE (acquire.lua
+ * writes it, release.lua settles through it); with lease_id NULL, the
+ * prefix acquire.lua appends each admitted lease's id to.
+ */
+static void rb_record_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+			  const char *key, const char *lease_id)
+{
+	const char *parts[7] = { b->ad->conf->prefix,
+				 ":{",
+				 cs->name,
+				 ":",
+				 key,
+				 "}:k:",
+				 lease_id != NULL ? lease_id : "" };
+
+	rargs_cat(a, parts, 7);
+}
+
+/*
+ * The pool connection a (scope, key)'s calls go on, so that they run in
+ * the order this daemon sent them (an acquire, its release, an inspect).
+ * Not a secret: a crafted key can only choose a connection.
+ */
+unsigned rb_affinity(const struct conf_scope *cs, const char *key)
+{
+	uint32_t h = 2166136261u;
+	const char *p;
+
+	for (p = cs->name; *p; p++)
+		h = (h ^ (unsigned char)*p) * 16777619u;
+	h = (h ^ ':') * 16777619u;
+	for (p = key; *p; p++)
+		h = (h ^ (unsigned char)*p) * 16777619u;
+	return h | 1u; /* never 0: 0 means any connection */
+}
+
+static const char *rb_meter(enum conf_meter m)
+{
+	return m == METER_REQUESTS ? "r" : m == METER_CONCURRENCY ? "c" : "t";
+}
+
+/* The five params of an adaptive scope, as scripts/lib/adaptive.lua's adapt_arg reads them. */
+void rb_adapt_args(struct rargs *a, const struct conf_scope *cs)
+{
+	rargs_int(a, cs->adapt.ceil);
+	rargs_int(a, cs->adapt.floor);
+	rargs_int(a, cs->adapt.factor);
+	rargs_int(a, cs->adapt.step);
+	rargs_int(a, cs->adapt.interval_ms);
+}
+
+/*
+ * The tail of acquire.lua's and release.lua's ARGV: the adaptive params
+ * (five zeros when only the override follows), then override_milli.
+ */
+static void rb_adapt_ovr_args(struct rargs *a, const struct conf_scope *cs, bool adapt, bool ovr)
+{
+	int i;
+
+	if (adapt)
+		rb_adapt_args(a, cs);
+	else if (ovr)
+		for (i = 0; i < 5; i++)
+			rargs_int(a, 0);
+	if (ovr)
+		rargs_int(a, cs->override_milli);
+}
+
+/* KEYS and ARGV of acquire.lua for one target (see the script's header). */
+void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
+		     const char *lease_id, size_t count, int64_t not_after,
+		     const struct lim_tokens *reserve, size_t nreserve, size_t *nkeys)
+{
+	const struct conf_scope *cs = t->kq->sc->cs;
+	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
+	size_t i;
+
+	*nkeys = rb_keys(a, b, cs, t->kq->key, pl);
+	if (pl->penalty_extra) {
+		rb_penalty_key(a, b, cs, t->kq->key);
+		(*nkeys)++;
+	}
+	if (pl->release_books) { /* the settlement records' prefix: the last key */
+		rb_record_key(a, b, cs, t->kq->key, NULL);
+		(*nkeys)++;
+	}
+	rargs_str(a, lease_id);
+	rargs_int(a, (int64_t)count);
+	rargs_int(a, t->cost);
+	rargs_int(a, t->cls ? t->cls->floor : 0);
+	rargs_int(a, cs->min_delay_ms);
+	rargs_int(a, pl->serialized ? 1 : 0);
+	rargs_int(a, cs->cluster_concurrency);
+	rargs_int(a, cs->quota);
+	rargs_int(a, cs->quota_window_ms);
+	rargs_int(a, cs->lease_ttl_ms);
+	rargs_int(a, cs->concurrency_retry_ms);
+	rargs_int(a, pl->tracks_leases ? 1 : 0);
+	rargs_int(a, (int64_t)pl->nrules);
+	for (i = 0; i < pl->nrules; i++) {
+		const struct conf_rule *r = &cs->rules[pl->rules[i]];
+		struct strat_params p = lim_rule_params(r, LIM_WHOLE);
+		rargs_str(a, rb_meter(r->meter));
+		rargs_str(a, strat_kind_name(p.kind));
+		rargs_int(a, p.amount);
+		rargs_int(a, p.window_ms);
+		rargs_int(a, p.burst);
+		rargs_int(a, (int64_t)pl->rules[i]);
+		rargs_int(a, lim_token_charge(r, reserve, nreserve));
+	}
+	rargs_int(a, pl->penalty_in >= 0 ? pl->penalty_in + 1
+		     : pl->penalty_extra ? (int64_t)pl->nrules + 1
+					 : 0);
+	rargs_int(a, not_after);
+	if (pl->release_books) {
+		char claim[LEASE_ID_CLAIM_MAX];
+		lease_id_claim(reserve, nreserve, claim, sizeof(claim));
+		rargs_int(a, cs->lease_ttl_ms + RB_GRACE_MS(cs));
+		rargs_str(a, claim);
+	} else if (cs->adaptive || cs->override_milli > 0) {
+		rargs_int(a, 0); /* no settlement record: the adaptive params follow */
+		rargs_str(a, "");
+	}
+	rb_adapt_ovr_args(a, cs, cs->adaptive, cs->override_milli > 0);
+}
+
+const char *const rb_mode_names[] = { "release", "rollback", "reconcile", "rebook", "outcome" };
+
+/* KEYS and ARGV of release.lua for one target (struct rb_settle says what each mode passes). */
+void rb_release_args(struct rargs *a, const struct backend *b, const struct be_target *t,
+		     const char *lease_id, enum rb_mode mode, int64_t cost,
+		     const struct rb_settle *se, int64_t x1, int64_t x2, size_t *nkeys)
+{
+	const struct conf_scope *cs = t->cs;
+	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
+	bool adapt, ovr;
+	size_t i;
+
+	*nkeys = rb_keys(a, b, cs, t->key, pl);
+	rb_record_key(a, b, cs, t->key, lease_id); /* its settlement record */
+	(*nkeys)++;
+	rargs_str(a, lease_id);
+	rargs_str(a, rb_mode_names[mode]);
+	rargs_int(a, pl->serialized ? 1 : 0);
+	rargs_int(a, cs->min_delay_ms);
+	rargs_int(a, (int64_t)pl->nrules);
+	for (i = 0; i < pl->nrules; i++) {
+		const struct conf_rule *r = &cs->rules[pl->rules[i]];
+		struct strat_params p = lim_rule_params(r, LIM_WHOLE);
+		int64_t charge = 0;
+		if (mode == RB_M_ROLLBACK && r->meter == METER_REQUESTS)
+			charge = -cost;
+		else if (mode == RB_M_ROLLBACK)
+			charge = -lim_token_charge(r, se->reserve, se->nreserve);
+		else if (mode == RB_M_RELEASE)
+			charge = lim_settle_charge(r, se->tokens, se->ntokens, se->reserve,
+						   se->nreserve);
+		rargs_str(a, strat_kind_name(p.kind));
+		rargs_int(a, p.amount);
+		rargs_int(a, p.window_ms);
+		rargs_int(a, p.burst);
+		rargs_int(a, charge);
+	}
+	rargs_int(a, x1);
+	rargs_int(a, x2);
+	rargs_int(a, pl->penalty_in + 1);
+	rargs_int(a, se->own ? 1 : 0);
+	rargs_str(a, se->claim != NULL ? se->claim : "");
+	rargs_int(a, RB_GRACE_MS(cs));
+	adapt = cs->adaptive && (mode == RB_M_RELEASE || mode == RB_M_OUTCOME);
+	ovr = cs->override_milli > 0 && pl->serialized && mode == RB_M_RELEASE;
+	if (adapt || ovr)
+		rargs_str(a, !adapt			    ? ""
+			     : se->outcome == ADAPT_OK	    ? "ok"
+			     : se->outcome == ADAPT_LIMITED ? "limited"
+							    : "");
+	rb_adapt_ovr_args(a, cs, adapt, ovr);
+}
