@@ -347,6 +347,15 @@ static void rb_acq_unsent(struct rb_acq_part *part)
 		rb_acq_done(q);
 }
 
+/* Free a queued acquire; unsent: the fallback decides it first. */
+static void rb_xone_drop(struct rb_xone *one, bool unsent)
+{
+	if (unsent)
+		rb_acq_unsent(one->part);
+	rargs_clear(&one->a);
+	free(one);
+}
+
 /* A batch's reply: one acquire reply per acquire, in order. */
 static void rb_xb_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
@@ -359,95 +368,96 @@ static void rb_xb_cb(void *arg, enum rp_status st, const struct rval *reply)
 			  ok					   ? &reply->a[i]
 			  : reply != NULL && reply->type == RV_ERR ? reply
 								   : NULL);
-	for (i = 0; i < x->n; i++) {
-		rargs_clear(&x->c[i]->a);
-		free(x->c[i]);
-	}
+	for (i = 0; i < x->n; i++)
+		rb_xone_drop(x->c[i], false);
 	free(x);
 }
 
 /* Send what bucket x holds (and empty it). */
+/* Send what bucket x holds. x is emptied first: answering these may queue more. */
 static void rb_xb_send(struct backend *b, struct rb_xb *x)
 {
 	const char **argv = NULL;
 	size_t *len = NULL, i, j, k = 0, nkeys = 0, argc = 0;
-	struct rb_xb *out = NULL;
+	struct rb_xb *out;
 	struct rargs hdr = { 0 };
 	struct rpool_call call = { .affinity = x->affinity, .script = (size_t)b->s_acquire };
+	bool oom = false;
 
 	if (x->n == 0)
 		return;
 	b->xb_pending -= x->n;
-	if (x->n == 1) {
-		struct rb_xone *one = x->c[0];
+	if ((out = malloc(sizeof(*out))) == NULL) {
+		struct rb_xone *c[sizeof(x->c) / sizeof(x->c[0])];
+		size_t n = x->n;
+		memcpy(c, x->c, n * sizeof(c[0]));
+		x->n = 0;
+		for (i = 0; i < n; i++)
+			rb_xone_drop(c[i], true);
+		return;
+	}
+	*out = *x; /* the acquires go with the call */
+	x->n = 0;
+	for (i = 0; i < out->n; i++)
+		oom |= out->c[i]->a.oom;
+	if (out->n == 1) {
+		struct rb_xone *one = out->c[0];
 		call.nkeys = one->nkeys;
 		call.argc = one->a.n;
 		call.argv = (const char *const *)one->a.v;
 		call.argvlen = one->a.len;
 		call.cb = rb_acq_cb;
 		call.arg = one->part;
-		if (one->a.oom || rpool_eval_multi(b->pool, 1, &call) != 0)
-			rb_acq_unsent(one->part);
-		else
+		if (oom || rpool_eval_multi(b->pool, 1, &call) != 0) {
+			rb_xone_drop(one, true);
+		} else {
 			b->calls[RB_OP_ACQUIRE]++;
-		rargs_clear(&one->a);
-		free(one);
-		x->n = 0;
+			rb_xone_drop(one, false);
+		}
+		free(out);
 		return;
 	}
 	rargs_str(&hdr, "*");
-	rargs_int(&hdr, (int64_t)x->n);
-	for (i = 0; i < x->n; i++) {
-		rargs_int(&hdr, (int64_t)x->c[i]->nkeys);
-		rargs_int(&hdr, (int64_t)(x->c[i]->a.n - x->c[i]->nkeys));
-		nkeys += x->c[i]->nkeys;
-		argc += x->c[i]->a.n;
+	rargs_int(&hdr, (int64_t)out->n);
+	for (i = 0; i < out->n; i++) {
+		rargs_int(&hdr, (int64_t)out->c[i]->nkeys);
+		rargs_int(&hdr, (int64_t)(out->c[i]->a.n - out->c[i]->nkeys));
+		nkeys += out->c[i]->nkeys;
+		argc += out->c[i]->a.n;
 	}
 	argc += hdr.n;
-	out = malloc(sizeof(*out));
 	argv = malloc(argc * sizeof(*argv));
 	len = malloc(argc * sizeof(*len));
-	if (out == NULL || argv == NULL || len == NULL || hdr.oom)
+	if (argv == NULL || len == NULL || hdr.oom || oom)
 		goto unsent;
-	for (i = 0; i < x->n; i++) /* every KEYS, then the header, then every ARGV */
-		for (j = 0; j < x->c[i]->nkeys; j++, k++) {
-			argv[k] = x->c[i]->a.v[j];
-			len[k] = x->c[i]->a.len[j];
+	for (i = 0; i < out->n; i++) /* every KEYS, then the header, then every ARGV */
+		for (j = 0; j < out->c[i]->nkeys; j++, k++) {
+			argv[k] = out->c[i]->a.v[j];
+			len[k] = out->c[i]->a.len[j];
 		}
 	for (j = 0; j < hdr.n; j++, k++) {
 		argv[k] = hdr.v[j];
 		len[k] = hdr.len[j];
 	}
-	for (i = 0; i < x->n; i++)
-		for (j = x->c[i]->nkeys; j < x->c[i]->a.n; j++, k++) {
-			argv[k] = x->c[i]->a.v[j];
-			len[k] = x->c[i]->a.len[j];
+	for (i = 0; i < out->n; i++)
+		for (j = out->c[i]->nkeys; j < out->c[i]->a.n; j++, k++) {
+			argv[k] = out->c[i]->a.v[j];
+			len[k] = out->c[i]->a.len[j];
 		}
-	*out = *x; /* the acquires go with the call; x is empty again */
 	call.nkeys = nkeys;
 	call.argc = argc;
 	call.argv = argv;
 	call.argvlen = len;
 	call.cb = rb_xb_cb;
 	call.arg = out;
-	for (i = 0; i < x->n && !x->c[i]->a.oom; i++)
-		;
-	if (i < x->n || rpool_eval_multi(b->pool, 1, &call) != 0) {
-		free(out);
-		out = NULL;
+	if (rpool_eval_multi(b->pool, 1, &call) != 0)
 		goto unsent;
-	}
-	b->calls[RB_OP_ACQUIRE]++;
-	x->n = 0;
+	b->calls[RB_OP_ACQUIRE]++; /* out is the call's now (rb_xb_cb) */
 	goto done;
 unsent:
+	for (i = 0; i < out->n; i++)
+		rb_xone_drop(out->c[i], true);
 	free(out);
-	for (i = 0; i < x->n; i++) {
-		rb_acq_unsent(x->c[i]->part);
-		rargs_clear(&x->c[i]->a);
-		free(x->c[i]);
-	}
-	x->n = 0;
 done:
 	free(argv);
 	free(len);
@@ -712,11 +722,8 @@ void rb_xb_free(struct backend *b)
 {
 	for (size_t i = 0; i < b->nxb && b->xb != NULL; i++) {
 		struct rb_xb *x = &b->xb[i];
-		for (size_t j = 0; j < x->n; j++) {
-			rb_acq_unsent(x->c[j]->part);
-			rargs_clear(&x->c[j]->a);
-			free(x->c[j]);
-		}
+		for (size_t j = 0; j < x->n; j++)
+			rb_xone_drop(x->c[j], true);
 	}
 	free(b->xb);
 	b->xb = NULL;
