@@ -655,24 +655,9 @@ void lim_view(struct lim_state *st, const struct conf_scope *cs, int64_t now, in
 int64_t lim_units_left(const struct strat_state *st, const struct strat_params *p, int64_t now,
 		       int64_t cap, int64_t floor)
 {
-	int64_t lo, hi = cap, guess;
+	int64_t left = cap > 0 ? strat_left(st, p, now, floor) : 0;
 
-	if (cap <= 0 || !strat_check(st, p, now, 1, floor).allowed)
-		return 0;
-	/* What a counter holds is usually the answer: two checks confirm it. */
-	guess = cap - strat_used(st, p, now);
-	if (guess >= 1 && guess <= cap && strat_check(st, p, now, guess, floor).allowed &&
-	    (guess == cap || !strat_check(st, p, now, guess + 1, floor).allowed))
-		return guess;
-	lo = 1;
-	while (lo < hi) { /* the largest cost that fits: fits() is monotone */
-		int64_t mid = lo + (hi - lo + 1) / 2;
-		if (strat_check(st, p, now, mid, floor).allowed)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
+	return left < cap ? left : cap;
 }
 
 void lim_left_fold(struct lim_left *acc, int64_t remaining, int64_t capacity, int64_t reset_ms)
@@ -716,16 +701,15 @@ void lim_left_scope(struct lim_left *acc, const struct conf_scope *cs, const str
 		const struct strat_state *st = rules == NULL ? &fresh : &rules[by_plan ? k : i];
 		int64_t cap = lim_which_limit(cs, cls, (long)i, sh);
 		struct strat_params sp;
-		struct strat_result full;
 
 		if (rule->meter == METER_CONCURRENCY) {
 			lim_left_fold(acc, cap - leases, cap, held);
 			continue;
 		}
 		sp = lim_rule_params(rule, sh);
-		full = strat_check(st, &sp, now, cap, floor);
-		lim_left_fold(acc, lim_units_left(st, &sp, now, cap, floor), cap,
-			      full.allowed ? 0 : full.retry_after_ms);
+		if (cap > 0) /* full again: nothing of it used */
+			lim_left_fold(acc, lim_units_left(st, &sp, now, cap, floor), cap,
+				      strat_full_in(st, &sp, now));
 	}
 }
 

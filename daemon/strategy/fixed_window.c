@@ -23,11 +23,22 @@ static int64_t fw_count(const struct strat_state *st, const struct strat_params 
 	return *start == st->t ? st->a : 0;
 }
 
-static bool fw_fits(const struct strat_probe *pr, int64_t now_ms)
+static int64_t fw_level(const struct strat_probe *pr, int64_t now_ms)
 {
 	int64_t start;
 
-	return fw_count(pr->st, pr->p, now_ms, &start) + pr->need <= pr->room;
+	return fw_count(pr->st, pr->p, now_ms, &start);
+}
+
+/* A window's count is 0 from the next window on. */
+static int64_t fw_empty_at(const struct strat_probe *pr)
+{
+	return pr->st->a <= 0 ? pr->st->t : pr->st->t + pr->p->window_ms;
+}
+
+static bool fw_fits(const struct strat_probe *pr, int64_t now_ms)
+{
+	return fw_level(pr, now_ms) + pr->need <= pr->room;
 }
 
 static void fw_book(struct strat_state *st, const struct strat_params *p, int64_t now_ms,
@@ -51,6 +62,8 @@ const struct strat_ops strat_fixed_window_ops = {
 	.unit = 1,
 	.has_burst = false,
 	.fits = fw_fits,
+	.level = fw_level,
+	.empty_at = fw_empty_at,
 	.book = fw_book,
 	.ttl = fw_ttl,
 };

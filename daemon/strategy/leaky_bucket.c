@@ -46,11 +46,35 @@ static int64_t strat_bucket_level(const struct strat_state *st, const struct str
 	return st->a - drained;
 }
 
-bool strat_bucket_fits(const struct strat_probe *pr, int64_t now_ms)
+int64_t strat_bucket_probe_level(const struct strat_probe *pr, int64_t now_ms)
 {
 	int64_t pending;
 
-	return strat_bucket_level(pr->st, pr->p, now_ms, &pending) + pr->need <= pr->room;
+	return strat_bucket_level(pr->st, pr->p, now_ms, &pending);
+}
+
+/*
+ * The level is 0 once floor((elapsed * rate + b) / window) >= a, that is
+ * once elapsed >= ceil((a * window - b) / rate) (b < window); the early
+ * return of strat_bucket_level agrees. a * window may pass 2^63.
+ */
+int64_t strat_bucket_empty_at(const struct strat_probe *pr)
+{
+	const struct strat_state *st = pr->st;
+	unsigned __int128 need, rate = (unsigned __int128)pr->p->amount * 1000;
+
+	if (st->a <= 0)
+		return st->t;
+	need = (unsigned __int128)st->a * (unsigned __int128)pr->p->window_ms;
+	if (need <= (unsigned __int128)(st->b > 0 ? st->b : 0))
+		return st->t;
+	need -= (unsigned __int128)(st->b > 0 ? st->b : 0);
+	return st->t + (int64_t)((need + rate - 1) / rate);
+}
+
+bool strat_bucket_fits(const struct strat_probe *pr, int64_t now_ms)
+{
+	return strat_bucket_probe_level(pr, now_ms) + pr->need <= pr->room;
 }
 
 void strat_bucket_book(struct strat_state *st, const struct strat_params *p, int64_t now_ms,
@@ -85,6 +109,8 @@ const struct strat_ops strat_leaky_bucket_ops = {
 	.unit = 1000,
 	.has_burst = true,
 	.fits = strat_bucket_fits,
+	.level = strat_bucket_probe_level,
+	.empty_at = strat_bucket_empty_at,
 	.book = strat_bucket_book,
 	.ttl = strat_bucket_ttl,
 };

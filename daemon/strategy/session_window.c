@@ -21,11 +21,14 @@ static bool sess_open(const struct strat_state *st, const struct strat_params *p
 	return st->b != 0 && strat_now(st, now_ms) - st->t < p->window_ms;
 }
 
+static int64_t sess_level(const struct strat_probe *pr, int64_t now_ms)
+{
+	return sess_open(pr->st, pr->p, now_ms) ? pr->st->a : 0;
+}
+
 static bool sess_fits(const struct strat_probe *pr, int64_t now_ms)
 {
-	int64_t count = sess_open(pr->st, pr->p, now_ms) ? pr->st->a : 0;
-
-	return count + pr->need <= pr->room;
+	return sess_level(pr, now_ms) + pr->need <= pr->room;
 }
 
 static void sess_book(struct strat_state *st, const struct strat_params *p, int64_t now_ms,
@@ -53,6 +56,7 @@ const struct strat_ops strat_session_window_ops = {
 	.unit = 1,
 	.has_burst = false,
 	.fits = sess_fits,
+	.level = sess_level,
 	.book = sess_book,
 	.ttl = sess_ttl,
 };

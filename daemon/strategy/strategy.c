@@ -128,7 +128,58 @@ struct strat_result strat_check(const struct strat_state *st, const struct strat
 	return r;
 }
 
-int64_t strat_used(const struct strat_state *st, const struct strat_params *p, int64_t now_ms)
+int64_t strat_full_in(const struct strat_state *st, const struct strat_params *p, int64_t now_ms)
+{
+	const struct strat_ops *ops = strat_ops_of(p->kind);
+	struct strat_params np;
+	struct strat_probe pr;
+	int64_t lo, hi, at;
+
+	if (ops == NULL)
+		return -1;
+	np = strat_normalise(ops, p);
+	if (ops->level == NULL || ops->empty_at == NULL) { /* the whole capacity, as a cost */
+		struct strat_result r = strat_check(st, p, now_ms, np.burst, 0);
+		return r.allowed ? 0 : r.retry_after_ms;
+	}
+	pr.st = st;
+	pr.p = &np;
+	pr.need = pr.room = np.burst * ops->unit;
+	if (ops->level(&pr, now_ms) <= 0)
+		return 0;
+	/* strat_retry's answer: the first instant past lo at which it fits,
+	 * no later than lo + ttl */
+	lo = strat_now(st, now_ms);
+	hi = lo + ops->ttl(&np);
+	at = ops->empty_at(&pr);
+	if (at > hi)
+		at = hi;
+	if (at <= lo)
+		at = lo + 1;
+	return at - now_ms;
+}
+
+bool strat_fits(const struct strat_state *st, const struct strat_params *p, int64_t now_ms,
+		int64_t cost, int64_t floor_units)
+{
+	const struct strat_ops *ops = strat_ops_of(p->kind);
+	struct strat_params np;
+	struct strat_probe pr;
+
+	if (ops == NULL)
+		return false;
+	np = strat_normalise(ops, p);
+	cost = strat_clamp(cost, 0, STRAT_UNITS_MAX);
+	floor_units = strat_clamp(floor_units, 0, STRAT_UNITS_MAX);
+	pr.st = st;
+	pr.p = &np;
+	pr.need = cost == 0 ? 1 : cost * ops->unit;
+	pr.room = (np.burst - floor_units) * ops->unit;
+	return pr.need <= pr.room && ops->fits(&pr, now_ms);
+}
+
+int64_t strat_left(const struct strat_state *st, const struct strat_params *p, int64_t now_ms,
+		   int64_t floor_units)
 {
 	const struct strat_ops *ops = strat_ops_of(p->kind);
 	struct strat_params np;
@@ -138,11 +189,19 @@ int64_t strat_used(const struct strat_state *st, const struct strat_params *p, i
 	if (ops == NULL)
 		return 0;
 	np = strat_normalise(ops, p);
+	floor_units = strat_clamp(floor_units, 0, STRAT_UNITS_MAX);
+	if (floor_units >= np.burst)
+		return 0;
 	pr.st = st;
 	pr.p = &np;
-	pr.room = np.burst * ops->unit;
-	hi = np.burst;
-	while (lo < hi) { /* the most units that fit now: what is left */
+	pr.room = (np.burst - floor_units) * ops->unit;
+	hi = np.burst - floor_units;
+	if (ops->level != NULL) { /* fits is level + need <= room: no search */
+		int64_t lv = ops->level(&pr, now_ms);
+		lo = lv >= pr.room ? 0 : (pr.room - lv) / ops->unit;
+		return lo < hi ? lo : hi;
+	}
+	while (lo < hi) { /* the most units that fit now */
 		mid = lo + (hi - lo + 1) / 2;
 		pr.need = mid * ops->unit;
 		if (ops->fits(&pr, now_ms))
@@ -150,7 +209,16 @@ int64_t strat_used(const struct strat_state *st, const struct strat_params *p, i
 		else
 			hi = mid - 1;
 	}
-	return np.burst - lo;
+	return lo;
+}
+
+int64_t strat_used(const struct strat_state *st, const struct strat_params *p, int64_t now_ms)
+{
+	const struct strat_ops *ops = strat_ops_of(p->kind);
+
+	if (ops == NULL)
+		return 0;
+	return strat_normalise(ops, p).burst - strat_left(st, p, now_ms, 0);
 }
 
 void strat_book(struct strat_state *st, const struct strat_params *p, int64_t now_ms,

@@ -75,6 +75,24 @@ struct strat_result strat_check(const struct strat_state *st, const struct strat
 				int64_t now_ms, int64_t cost, int64_t floor);
 
 /*
+ * strat_full_in - how long until the counter is full again (nothing used):
+ * what strat_check of the whole capacity would give as retry_after_ms (0
+ * when it is full now), worked out without a search where the kind allows.
+ */
+int64_t strat_full_in(const struct strat_state *st, const struct strat_params *p, int64_t now_ms);
+
+/*
+ * strat_left - the most units strat_check would let one request take now,
+ * leaving floor untouched (0 when even one would not pass).
+ */
+int64_t strat_left(const struct strat_state *st, const struct strat_params *p, int64_t now_ms,
+		   int64_t floor_units);
+
+/* strat_fits - strat_check's allowed alone (no retry_after is worked out). */
+bool strat_fits(const struct strat_state *st, const struct strat_params *p, int64_t now_ms,
+		int64_t cost, int64_t floor_units);
+
+/*
  * strat_book - charge `amount` units now, unconditionally (a token meter's
  * post-hoc charge may overdraw; an overdrawn counter refuses until it has
  * recovered). A negative amount refunds (rollback of a booking).

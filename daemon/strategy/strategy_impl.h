@@ -61,6 +61,13 @@ struct strat_ops {
 	int64_t unit;	/* state units per unit: 1000 for buckets, else 1 */
 	bool has_burst; /* capacity is burst (0: amount) rather than amount */
 	bool (*fits)(const struct strat_probe *pr, int64_t now_ms);
+	/* where fits is level + need <= room: the level at now, in state units
+	 * (what strat_used reads without a search); NULL otherwise */
+	int64_t (*level)(const struct strat_probe *pr, int64_t now_ms);
+	/* where level is: the first instant at or after the state's own at
+	 * which it is 0, if nothing more is booked (what strat_full_in reads
+	 * without a search); NULL otherwise */
+	int64_t (*empty_at)(const struct strat_probe *pr);
 	void (*book)(struct strat_state *st, const struct strat_params *p, int64_t now_ms,
 		     int64_t units);
 	int64_t (*ttl)(const struct strat_params *p);
@@ -90,6 +97,8 @@ int64_t strat_muldiv(int64_t x, int64_t y, int64_t add, int64_t w, int64_t *rem)
 /* ---- the bucket both bucket kinds are (leaky_bucket.c) ---- */
 
 bool strat_bucket_fits(const struct strat_probe *pr, int64_t now_ms);
+int64_t strat_bucket_probe_level(const struct strat_probe *pr, int64_t now_ms);
+int64_t strat_bucket_empty_at(const struct strat_probe *pr);
 void strat_bucket_book(struct strat_state *st, const struct strat_params *p, int64_t now_ms,
 		       int64_t units);
 int64_t strat_bucket_ttl(const struct strat_params *p);

@@ -24,6 +24,8 @@ const struct strat_ops strat_token_bucket_ops = {
 	.unit = 1000,
 	.has_burst = true,
 	.fits = strat_bucket_fits,
+	.level = strat_bucket_probe_level,
+	.empty_at = strat_bucket_empty_at,
 	.book = strat_bucket_book,
 	.ttl = strat_bucket_ttl,
 };

@@ -112,6 +112,11 @@ class RedisOverrideTest(unittest.TestCase):
         self.a = Admitd(CONF, redis_url=self.rs.url).start()
         self.b = Admitd(CONF, redis_url=self.rs.url).start()
         self.ca, self.cb = self.a.connect(), self.b.connect()
+        for c in (self.ca, self.cb):  # both on Redis before anything is asked
+            deadline = time.monotonic() + 10
+            while c.request({"op": "status"})["backend"] != "redis":
+                self.assertLess(time.monotonic(), deadline, "a daemon never reached Redis")
+                time.sleep(0.02)
 
     def tearDown(self):
         self.ca.close()

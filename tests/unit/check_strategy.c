@@ -302,6 +302,98 @@ START_TEST(test_random_exact)
 }
 END_TEST
 
+/*
+ * strat_used reads a level where a kind has one, and searches otherwise:
+ * either way it is the capacity less the most units strat_check lets
+ * through at that instant (found here by a search of strat_check alone).
+ */
+START_TEST(test_used_is_what_check_leaves)
+{
+	rng_state = 0x2545f4914f6cdd1dULL + (uint64_t)_i;
+	for (int round = 0; round < 400; round++) {
+		struct strat_params p = {
+			.kind = (enum strat_kind)_i,
+			.amount = rng_size(20, STRAT_MAX_AMOUNT),
+			.window_ms = rng_size(5000, STRAT_MAX_WINDOW_MS),
+			.burst = rng_below(2) ? 0 : rng_size(40, STRAT_MAX_AMOUNT),
+		};
+		struct strat_state st = { 0, 0, 0 };
+		int64_t now = 1700000000000LL + rng_below(1000000);
+		int64_t cap = strat_used(&st, &p, now), lo = 0, hi;
+
+		ck_assert_int_eq(cap, 0); /* fresh */
+		strat_book(&st, &p, now, rng_below(3 * (p.amount < 40 ? p.amount : 40) + 1));
+		now += rng_below(2) ? 0 : rng_below(p.window_ms);
+		strat_book(&st, &p, now, 1 + rng_below(5));
+		now += rng_below(3) == 0 ? 0 : rng_below(2 * p.window_ms);
+		hi = p.burst > 0 && (p.kind == STRAT_TOKEN_BUCKET || p.kind == STRAT_LEAKY_BUCKET)
+			 ? p.burst
+			 : p.amount;
+		cap = hi;
+		while (lo < hi) {
+			int64_t mid = lo + (hi - lo + 1) / 2;
+			if (strat_check(&st, &p, now, mid, 0).allowed)
+				lo = mid;
+			else
+				hi = mid - 1;
+		}
+		ck_assert_msg(strat_used(&st, &p, now) == cap - lo,
+			      "%s round %d: used %lld, check leaves %lld of %lld",
+			      strat_kind_name(p.kind), round, (long long)strat_used(&st, &p, now),
+			      (long long)lo, (long long)cap);
+		/* and with a floor left untouched */
+		{
+			int64_t fl = rng_below(cap + 1), flo = 0, fhi = cap - fl;
+			while (flo < fhi) {
+				int64_t mid = flo + (fhi - flo + 1) / 2;
+				if (strat_check(&st, &p, now, mid, fl).allowed)
+					flo = mid;
+				else
+					fhi = mid - 1;
+			}
+			ck_assert_msg(strat_left(&st, &p, now, fl) == flo,
+				      "%s round %d floor %lld: left %lld, check leaves %lld",
+				      strat_kind_name(p.kind), round, (long long)fl,
+				      (long long)strat_left(&st, &p, now, fl), (long long)flo);
+		}
+	}
+}
+END_TEST
+
+/* strat_full_in is what strat_check of the whole capacity says, however it is worked out. */
+START_TEST(test_full_in_is_the_whole_capacitys_wait)
+{
+	rng_state = 0x853c49e6748fea9bULL + (uint64_t)_i;
+	for (int round = 0; round < 400; round++) {
+		struct strat_params p = {
+			.kind = (enum strat_kind)_i,
+			.amount = rng_size(20, STRAT_MAX_AMOUNT),
+			.window_ms = rng_size(5000, STRAT_MAX_WINDOW_MS),
+			.burst = rng_below(2) ? 0 : rng_size(40, STRAT_MAX_AMOUNT),
+		};
+		struct strat_state st = { 0, 0, 0 };
+		int64_t now = 1700000000000LL + rng_below(1000000), cap;
+		struct strat_result r;
+
+		for (int step = 0; step < 4; step++) {
+			strat_book(&st, &p, now, rng_below(4) == 0 ? 50 * p.amount : rng_below(40));
+			now += rng_below(3) == 0 ? 0 : rng_below(2 * p.window_ms);
+			cap = p.burst > 0 &&
+				      (p.kind == STRAT_TOKEN_BUCKET || p.kind == STRAT_LEAKY_BUCKET)
+				  ? p.burst
+				  : p.amount;
+			r = strat_check(&st, &p, now, cap, 0);
+			ck_assert_msg(strat_full_in(&st, &p, now) ==
+					  (r.allowed ? 0 : r.retry_after_ms),
+				      "%s round %d step %d: full in %lld, check says %lld",
+				      strat_kind_name(p.kind), round, step,
+				      (long long)strat_full_in(&st, &p, now),
+				      (long long)(r.allowed ? 0 : r.retry_after_ms));
+		}
+	}
+}
+END_TEST
+
 static Suite *strategy_suite(void)
 {
 	Suite *s = suite_create("strategy");
@@ -316,6 +408,8 @@ static Suite *strategy_suite(void)
 	tcase_add_test(tp, test_params_clamped);
 	tcase_add_loop_test(tp, test_random_exact, 0, STRAT__COUNT);
 	tcase_add_loop_test(tp, test_used_replays, 0, STRAT__COUNT);
+	tcase_add_loop_test(tp, test_used_is_what_check_leaves, 0, STRAT__COUNT);
+	tcase_add_loop_test(tp, test_full_in_is_the_whole_capacitys_wait, 0, STRAT__COUNT);
 	tcase_set_timeout(tp, 60);
 	suite_add_tcase(s, tv);
 	suite_add_tcase(s, tp);
