@@ -147,9 +147,7 @@ void eng_refused_keep(const struct waiter *w, const struct eng_res *res)
 {
 	struct kq *kq = w->t[0].kq;
 	struct eng_refused *r = kq->refused;
-	int64_t now = clock_mono_ms();
-
-	int64_t hold = kq->sc->ad->conf->redis_refusal_hold_ms, until;
+	int64_t now = clock_mono_ms(), hold = kq->sc->ad->conf->redis_refusal_hold_ms, until;
 	const struct lim_ovr *ov;
 
 	if (w->nt != 1 || w->nreserve != 0 || res->admitted || res->slot_wait ||

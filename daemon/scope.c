@@ -24,6 +24,7 @@
 #include "admitd.h"
 
 #include "clock.h"
+#include "engine.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -292,6 +293,7 @@ static void scope_swap_carry_kq(void *arg, const char *key UNUSED, void *val)
 		memcpy(kq_lim_inline(kq), dst, lim_state_size(p->ncs)); /* its arrays move too */
 	kq->lim_ext = ext;
 	kq->sc = p->sc;
+	eng_refused_forget(kq); /* decided under the old conf, whose strings go with it */
 }
 
 static void scope_swap_repoint_kq(void *arg, const char *key UNUSED, void *val)
@@ -299,6 +301,7 @@ static void scope_swap_repoint_kq(void *arg, const char *key UNUSED, void *val)
 	struct kq *kq = val;
 
 	kq->sc = arg;
+	eng_refused_forget(kq); /* decided under the old conf */
 }
 
 /* The class of the same name in cs (*gone set when there is none). */

@@ -16,6 +16,7 @@ import unittest
 
 from .harness import Admitd, RedisServer, acquire_req
 from .test_hot_key import evalsha_calls
+from .test_reload import ReloadCase
 
 CONF = """
 [scope one]
@@ -165,6 +166,23 @@ class KnownRefusalTest(unittest.TestCase):
         time.sleep(0.35)
         self.assertTrue(self.acq("one", "w")["ok"])
         self.assertEqual(evalsha_calls(self.rs) - before, 2)
+
+
+class KnownRefusalReloadTest(ReloadCase):
+    def test_a_reload_forgets_it(self):
+        rs = RedisServer().start()
+        self.addCleanup(rs.cleanup)
+        self.start("[scope one]\nrule = requests fixed-window 1/1h\n", redis_url=rs.url)
+        c = self.conn()
+        self.assertTrue(self.acq(c, "one", "k")["ok"])
+        self.assertFalse(self.acq(c, "one", "k")["ok"])  # known from here
+        self.reload("[scope one]\nrule = requests fixed-window 2/1h\n")
+        before = evalsha_calls(rs)
+        r = self.acq(c, "one", "k")  # asked again, under the new rule
+        self.assertTrue(r["ok"], r)
+        self.assertEqual(evalsha_calls(rs) - before, 1)
+        r = self.acq(c, "one", "k")
+        self.assertEqual((r["ok"], r["rule"]), (False, "requests fixed-window 2/1h"), r)
 
 
 if __name__ == "__main__":
