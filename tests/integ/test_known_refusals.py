@@ -14,6 +14,7 @@ a reset through another daemon is seen within redis_refusal_hold (1 s).
 import time
 import unittest
 
+from . import harness
 from .harness import Admitd, RedisServer, acquire_req
 from .test_hot_key import evalsha_calls
 from .test_reload import ReloadCase
@@ -137,6 +138,7 @@ class KnownRefusalTest(unittest.TestCase):
         self.assertFalse(self.acq("tok", "t")["ok"])
         self.assertEqual(evalsha_calls(self.rs) - before, 1)
 
+    @unittest.skipIf(harness.VALGRIND, "timings; run under ASan instead of valgrind")
     def test_a_reset_elsewhere_is_seen_within_the_hold(self):
         other = Admitd(CONF, redis_url=self.rs.url).start()
         self.addCleanup(other.cleanup)
@@ -155,6 +157,7 @@ class KnownRefusalTest(unittest.TestCase):
             time.sleep(0.05)
         self.assertGreater(time.monotonic() - t0, 0.5)  # it was held, for about 1s
 
+    @unittest.skipIf(harness.VALGRIND, "timings; run under ASan instead of valgrind")
     def test_asks_again_once_the_wait_has_passed(self):
         self.assertTrue(self.c.request({"op": "penalize", "scope": "one", "key": "w",
                                         "retry_after_ms": 300})["ok"])

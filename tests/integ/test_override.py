@@ -15,6 +15,7 @@ cases (errors, inspect, reset) that every client replays.
 import time
 import unittest
 
+from . import harness
 from .harness import Admitd, RedisServer, acquire_req
 from .test_reload import ReloadCase
 
@@ -70,6 +71,7 @@ class LocalOverrideTest(unittest.TestCase):
         self.c.close()
         self.d.cleanup(failed=False)
 
+    @unittest.skipIf(harness.VALGRIND, "timings; run under ASan instead of valgrind")
     def test_tightens_then_ends(self):
         r = ovr(self.c, "api", "a", ttl_ms=400, rules={"0": 2})
         self.assertEqual(r, {"ok": True, "ttl_ms": 400, "backend": "local"})
@@ -84,6 +86,7 @@ class LocalOverrideTest(unittest.TestCase):
         self.assertTrue(ovr(self.c, "api", "b", rules={"0": 10})["ok"])
         self.assertEqual(admitted(self.c, "api", "b", 12), 9)
 
+    @unittest.skipIf(harness.VALGRIND, "timings; run under ASan instead of valgrind")
     def test_serialized_min_delay_from_the_release(self):
         self.assertTrue(ovr(self.c, "crawl", "h", min_delay_ms=500)["ok"])
         r = self.c.request(acquire_req("crawl", "h", timeout_ms=0))
@@ -143,12 +146,14 @@ class RedisOverrideTest(unittest.TestCase):
         self.assertNotIn("override", ins)
         self.assertEqual(admitted(self.cb, "api", "k", 1), 0)
 
+    @unittest.skipIf(harness.VALGRIND, "timings; run under ASan instead of valgrind")
     def test_ends_at_its_time_in_redis(self):
         self.assertTrue(ovr(self.ca, "api", "t", ttl_ms=400, rules={"0": 1})["ok"])
         self.assertEqual(admitted(self.cb, "api", "t", 2), 1)
         time.sleep(0.45)
         self.assertEqual(admitted(self.cb, "api", "t", 5), 4)
 
+    @unittest.skipIf(harness.VALGRIND, "timings; run under ASan instead of valgrind")
     def test_serialized_pacing_across_daemons(self):
         self.assertTrue(ovr(self.ca, "crawl", "host", min_delay_ms=600)["ok"])
         r = self.cb.request(acquire_req("crawl", "host", timeout_ms=0))
