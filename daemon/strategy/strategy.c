@@ -100,6 +100,25 @@ static int64_t strat_retry(const struct strat_ops *ops, const struct strat_probe
 	return hi - now_ms;
 }
 
+/*
+ * The probe of a check of cost units leaving floor_units on st (np holds
+ * its normalised params): false when it can never pass (cost + floor above
+ * the capacity).
+ */
+static bool strat_probe_of(const struct strat_ops *ops, const struct strat_state *st,
+			   const struct strat_params *p, int64_t cost, int64_t floor_units,
+			   struct strat_params *np, struct strat_probe *pr)
+{
+	*np = strat_normalise(ops, p);
+	cost = strat_clamp(cost, 0, STRAT_UNITS_MAX);
+	floor_units = strat_clamp(floor_units, 0, STRAT_UNITS_MAX);
+	pr->st = st;
+	pr->p = np;
+	pr->need = cost == 0 ? 1 : cost * ops->unit;
+	pr->room = (np->burst - floor_units) * ops->unit;
+	return pr->need <= pr->room;
+}
+
 struct strat_result strat_check(const struct strat_state *st, const struct strat_params *p,
 				int64_t now_ms, int64_t cost, int64_t floor_units)
 {
@@ -108,17 +127,8 @@ struct strat_result strat_check(const struct strat_state *st, const struct strat
 	struct strat_params np;
 	struct strat_probe pr;
 
-	if (ops == NULL)
-		return r;
-	np = strat_normalise(ops, p);
-	cost = strat_clamp(cost, 0, STRAT_UNITS_MAX);
-	floor_units = strat_clamp(floor_units, 0, STRAT_UNITS_MAX);
-	pr.st = st;
-	pr.p = &np;
-	pr.need = cost == 0 ? 1 : cost * ops->unit;
-	pr.room = (np.burst - floor_units) * ops->unit;
-	if (pr.need > pr.room)
-		return r; /* cost + floor above the capacity: never */
+	if (ops == NULL || !strat_probe_of(ops, st, p, cost, floor_units, &np, &pr))
+		return r; /* an unknown kind, or cost + floor above the capacity: never */
 	if (ops->fits(&pr, now_ms)) {
 		r.allowed = true;
 		r.retry_after_ms = 0;
@@ -166,16 +176,8 @@ bool strat_fits(const struct strat_state *st, const struct strat_params *p, int6
 	struct strat_params np;
 	struct strat_probe pr;
 
-	if (ops == NULL)
-		return false;
-	np = strat_normalise(ops, p);
-	cost = strat_clamp(cost, 0, STRAT_UNITS_MAX);
-	floor_units = strat_clamp(floor_units, 0, STRAT_UNITS_MAX);
-	pr.st = st;
-	pr.p = &np;
-	pr.need = cost == 0 ? 1 : cost * ops->unit;
-	pr.room = (np.burst - floor_units) * ops->unit;
-	return pr.need <= pr.room && ops->fits(&pr, now_ms);
+	return ops != NULL && strat_probe_of(ops, st, p, cost, floor_units, &np, &pr) &&
+	       ops->fits(&pr, now_ms);
 }
 
 int64_t strat_left(const struct strat_state *st, const struct strat_params *p, int64_t now_ms,

@@ -269,16 +269,30 @@ static int64_t rng_size(int64_t small, int64_t huge)
 	return rng_below(4) == 0 ? huge - rng_below(3) : 1 + rng_below(small);
 }
 
+/* Random params of a kind: small or huge amounts and windows, a burst or none. */
+static struct strat_params rng_params(enum strat_kind kind)
+{
+	struct strat_params p = { .kind = kind };
+
+	p.amount = rng_size(20, STRAT_MAX_AMOUNT);
+	p.window_ms = rng_size(5000, STRAT_MAX_WINDOW_MS);
+	p.burst = rng_below(2) ? 0 : rng_size(40, STRAT_MAX_AMOUNT);
+	return p;
+}
+
+/* The capacity of p: a bucket's burst when it has one, else its amount. */
+static int64_t capacity(const struct strat_params *p)
+{
+	bool bucket = p->kind == STRAT_TOKEN_BUCKET || p->kind == STRAT_LEAKY_BUCKET;
+
+	return bucket && p->burst > 0 ? p->burst : p->amount;
+}
+
 START_TEST(test_random_exact)
 {
 	rng_state = 0x9e3779b97f4a7c15ULL + (uint64_t)_i;
 	for (int round = 0; round < 300; round++) {
-		struct strat_params p = {
-			.kind = (enum strat_kind)_i,
-			.amount = rng_size(20, STRAT_MAX_AMOUNT),
-			.window_ms = rng_size(5000, STRAT_MAX_WINDOW_MS),
-			.burst = rng_below(2) ? 0 : rng_size(40, STRAT_MAX_AMOUNT),
-		};
+		struct strat_params p = rng_params((enum strat_kind)_i);
 		struct strat_state st = { 0, 0, 0 };
 		int64_t now = 1700000000000LL + rng_below(1000000);
 
@@ -311,12 +325,7 @@ START_TEST(test_used_is_what_check_leaves)
 {
 	rng_state = 0x2545f4914f6cdd1dULL + (uint64_t)_i;
 	for (int round = 0; round < 400; round++) {
-		struct strat_params p = {
-			.kind = (enum strat_kind)_i,
-			.amount = rng_size(20, STRAT_MAX_AMOUNT),
-			.window_ms = rng_size(5000, STRAT_MAX_WINDOW_MS),
-			.burst = rng_below(2) ? 0 : rng_size(40, STRAT_MAX_AMOUNT),
-		};
+		struct strat_params p = rng_params((enum strat_kind)_i);
 		struct strat_state st = { 0, 0, 0 };
 		int64_t now = 1700000000000LL + rng_below(1000000);
 		int64_t cap = strat_used(&st, &p, now), lo = 0, hi;
@@ -326,9 +335,7 @@ START_TEST(test_used_is_what_check_leaves)
 		now += rng_below(2) ? 0 : rng_below(p.window_ms);
 		strat_book(&st, &p, now, 1 + rng_below(5));
 		now += rng_below(3) == 0 ? 0 : rng_below(2 * p.window_ms);
-		hi = p.burst > 0 && (p.kind == STRAT_TOKEN_BUCKET || p.kind == STRAT_LEAKY_BUCKET)
-			 ? p.burst
-			 : p.amount;
+		hi = capacity(&p);
 		cap = hi;
 		while (lo < hi) {
 			int64_t mid = lo + (hi - lo + 1) / 2;
@@ -365,12 +372,7 @@ START_TEST(test_full_in_is_the_whole_capacitys_wait)
 {
 	rng_state = 0x853c49e6748fea9bULL + (uint64_t)_i;
 	for (int round = 0; round < 400; round++) {
-		struct strat_params p = {
-			.kind = (enum strat_kind)_i,
-			.amount = rng_size(20, STRAT_MAX_AMOUNT),
-			.window_ms = rng_size(5000, STRAT_MAX_WINDOW_MS),
-			.burst = rng_below(2) ? 0 : rng_size(40, STRAT_MAX_AMOUNT),
-		};
+		struct strat_params p = rng_params((enum strat_kind)_i);
 		struct strat_state st = { 0, 0, 0 };
 		int64_t now = 1700000000000LL + rng_below(1000000), cap;
 		struct strat_result r;
@@ -378,10 +380,7 @@ START_TEST(test_full_in_is_the_whole_capacitys_wait)
 		for (int step = 0; step < 4; step++) {
 			strat_book(&st, &p, now, rng_below(4) == 0 ? 50 * p.amount : rng_below(40));
 			now += rng_below(3) == 0 ? 0 : rng_below(2 * p.window_ms);
-			cap = p.burst > 0 &&
-				      (p.kind == STRAT_TOKEN_BUCKET || p.kind == STRAT_LEAKY_BUCKET)
-				  ? p.burst
-				  : p.amount;
+			cap = capacity(&p);
 			r = strat_check(&st, &p, now, cap, 0);
 			ck_assert_msg(strat_full_in(&st, &p, now) ==
 					  (r.allowed ? 0 : r.retry_after_ms),
