@@ -105,9 +105,9 @@ static int64_t strat_retry(const struct strat_ops *ops, const struct strat_probe
  * its normalised params): false when it can never pass (cost + floor above
  * the capacity).
  */
-static bool strat_probe_of(const struct strat_ops *ops, const struct strat_state *st,
-			   const struct strat_params *p, int64_t cost, int64_t floor_units,
-			   struct strat_params *np, struct strat_probe *pr)
+static inline bool strat_probe_of(const struct strat_ops *ops, const struct strat_state *st,
+				  const struct strat_params *p, int64_t cost, int64_t floor_units,
+				  struct strat_params *np, struct strat_probe *pr)
 {
 	*np = strat_normalise(ops, p);
 	cost = strat_clamp(cost, 0, STRAT_UNITS_MAX);
