@@ -106,7 +106,7 @@ struct backend {
 	bool was_up;	/* up at least once: a later up is a return */
 	/* Single-target acquires of this loop pass, by pool connection, sent
 	 * as one call per connection when the pass ends (rb_xb_*). */
-	struct rb_xb *xb; /* nxb of them; NULL: every acquire its own call */
+	struct rb_xb **xb; /* nxb of them; NULL: every acquire its own call */
 	size_t nxb, xb_pending;
 	struct event *xb_ev;
 };

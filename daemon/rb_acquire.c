@@ -334,6 +334,8 @@ struct rb_xb {
 	size_t n;
 	unsigned affinity; /* the first one's: the connection they share */
 };
+/* b->xb[i]: the batch waiting for pool connection i (NULL: none), made by
+ * its first acquire of the pass and sent whole, with its slot emptied. */
 
 /* An acquire that was never sent: the fallback decides, nothing to reconcile. */
 static void rb_acq_unsent(struct rb_acq_part *part)
@@ -373,35 +375,38 @@ static void rb_xb_cb(void *arg, enum rp_status st, const struct rval *reply)
 	free(x);
 }
 
-/* Send what bucket x holds (and empty it). */
-/* Send what bucket x holds. x is emptied first: answering these may queue more. */
-static void rb_xb_send(struct backend *b, struct rb_xb *x)
+/* argv[*k..] and len[*k..] take a's arguments [from, to). */
+static void rb_argv_put(const char **argv, size_t *len, size_t *k, const struct rargs *a,
+			size_t from, size_t to)
 {
+	for (size_t j = from; j < to; j++, (*k)++) {
+		argv[*k] = a->v[j];
+		len[*k] = a->len[j];
+	}
+}
+
+/*
+ * Send the batch waiting for pool connection i. It leaves its slot first:
+ * answering these may queue more, into a new batch.
+ */
+static void rb_xb_send(struct backend *b, size_t i)
+{
+	struct rb_xb *x = b->xb[i];
 	const char **argv = NULL;
-	size_t *len = NULL, i, j, k = 0, nkeys = 0, argc = 0;
-	struct rb_xb *out;
+	size_t *len = NULL, j, k = 0, nkeys = 0, argc = 0;
 	struct rargs hdr = { 0 };
-	struct rpool_call call = { .affinity = x->affinity, .script = (size_t)b->s_acquire };
+	struct rpool_call call;
 	bool oom = false;
 
-	if (x->n == 0)
+	if (x == NULL)
 		return;
+	b->xb[i] = NULL;
 	b->xb_pending -= x->n;
-	if ((out = malloc(sizeof(*out))) == NULL) {
-		struct rb_xone *c[sizeof(x->c) / sizeof(x->c[0])];
-		size_t n = x->n;
-		memcpy(c, x->c, n * sizeof(c[0]));
-		x->n = 0;
-		for (i = 0; i < n; i++)
-			rb_xone_drop(c[i], true);
-		return;
-	}
-	*out = *x; /* the acquires go with the call */
-	x->n = 0;
-	for (i = 0; i < out->n; i++)
-		oom |= out->c[i]->a.oom;
-	if (out->n == 1) {
-		struct rb_xone *one = out->c[0];
+	call = (struct rpool_call){ .affinity = x->affinity, .script = (size_t)b->s_acquire };
+	for (j = 0; j < x->n; j++)
+		oom |= x->c[j]->a.oom;
+	if (x->n == 1) {
+		struct rb_xone *one = x->c[0];
 		call.nkeys = one->nkeys;
 		call.argc = one->a.n;
 		call.argv = (const char *const *)one->a.v;
@@ -414,50 +419,41 @@ static void rb_xb_send(struct backend *b, struct rb_xb *x)
 			b->calls[RB_OP_ACQUIRE]++;
 			rb_xone_drop(one, false);
 		}
-		free(out);
+		free(x);
 		return;
 	}
 	rargs_str(&hdr, "*");
-	rargs_int(&hdr, (int64_t)out->n);
-	for (i = 0; i < out->n; i++) {
-		rargs_int(&hdr, (int64_t)out->c[i]->nkeys);
-		rargs_int(&hdr, (int64_t)(out->c[i]->a.n - out->c[i]->nkeys));
-		nkeys += out->c[i]->nkeys;
-		argc += out->c[i]->a.n;
+	rargs_int(&hdr, (int64_t)x->n);
+	for (j = 0; j < x->n; j++) {
+		rargs_int(&hdr, (int64_t)x->c[j]->nkeys);
+		rargs_int(&hdr, (int64_t)(x->c[j]->a.n - x->c[j]->nkeys));
+		nkeys += x->c[j]->nkeys;
+		argc += x->c[j]->a.n;
 	}
 	argc += hdr.n;
 	argv = malloc(argc * sizeof(*argv));
 	len = malloc(argc * sizeof(*len));
 	if (argv == NULL || len == NULL || hdr.oom || oom)
 		goto unsent;
-	for (i = 0; i < out->n; i++) /* every KEYS, then the header, then every ARGV */
-		for (j = 0; j < out->c[i]->nkeys; j++, k++) {
-			argv[k] = out->c[i]->a.v[j];
-			len[k] = out->c[i]->a.len[j];
-		}
-	for (j = 0; j < hdr.n; j++, k++) {
-		argv[k] = hdr.v[j];
-		len[k] = hdr.len[j];
-	}
-	for (i = 0; i < out->n; i++)
-		for (j = out->c[i]->nkeys; j < out->c[i]->a.n; j++, k++) {
-			argv[k] = out->c[i]->a.v[j];
-			len[k] = out->c[i]->a.len[j];
-		}
+	for (j = 0; j < x->n; j++) /* every KEYS, then the header, then every ARGV */
+		rb_argv_put(argv, len, &k, &x->c[j]->a, 0, x->c[j]->nkeys);
+	rb_argv_put(argv, len, &k, &hdr, 0, hdr.n);
+	for (j = 0; j < x->n; j++)
+		rb_argv_put(argv, len, &k, &x->c[j]->a, x->c[j]->nkeys, x->c[j]->a.n);
 	call.nkeys = nkeys;
 	call.argc = argc;
 	call.argv = argv;
 	call.argvlen = len;
 	call.cb = rb_xb_cb;
-	call.arg = out;
+	call.arg = x;
 	if (rpool_eval_multi(b->pool, 1, &call) != 0)
 		goto unsent;
-	b->calls[RB_OP_ACQUIRE]++; /* out is the call's now (rb_xb_cb) */
+	b->calls[RB_OP_ACQUIRE]++; /* x is the call's now (rb_xb_cb) */
 	goto done;
 unsent:
-	for (i = 0; i < out->n; i++)
-		rb_xone_drop(out->c[i], true);
-	free(out);
+	for (j = 0; j < x->n; j++)
+		rb_xone_drop(x->c[j], true);
+	free(x);
 done:
 	free(argv);
 	free(len);
@@ -471,7 +467,7 @@ void rb_xb_flush(struct backend *b)
 	if (b->xb_pending == 0)
 		return;
 	for (i = 0; i < b->nxb; i++)
-		rb_xb_send(b, &b->xb[i]);
+		rb_xb_send(b, i);
 }
 
 static void rb_xb_ev_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
@@ -487,11 +483,17 @@ static bool rb_xb_add(struct backend *b, struct rb_acq *q, const struct target_r
 		      int64_t not_after)
 {
 	unsigned aff = rb_affinity(t->kq->sc->cs, t->kq->key);
-	struct rb_xb *x = &b->xb[aff % b->nxb];
+	size_t slot = aff % b->nxb;
 	struct rb_xone *one = calloc(1, sizeof(*one));
 	struct rb_acq_part *part = malloc(sizeof(*part));
+	struct rb_xb *x = b->xb[slot];
 
-	if (one == NULL || part == NULL) {
+	if (one != NULL && part != NULL && x == NULL &&
+	    (x = calloc(1, sizeof(*x))) != NULL) { /* the pass's first for it */
+		x->affinity = aff;
+		b->xb[slot] = x;
+	}
+	if (x == NULL || one == NULL || part == NULL) {
 		free(one);
 		free(part);
 		return false;
@@ -502,13 +504,11 @@ static bool rb_xb_add(struct backend *b, struct rb_acq *q, const struct target_r
 	part->i = 0;
 	one->part = part;
 	q->pending = 1;
-	if (x->n == 0)
-		x->affinity = aff;
 	x->c[x->n++] = one;
 	if (b->xb_pending++ == 0)
 		event_active(b->xb_ev, EV_TIMEOUT, 0);
 	if (x->n >= (size_t)b->ad->conf->redis_batch)
-		rb_xb_send(b, x);
+		rb_xb_send(b, slot);
 	return true;
 }
 
@@ -721,9 +721,11 @@ bool rb_xb_init(struct backend *b)
 void rb_xb_free(struct backend *b)
 {
 	for (size_t i = 0; i < b->nxb && b->xb != NULL; i++) {
-		struct rb_xb *x = &b->xb[i];
-		for (size_t j = 0; j < x->n; j++)
+		struct rb_xb *x = b->xb[i];
+		b->xb[i] = NULL;
+		for (size_t j = 0; x != NULL && j < x->n; j++)
 			rb_xone_drop(x->c[j], true);
+		free(x);
 	}
 	free(b->xb);
 	b->xb = NULL;
