@@ -127,8 +127,7 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 	return res;
 }
 
-struct eng_refused {
-	const struct conf_scope *cs; /* the conf it was decided under */
+struct eng_refused { /* forgotten when a reload re-points the key (scope.c) */
 	const struct conf_class *cls;
 	int64_t cost;
 	int64_t at, until; /* when Redis said it, until when it is given again (mono ms) */
@@ -161,8 +160,7 @@ void eng_refused_keep(const struct waiter *w, const struct eng_res *res)
 		return;
 	if (r == NULL && (r = malloc(sizeof(*r))) == NULL)
 		return; /* the next ask goes to Redis, as without it */
-	*r = (struct eng_refused){ .cs = kq->sc->cs,
-				   .cls = w->t[0].cls,
+	*r = (struct eng_refused){ .cls = w->t[0].cls,
 				   .cost = w->t[0].cost,
 				   .at = now,
 				   .until = until,
@@ -182,8 +180,8 @@ static bool eng_refused_known(struct waiter *w, struct eng_res *res)
 	if (r == NULL || w->nt != 1 || w->nreserve != 0)
 		return false;
 	now = clock_mono_ms();
-	if (r->cs != kq->sc->cs || now >= r->until) {
-		eng_refused_forget(kq); /* passed, or a reload replaced the scope */
+	if (now >= r->until) {
+		eng_refused_forget(kq); /* passed */
 		return false;
 	}
 	if (r->cls != w->t[0].cls || w->t[0].cost < r->cost)

@@ -48,19 +48,21 @@ int64_t lim_ovr_delay_floor(int64_t d, int64_t milli)
 
 int64_t lim_ovr_amount(int64_t v, int64_t o, int64_t milli)
 {
-	int64_t cap = lim_ovr_cap(v, milli);
+	int64_t cap;
 
 	if (o <= 0 || milli <= 0)
 		return v;
+	cap = lim_ovr_cap(v, milli);
 	return o > cap ? cap : o;
 }
 
 int64_t lim_ovr_delay(int64_t d, int64_t o, int64_t milli)
 {
-	int64_t fl = lim_ovr_delay_floor(d, milli);
+	int64_t fl;
 
 	if (o < 0 || d <= 0 || milli <= 0)
 		return d;
+	fl = lim_ovr_delay_floor(d, milli);
 	return o < fl ? fl : o;
 }
 
