@@ -117,7 +117,7 @@ local function acquire_one(KEYS, ARGV)
 		local f = { 'amt' }
 		if ovr > 0 then
 			f[2], f[3] = 'ou', 'od'
-			for i = 1, nrules do f[3 + i] = 'o' .. ARGV[19 + (i - 1) * 7] end
+			for i = 1, nrules do f[3 + i] = ovr_field(ARGV[19 + (i - 1) * 7]) end
 		end
 		local h = redis.call('HMGET', adapt_key(KEYS[1]), unpack(f))
 		if ad then ad_amt = adapt_amount({ amt = tonumber(h[1]) or 0 }, ad) end

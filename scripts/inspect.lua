@@ -36,7 +36,7 @@ end
 local f = { 'amt', 'td', 'tc', 'tl' }
 if ARGV[3] == '1' then
 	f[5], f[6] = 'ou', 'od'
-	for i = 1, nrules do f[6 + i] = 'o' .. ARGV[3 + i] end
+	for i = 1, nrules do f[6 + i] = ovr_field(ARGV[3 + i]) end
 end
 local h = redis.call('HMGET', adapt_key(KEYS[1]), unpack(f))
 for i = 1, 4 do out[#out + 1] = tonumber(h[i]) or 0 end

@@ -17,13 +17,13 @@ local ttl = tonumber(ARGV[1])
 local n = tonumber(ARGV[3])
 
 local old = {}
-for i = 0, n - 1 do old[#old + 1] = 'o' .. i end
+for i = 0, n - 1 do old[#old + 1] = ovr_field(i) end
 if #old > 0 then redis.call('HDEL', key, unpack(old)) end
 local set = { 'ou', now + ttl, 'od', tonumber(ARGV[2]) }
 for i = 1, n do
 	local a = tonumber(ARGV[3 + i]) or 0
 	if a > 0 then
-		set[#set + 1] = 'o' .. (i - 1)
+		set[#set + 1] = ovr_field(i - 1)
 		set[#set + 1] = a
 	end
 end

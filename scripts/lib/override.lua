@@ -14,6 +14,11 @@
 
 local OVR_MAX_AMOUNT = 1000000000
 
+-- The hash field of rule i's amount (i: its index in the scope, from 0).
+local function ovr_field(i)
+	return 'o' .. i
+end
+
 -- The loosest amount an override may give a rule of amount v.
 local function ovr_cap(v, milli)
 	local c = math.floor(v * milli / 1000)
