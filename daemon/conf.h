@@ -67,6 +67,7 @@ struct conf_plan {
 	bool reads_state;   /* the acquire reads the state hash (pacing, or the penalty is there) */
 	long penalty_in;    /* plan.rules[i] whose hash holds the penalty; -1: none of them */
 	bool penalty_extra; /* the penalty's hash is a rule's this plan does not apply */
+	bool plain;	    /* one requests rule holding the penalty, nothing else (conf_plan.c) */
 };
 
 struct conf_scope {

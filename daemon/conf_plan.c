@@ -18,6 +18,12 @@
  * acquire reads it with that rule's counters: a one-rule scope's acquire
  * makes the Redis calls of a plain bucket script and no more. A scope with
  * neither (only concurrency limits) keeps it in the state hash.
+ *
+ * A plain plan is the commonest shape: one requests rule whose hash holds the
+ * penalty, and nothing else (no pacing, cluster concurrency, quota, lease
+ * set, token meter, adaptive amount or override). Its acquire is one rule
+ * hash's read and write, and acquire.lua takes it in a form of its own,
+ * params as numbers, many in one call ('p' groups).
  */
 
 #include "conf.h"
@@ -76,6 +82,10 @@ static bool plan_build(struct conf_plan *p, const struct conf_scope *s,
 	}
 	p->reads_state = s->penalty_rule < 0 || s->min_delay_ms > 0;
 	p->penalty_extra = s->penalty_rule >= 0 && p->penalty_in < 0;
+	p->plain = p->nrules == 1 && s->rules[p->rules[0]].meter == METER_REQUESTS &&
+		   p->penalty_in == 0 && !p->tracks_leases && !p->release_books &&
+		   s->min_delay_ms == 0 && s->cluster_concurrency == 0 && s->quota == 0 &&
+		   !s->adaptive && s->override_milli <= 0;
 	return true;
 }
 

@@ -27,6 +27,9 @@
 
 enum rb_outcome { RB_R_REFUSED = 0, RB_R_ADMITTED, RB_R_STALE, RB_R_UNKNOWN };
 
+/* The general reply's length for a one-rule plan (rb_plain_reply makes one). */
+#define RB_PLAIN_REPLY 13
+
 struct rb_acq {
 	struct backend *b;
 	struct waiter *w;
@@ -309,6 +312,47 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 		rb_acq_done(q);
 }
 
+/*
+ * A plain acquire's six numbers in a flat reply (at: where they start;
+ * a[0] the call's Redis time) as the general reply rb_acq_cb reads:
+ * admitted, wait, code, now, no pacing, no adaptive amount, no lease set or
+ * quota, then the rule's counter. false when they are not six numbers.
+ */
+static bool rb_plain_reply(const struct rval *flat, size_t at, struct rval v[RB_PLAIN_REPLY],
+			   struct rval *arr)
+{
+	static const size_t from[RB_PLAIN_REPLY] = { 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 4, 5, 6 };
+	size_t k;
+
+	if (flat == NULL || flat->type != RV_ARR || flat->n < at + 6 || flat->a[0].type != RV_INT)
+		return false;
+	for (k = 0; k < 6; k++)
+		if (flat->a[at + k].type != RV_INT)
+			return false;
+	for (k = 0; k < RB_PLAIN_REPLY; k++) {
+		v[k] = (struct rval){ .type = RV_INT };
+		if (k == 3)
+			v[k].i = flat->a[0].i;
+		else if (from[k] != 0)
+			v[k].i = flat->a[at + from[k] - 1].i;
+	}
+	*arr = (struct rval){ .type = RV_ARR, .n = RB_PLAIN_REPLY, .a = v };
+	return true;
+}
+
+/* A lone plain acquire's reply: the Redis time and its six numbers. */
+static void rb_plain_cb(void *arg, enum rp_status st, const struct rval *reply)
+{
+	struct rval v[RB_PLAIN_REPLY], arr;
+
+	if (st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == 7 &&
+	    rb_plain_reply(reply, 1, v, &arr))
+		reply = &arr;
+	else if (st == RP_OK && reply != NULL && reply->type != RV_ERR)
+		reply = NULL; /* not what was asked: the outcome is unknown */
+	rb_acq_cb(arg, st, reply);
+}
+
 /* ---- acquire, across keys: one call per connection and loop pass ---- */
 
 /*
@@ -317,21 +361,26 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
  * ends (xb_ev is made active, and runs after the pass's other callbacks),
  * until redis_batch of them wait, or until anything else is sent (so that
  * what this daemon sends for a key still reaches Redis in the order it was
- * made). Then one acquire.lua call carries them all ('*' form: each
- * decided alone, one reply each); one alone goes as it would have. This
- * adds no waiting, and saves Redis a call's dispatch, its TIME and, on a
- * socket, its read and write per acquire. In a Cluster the keys of one
- * connection are not in one slot: there every acquire is its own call.
+ * made). Then one acquire.lua call carries them all ('=' form: each
+ * decided alone; consecutive plain acquires of the same params are one 'p'
+ * group, which sends only each one's key and cost, the rest one 'g' group
+ * each); one alone goes as it would have. This adds no waiting, and saves
+ * Redis a call's dispatch, its TIME and, on a socket, its read and write per
+ * acquire. In a Cluster the keys of one connection are not in one slot:
+ * there every acquire is its own call.
  */
 struct rb_xone {
 	struct rargs a; /* KEYS then ARGV, as a lone call would send them */
 	size_t nkeys;
 	struct rb_acq_part *part;
+	bool plain; /* a is rb_plain_args's, p its params */
+	struct rb_plain p;
 };
 
 struct rb_xb {
 	struct rb_xone *c[256]; /* redis_batch at most */
 	size_t n;
+	size_t reply_n;	   /* the reply's length: the time, 6 per plain, 1 per other */
 	unsigned affinity; /* the first one's: the connection they share */
 };
 /* b->xb[i]: the batch waiting for pool connection i (NULL: none), made by
@@ -358,18 +407,28 @@ static void rb_xone_drop(struct rb_xone *one, bool unsent)
 	free(one);
 }
 
-/* A batch's reply: one acquire reply per acquire, in order. */
+/* A batch's reply: the Redis time, then per acquire in order its own. */
 static void rb_xb_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct rb_xb *x = arg;
-	bool ok = st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == x->n;
-	size_t i;
+	bool ok = st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == x->reply_n &&
+		  reply->a[0].type == RV_INT;
+	const struct rval *err = reply != NULL && reply->type == RV_ERR ? reply : NULL;
+	struct rval v[RB_PLAIN_REPLY], arr, odd = { .type = RV_NIL };
+	size_t i, at = 1;
 
-	for (i = 0; i < x->n; i++)
-		rb_acq_cb(x->c[i]->part, ok ? RP_OK : st,
-			  ok					   ? &reply->a[i]
-			  : reply != NULL && reply->type == RV_ERR ? reply
-								   : NULL);
+	for (i = 0; i < x->n; i++) {
+		struct rb_xone *one = x->c[i];
+		if (!ok) {
+			rb_acq_cb(one->part, st, err);
+		} else if (one->plain) {
+			rb_acq_cb(one->part, RP_OK,
+				  rb_plain_reply(reply, at, v, &arr) ? &arr : &odd);
+			at += 6;
+		} else {
+			rb_acq_cb(one->part, RP_OK, &reply->a[at++]);
+		}
+	}
 	for (i = 0; i < x->n; i++)
 		rb_xone_drop(x->c[i], false);
 	free(x);
@@ -386,6 +445,44 @@ static void rb_argv_put(const char **argv, size_t *len, size_t *k, const struct 
 }
 
 /*
+ * The '=' form's groups of x in hdr: '=', how many, then per group its head
+ * ('p' and its params, or 'g' and its KEYS and ARGV counts) and, for a 'p'
+ * group, its costs; head[g] is where group g's entries start in hdr and
+ * first[g] its first acquire. Returns how many groups.
+ */
+static size_t rb_xb_groups(const struct rb_xb *x, struct rargs *hdr, size_t *head, size_t *first)
+{
+	size_t j, e, g = 0;
+
+	for (j = 0; j < x->n; j = e, g++) {
+		e = j + 1;
+		if (x->c[j]->plain)
+			while (e < x->n && x->c[e]->plain &&
+			       rb_plain_same(&x->c[j]->p, &x->c[e]->p))
+				e++;
+		first[g] = j;
+	}
+	first[g] = x->n;
+	rargs_str(hdr, "=");
+	rargs_int(hdr, (int64_t)g);
+	for (size_t k = 0; k < g; k++) {
+		const struct rb_xone *one = x->c[first[k]];
+		head[k] = hdr->n;
+		if (one->plain) {
+			rb_plain_group(hdr, &one->p, first[k + 1] - first[k]);
+			for (j = first[k]; j < first[k + 1]; j++)
+				rargs_int(hdr, x->c[j]->p.cost);
+		} else {
+			rargs_str(hdr, "g");
+			rargs_int(hdr, (int64_t)one->nkeys);
+			rargs_int(hdr, (int64_t)(one->a.n - one->nkeys));
+		}
+	}
+	head[g] = hdr->n;
+	return g;
+}
+
+/*
  * Send the batch waiting for pool connection i. It leaves its slot first:
  * answering these may queue more, into a new batch.
  */
@@ -393,7 +490,8 @@ static void rb_xb_send(struct backend *b, size_t i)
 {
 	struct rb_xb *x = b->xb[i];
 	const char **argv = NULL;
-	size_t *len = NULL, j, k = 0, nkeys = 0, argc = 0;
+	size_t *len = NULL, j, k = 0, nkeys = 0, argc = 0, ng;
+	size_t head[257], first[257];
 	struct rargs hdr = { 0 };
 	struct rpool_call call;
 	bool oom = false;
@@ -411,7 +509,7 @@ static void rb_xb_send(struct backend *b, size_t i)
 		call.argc = one->a.n;
 		call.argv = (const char *const *)one->a.v;
 		call.argvlen = one->a.len;
-		call.cb = rb_acq_cb;
+		call.cb = one->plain ? rb_plain_cb : rb_acq_cb;
 		call.arg = one->part;
 		if (oom || rpool_eval_multi(b->pool, 1, &call) != 0) {
 			rb_xone_drop(one, true);
@@ -422,24 +520,27 @@ static void rb_xb_send(struct backend *b, size_t i)
 		free(x);
 		return;
 	}
-	rargs_str(&hdr, "*");
-	rargs_int(&hdr, (int64_t)x->n);
+	ng = rb_xb_groups(x, &hdr, head, first);
+	x->reply_n = 1;
 	for (j = 0; j < x->n; j++) {
-		rargs_int(&hdr, (int64_t)x->c[j]->nkeys);
-		rargs_int(&hdr, (int64_t)(x->c[j]->a.n - x->c[j]->nkeys));
 		nkeys += x->c[j]->nkeys;
-		argc += x->c[j]->a.n;
+		argc += x->c[j]->nkeys + (x->c[j]->plain ? 0 : x->c[j]->a.n - x->c[j]->nkeys);
+		x->reply_n += x->c[j]->plain ? 6 : 1;
 	}
 	argc += hdr.n;
 	argv = malloc(argc * sizeof(*argv));
 	len = malloc(argc * sizeof(*len));
 	if (argv == NULL || len == NULL || hdr.oom || oom)
 		goto unsent;
-	for (j = 0; j < x->n; j++) /* every KEYS, then the header, then every ARGV */
+	for (j = 0; j < x->n; j++) /* every KEYS, then '=' and the groups */
 		rb_argv_put(argv, len, &k, &x->c[j]->a, 0, x->c[j]->nkeys);
-	rb_argv_put(argv, len, &k, &hdr, 0, hdr.n);
-	for (j = 0; j < x->n; j++)
-		rb_argv_put(argv, len, &k, &x->c[j]->a, x->c[j]->nkeys, x->c[j]->a.n);
+	rb_argv_put(argv, len, &k, &hdr, 0, head[0]);
+	for (j = 0; j < ng; j++) {
+		const struct rb_xone *one = x->c[first[j]];
+		rb_argv_put(argv, len, &k, &hdr, head[j], head[j + 1]);
+		if (!one->plain)
+			rb_argv_put(argv, len, &k, &one->a, one->nkeys, one->a.n);
+	}
 	call.nkeys = nkeys;
 	call.argc = argc;
 	call.argv = argv;
@@ -498,8 +599,12 @@ static bool rb_xb_add(struct backend *b, struct rb_acq *q, const struct target_r
 		free(part);
 		return false;
 	}
-	rb_acquire_args(&one->a, b, t, q->lease_id, 1, not_after, q->w->reserve, q->w->nreserve,
-			&one->nkeys);
+	one->plain = conf_plan_of(t->kq->sc->cs, t->cls)->plain;
+	if (one->plain)
+		rb_plain_args(&one->a, b, t, not_after, &one->p, &one->nkeys);
+	else
+		rb_acquire_args(&one->a, b, t, q->lease_id, 1, not_after, q->w->reserve,
+				q->w->nreserve, &one->nkeys);
 	part->q = q;
 	part->i = 0;
 	one->part = part;
@@ -542,9 +647,14 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		return true;
 	for (i = 0; i < w->nt; i++) {
 		struct rb_acq_part *part = malloc(sizeof(*part));
+		bool plain = conf_plan_of(w->t[i].kq->sc->cs, w->t[i].cls)->plain;
+		struct rb_plain pa;
 		size_t nkeys = 0;
-		rb_acquire_args(&a[i], b, &w->t[i], lease_id, 1, not_after, w->reserve, w->nreserve,
-				&nkeys);
+		if (plain)
+			rb_plain_args(&a[i], b, &w->t[i], not_after, &pa, &nkeys);
+		else
+			rb_acquire_args(&a[i], b, &w->t[i], lease_id, 1, not_after, w->reserve,
+					w->nreserve, &nkeys);
 		if (part == NULL || a[i].oom) {
 			free(part);
 			goto out;
@@ -558,7 +668,7 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 						.argc = a[i].n,
 						.argv = (const char *const *)a[i].v,
 						.argvlen = a[i].len,
-						.cb = rb_acq_cb,
+						.cb = plain ? rb_plain_cb : rb_acq_cb,
 						.arg = part };
 		made++;
 	}

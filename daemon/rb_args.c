@@ -326,6 +326,56 @@ void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt 
 	rb_adapt_ovr_args(a, cs, cs->adaptive, cs->override_milli > 0);
 }
 
+/*
+ * A plain target's acquire (its plan is plain, conf_plan.c): p takes what
+ * acquire.lua's 'p' group carries, and a the KEYS and ARGV of a call that is
+ * that one acquire alone (its rule hash; '=', one group of one).
+ */
+void rb_plain_args(struct rargs *a, const struct backend *b, const struct target_rt *t,
+		   int64_t not_after, struct rb_plain *p, size_t *nkeys)
+{
+	const struct conf_scope *cs = t->kq->sc->cs;
+	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
+	const struct conf_rule *r = &cs->rules[pl->rules[0]];
+
+	p->kind = strat_kind_name(r->sp.kind);
+	p->amount = r->sp.amount;
+	p->window_ms = r->sp.window_ms;
+	p->burst = r->sp.burst != 0 ? r->sp.burst : r->sp.amount;
+	p->floor = t->cls ? t->cls->floor : 0;
+	p->code = (int64_t)pl->rules[0];
+	p->not_after = not_after;
+	p->cost = t->cost;
+	rb_key(a, b, cs, t->kq->key, "r", (long)pl->rules[0]);
+	*nkeys = 1;
+	rargs_str(a, "=");
+	rargs_int(a, 1);
+	rb_plain_group(a, p, 1);
+	rargs_int(a, p->cost);
+}
+
+/* The head of a 'p' group of n acquires of p's params (their costs follow). */
+void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n)
+{
+	rargs_str(a, "p");
+	rargs_str(a, p->kind);
+	rargs_int(a, p->amount);
+	rargs_int(a, p->window_ms);
+	rargs_int(a, p->burst);
+	rargs_int(a, p->floor);
+	rargs_int(a, p->code);
+	rargs_int(a, p->not_after);
+	rargs_int(a, (int64_t)n);
+}
+
+/* Two plain acquires one 'p' group can carry (all but the cost alike). */
+bool rb_plain_same(const struct rb_plain *x, const struct rb_plain *y)
+{
+	return x->kind == y->kind && x->amount == y->amount && x->window_ms == y->window_ms &&
+	       x->burst == y->burst && x->floor == y->floor && x->code == y->code &&
+	       x->not_after == y->not_after;
+}
+
 const char *const rb_mode_names[] = { "release", "rollback", "reconcile", "rebook", "outcome" };
 
 /* KEYS and ARGV of release.lua for one target (struct rb_settle says what each mode passes). */

@@ -50,49 +50,77 @@
 -- the window, the newest of them (0: none), and per rule its counter a, b, t.
 -- Then, when ovr is given, the key's override: its end (0: none in force),
 -- its min_delay (-1: none) and per rule its amount (0: none), as stored.
+--
+-- That is the general form, one acquire of any plan. The '=' form (at the
+-- end) carries several acquires in one call, and a plain plan's acquire,
+-- alone or not, in fewer arguments.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_s = string.format('%d', now)
 
--- The plainest plan: one acquire of one requests rule whose hash holds the
--- penalty, and nothing else (no pacing, quota, lease set, settlement record,
--- adaptive amount or override: ARGV ends at not_after). The same decision and
--- reply as acquire_one's general path below, which it must match, made as a
--- plain bucket script makes it: no table of rules, no closures.
-local function acquire_plain(KEYS, ARGV)
-	local not_after = tonumber(ARGV[22])
+-- An integer as an argument of a Redis call: Redis would otherwise format
+-- the number as %.14g, which costs more than a plain bucket's arithmetic.
+local function int_arg(x)
+	if x == now then
+		return now_s
+	elseif x == 0 then
+		return '0'
+	end
+	return string.format('%d', x)
+end
+
+-- The plainest plan: one requests rule whose hash holds the penalty, and
+-- nothing else (no pacing, quota, lease set, settlement record, adaptive
+-- amount or override), one admission at a time. The same decision as
+-- acquire_one's general path below, which it must match, made as a plain
+-- bucket script makes it: the rule's params are numbers, not a table, and a
+-- bucket's arithmetic is strat_bucket_try's. Writes what the reply says of it
+-- into out[o + 1 .. o + 6]: admitted (0 or 1), retry_after_ms, code (as
+-- acquire_one's), then the rule's counter a, b, t after the decision.
+local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor, code,
+			     not_after, cost)
 	if not_after > 0 and now > not_after then
-		return { 0, 0, -6, now }
+		out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, 0, -6, 0, 0, 0
+		return
 	end
-	local ops, np = strat_prep({ kind = ARGV[15], amount = tonumber(ARGV[16]),
-		window_ms = tonumber(ARGV[17]), burst = tonumber(ARGV[18]) })
-	local key, cost = KEYS[4], tonumber(ARGV[3])
 	local h = redis.call('HMGET', key, 'a', 'b', 't', 'penalty_until')
-	local st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
+	local a, b, t = tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3]) or 0
 	local penalty_until = tonumber(h[4]) or 0
-	local ok, w = strat_check_prepared(st, ops, np, now, cost, tonumber(ARGV[4]))
-	local wait, code = 0, -1 -- the longest wait names the refusal (ties: the penalty)
-	if now < penalty_until then wait, code = penalty_until - now, -2 end
-	if not ok and (code == -1 or w == -1 or w > wait) then wait, code = w, tonumber(ARGV[19]) end
-	if code ~= -1 then
-		return { 0, wait, code, now, 0, 0, 0, 0, 0, 0, st.a, st.b, st.t }
+	local ok, na, nb, nt, ttl, w, ops, np, st
+	if kind == 'token-bucket' or kind == 'leaky-bucket' then
+		ok, na, nb, nt, ttl = strat_bucket_try(a, b, t, amount, window_ms, burst, now, cost, floor)
+	else
+		ops, np = strat_prep({ kind = kind, amount = amount, window_ms = window_ms, burst = burst })
+		st = { a = a, b = b, t = t }
+		ok, w = strat_check_prepared(st, ops, np, now, cost, floor)
 	end
-	strat_book_prepared(st, ops, np, now, cost)
-	redis.call('HSET', key, 'a', st.a, 'b', st.b, 't', st.t)
-	redis.call('PEXPIRE', key, strat_ttl_prepared(ops, np))
-	return { 1, 0, -1, now, 0, 0, 0, 0, 0, 0, st.a, st.b, st.t }
+	local wait, c = 0, -1 -- the longest wait names the refusal (ties: the penalty)
+	if now < penalty_until then wait, c = penalty_until - now, -2 end
+	if not ok then
+		if w == nil then -- the bucket's wait, from the general arithmetic
+			ops, np = strat_prep({ kind = kind, amount = amount, window_ms = window_ms, burst = burst })
+			w = select(2, strat_check_prepared({ a = a, b = b, t = t }, ops, np, now, cost, floor))
+		end
+		if c == -1 or w == -1 or w > wait then wait, c = w, code end
+	end
+	if c ~= -1 then
+		out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, wait, c, a, b, t
+		return
+	end
+	if st then
+		strat_book_prepared(st, ops, np, now, cost)
+		na, nb, nt, ttl = st.a, st.b, st.t, strat_ttl_prepared(ops, np)
+	end
+	redis.call('HSET', key, 'a', int_arg(na), 'b', int_arg(nb), 't', int_arg(nt))
+	redis.call('PEXPIRE', key, ttl)
+	out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, 0, -1, na, nb, nt
 end
 
 -- One acquire: KEYS and ARGV as described above, now the Redis time.
 local function acquire_one(KEYS, ARGV)
-	if ARGV[23] == nil and ARGV[13] == '1' and ARGV[14] == 'r' and ARGV[21] == '1' and
-	    ARGV[2] == '1' and ARGV[5] == '0' and ARGV[7] == '0' and ARGV[8] == '0' and
-	    ARGV[12] == '0' then
-		return acquire_plain(KEYS, ARGV)
-	end
-
 	local lease_ids = ARGV[1]
 	local count = tonumber(ARGV[2])
 	local cost = tonumber(ARGV[3])
@@ -355,18 +383,41 @@ local function acquire_one(KEYS, ARGV)
 end
 
 -- A batch of independent acquires of different keys (one call instead of
--- n): ARGV is '*', n, then per acquire its KEYS count and ARGV count, then
--- every acquire's ARGV in order; KEYS are every acquire's KEYS in order.
--- Each is decided alone, as if it were its own call, at the same instant;
--- the reply is one acquire reply per acquire, in order.
-if ARGV[1] ~= '*' then return acquire_one(KEYS, ARGV) end
-local n, out, kb, ab = tonumber(ARGV[2]), {}, 0, 2 + 2 * tonumber(ARGV[2])
-for i = 1, n do
-	local nk, na = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i])
-	local k, a = {}, {}
-	for j = 1, nk do k[j] = KEYS[kb + j] end
-	for j = 1, na do a[j] = ARGV[ab + j] end
-	out[i] = acquire_one(k, a)
-	kb, ab = kb + nk, ab + na
+-- n), each decided alone, as if it were its own call, at the same instant:
+-- ARGV is '=', the number of groups, then the groups in order, each one of
+--   'p' kind amount window_ms burst floor code not_after n cost_1 .. cost_n
+--       n plain acquires (acquire_plain) of one rule's params; KEYS: their
+--       n rule hashes
+--   'g' nk na ARGV_1 .. ARGV_na
+--       one acquire of any plan; KEYS: its nk KEYS
+-- and KEYS are every group's KEYS in order. The reply is flat: the Redis
+-- time (ms), then per group in order, for 'p' six numbers per acquire
+-- (acquire_plain's), for 'g' acquire_one's reply (a table).
+-- A lone plain acquire is this form too, with one group of one.
+if ARGV[1] ~= '=' then return acquire_one(KEYS, ARGV) end
+local ng, out, kb, ab, o = tonumber(ARGV[2]), { now }, 0, 2, 1
+for _ = 1, ng do
+	if ARGV[ab + 1] == 'p' then
+		local kind, amount, window_ms, burst = ARGV[ab + 2], tonumber(ARGV[ab + 3]),
+		    tonumber(ARGV[ab + 4]), tonumber(ARGV[ab + 5])
+		local floor, code, not_after, n = tonumber(ARGV[ab + 6]), tonumber(ARGV[ab + 7]),
+		    tonumber(ARGV[ab + 8]), tonumber(ARGV[ab + 9])
+		ab = ab + 9
+		for i = 1, n do
+			acquire_plain(out, o, KEYS[kb + i], kind, amount, window_ms, burst, floor,
+				      code, not_after, tonumber(ARGV[ab + i]))
+			o = o + 6
+		end
+		kb, ab = kb + n, ab + n
+	else
+		local nk, na = tonumber(ARGV[ab + 2]), tonumber(ARGV[ab + 3])
+		local k, a = {}, {}
+		ab = ab + 3
+		for j = 1, nk do k[j] = KEYS[kb + j] end
+		for j = 1, na do a[j] = ARGV[ab + j] end
+		o = o + 1
+		out[o] = acquire_one(k, a)
+		kb, ab = kb + nk, ab + na
+	end
 end
 return out

@@ -304,6 +304,48 @@ local function strat_ttl_ms(p)
 	return strat_ttl_prepared(ops, np)
 end
 
+-- A token or leaky bucket's check and booking of cost at now_ms, in numbers
+-- and no tables: the state (a, b, t) and params as strat_check_prepared,
+-- strat_book_prepared and strat_ttl_prepared take them. Returns fits, then,
+-- when it fits, the state after booking (a, b, t) and the TTL. The same
+-- arithmetic as theirs (and strategy/leaky_bucket.c's); a refusal's wait is
+-- theirs to work out.
+local function strat_bucket_try(a, b, t, amount, window_ms, burst, now_ms, cost, floor_units)
+	if amount < 1 or amount > STRAT_MAX_AMOUNT or window_ms < 1 or window_ms > STRAT_MAX_WINDOW_MS or
+	    burst < 0 or burst > STRAT_MAX_AMOUNT or cost < 0 or cost > STRAT_UNITS_MAX or
+	    floor_units < 0 or floor_units > STRAT_UNITS_MAX then -- what strat_normalise clamps
+		amount = strat_clamp(amount, 1, STRAT_MAX_AMOUNT)
+		window_ms = strat_clamp(window_ms, 1, STRAT_MAX_WINDOW_MS)
+		burst = strat_clamp(burst, 0, STRAT_MAX_AMOUNT)
+		cost = strat_clamp(cost, 0, STRAT_UNITS_MAX)
+		floor_units = strat_clamp(floor_units, 0, STRAT_UNITS_MAX)
+	end
+	if burst == 0 then burst = amount end
+	local need = 1
+	if cost ~= 0 then need = cost * 1000 end
+	local room = (burst - floor_units) * 1000
+	if need > room then return false end
+	local rate = amount * 1000 -- strat_bucket_level
+	local now = now_ms
+	if now < t then now = t end
+	local elapsed = now - t
+	local level, pending = 0, 0
+	if a > 0 and strat_idiv(elapsed, window_ms) <= strat_idiv(a, rate) then
+		local drained, p = strat_muldiv(elapsed, rate, b, window_ms)
+		if drained < a then level, pending = a - drained, p end
+	end
+	if level + need > room then return false end
+	local top = (burst + amount) * 1000 -- strat_bucket_book
+	level = level + cost * 1000
+	if level <= 0 or level > top then
+		level = strat_clamp(level, 0, top)
+		pending = 0
+	end
+	local windows, ttl = strat_idiv(burst, amount) + 2, STRAT_WAIT_MAX_MS -- strat_bucket_ttl
+	if windows <= strat_idiv(STRAT_WAIT_MAX_MS, window_ms) then ttl = windows * window_ms end
+	return true, level, pending, now, ttl
+end
+
 -- The rule whose four parameters (kind, amount, window_ms, burst) start at
 -- argv[b + 1], and the units to book that follow them at argv[b + 5].
 local function strat_rule_arg(argv, b)

@@ -352,7 +352,8 @@ def redis_benchmark(redis, conns, n, command, keyspace=None, pipeline=1):
 
 def capture_acquire_argv(mon, daemon, sha_acq, scope="tb", key="k0"):
     """The EVALSHA argv admitd sends for one acquire on SCOPE/KEY, made into a
-    redis-benchmark command: every key random, a fresh lease id per call."""
+    redis-benchmark command: every key random, a fresh lease id per call (a
+    plain acquire carries none)."""
     a = mon.mark()
     c = daemon.connect()
     r = c.request({"op": "acquire", "scope": scope, "key": key, "timeout_ms": 1000})
@@ -375,6 +376,13 @@ def capture_acquire_argv(mon, daemon, sha_acq, scope="tb", key="k0"):
         # each __rand_int__ on its own: the keys of one call differ, which a
         # single Redis does not mind).
         argv[i] = argv[i].replace(tag, "{%s:__rand_int__}" % scope)
+    if argv[3 + nkeys] == "=":
+        # A plain acquire: '=', one group ('p', its params, not_after, 1)
+        # and its cost. No lease id. not_after: as below.
+        if argv[4 + nkeys:6 + nkeys] != ["1", "p"] or len(argv) != 3 + nkeys + 12:
+            raise AssertionError("unexpected plain acquire argv %r" % argv)
+        argv[3 + nkeys + 9] = "0"
+        return argv
     lease_at = 3 + nkeys
     lease = argv[lease_at]
     # A fresh lease id per call, same length: redis-benchmark fills

@@ -1,14 +1,16 @@
 """test_lua_plain.py - acquire.lua's plain path against its general path.
 
 A one-rule acquire with nothing else to check (no pacing, quota, lease set,
-settlement record, adaptive amount or override) takes acquire_plain, which
-does what a plain bucket script does; every other acquire takes the general
-path. Both must decide alike. Here both run in one batch call of the real
-script in a real redis-server (so at one Redis TIME), on two copies of the
-same random state: the plain-shaped acquire, and the same one with the lease
-set turned on (which sends it down the general path and changes nothing else
-for a requests rule). Their replies and the rule hashes they leave must be
-the same, for every strategy, refusals, penalties, floors and costs included.
+settlement record, adaptive amount or override) is sent as a 'p' group and
+decided by acquire_plain, which does what a plain bucket script does (a
+bucket's arithmetic in numbers, strat_bucket_try); every other acquire takes
+the general path. Both must decide alike. Here both run in one call of the
+real script in a real redis-server (so at one Redis TIME), on two copies of
+the same random state: the plain acquire, and the same one in the general
+form with the lease set turned on (which changes nothing else for a requests
+rule). Their decisions, what the replies say is left, and the rule hashes
+they leave must be the same, for every strategy, refusals, penalties, floors
+and costs included.
 """
 
 import os
@@ -30,6 +32,11 @@ def script():
         with open(p) as f:
             text += f.read() + "\n"
     return text
+
+
+def plain_group(kind, amount, window, burst, floor, costs, code=0, not_after=0):
+    return ["p", kind, str(amount), str(window), str(burst), str(floor), str(code),
+            str(not_after), str(len(costs))] + [str(c) for c in costs]
 
 
 def acquire_argv(lease, cost, floor, kind, amount, window, burst, track):
@@ -71,18 +78,20 @@ class PlainPathTest(unittest.TestCase):
             for k in (ka[3], kb[3]):
                 self.conn.command("HSET", k, "a", state["a"], "b", state["b"], "t", state["t"],
                                   "penalty_until", pen)
-            plain = acquire_argv("a%031d" % n, cost, floor, kind, amount, window, burst, False)
             general = acquire_argv("b%031d" % n, cost, floor, kind, amount, window, burst, True)
-            argv = ["*", "2", "4", str(len(plain)), "4", str(len(general))] + plain + general
-            rp, rg = self.conn.command("EVALSHA", self.sha, 8, *(ka + kb), *argv)
+            argv = ["=", "2"] + plain_group(kind, amount, window, burst, floor, [cost]) + \
+                ["g", "4", str(len(general))] + general
+            r = self.conn.command("EVALSHA", self.sha, 5, ka[3], *kb, *argv)
+            self.assertEqual(len(r), 8)
+            rp, rg = r[1:7], r[7]
             if rp[0] == 1:
                 admitted += 1
-                rg[7] = 0  # the general path counts the lease it booked in its set
             else:
                 refused += 1
             where = "case %d: %s %d/%dms burst %d cost %d floor %d state %r pen %d" % (
                 n, kind, amount, window, burst, cost, floor, state, pen)
-            self.assertEqual(rp, rg, where)
+            self.assertEqual(r[0], rg[3], where)  # one Redis time
+            self.assertEqual(rp, rg[0:3] + rg[10:13], where)
             ha = self.conn.command("HGETALL", ka[3])
             hb = self.conn.command("HGETALL", kb[3])
             self.assertEqual(dict(zip(ha[::2], ha[1::2])), dict(zip(hb[::2], hb[1::2])), where)
@@ -90,15 +99,36 @@ class PlainPathTest(unittest.TestCase):
         self.assertGreater(admitted, 50)
         self.assertGreater(refused, 50)
 
-    def test_plain_shape_takes_the_plain_path(self):
-        # The plain path reads only the rule hash: a state hash that the
-        # general path would read (pacing) is left alone, and no lease set.
-        k = self.keys("shape")
-        argv = acquire_argv("c" * 32, 1, 0, "token-bucket", 10, 1000, 0, False)
-        r = self.conn.command("EVALSHA", self.sha, 4, *k, *argv)
-        self.assertEqual(r[0], 1)
-        self.assertEqual(self.conn.command("EXISTS", k[2]), 0)
-        self.assertEqual(len(r), 13)
+    def test_groups_in_one_call(self):
+        # Two 'p' groups around a 'g' one: each acquire is decided on its own
+        # key, in order, and the reply follows the groups.
+        k = [self.keys("grp%d" % i)[3] for i in range(4)]
+        g = self.keys("grpg")
+        general = acquire_argv("d" * 32, 1, 0, "fixed-window", 1, 60000, 0, True)
+        argv = ["=", "3"] + plain_group("token-bucket", 2, 60000, 0, 0, [1, 2, 3]) + \
+            ["g", "4", str(len(general))] + general + \
+            plain_group("fixed-window", 1, 60000, 0, 0, [1], code=7)
+        r = self.conn.command("EVALSHA", self.sha, 8, k[0], k[1], k[2], *g, k[3], *argv)
+        self.assertEqual(len(r), 1 + 6 * 3 + 1 + 6)
+        # cost 1 and 2 fit a 2/min bucket on fresh keys, 3 never does (-1)
+        self.assertEqual([r[1], r[7], r[13]], [1, 1, 0])
+        self.assertEqual(r[14:16], [-1, 0])
+        self.assertEqual(r[19][0], 1)  # the general one
+        self.assertEqual(r[20:23], [1, 0, -1])  # its own code, admitted
+        self.assertEqual(self.conn.command("HGET", k[1], "a"), "2000")
+        self.assertEqual(self.conn.command("EXISTS", k[2]), 0)  # refused: nothing booked
+        # a second time, the fixed window refuses with the code it was given
+        argv = ["=", "1"] + plain_group("fixed-window", 1, 60000, 0, 0, [1], code=7)
+        r = self.conn.command("EVALSHA", self.sha, 1, k[3], *argv)
+        self.assertEqual(r[1:4][0::2], [0, 7])
+        self.assertGreater(r[2], 0)
+
+    def test_stale_books_nothing(self):
+        k = self.keys("stale")[3]
+        argv = ["=", "1"] + plain_group("token-bucket", 10, 1000, 0, 0, [1], not_after=1)
+        r = self.conn.command("EVALSHA", self.sha, 1, k, *argv)
+        self.assertEqual(r[1:4], [0, 0, -6])
+        self.assertEqual(self.conn.command("EXISTS", k), 0)
 
 
 if __name__ == "__main__":

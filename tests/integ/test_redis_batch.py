@@ -28,6 +28,8 @@ redis_timeout = 300ms
 [scope one]
 rule = requests fixed-window 1/1h
 
+[scope two]
+rule = requests token-bucket 2/1h
 [scope cap]
 cluster_concurrency = 1
 lease_ttl = 1h
@@ -91,6 +93,35 @@ class RedisBatchTest(unittest.TestCase):
                 self.assertEqual((r["ok"], r["error"], r["backend"]),
                                  (False, "limited", "redis"), r)
                 self.assertTrue(0 < r["retry_after_ms"] <= 3600000, r)
+
+    def test_plain_and_general_side_by_side(self):
+        # One-rule scopes (sent as a 'p' group each: only key and cost per
+        # acquire) and a scope with a lease set (a 'g' group) in one burst:
+        # each decided on its own, in fewer calls than acquires.
+        self.start()
+        before = evalsha_calls(self.rs)
+        reqs = [acquire_req(("one", "two", "cap")[i % 3], "x%d" % i, timeout_ms=0, id=i)
+                for i in range(30)]
+        # asked again in the same burst: these wait behind the first
+        reqs += [acquire_req("two", "x1", timeout_ms=2000, id=100 + i) for i in range(2)]
+        reqs.append(acquire_req("one", "x0", timeout_ms=2000, id=102))
+        got = burst(self.c, reqs)
+        self.assertLess(evalsha_calls(self.rs) - before, len(reqs))
+        for i in range(30):
+            r = got[i]
+            self.assertEqual((r["ok"], r["backend"]), (True, "redis"), r)
+            if i % 3 == 0:
+                self.assertEqual(r["remaining"], 0, r)
+            elif i % 3 == 1 and i != 1:
+                self.assertEqual(r["remaining"], 1, r)
+        # x1 of "two" (2/h) was asked three times: two admitted, one refused
+        two = [got[1], got[100], got[101]]
+        self.assertEqual(sorted(r["ok"] for r in two), [False, True, True], two)
+        self.assertEqual(sorted(r["remaining"] for r in two if r["ok"]), [0, 1], two)
+        # its wait (the hour) is past its budget
+        self.assertEqual((got[102]["ok"], got[102]["error"]), (False, "budget_exceeded"), got[102])
+        self.assertEqual(self.rs.command("HGET", "admitd:{two:x4}:r0", "a"), "1000")
+        self.assertEqual(self.rs.command("ZCARD", "admitd:{cap:x2}:l"), 1)
 
     @unittest.skipIf(harness.VALGRIND, "Redis timings; run under ASan instead of valgrind")
     def test_frozen_redis_fallback_then_reconciled(self):

@@ -484,7 +484,13 @@ START_TEST(test_plans)
 			      "min_delay = 1s\n"
 			      "rule = requests token-bucket 10/1s\n"
 			      "[scope cc]\n"
-			      "cluster_concurrency = 2\n");
+			      "cluster_concurrency = 2\n"
+			      "[scope ovr]\n"
+			      "override_max = 2\n"
+			      "rule = requests token-bucket 10/1s\n"
+			      "[scope quota]\n"
+			      "quota = 60/1m\n"
+			      "rule = requests token-bucket 10/1s\n");
 	const struct conf_scope *s;
 	const struct conf_plan *p;
 
@@ -512,6 +518,11 @@ START_TEST(test_plans)
 	ck_assert_uint_eq(p->nrules, 1);
 	ck_assert(!p->tracks_leases && !p->release_books && !p->reads_state);
 	ck_assert_int_eq(p->penalty_in, 0);
+	ck_assert(p->plain); /* the one plan acquire.lua's 'p' groups take */
+	ck_assert(!conf_plan_of(conf_scope_find(c, "car"), NULL)->plain); /* concurrency */
+	ck_assert(!conf_plan_of(conf_scope_find(c, "paced"), NULL)->plain);
+	ck_assert(!conf_plan_of(conf_scope_find(c, "ovr"), NULL)->plain);
+	ck_assert(!conf_plan_of(conf_scope_find(c, "quota"), NULL)->plain);
 
 	s = conf_scope_find(c, "paced"); /* pacing: the penalty stays beside next_at */
 	ck_assert_int_eq(s->penalty_rule, -1);
