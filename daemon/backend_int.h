@@ -229,6 +229,7 @@ void rb_penalty_key(struct rargs *a, const struct backend *b, const struct conf_
 		    const char *key);
 unsigned rb_affinity(const struct conf_scope *cs, const char *key);
 void rb_adapt_args(struct rargs *a, const struct conf_scope *cs);
+struct strat_params rb_rule_params(const struct conf_rule *r);
 void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 		     const char *lease_id, size_t count, int64_t not_after,
 		     const struct lim_tokens *reserve, size_t nreserve, size_t *nkeys);

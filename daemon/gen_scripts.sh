@@ -58,10 +58,23 @@ echo "const char script_library[] ="
 printf '\t"#!lua name=admitd_%s\\n"\n' "$sum"
 # shellcheck disable=SC2086
 [ -z "$libs" ] || emit $libs
+# A script with a line '-- admitd: per call' has what precedes it (its own
+# functions, which read per-call state through upvalues the rest sets)
+# defined once, at the library's top level; only the rest runs per call.
+marker='^-- admitd: per call$'
 for f in $tops; do
 	name=$(basename "$f" .lua)
+	body="$f"
+	if grep -q "$marker" "$f"; then
+		sed "/$marker/,\$d" "$f" | emit
+		body=-
+	fi
 	printf '\t"redis.register_function(%sadmitd_%s_%s%s, function(KEYS, ARGV)\\n"\n' "'" "$sum" "$name" "'"
-	emit "$f"
+	if [ "$body" = - ]; then
+		sed -n "/$marker/,\$p" "$f" | emit
+	else
+		emit "$f"
+	fi
 	printf '\t"end)\\n"\n'
 done
 printf "\t;\n"

@@ -220,7 +220,7 @@ static void rb_acq_done(struct rb_acq *q)
 	for (i = 0; i < w->nt && !failed; i++) {
 		const struct conf_scope *cs = w->t[i].kq->sc->cs;
 		bool admitted = q->r[i].out == RB_R_ADMITTED;
-		if (admitted && lim_release_books(cs, w->t[i].cls))
+		if (admitted && conf_plan_of(cs, w->t[i].cls)->release_books)
 			res.booked = true;
 		eng_merge(&res, w->t[i].kq, admitted, q->r[i].retry,
 			  lim_which_rule(cs, q->r[i].code), lim_which_slot(cs, q->r[i].code),
@@ -737,7 +737,7 @@ static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
 				res[i].undecided = true;
 			} else if (i < m) {
 				res[i].admitted = true;
-				res[i].booked = lim_release_books(cs, t->cls);
+				res[i].booked = conf_plan_of(cs, t->cls)->release_books;
 			} else if (i == m) {
 				long code = (long)reply->a[2].i;
 				eng_merge(&res[i], t->kq, false, reply->a[1].i,

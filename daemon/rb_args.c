@@ -236,6 +236,20 @@ unsigned rb_affinity(const struct conf_scope *cs, const char *key)
 	return h | 1u; /* never 0: 0 means any connection */
 }
 
+/*
+ * A rule's params as Redis applies them: the conf's, a burst of 0 being the
+ * amount. (Shares, learned amounts and overrides are the in-process
+ * limiter's; in Redis the scripts apply the last two themselves.)
+ */
+struct strat_params rb_rule_params(const struct conf_rule *r)
+{
+	struct strat_params p = r->sp;
+
+	if (p.burst == 0)
+		p.burst = p.amount;
+	return p;
+}
+
 static const char *rb_meter(enum conf_meter m)
 {
 	return m == METER_REQUESTS ? "r" : m == METER_CONCURRENCY ? "c" : "t";
@@ -301,7 +315,7 @@ void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt 
 	rargs_int(a, (int64_t)pl->nrules);
 	for (i = 0; i < pl->nrules; i++) {
 		const struct conf_rule *r = &cs->rules[pl->rules[i]];
-		struct strat_params p = lim_rule_params(r, LIM_WHOLE);
+		struct strat_params p = rb_rule_params(r);
 		rargs_str(a, rb_meter(r->meter));
 		rargs_str(a, strat_kind_name(p.kind));
 		rargs_int(a, p.amount);
@@ -337,11 +351,12 @@ void rb_plain_args(struct rargs *a, const struct backend *b, const struct target
 	const struct conf_scope *cs = t->kq->sc->cs;
 	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
 	const struct conf_rule *r = &cs->rules[pl->rules[0]];
+	struct strat_params sp = rb_rule_params(r);
 
-	p->kind = strat_kind_name(r->sp.kind);
-	p->amount = r->sp.amount;
-	p->window_ms = r->sp.window_ms;
-	p->burst = r->sp.burst != 0 ? r->sp.burst : r->sp.amount;
+	p->kind = strat_kind_name(sp.kind);
+	p->amount = sp.amount;
+	p->window_ms = sp.window_ms;
+	p->burst = sp.burst;
 	p->floor = t->cls ? t->cls->floor : 0;
 	p->code = (int64_t)pl->rules[0];
 	p->not_after = not_after;
@@ -398,7 +413,7 @@ void rb_release_args(struct rargs *a, const struct backend *b, const struct be_t
 	rargs_int(a, (int64_t)pl->nrules);
 	for (i = 0; i < pl->nrules; i++) {
 		const struct conf_rule *r = &cs->rules[pl->rules[i]];
-		struct strat_params p = lim_rule_params(r, LIM_WHOLE);
+		struct strat_params p = rb_rule_params(r);
 		int64_t charge = 0;
 		if (mode == RB_M_ROLLBACK && r->meter == METER_REQUESTS)
 			charge = -cost;

@@ -96,7 +96,8 @@ static bool rb_rel_adapts(const struct rb_rel *r, const struct be_target *t)
 /* A release's mode for one target: only the outcome when it has nothing to settle. */
 static enum rb_mode rb_rel_mode(const struct rb_rel *r, const struct be_target *t)
 {
-	if (r->mode == RB_M_RELEASE && (r->outcome_only || !lim_release_books(t->cs, t->cls)))
+	if (r->mode == RB_M_RELEASE &&
+	    (r->outcome_only || !conf_plan_of(t->cs, t->cls)->release_books))
 		return RB_M_OUTCOME;
 	return r->mode;
 }
@@ -108,9 +109,9 @@ static bool rb_rel_needed(const struct rb_rel *r, const struct be_target *t)
 	case RB_M_RELEASE:
 		if (rb_rel_adapts(r, t))
 			return true;
-		return !r->outcome_only && lim_release_books(t->cs, t->cls);
+		return !r->outcome_only && conf_plan_of(t->cs, t->cls)->release_books;
 	case RB_M_ROLLBACK: return true;
-	default: return lim_tracks_leases(t->cs);
+	default: return conf_plan_of(t->cs, NULL)->tracks_leases;
 	}
 }
 
@@ -542,7 +543,7 @@ static void rb_rebook_one(void *arg, const char *key UNUSED, void *val)
 	if (l->via == VIA_LOCAL || l->expired || l->deadline_ms <= now)
 		return;
 	for (i = 0; i < l->nt; i++)
-		if (lim_tracks_leases(l->t[i].kq->sc->cs))
+		if (conf_plan_of(l->t[i].kq->sc->cs, NULL)->tracks_leases)
 			any = true;
 	if (!any || (r = rb_rel_of(b, l, RB_M_REBOOK, RB_OP_REBOOK)) == NULL)
 		return;
@@ -851,7 +852,7 @@ static bool rb_wb_send(struct backend *b, struct rb_owe *o)
 		if ((o->units[i] == 0 && o->units[o->nrules + i] == 0) ||
 		    cs->rules[i].meter == METER_CONCURRENCY)
 			continue;
-		p = lim_rule_params(&cs->rules[i], LIM_WHOLE);
+		p = rb_rule_params(&cs->rules[i]);
 		rargs_str(&a, strat_kind_name(p.kind));
 		rargs_int(&a, p.amount);
 		rargs_int(&a, p.window_ms);

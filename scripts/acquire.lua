@@ -55,11 +55,10 @@
 -- end) carries several acquires in one call, and a plain plan's acquire,
 -- alone or not, in fewer arguments.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_s = string.format('%d', now)
+-- This call's Redis time (ms) and as a string, set by the part after the
+-- per-call line below. What precedes that line is defined once, where the
+-- function library is loaded (gen_scripts.sh), not at every call.
+local now, now_s = 0, '0'
 
 -- An integer as an argument of a Redis call: Redis would otherwise format
 -- the number as %.14g, which costs more than a plain bucket's arithmetic.
@@ -381,6 +380,13 @@ local function acquire_one(KEYS, ARGV)
 	end
 	return left({ count, wait, code, now, next_booked, next_before, ad_amt }, count)
 end
+
+-- admitd: per call
+if redis.replicate_commands then redis.replicate_commands() end
+
+local t = redis.call('TIME')
+now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+now_s = string.format('%d', now)
 
 -- A batch of independent acquires of different keys (one call instead of
 -- n), each decided alone, as if it were its own call, at the same instant:

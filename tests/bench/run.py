@@ -55,6 +55,13 @@ for admitd, one script call for a ceiling, one consume()/hit() for a peer.
             pair, the difference of two runs (BASE and BASE+--callgrind-pairs
             pairs) so that start-up and shutdown cancel out. Repeatable where
             timings are not.
+  redis     redis instructions per admission (tests/bench/redis_cost.py):
+  cost      redis-server under callgrind serving a fixed number of
+            admissions, 16 deep over 64 keys, for bucket.lua,
+            rate-limiter-flexible's own script, admitd's acquire alone and in
+            batches of 8 and 32 (the daemon's library, FUNCTION DUMP; its
+            captured acquire). Repeatable where Redis CPU is not; runs with
+            --counts-only too (--redis-cost 0 skips it).
   picture   results/bench.png (gnuplot): admissions/s against connections for
             every row, and the CDF of admitd's acquire latency at 16
             connections (the median repetition). --publish copies it to
@@ -99,6 +106,7 @@ sys.path.insert(0, REPO)
 
 from tests.integ.harness import Admitd, RedisServer  # noqa: E402
 from tests.integ import redis_deploy  # noqa: E402
+from tests.bench import redis_cost  # noqa: E402
 
 ADMITD = os.environ.get("ADMITD_BIN") or os.path.join(REPO, "daemon", "admitd")
 LOADGEN = os.environ.get("ADMITD_LOADGEN") or os.path.join(HERE, "loadgen")
@@ -736,6 +744,8 @@ class Bench:
                       % (n, d["evalsha"], d["evalsha_failed"]))
         one = [a.replace("__rand_int__", "999999999999") for a in cmd[1:]]
         reply = self.redis.command(cmd[0], *one)
+        if isinstance(reply, list) and "=" in cmd:
+            reply = reply[1:]  # the '=' form: the Redis time, then the acquire's own
         if (reply[0] if isinstance(reply, list) else reply) != 1:
             self.note(row, rep, "the script refused right after the run: %r" % (reply,))
         d.update(rate=r["rps"], p50_us=r["p50_us"], p99_us=r["p99_us"], n=n)
@@ -1228,6 +1238,9 @@ def report(res):
             lines += ["picture: %s" % t["plot"]]
         lines += [""]
     lines += counts_lines(res["counts"])
+    rc = redis_cost.lines(res.get("redis_cost"))
+    if rc:
+        lines += [""] + rc
     return "\n".join(lines)
 
 
@@ -1279,6 +1292,9 @@ def finish(res, args, out_dir):
             cl = callgrind_line(res.get("callgrind"))
             if cl:
                 f.write("\n%s\n" % cl)
+            rc = redis_cost.lines(res.get("redis_cost"))
+            if rc:
+                f.write("\n" + "\n".join(rc) + "\n")
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1, sort_keys=True)
         f.write("\n")
@@ -1308,6 +1324,8 @@ def main():
     ap.add_argument("--callgrind-pairs", type=int,
                     default=int(env("BENCH_CALLGRIND_PAIRS", "20000")),
                     help="pairs measured under callgrind (0: skip)")
+    ap.add_argument("--redis-cost", type=int, default=int(env("BENCH_REDIS_COST", "4800")),
+                    help="admissions a row of redis_cost.py's callgrind rows (0: skip)")
     ap.add_argument("--callgrind-base", type=int, default=2000,
                     help="pairs of the baseline callgrind run, subtracted")
     ap.add_argument("--counts-only", action="store_true", help="skip the throughput part")
@@ -1390,6 +1408,7 @@ def main():
                      for sha, n in zip(sha_pair, ("acquire", "release")))
         mon = Monitor(redis)
         acquire_argv = capture_acquire_argv(mon, pod_a, shas[0])
+        library_dump = redis_cost.function_dump(redis.sock_path)
         counts = run_counts(redis, mon, pod_a, pod_b, shas, problems)
         mon.close()
         mon = None
@@ -1409,6 +1428,11 @@ def main():
                 "rows": summary}
             log("callgrind (%d + %d pairs)" % (args.callgrind_base, args.callgrind_pairs))
             res["callgrind"] = run_callgrind(args, conf, os.environ["ADMITD_TEST_TMPDIR"])
+        if args.redis_cost > 0:
+            log("redis instructions per admission (callgrind, %d admissions a row)"
+                % args.redis_cost)
+            res["redis_cost"] = redis_cost.run(os.environ["ADMITD_TEST_TMPDIR"],
+                                               library_dump, acquire_argv, args.redis_cost)
         res["problems"] = problems
         res["elapsed_s"] = round(time.monotonic() - t_start, 1)
         clean = True
