@@ -123,7 +123,8 @@ def rlf_script():
     return m.group(1).replace("\\\n", "\n")
 
 
-def _total(path):
+def callgrind_total(path):
+    """The instruction total of a callgrind output file."""
     with open(path) as f:
         for line in f:
             m = re.match(r"^(?:summary|totals):\s+(\d+)", line)
@@ -164,7 +165,7 @@ def _run(parent, library_dump, scripts, cmds):
         except (ConnectionError, OSError):
             pass
         proc.wait(120)
-        return _total(out), shas, last
+        return callgrind_total(out), shas, last
     finally:
         if proc.poll() is None:
             proc.kill()

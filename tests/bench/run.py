@@ -935,15 +935,6 @@ def summarize_rows(rows):
 # ------------------------------------------------------------ callgrind ----
 
 
-def _callgrind_total(path):
-    with open(path) as f:
-        for line in f:
-            m = re.match(r"^(?:summary|totals):\s+(\d+)", line)
-            if m:
-                return int(m.group(1))
-    raise AssertionError("no totals in %s" % path)
-
-
 def _callgrind_top(path, n=12):
     r = subprocess.run(["callgrind_annotate", "--inclusive=no", path], capture_output=True,
                        text=True, timeout=120)
@@ -1000,7 +991,7 @@ def run_callgrind(args, conf, parent):
                                                                      lg["pairs_all"]))
             proc.send_signal(signal.SIGTERM)
             proc.wait(120)
-            totals[pairs] = _callgrind_total(out)
+            totals[pairs] = redis_cost.callgrind_total(out)
             if pairs != base:
                 top = _callgrind_top(out)
             ok = True
