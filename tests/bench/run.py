@@ -62,6 +62,11 @@ for admitd, one script call for a ceiling, one consume()/hit() for a peer.
             batches of 8 and 32 (the daemon's library, FUNCTION DUMP; its
             captured acquire). Repeatable where Redis CPU is not; runs with
             --counts-only too (--redis-cost 0 skips it).
+  goals     the Redis-cost goals, each with its figure and whether it is met
+            (goals_lines: Redis CPU and admissions/s against
+            rate-limiter-flexible, a one-rule scope against bucket.lua, local
+            mode against the echo, Cluster and TLS against plain Redis,
+            instructions per pair).
   picture   results/bench.png (gnuplot): admissions/s against connections for
             every row, and the CDF of admitd's acquire latency at 16
             connections (the median repetition). --publish copies it to
@@ -1212,6 +1217,57 @@ def counts_lines(c):
     ]
 
 
+def goals_lines(res):
+    """The Redis-cost goals, each with its figure and whether it is met (n/a
+    when a row it needs was skipped). Ratios are the table's: medians of the
+    per-repetition ratios; CPU ratios are of the medians."""
+    t = res.get("throughput")
+    rows = {r["id"]: r for r in t["rows"]} if t else {}
+    rc = (res.get("redis_cost") or {}).get("rows", {})
+    out = ["goals (higher ratios are better):"]
+
+    def med(rid, key):
+        v = rows.get(rid, {}).get(key)
+        return v.get("median") if isinstance(v, dict) else v
+
+    def ins(name):
+        return rc.get(name, {}).get("instructions_per_admission")
+
+    def goal(text, ratio, bound, extra=""):
+        state = "n/a" if ratio is None else "met" if ratio >= bound else "NOT met"
+        fig = "-" if ratio is None else "%.2fx" % ratio
+        out.append("  %-7s %s >= %.2fx: %s%s" % (state, text, bound, fig, extra))
+
+    def ratio(a, b):
+        return a / b if a and b else None
+
+    acpu = med("admitd.redis.distinct.c64", "redis_cpu_us_per_adm")
+    goal("Redis CPU per admission, distinct @64, rlf's / admitd's",
+         ratio(med("rlf.distinct", "redis_cpu_us_per_adm"), acpu), 1.0,
+         "" if not ins("rlf") else " (instructions, batches of 32: %.2fx)"
+         % ratio(ins("rlf"), ins("admitd batch 32")))
+    goal("adm/s distinct @64 against rlf", med("admitd.redis.distinct.c64", "ratio_rlf"), 1.0)
+    goal("adm/s one hot key @64 against rlf", med("admitd.redis.hot.c64", "ratio_rlf"), 1.5)
+    goal("one-rule scope's Redis CPU, bucket.lua -P16's / admitd's distinct @64",
+         ratio(med("ceil.bucket.rand.p16", "redis_cpu_us_per_adm"), acpu), 0.85,
+         "" if not ins("bucket.lua") else
+         " (instructions: %.2fx in batches of 32, %.2fx alone)"
+         % (ratio(ins("bucket.lua"), ins("admitd batch 32")),
+            ratio(ins("bucket.lua"), ins("admitd alone"))))
+    for keys in ("distinct", "hot"):
+        goal("local mode %s @64 against the echo" % keys,
+             med("admitd.local.%s.c64" % keys, "ratio_ceiling"), 0.50)
+    for mode in ("cluster", "tls"):
+        for keys in ("distinct", "hot"):
+            goal("%s %s @64 against plain Redis" % (mode, keys),
+                 med("admitd.%s.%s.c64" % (mode, keys), "ratio_redis"), 0.80)
+    cg = res.get("callgrind") or {}
+    ipp = cg.get("instructions_per_pair")
+    goal("25,000 / instructions per acquire+release pair (local, callgrind)",
+         ratio(25000, ipp), 1.0, "" if not ipp else " (%.0f instructions)" % ipp)
+    return out
+
+
 def report(res):
     lines = []
     t = res.get("throughput")
@@ -1232,6 +1288,8 @@ def report(res):
     rc = redis_cost.lines(res.get("redis_cost"))
     if rc:
         lines += [""] + rc
+    if t:
+        lines += [""] + goals_lines(res)
     return "\n".join(lines)
 
 
