@@ -60,6 +60,24 @@
 -- function library is loaded (gen_scripts.sh), not at every call.
 local now, now_s = 0, '0'
 
+-- tonumber of an argument that repeats from call to call (a conf's params, a
+-- cost, a count). Lua's tonumber is strtod, which costs more than a bucket's
+-- arithmetic; where the function library keeps this between calls, the few
+-- strings a conf makes are looked up instead (a memo of at most 256, cleared
+-- when full). Redis's replies and times are converted with tonumber.
+local num_memo, num_memo_n = {}, 0
+local function num(s)
+	local v = num_memo[s]
+	if v == nil and s ~= nil then
+		v = tonumber(s)
+		if v ~= nil then
+			if num_memo_n >= 256 then num_memo, num_memo_n = {}, 0 end
+			num_memo[s], num_memo_n = v, num_memo_n + 1
+		end
+	end
+	return v
+end
+
 -- An integer as an argument of a Redis call: Redis would otherwise format
 -- the number as %.14g, which costs more than a plain bucket's arithmetic.
 local function int_arg(x)
@@ -86,8 +104,10 @@ local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor,
 		return
 	end
 	local h = redis.call('HMGET', key, 'a', 'b', 't', 'penalty_until')
-	local a, b, t = tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3]) or 0
-	local penalty_until = tonumber(h[4]) or 0
+	local b, penalty_until = 0, 0 -- both mostly absent or '0'
+	if h[2] and h[2] ~= '0' then b = tonumber(h[2]) or 0 end
+	if h[4] and h[4] ~= '0' then penalty_until = tonumber(h[4]) or 0 end
+	local a, t = tonumber(h[1]) or 0, tonumber(h[3]) or 0
 	local ok, na, nb, nt, ttl, w, ops, np, st
 	if kind == 'token-bucket' or kind == 'leaky-bucket' then
 		ok, na, nb, nt, ttl = strat_bucket_try(a, b, t, amount, window_ms, burst, now, cost, floor)
@@ -385,7 +405,7 @@ end
 if redis.replicate_commands then redis.replicate_commands() end
 
 local t = redis.call('TIME')
-now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+now = num(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) -- the seconds repeat
 now_s = string.format('%d', now)
 
 -- A batch of independent acquires of different keys (one call instead of
@@ -401,22 +421,22 @@ now_s = string.format('%d', now)
 -- (acquire_plain's), for 'g' acquire_one's reply (a table).
 -- A lone plain acquire is this form too, with one group of one.
 if ARGV[1] ~= '=' then return acquire_one(KEYS, ARGV) end
-local ng, out, kb, ab, o = tonumber(ARGV[2]), { now }, 0, 2, 1
+local ng, out, kb, ab, o = num(ARGV[2]), { now }, 0, 2, 1
 for _ = 1, ng do
 	if ARGV[ab + 1] == 'p' then
-		local kind, amount, window_ms, burst = ARGV[ab + 2], tonumber(ARGV[ab + 3]),
-		    tonumber(ARGV[ab + 4]), tonumber(ARGV[ab + 5])
-		local floor, code, not_after, n = tonumber(ARGV[ab + 6]), tonumber(ARGV[ab + 7]),
-		    tonumber(ARGV[ab + 8]), tonumber(ARGV[ab + 9])
+		local kind, amount, window_ms, burst = ARGV[ab + 2], num(ARGV[ab + 3]),
+		    num(ARGV[ab + 4]), num(ARGV[ab + 5])
+		local floor, code, not_after, n = num(ARGV[ab + 6]), num(ARGV[ab + 7]),
+		    tonumber(ARGV[ab + 8]), num(ARGV[ab + 9])
 		ab = ab + 9
 		for i = 1, n do
 			acquire_plain(out, o, KEYS[kb + i], kind, amount, window_ms, burst, floor,
-				      code, not_after, tonumber(ARGV[ab + i]))
+				      code, not_after, num(ARGV[ab + i]))
 			o = o + 6
 		end
 		kb, ab = kb + n, ab + n
 	else
-		local nk, na = tonumber(ARGV[ab + 2]), tonumber(ARGV[ab + 3])
+		local nk, na = num(ARGV[ab + 2]), num(ARGV[ab + 3])
 		local k, a = {}, {}
 		ab = ab + 3
 		for j = 1, nk do k[j] = KEYS[kb + j] end
