@@ -8,8 +8,9 @@
  * Owns: the argument vectors (struct rargs), the Redis key names of every
  * (scope, key), and the KEYS and ARGV of acquire.lua and release.lua as the
  * scripts' headers describe them, built from the compiled plan
- * (conf_plan.c). Nothing here sends: the other rooms make the calls
- * (backend_int.h).
+ * (conf_plan.c), a plain plan's in acquire.lua's '=' form (rb_plain_args,
+ * and the 'p' groups rb_acquire.c puts several of in one call). Nothing here
+ * sends: the other rooms make the calls (backend_int.h).
  */
 
 #include "backend_int.h"

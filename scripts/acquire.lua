@@ -64,7 +64,8 @@ local now, now_s = 0, '0'
 -- cost, a count). Lua's tonumber is strtod, which costs more than a bucket's
 -- arithmetic; where the function library keeps this between calls, the few
 -- strings a conf makes are looked up instead (a memo of at most 256, cleared
--- when full). Redis's replies and times are converted with tonumber.
+-- when full). Under EVALSHA the memo lasts one call. What changes at every
+-- call (Redis's replies, not_after, TIME's microseconds) goes to tonumber.
 local num_memo, num_memo_n = {}, 0
 local function num(s)
 	local v = num_memo[s]

@@ -70,11 +70,15 @@ class RedisBatchTest(unittest.TestCase):
 
     def test_one_call_each_without_batches(self):
         self.start("redis_batch = 1\n")
-        before = evalsha_calls(self.rs)
+        before, t0 = evalsha_calls(self.rs), time.monotonic()
         got = burst(self.c, [acquire_req("one", "k%d" % i, timeout_ms=0, id=i)
                              for i in range(20)])
+        calls, elapsed = evalsha_calls(self.rs) - before, time.monotonic() - t0
         self.assertTrue(all(r["ok"] for r in got.values()), got)
-        self.assertEqual(evalsha_calls(self.rs) - before, 20)
+        # one call each; the daemon's heartbeat (one a second) is a script
+        # call too, and a slow run (valgrind) may see one
+        self.assertGreaterEqual(calls, 20)
+        self.assertLessEqual(calls, 20 + int(elapsed) + 1, "%.1fs" % elapsed)
 
     def test_each_decided_alone(self):
         self.start()
