@@ -229,17 +229,17 @@ void rb_penalty_key(struct rargs *a, const struct backend *b, const struct conf_
 		    const char *key);
 unsigned rb_affinity(const struct conf_scope *cs, const char *key);
 void rb_adapt_args(struct rargs *a, const struct conf_scope *cs);
-struct strat_params rb_rule_params(const struct conf_rule *r);
 void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 		     const char *lease_id, size_t count, int64_t not_after,
 		     const struct lim_tokens *reserve, size_t nreserve, size_t *nkeys);
-/* What acquire.lua's 'p' group carries of one plain acquire (rb_plain_args). */
+/* What acquire.lua's 'p' group carries of one plain acquire (rb_target_args). */
 struct rb_plain {
 	const char *kind; /* strat_kind_name's: one pointer per kind */
 	int64_t amount, window_ms, burst, floor, code, not_after, cost;
 };
-void rb_plain_args(struct rargs *a, const struct backend *b, const struct target_rt *t,
-		   int64_t not_after, struct rb_plain *p, size_t *nkeys);
+bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
+		    const char *lease_id, int64_t not_after, const struct lim_tokens *reserve,
+		    size_t nreserve, struct rb_plain *p, size_t *nkeys);
 void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n);
 bool rb_plain_same(const struct rb_plain *x, const struct rb_plain *y);
 void rb_release_args(struct rargs *a, const struct backend *b, const struct be_target *t,

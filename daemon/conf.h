@@ -198,6 +198,21 @@ static inline const struct conf_plan *conf_plan_of(const struct conf_scope *s,
 	return &s->plans[cls != NULL ? (size_t)(cls - s->classes) : s->nclasses];
 }
 
+/*
+ * conf_rule_params - a rule's strategy params as the conf gives them, a burst
+ * of 0 being the amount: what Redis applies, and where the in-process
+ * limiter starts from (lim_rule_params adds shares, learned amounts and
+ * overrides).
+ */
+static inline struct strat_params conf_rule_params(const struct conf_rule *r)
+{
+	struct strat_params p = r->sp;
+
+	if (p.burst == 0)
+		p.burst = p.amount;
+	return p;
+}
+
 /* Lookups: NULL when absent. */
 const struct conf_scope *conf_scope_find(const struct conf *c, const char *name);
 const struct conf_class *conf_class_find(const struct conf_scope *s, const char *name);

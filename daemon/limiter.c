@@ -75,10 +75,8 @@ int64_t lim_ovr_burst(int64_t b, int64_t a, int64_t v)
 
 struct strat_params lim_rule_params(const struct conf_rule *r, struct lim_share sh)
 {
-	struct strat_params p = r->sp;
+	struct strat_params p = conf_rule_params(r);
 
-	if (p.burst == 0)
-		p.burst = p.amount;
 	if (sh.ov != NULL && r->idx < sh.ov->nrules && sh.ov->amount[r->idx] > 0) {
 		int64_t a = lim_ovr_amount(p.amount, sh.ov->amount[r->idx], sh.ov_milli);
 		p.burst = lim_ovr_burst(p.burst, a, p.amount);

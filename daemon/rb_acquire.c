@@ -373,12 +373,14 @@ struct rb_xone {
 	struct rargs a; /* KEYS then ARGV, as a lone call would send them */
 	size_t nkeys;
 	struct rb_acq_part *part;
-	bool plain; /* a is rb_plain_args's, p its params */
+	bool plain; /* a is the '=' form, p its params (rb_target_args) */
 	struct rb_plain p;
 };
 
+#define RB_XB_MAX 256 /* redis_batch's bound (conf.c) */
+
 struct rb_xb {
-	struct rb_xone *c[256]; /* redis_batch at most */
+	struct rb_xone *c[RB_XB_MAX]; /* redis_batch at most */
 	size_t n;
 	size_t reply_n;	   /* the reply's length: the time, 6 per plain, 1 per other */
 	unsigned affinity; /* the first one's: the connection they share */
@@ -491,7 +493,7 @@ static void rb_xb_send(struct backend *b, size_t i)
 	struct rb_xb *x = b->xb[i];
 	const char **argv = NULL;
 	size_t *len = NULL, j, k = 0, nkeys = 0, argc = 0, ng;
-	size_t head[257], first[257];
+	size_t head[RB_XB_MAX + 1], first[RB_XB_MAX + 1]; /* rb_xb_groups' */
 	struct rargs hdr = { 0 };
 	struct rpool_call call;
 	bool oom = false;
@@ -599,12 +601,8 @@ static bool rb_xb_add(struct backend *b, struct rb_acq *q, const struct target_r
 		free(part);
 		return false;
 	}
-	one->plain = conf_plan_of(t->kq->sc->cs, t->cls)->plain;
-	if (one->plain)
-		rb_plain_args(&one->a, b, t, not_after, &one->p, &one->nkeys);
-	else
-		rb_acquire_args(&one->a, b, t, q->lease_id, 1, not_after, q->w->reserve,
-				q->w->nreserve, &one->nkeys);
+	one->plain = rb_target_args(&one->a, b, t, q->lease_id, not_after, q->w->reserve,
+				    q->w->nreserve, &one->p, &one->nkeys);
 	part->q = q;
 	part->i = 0;
 	one->part = part;
@@ -647,14 +645,10 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		return true;
 	for (i = 0; i < w->nt; i++) {
 		struct rb_acq_part *part = malloc(sizeof(*part));
-		bool plain = conf_plan_of(w->t[i].kq->sc->cs, w->t[i].cls)->plain;
 		struct rb_plain pa;
 		size_t nkeys = 0;
-		if (plain)
-			rb_plain_args(&a[i], b, &w->t[i], not_after, &pa, &nkeys);
-		else
-			rb_acquire_args(&a[i], b, &w->t[i], lease_id, 1, not_after, w->reserve,
-					w->nreserve, &nkeys);
+		bool plain = rb_target_args(&a[i], b, &w->t[i], lease_id, not_after, w->reserve,
+					    w->nreserve, &pa, &nkeys);
 		if (part == NULL || a[i].oom) {
 			free(part);
 			goto out;

@@ -8,7 +8,7 @@
  * Owns: the argument vectors (struct rargs), the Redis key names of every
  * (scope, key), and the KEYS and ARGV of acquire.lua and release.lua as the
  * scripts' headers describe them, built from the compiled plan
- * (conf_plan.c), a plain plan's in acquire.lua's '=' form (rb_plain_args,
+ * (conf_plan.c), a plain plan's in acquire.lua's '=' form (rb_target_args,
  * and the 'p' groups rb_acquire.c puts several of in one call). Nothing here
  * sends: the other rooms make the calls (backend_int.h).
  */
@@ -237,20 +237,6 @@ unsigned rb_affinity(const struct conf_scope *cs, const char *key)
 	return h | 1u; /* never 0: 0 means any connection */
 }
 
-/*
- * A rule's params as Redis applies them: the conf's, a burst of 0 being the
- * amount. (Shares, learned amounts and overrides are the in-process
- * limiter's; in Redis the scripts apply the last two themselves.)
- */
-struct strat_params rb_rule_params(const struct conf_rule *r)
-{
-	struct strat_params p = r->sp;
-
-	if (p.burst == 0)
-		p.burst = p.amount;
-	return p;
-}
-
 static const char *rb_meter(enum conf_meter m)
 {
 	return m == METER_REQUESTS ? "r" : m == METER_CONCURRENCY ? "c" : "t";
@@ -316,7 +302,7 @@ void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt 
 	rargs_int(a, (int64_t)pl->nrules);
 	for (i = 0; i < pl->nrules; i++) {
 		const struct conf_rule *r = &cs->rules[pl->rules[i]];
-		struct strat_params p = rb_rule_params(r);
+		struct strat_params p = conf_rule_params(r);
 		rargs_str(a, rb_meter(r->meter));
 		rargs_str(a, strat_kind_name(p.kind));
 		rargs_int(a, p.amount);
@@ -346,13 +332,13 @@ void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt 
  * acquire.lua's 'p' group carries, and a the KEYS and ARGV of a call that is
  * that one acquire alone (its rule hash; '=', one group of one).
  */
-void rb_plain_args(struct rargs *a, const struct backend *b, const struct target_rt *t,
-		   int64_t not_after, struct rb_plain *p, size_t *nkeys)
+static void rb_plain_args(struct rargs *a, const struct backend *b, const struct target_rt *t,
+			  int64_t not_after, struct rb_plain *p, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
 	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
 	const struct conf_rule *r = &cs->rules[pl->rules[0]];
-	struct strat_params sp = rb_rule_params(r);
+	struct strat_params sp = conf_rule_params(r);
 
 	p->kind = strat_kind_name(sp.kind);
 	p->amount = sp.amount;
@@ -382,6 +368,23 @@ void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n)
 	rargs_int(a, p->code);
 	rargs_int(a, p->not_after);
 	rargs_int(a, (int64_t)n);
+}
+
+/*
+ * KEYS and ARGV of t's acquire as a call of its own: a plain plan's '=' form
+ * (p takes its params, for a batch's 'p' group) or the general form (count
+ * 1). Returns whether it is the plain one.
+ */
+bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
+		    const char *lease_id, int64_t not_after, const struct lim_tokens *reserve,
+		    size_t nreserve, struct rb_plain *p, size_t *nkeys)
+{
+	if (conf_plan_of(t->kq->sc->cs, t->cls)->plain) {
+		rb_plain_args(a, b, t, not_after, p, nkeys);
+		return true;
+	}
+	rb_acquire_args(a, b, t, lease_id, 1, not_after, reserve, nreserve, nkeys);
+	return false;
 }
 
 /* Two plain acquires one 'p' group can carry (all but the cost alike). */
@@ -414,7 +417,7 @@ void rb_release_args(struct rargs *a, const struct backend *b, const struct be_t
 	rargs_int(a, (int64_t)pl->nrules);
 	for (i = 0; i < pl->nrules; i++) {
 		const struct conf_rule *r = &cs->rules[pl->rules[i]];
-		struct strat_params p = rb_rule_params(r);
+		struct strat_params p = conf_rule_params(r);
 		int64_t charge = 0;
 		if (mode == RB_M_ROLLBACK && r->meter == METER_REQUESTS)
 			charge = -cost;

@@ -852,7 +852,7 @@ static bool rb_wb_send(struct backend *b, struct rb_owe *o)
 		if ((o->units[i] == 0 && o->units[o->nrules + i] == 0) ||
 		    cs->rules[i].meter == METER_CONCURRENCY)
 			continue;
-		p = rb_rule_params(&cs->rules[i]);
+		p = conf_rule_params(&cs->rules[i]);
 		rargs_str(&a, strat_kind_name(p.kind));
 		rargs_int(&a, p.amount);
 		rargs_int(&a, p.window_ms);
