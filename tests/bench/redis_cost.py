@@ -27,87 +27,39 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUCKET_LUA = os.path.join(HERE, "bucket.lua")
 RLF_JS = os.path.join(HERE, "peers", "node_modules", "rate-limiter-flexible", "lib",
                       "RateLimiterRedis.js")
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from tests.integ.harness import RespConn, resp_encode  # noqa: E402
+
 KEYS = 64
 DEPTH = 16
 
 
-def _resp(args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
-
-
-class _Conn:
-    """A minimal RESP client: enough to load scripts and pipeline calls."""
-
-    def __init__(self, path):
-        self.s = socket.socket(socket.AF_UNIX)
-        self.s.settimeout(600)
-        self.s.connect(path)
-        self.buf = b""
-
-    def _fill(self):
-        b = self.s.recv(1 << 20)
-        if not b:
-            raise ConnectionError("redis closed the connection")
-        self.buf += b
-
-    def _line(self):
-        while b"\r\n" not in self.buf:
-            self._fill()
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def read(self):
-        line = self._line()
-        t, rest = line[:1], line[1:]
-        if t == b"-":
-            raise RuntimeError(rest.decode(errors="replace"))
-        if t in (b"+", b":"):
-            return int(rest) if t == b":" else rest.decode()
-        if t == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            while len(self.buf) < n + 2:
-                self._fill()
-            v, self.buf = self.buf[:n], self.buf[n + 2:]
-            return v
-        if t == b"*":
-            n = int(rest)
-            return None if n < 0 else [self.read() for _ in range(n)]
-        raise RuntimeError("unexpected reply %r" % line[:40])
-
-    def command(self, *args):
-        self.s.sendall(_resp(args))
-        return self.read()
-
-    def pipeline(self, cmds):
-        """Send cmds DEPTH at a time; returns the last reply."""
-        last = None
-        for i in range(0, len(cmds), DEPTH):
-            chunk = cmds[i:i + DEPTH]
-            self.s.sendall(b"".join(chunk))
-            for _ in chunk:
-                last = self.read()
-        return last
+def _connect(path):
+    """A RespConn to the Redis at the Unix socket path."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(600)
+    try:
+        s.connect(path)
+    except OSError:
+        s.close()
+        raise
+    return RespConn(s)
 
 
 def function_dump(sock_path):
     """FUNCTION DUMP of the Redis at sock_path (the library a daemon loaded)."""
-    c = _Conn(sock_path)
+    c = _connect(sock_path)
     try:
         return c.command("FUNCTION", "DUMP")
     finally:
-        c.s.close()
+        c.close()
 
 
 def rlf_script():
@@ -150,7 +102,7 @@ def _run(parent, library_dump, scripts, cmds):
             if proc.poll() is not None:
                 raise AssertionError("redis-server under callgrind exited %s" % proc.returncode)
             try:
-                c = _Conn(sock)
+                c = _connect(sock)
                 c.command("PING")
             except OSError:
                 c = None
@@ -159,7 +111,7 @@ def _run(parent, library_dump, scripts, cmds):
                 time.sleep(0.2)
         c.command("FUNCTION", "RESTORE", library_dump, "REPLACE")
         shas = [c.command("SCRIPT", "LOAD", s) for s in scripts]
-        last = c.pipeline(cmds) if cmds else None
+        last = c.pipeline(cmds, DEPTH) if cmds else None
         try:
             c.command("SHUTDOWN", "NOSAVE")
         except (ConnectionError, OSError):
@@ -216,7 +168,7 @@ def run(parent, library_dump, lone, admissions=4800):
     for name, per, make in plan:
         calls = admissions // per
         total, _, last = _run(parent, library_dump, scripts,
-                              [_resp(make(i)) for i in range(calls)])
+                              [resp_encode(make(i)) for i in range(calls)])
         rows[name] = {"admissions": calls * per, "calls": calls,
                       "instructions_per_admission": (total - base) / (calls * per),
                       "last_reply": repr(last)[:120]}

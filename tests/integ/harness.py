@@ -381,6 +381,15 @@ class RedisError(Exception):
     """An error reply (-ERR ...) from Redis."""
 
 
+def resp_encode(args):
+    """args (str, int or bytes) as one RESP command."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        b = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
 class RespConn:
     """One RESP2 connection: command(*args) -> Python value (str/int/list/None)."""
 
@@ -435,15 +444,24 @@ class RespConn:
         raise ConnectionError("bad RESP type byte %r" % t)
 
     def command(self, *args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            b = a if isinstance(a, bytes) else str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-        self.sock.sendall(b"".join(out))
+        self.sock.sendall(resp_encode(args))
         r = self._reply()
         if isinstance(r, RedisError):
             raise r
         return r
+
+    def pipeline(self, cmds, depth=16):
+        """Send cmds (resp_encode's) depth at a time, reading each chunk's
+        replies; raises the first error reply, returns the last reply."""
+        last = None
+        for i in range(0, len(cmds), depth):
+            chunk = cmds[i:i + depth]
+            self.sock.sendall(b"".join(chunk))
+            for _ in chunk:
+                last = self._reply()
+                if isinstance(last, RedisError):
+                    raise last
+        return last
 
 
 class RedisServer:
