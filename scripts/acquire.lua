@@ -112,20 +112,15 @@ local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor,
 	local ok, na, nb, nt, ttl, w, ops, np, st
 	if kind == 'token-bucket' or kind == 'leaky-bucket' then
 		ok, na, nb, nt, ttl = strat_bucket_try(a, b, t, amount, window_ms, burst, now, cost, floor)
-	else
+	end
+	if not ok then -- another kind, or a bucket's wait: the general arithmetic
 		ops, np = strat_prep({ kind = kind, amount = amount, window_ms = window_ms, burst = burst })
 		st = { a = a, b = b, t = t }
 		ok, w = strat_check_prepared(st, ops, np, now, cost, floor)
 	end
 	local wait, c = 0, -1 -- the longest wait names the refusal (ties: the penalty)
 	if now < penalty_until then wait, c = penalty_until - now, -2 end
-	if not ok then
-		if w == nil then -- the bucket's wait, from the general arithmetic
-			ops, np = strat_prep({ kind = kind, amount = amount, window_ms = window_ms, burst = burst })
-			w = select(2, strat_check_prepared({ a = a, b = b, t = t }, ops, np, now, cost, floor))
-		end
-		if c == -1 or w == -1 or w > wait then wait, c = w, code end
-	end
+	if not ok and (c == -1 or w == -1 or w > wait) then wait, c = w, code end
 	if c ~= -1 then
 		out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, wait, c, a, b, t
 		return
