@@ -39,6 +39,12 @@ rule = requests 1/1h
 [scope conc]
 max_concurrent = 1
 
+# A key of its own that stays busy for an hour after a release: the idle
+# sweep cannot free it, so only an eviction can make room.
+[scope kept]
+max_concurrent = 1
+rule = requests 1000/1h
+
 [scope free]
 """
 
@@ -146,23 +152,24 @@ class MaxKeysTest(BoundsCase):
 
     def test_full_of_keys_in_use_refuses_a_new_key(self):
         with Admitd(conf(max_keys=100)) as d, d.connect() as c:
-            leases = pipeline(c, [acquire_req("conc", "h%d" % i, timeout_ms=0)
+            leases = pipeline(c, [acquire_req("kept", "h%d" % i, timeout_ms=0)
                                   for i in range(100)])
             for r in leases:
                 self.assertIs(r.get("ok"), True, r)
-            r = c.request(acquire_req("conc", "new", timeout_ms=0))
+            r = c.request(acquire_req("kept", "new", timeout_ms=0))
             self.assertEqual(r.get("error"), "unavailable", r)
             self.assertIn("max_keys (100) reached", r["message"])
             self.assertIn("held or waited on", r["message"])
             # A kept key is still served (here: its slot is taken).
-            r = c.request(acquire_req("conc", "h3", timeout_ms=0))
+            r = c.request(acquire_req("kept", "h3", timeout_ms=0))
             self.assertEqual((r.get("error"), r.get("rule")), ("limited", "max_concurrent"), r)
             st = self.status(c)
             self.assertEqual((st["keys"], st["key_evictions"]), (100, 0))
-            # One key released: the new key takes its place.
+            # One key released: the new key takes its place. It is evicted,
+            # not swept: its rule's window holds state for an hour.
             self.assertEqual(c.request({"op": "release", "lease": leases[5]["lease"]}),
                              {"ok": True, "held": True})
-            self.assertIs(c.request(acquire_req("conc", "new", timeout_ms=0)).get("ok"), True)
+            self.assertIs(c.request(acquire_req("kept", "new", timeout_ms=0)).get("ok"), True)
             st = self.status(c)
             self.assertEqual((st["keys"], st["key_evictions"]), (100, 1))
             m = parse(scrape(metrics_port(d)))
@@ -170,7 +177,7 @@ class MaxKeysTest(BoundsCase):
                              (100, 1))
             # ... and it was h5 that went: h5 would be a new key again, and
             # every key kept is held now.
-            r = c.request(acquire_req("conc", "h5", timeout_ms=0))
+            r = c.request(acquire_req("kept", "h5", timeout_ms=0))
             self.assertEqual(r.get("error"), "unavailable", r)
 
 
