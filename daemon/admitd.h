@@ -62,15 +62,15 @@ struct waiter {
 	int64_t deadline_ms;
 	struct event deadline_ev; /* in place: no timer is made per request */
 	bool deadline_set;
-	const char *last_rule;		     /* the rule of the last refusal, for `timeout` */
-	const struct kq *refused_by;	     /* ... and the target it came from */
-	struct lim_left left;		     /* the tightest limit at the last decision */
-	bool decided;			     /* a limiter has answered for it at least once */
-	bool inflight;			     /* a decision for it is out (alone or batched) */
-	bool canceled;			     /* its client canceled it: an admission is undone */
-	enum via last_via;		     /* ... and which one, for the refusal's "backend" */
-	char lease_id[LIM_LEASE_ID_LEN + 1]; /* booked under this id when admitted */
-	struct lim_tokens *reserve;	     /* tokens reserved up front, owned (names too) */
+	const char *last_rule;		    /* the rule of the last refusal, for `timeout` */
+	const struct kq *refused_by;	    /* ... and the target it came from */
+	struct lim_left left;		    /* the tightest limit at the last decision */
+	bool decided;			    /* a limiter has answered for it at least once */
+	bool inflight;			    /* a decision for it is out (alone or batched) */
+	bool canceled;			    /* its client canceled it: an admission is undone */
+	enum via last_via;		    /* ... and which one, for the refusal's "backend" */
+	char lease_id[LEASE_NONCE_LEN + 1]; /* booked under this id when admitted */
+	struct meter_tokens *reserve;	    /* tokens reserved up front, owned (names too) */
 	size_t nreserve;
 };
 TAILQ_HEAD(waiter_list, waiter);
@@ -95,8 +95,8 @@ struct lease_ttlq {
 
 /* lease: lease.c. Admission granted; released by op, by close, or by TTL. */
 struct lease {
-	char id[LIM_LEASE_ID_LEN + 1]; /* the nonce it is booked under */
-	char *handle;		       /* what the client holds (lease_id.h), owned */
+	char id[LEASE_NONCE_LEN + 1]; /* the nonce it is booked under */
+	char *handle;		      /* what the client holds (lease_id.h), owned */
 	TAILQ_ENTRY(lease) conn_link;
 	struct conn *conn; /* NULL when detached */
 	struct admitd *ad;
@@ -109,7 +109,7 @@ struct lease {
 	TAILQ_ENTRY(lease) ttl_link;
 	size_t nt;
 	struct target_rt t[PROTO_MAX_TARGETS];
-	struct lim_tokens *reserve; /* taken from its waiter: settled at release */
+	struct meter_tokens *reserve; /* taken from its waiter: settled at release */
 	size_t nreserve;
 	/*
 	 * Its TTL ended, but a release may still report its tokens (a call
@@ -413,9 +413,9 @@ void ops_conn_closed(struct conn *c);
 /* util */
 uint64_t rand_u64(void);
 
-/* lim_tokens_dup - an owned copy of n token counts (one allocation sized to
+/* meter_tokens_dup - an owned copy of n token counts (one allocation sized to
  * them, names included; free() it); NULL when n is 0 or memory runs out,
  * with *nout the count kept (0 then). */
-struct lim_tokens *lim_tokens_dup(const struct lim_tokens *src, size_t n, size_t *nout);
+struct meter_tokens *meter_tokens_dup(const struct meter_tokens *src, size_t n, size_t *nout);
 
 #endif

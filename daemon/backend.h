@@ -46,7 +46,7 @@ bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n
  * sent once Redis answers again, and the caller charges the tokens in
  * process.
  */
-bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens *tokens,
+bool backend_release(struct backend *b, struct lease *l, const struct meter_tokens *tokens,
 		     size_t ntokens);
 
 /*
@@ -72,8 +72,8 @@ struct be_target {
  * is sent or kept (nothing can vouch for the handle), cb is not called.
  */
 bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt, const char *nonce,
-			 const struct lim_tokens *tokens, size_t ntokens,
-			 const struct lim_tokens *reserve, size_t nreserve, eng_settled_cb *cb,
+			 const struct meter_tokens *tokens, size_t ntokens,
+			 const struct meter_tokens *reserve, size_t nreserve, eng_settled_cb *cb,
 			 void *arg);
 
 /*
@@ -96,7 +96,7 @@ void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms);
  * Redis serves this pod's acquires only after it is.
  */
 void backend_owe(struct backend *b, struct kq *kq, const struct conf_class *cls, int64_t cost,
-		 const struct lim_tokens *reserve, size_t nreserve);
+		 const struct meter_tokens *reserve, size_t nreserve);
 
 /* backend_inspect - read the key's state in Redis: true when sent (cb later). */
 bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *cls,

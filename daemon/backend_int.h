@@ -146,13 +146,13 @@ enum rb_mode { RB_M_RELEASE = 0, RB_M_ROLLBACK, RB_M_RECONCILE, RB_M_REBOOK, RB_
 /*
  * KEYS and ARGV of release.lua for one target. A release charges the token
  * meters that apply what was reported, less what was reserved under the
- * names reported (lim_settle_charge); a rollback refunds `cost` to the
+ * names reported (conf_settle_charge); a rollback refunds `cost` to the
  * request meters and the reservation to the token meters, and passes x1,
  * x2 (the pacing it booked and replaced); rebook passes the ms the lease
  * has left and not_after.
  */
 struct rb_settle {
-	const struct lim_tokens *tokens, *reserve;
+	const struct meter_tokens *tokens, *reserve;
 	size_t ntokens, nreserve;
 	bool own;	   /* sent by the daemon that issued the lease */
 	const char *claim; /* the reservation the handle names (lease_id_claim) */
@@ -180,7 +180,7 @@ struct rb_rel {
 	TAILQ_ENTRY(rb_rel) link; /* the queue, while queued */
 	enum rb_mode mode;
 	enum rb_op op;
-	char nonce[LIM_LEASE_ID_LEN + 1];
+	char nonce[LEASE_NONCE_LEN + 1];
 	bool own;     /* this daemon issued the lease (it knows what was booked) */
 	char *claim;  /* the reservation its handle names, owned; NULL: none */
 	size_t bytes; /* what it holds, counted against the queue's bound */
@@ -189,13 +189,13 @@ struct rb_rel {
 	int64_t cost[PROTO_MAX_TARGETS]; /* rollback: the request units to refund */
 	int64_t x1[PROTO_MAX_TARGETS], x2[PROTO_MAX_TARGETS];
 	size_t ntokens;
-	struct lim_tokens *tokens; /* owned copy (names too), or NULL */
-	int64_t not_before;	   /* mono ms: not sent before (a late booking call's bound) */
+	struct meter_tokens *tokens; /* owned copy (names too), or NULL */
+	int64_t not_before;	     /* mono ms: not sent before (a late booking call's bound) */
 	int attempts;
 	size_t nreserve;
-	struct lim_tokens *reserve; /* owned copy, or NULL */
-	int outcome;		    /* release: enum adapt_outcome, for adaptive targets */
-	bool outcome_only;	    /* release: nothing to settle, only the outcome */
+	struct meter_tokens *reserve; /* owned copy, or NULL */
+	int outcome;		      /* release: enum adapt_outcome, for adaptive targets */
+	bool outcome_only;	      /* release: nothing to settle, only the outcome */
 	/* in flight */
 	size_t pending;
 	bool unknown; /* a target's outcome is unknown */
@@ -231,14 +231,14 @@ unsigned rb_affinity(const struct conf_scope *cs, const char *key);
 void rb_adapt_args(struct rargs *a, const struct conf_scope *cs);
 void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 		     const char *lease_id, size_t count, int64_t not_after,
-		     const struct lim_tokens *reserve, size_t nreserve, size_t *nkeys);
+		     const struct meter_tokens *reserve, size_t nreserve, size_t *nkeys);
 /* What acquire.lua's 'p' group carries of one plain acquire (rb_target_args). */
 struct rb_plain {
 	const char *kind; /* strat_kind_name's: one pointer per kind */
 	int64_t amount, window_ms, burst, floor, code, not_after, cost;
 };
 bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
-		    const char *lease_id, int64_t not_after, const struct lim_tokens *reserve,
+		    const char *lease_id, int64_t not_after, const struct meter_tokens *reserve,
 		    size_t nreserve, struct rb_plain *p, size_t *nkeys);
 void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n);
 bool rb_plain_same(const struct rb_plain *x, const struct rb_plain *y);

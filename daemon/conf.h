@@ -28,6 +28,12 @@ enum conf_meter {
 	METER_CONCURRENCY,  /* leases in flight; sp.amount is the cap */
 };
 
+/* Token counts by meter name: reported at release, or reserved at acquire. */
+struct meter_tokens {
+	const char *name;
+	int64_t n;
+};
+
 enum conf_fail_mode {
 	FAIL_FALLBACK = 0, /* serve from the in-process limiter / divisor */
 	FAIL_OPEN,	   /* admit while the backend cannot decide */
@@ -212,6 +218,59 @@ static inline struct strat_params conf_rule_params(const struct conf_rule *r)
 		p.burst = p.amount;
 	return p;
 }
+
+/*
+ * Which limit decided a refusal: a rule's index in the scope (>= 0), or one
+ * of these. The in-process limiter decides with them, and
+ * scripts/acquire.lua returns the same codes.
+ */
+#define PLAN_WHICH_NONE	      (-1)
+#define PLAN_WHICH_PENALTY    (-2)
+#define PLAN_WHICH_MIN_DELAY  (-3) /* next_at: a known wait */
+#define PLAN_WHICH_CLUSTER    (-4)
+#define PLAN_WHICH_QUOTA      (-5)
+#define PLAN_WHICH_STALE      (-6) /* Redis only: the script ran after its deadline */
+#define PLAN_WHICH_SERIALIZED (-7) /* min_delay, one at a time: a lease is held */
+
+/* Static names of the settings a refusal can name. */
+#define PLAN_RULE_PENALTY	 "penalty"
+#define PLAN_RULE_MIN_DELAY	 "min_delay"
+#define PLAN_RULE_CLUSTER	 "cluster_concurrency"
+#define PLAN_RULE_MAX_CONCURRENT "max_concurrent"
+#define PLAN_RULE_MAX_WAITERS	 "max_waiters"
+#define PLAN_RULE_QUEUE		 "queue" /* a try behind waiters that have not been decided yet */
+
+/* conf_plan_which_rule - the text a refusal by `which` names (conf-owned or static). */
+const char *conf_plan_which_rule(const struct conf_scope *cs, long which);
+
+/*
+ * conf_plan_which_slot - does a refusal by `which` wait for a lease slot?
+ * Such a wait has no known end (a release ends it), so it is slept out and
+ * ends in `timeout`, never in `budget_exceeded`.
+ */
+bool conf_plan_which_slot(const struct conf_scope *cs, long which);
+
+/*
+ * conf_plan_which_limit - the whole capacity of the limit `which` for cls, as
+ * Redis counts it (never-passing refusals): a rule's burst less the class's
+ * floor, a cap's amount, cluster_concurrency, quota; 0 for anything else.
+ */
+int64_t conf_plan_which_limit(const struct conf_scope *cs, const struct conf_class *cls,
+			      long which);
+
+/* conf_rule_capacity - what rule r holds under params p, less floor (never below 0). */
+int64_t conf_rule_capacity(const struct conf_rule *r, const struct strat_params *p, int64_t floor);
+
+/* conf_token_charge - what tokens[0..n) count on token rule r (0 for other meters). */
+int64_t conf_token_charge(const struct conf_rule *r, const struct meter_tokens *tokens, size_t n);
+
+/*
+ * conf_settle_charge - what a release charges token rule r: what was reported
+ * minus what was reserved under the names reported (a refund when less was
+ * used); a name reserved but not reported keeps its reservation charged.
+ */
+int64_t conf_settle_charge(const struct conf_rule *r, const struct meter_tokens *tokens,
+			   size_t ntokens, const struct meter_tokens *reserve, size_t nreserve);
 
 /* Lookups: NULL when absent. */
 const struct conf_scope *conf_scope_find(const struct conf *c, const char *name);

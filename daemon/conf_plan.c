@@ -24,11 +24,18 @@
  * set, token meter, adaptive amount or override). Its acquire is one rule
  * hash's read and write, and acquire.lua takes it in a form of its own,
  * params as numbers, many in one call ('p' groups).
+ *
+ * Also owns the vocabulary both deciders share, pure functions of the conf:
+ * what a refusal's code (PLAN_WHICH_*, a rule's index) names, whether it
+ * waits for a lease slot and the whole capacity it refuses against, and what
+ * reported or reserved tokens charge a token rule. The Redis backend reads a
+ * reply and books a release with these, not with the limiter's state.
  */
 
 #include "conf.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static bool plan_rule_applies(const struct conf_scope *s, size_t i, const struct conf_class *cls)
 {
@@ -108,4 +115,76 @@ void conf_plan_free(struct conf_scope *s)
 		free(s->plans[i].rules);
 	free(s->plans);
 	s->plans = NULL;
+}
+
+const char *conf_plan_which_rule(const struct conf_scope *cs, long which)
+{
+	switch (which) {
+	case PLAN_WHICH_PENALTY: return PLAN_RULE_PENALTY;
+	case PLAN_WHICH_MIN_DELAY:
+	case PLAN_WHICH_SERIALIZED: return PLAN_RULE_MIN_DELAY;
+	case PLAN_WHICH_CLUSTER: return PLAN_RULE_CLUSTER;
+	case PLAN_WHICH_QUOTA: return cs->quota_text;
+	default: return which >= 0 && (size_t)which < cs->nrules ? cs->rules[which].text : "redis";
+	}
+}
+
+bool conf_plan_which_slot(const struct conf_scope *cs, long which)
+{
+	return which == PLAN_WHICH_CLUSTER || which == PLAN_WHICH_SERIALIZED ||
+	       (which >= 0 && (size_t)which < cs->nrules &&
+		cs->rules[which].meter == METER_CONCURRENCY);
+}
+
+int64_t conf_rule_capacity(const struct conf_rule *r, const struct strat_params *p, int64_t floor)
+{
+	if (r->meter == METER_CONCURRENCY)
+		return p->amount;
+	return p->burst - floor > 0 ? p->burst - floor : 0;
+}
+
+int64_t conf_plan_which_limit(const struct conf_scope *cs, const struct conf_class *cls, long which)
+{
+	struct strat_params p;
+
+	if (which == PLAN_WHICH_CLUSTER)
+		return cs->cluster_concurrency;
+	if (which == PLAN_WHICH_QUOTA)
+		return cs->quota;
+	if (which < 0 || (size_t)which >= cs->nrules)
+		return 0;
+	p = conf_rule_params(&cs->rules[which]);
+	return conf_rule_capacity(&cs->rules[which], &p, cls != NULL ? cls->floor : 0);
+}
+
+int64_t conf_token_charge(const struct conf_rule *r, const struct meter_tokens *tokens,
+			  size_t ntokens)
+{
+	int64_t sum = 0;
+	size_t i;
+
+	if (r->meter != METER_TOKENS && r->meter != METER_TOKENS_KEY)
+		return 0;
+	for (i = 0; i < ntokens; i++) {
+		if (r->meter == METER_TOKENS)
+			sum += tokens[i].n;
+		else if (strcmp(tokens[i].name, r->meter_key) == 0)
+			sum += tokens[i].n;
+	}
+	return sum;
+}
+
+int64_t conf_settle_charge(const struct conf_rule *r, const struct meter_tokens *tokens,
+			   size_t ntokens, const struct meter_tokens *reserve, size_t nreserve)
+{
+	int64_t n = conf_token_charge(r, tokens, ntokens);
+	size_t i, j;
+
+	for (i = 0; i < nreserve; i++)
+		for (j = 0; j < ntokens; j++)
+			if (strcmp(reserve[i].name, tokens[j].name) == 0) {
+				n -= conf_token_charge(r, &reserve[i], 1);
+				break;
+			}
+	return n;
 }

@@ -66,7 +66,7 @@ static void eng_left_local(struct eng_res *res, const struct target_rt *t, size_
 }
 
 struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int64_t now,
-			 const char *lease_id, enum via via, const struct lim_tokens *reserve,
+			 const char *lease_id, enum via via, const struct meter_tokens *reserve,
 			 size_t nreserve)
 {
 	struct lim_share div[PROTO_MAX_TARGETS];
@@ -257,7 +257,7 @@ struct eng_res eng_fallback(struct admitd *ad, struct waiter *w, const char *lea
 	}
 }
 
-void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntokens)
+void eng_release(struct lease *l, const struct meter_tokens *tokens, size_t ntokens)
 {
 	int64_t now = clock_mono_ms();
 	bool sent = false;
@@ -316,10 +316,11 @@ void eng_mirror(struct lease *l)
 }
 
 void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
-		     const struct lim_tokens *tokens, size_t ntokens, eng_settled_cb *cb, void *arg)
+		     const struct meter_tokens *tokens, size_t ntokens, eng_settled_cb *cb,
+		     void *arg)
 {
 	struct be_target t[PROTO_MAX_TARGETS] = { { 0 } };
-	struct lim_tokens rs[PROTO_MAX_TOKENS];
+	struct meter_tokens rs[PROTO_MAX_TOKENS];
 	struct eng_settled none = { .unavailable = ad->redis != NULL };
 	size_t i, nt = 0;
 

@@ -101,7 +101,7 @@ void eng_acquire_batch(struct admitd *ad, struct waiter *const *ws, size_t n, en
  * leases). Tokens that cannot reach Redis now are charged in process, and
  * queued for Redis.
  */
-void eng_release(struct lease *l, const struct lim_tokens *tokens, size_t ntokens);
+void eng_release(struct lease *l, const struct meter_tokens *tokens, size_t ntokens);
 
 /*
  * eng_mirror - a lease granted through Redis is also entered in the
@@ -131,7 +131,7 @@ typedef void eng_settled_cb(void *arg, const struct eng_settled *s);
  */
 struct be_target;
 void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
-		     const struct lim_tokens *tokens, size_t ntokens, eng_settled_cb *cb,
+		     const struct meter_tokens *tokens, size_t ntokens, eng_settled_cb *cb,
 		     void *arg);
 
 /* What inspect reports of one key, on the deciding limiter's clock. */
@@ -183,7 +183,7 @@ void eng_penalize(struct kq *kq, int64_t delay_ms);
  * fallback divisor.
  */
 struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int64_t now,
-			 const char *lease_id, enum via via, const struct lim_tokens *reserve,
+			 const char *lease_id, enum via via, const struct meter_tokens *reserve,
 			 size_t nreserve);
 
 /*

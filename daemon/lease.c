@@ -49,9 +49,9 @@ uint64_t rand_u64(void)
  * to them (a waiter's reservation, a queued Redis release: the queue holds
  * up to 100,000). *nout is how many were kept: 0 when memory runs out.
  */
-struct lim_tokens *lim_tokens_dup(const struct lim_tokens *src, size_t n, size_t *nout)
+struct meter_tokens *meter_tokens_dup(const struct meter_tokens *src, size_t n, size_t *nout)
 {
-	struct lim_tokens *out;
+	struct meter_tokens *out;
 	size_t i, bytes = 0;
 	char *names;
 
@@ -80,7 +80,7 @@ struct lim_tokens *lim_tokens_dup(const struct lim_tokens *src, size_t n, size_t
  * bytes come from the kernel's CSPRNG, 256 ids' worth per getrandom() call
  * (not a syscall per lease); each byte is used once.
  */
-#define LEASE_POOL (256 * LIM_LEASE_ID_LEN / 2)
+#define LEASE_POOL (256 * LEASE_NONCE_LEN / 2)
 
 void lease_make_id(char *buf)
 {
@@ -90,7 +90,7 @@ void lease_make_id(char *buf)
 	unsigned char *raw;
 	size_t i;
 
-	if (left < LIM_LEASE_ID_LEN / 2) {
+	if (left < LEASE_NONCE_LEN / 2) {
 		if (getrandom(pool, sizeof(pool), 0) == (ssize_t)sizeof(pool)) {
 			left = sizeof(pool);
 		} else { /* no kernel randomness: never seen; still never repeat */
@@ -102,13 +102,13 @@ void lease_make_id(char *buf)
 		}
 	}
 	raw = pool + sizeof(pool) - left;
-	left -= LIM_LEASE_ID_LEN / 2;
-	for (i = 0; i < LIM_LEASE_ID_LEN / 2; i++) {
+	left -= LEASE_NONCE_LEN / 2;
+	for (i = 0; i < LEASE_NONCE_LEN / 2; i++) {
 		buf[2 * i] = hex[raw[i] >> 4];
 		buf[2 * i + 1] = hex[raw[i] & 15];
 		raw[i] = 0; /* used: not kept around */
 	}
-	buf[LIM_LEASE_ID_LEN] = '\0';
+	buf[LEASE_NONCE_LEN] = '\0';
 }
 
 static struct lease_ttlq *lease_ttlq_of(struct admitd *ad, int64_t ttl);
@@ -260,14 +260,14 @@ static char *lease_handle(const struct lease *l)
 struct lease *lease_resolve(struct admitd *ad, const char *handle, struct lease_ref *ref,
 			    bool *foreign)
 {
-	char nonce[LIM_LEASE_ID_LEN + 1];
+	char nonce[LEASE_NONCE_LEN + 1];
 	struct lease *l;
 
 	*foreign = false;
-	if (strlen(handle) < LIM_LEASE_ID_LEN || !lease_id_nonce_ok(handle, LIM_LEASE_ID_LEN))
+	if (strlen(handle) < LEASE_NONCE_LEN || !lease_id_nonce_ok(handle, LEASE_NONCE_LEN))
 		return NULL;
-	memcpy(nonce, handle, LIM_LEASE_ID_LEN);
-	nonce[LIM_LEASE_ID_LEN] = '\0';
+	memcpy(nonce, handle, LEASE_NONCE_LEN);
+	nonce[LEASE_NONCE_LEN] = '\0';
 	if ((l = htab_get(ad->leases, nonce)) != NULL)
 		return l;
 	*foreign = lease_id_parse(handle, ref);
@@ -340,7 +340,7 @@ fail:
 
 void lease_release(struct lease *l, const struct proto_token *tokens, size_t ntokens)
 {
-	struct lim_tokens tk[PROTO_MAX_TOKENS];
+	struct meter_tokens tk[PROTO_MAX_TOKENS];
 	size_t i;
 
 	for (i = 0; i < ntokens && i < PROTO_MAX_TOKENS; i++) {

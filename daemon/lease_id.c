@@ -36,7 +36,7 @@ bool lease_id_nonce_ok(const char *s, size_t len)
 {
 	size_t i;
 
-	if (len != LIM_LEASE_ID_LEN)
+	if (len != LEASE_NONCE_LEN)
 		return false;
 	for (i = 0; i < len; i++)
 		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
@@ -44,7 +44,7 @@ bool lease_id_nonce_ok(const char *s, size_t len)
 	return true;
 }
 
-void lease_id_claim(const struct lim_tokens *r, size_t n, char *buf, size_t len)
+void lease_id_claim(const struct meter_tokens *r, size_t n, char *buf, size_t len)
 {
 	size_t i, off = 0;
 
@@ -100,11 +100,11 @@ char *lease_id_make(const struct lease_spec *sp)
 		    !lease_put(raw, &n, num, LEASE_ID_COUNT_MAX - 1))
 			return NULL;
 	}
-	out = malloc(LIM_LEASE_ID_LEN + 2 + (n + 2) / 3 * 4);
+	out = malloc(LEASE_NONCE_LEN + 2 + (n + 2) / 3 * 4);
 	if (out == NULL)
 		return NULL;
-	memcpy(out, sp->nonce, LIM_LEASE_ID_LEN);
-	o = LIM_LEASE_ID_LEN;
+	memcpy(out, sp->nonce, LEASE_NONCE_LEN);
+	o = LEASE_NONCE_LEN;
 	out[o++] = '.';
 	for (i = 0; i < n; i += 3) {
 		uint32_t v = (uint32_t)raw[i] << 16;
@@ -127,7 +127,7 @@ char *lease_id_make(const struct lease_spec *sp)
 char *lease_id_format(const struct lease_ref *ref)
 {
 	struct lease_spec sp = { .nonce = ref->nonce, .nt = ref->nt };
-	struct lim_tokens rs[PROTO_MAX_TOKENS];
+	struct meter_tokens rs[PROTO_MAX_TOKENS];
 	size_t i;
 
 	if (ref->nt > PROTO_MAX_TARGETS || ref->nreserve > PROTO_MAX_TOKENS)
@@ -169,11 +169,11 @@ bool lease_id_parse(const char *handle, struct lease_ref *ref)
 	const char *b;
 
 	memset(ref, 0, sizeof(*ref));
-	if (len < LIM_LEASE_ID_LEN + 2 || len > LEASE_ID_MAX || handle[LIM_LEASE_ID_LEN] != '.' ||
-	    !lease_id_nonce_ok(handle, LIM_LEASE_ID_LEN))
+	if (len < LEASE_NONCE_LEN + 2 || len > LEASE_ID_MAX || handle[LEASE_NONCE_LEN] != '.' ||
+	    !lease_id_nonce_ok(handle, LEASE_NONCE_LEN))
 		return false;
-	b = handle + LIM_LEASE_ID_LEN + 1;
-	blen = len - LIM_LEASE_ID_LEN - 1;
+	b = handle + LEASE_NONCE_LEN + 1;
+	blen = len - LEASE_NONCE_LEN - 1;
 	if (blen % 4 == 1)
 		return false;
 	for (i = 0; i < blen; i += 4) {
@@ -231,7 +231,7 @@ bool lease_id_parse(const char *handle, struct lease_ref *ref)
 				return false;
 		}
 	}
-	memcpy(ref->nonce, handle, LIM_LEASE_ID_LEN);
-	ref->nonce[LIM_LEASE_ID_LEN] = '\0';
+	memcpy(ref->nonce, handle, LEASE_NONCE_LEN);
+	ref->nonce[LEASE_NONCE_LEN] = '\0';
 	return true;
 }

@@ -19,11 +19,14 @@
 #ifndef ADMITD_LEASE_ID_H
 #define ADMITD_LEASE_ID_H
 
-#include "limiter.h"
+#include "conf.h"
 #include "proto.h"
 
 #include <stdbool.h>
 #include <stddef.h>
+
+/* A lease's nonce: 32 lowercase hex digits (its name in process and in Redis). */
+#define LEASE_NONCE_LEN 32
 
 struct lease_ref_target {
 	char scope[PROTO_NAME_MAX + 1];
@@ -32,7 +35,7 @@ struct lease_ref_target {
 };
 
 struct lease_ref {
-	char nonce[LIM_LEASE_ID_LEN + 1];
+	char nonce[LEASE_NONCE_LEN + 1];
 	size_t nt;
 	struct lease_ref_target t[PROTO_MAX_TARGETS];
 	size_t nreserve;
@@ -44,14 +47,14 @@ struct lease_ref {
 #define LEASE_ID_PAYLOAD_MAX                                                          \
 	(1 + PROTO_MAX_TARGETS * (2 * (PROTO_NAME_MAX + 1) + PROTO_KEY_MAX + 1) + 1 + \
 	 PROTO_MAX_TOKENS * (PROTO_NAME_MAX + 1 + LEASE_ID_COUNT_MAX))
-#define LEASE_ID_MAX (LIM_LEASE_ID_LEN + 1 + (LEASE_ID_PAYLOAD_MAX + 2) / 3 * 4)
+#define LEASE_ID_MAX (LEASE_NONCE_LEN + 1 + (LEASE_ID_PAYLOAD_MAX + 2) / 3 * 4)
 
 /* What a handle is made of, by reference (no copies: the hot path's form). */
 struct lease_spec {
 	const char *nonce;
 	size_t nt;
 	const char *scope[PROTO_MAX_TARGETS], *cls[PROTO_MAX_TARGETS], *key[PROTO_MAX_TARGETS];
-	const struct lim_tokens *reserve;
+	const struct meter_tokens *reserve;
 	size_t nreserve;
 };
 
@@ -81,7 +84,7 @@ bool lease_id_parse(const char *handle, struct lease_ref *ref);
  * LEASE_ID_CLAIM_MAX holds any reservation a request can make.
  */
 #define LEASE_ID_CLAIM_MAX (PROTO_MAX_TOKENS * (PROTO_NAME_MAX + 2 + LEASE_ID_COUNT_MAX) + 1)
-void lease_id_claim(const struct lim_tokens *r, size_t n, char *buf, size_t len);
+void lease_id_claim(const struct meter_tokens *r, size_t n, char *buf, size_t len);
 
 /* lease_id_nonce_ok - is s exactly 32 lowercase hex digits? */
 bool lease_id_nonce_ok(const char *s, size_t len);

@@ -332,57 +332,20 @@ static int64_t lim_lease_wait(const struct lim_state *st, const struct conf_scop
 	return w < 1 ? 1 : w;
 }
 
-int64_t lim_token_charge(const struct conf_rule *r, const struct lim_tokens *tokens, size_t ntokens)
-{
-	int64_t sum = 0;
-	size_t i;
-
-	if (r->meter != METER_TOKENS && r->meter != METER_TOKENS_KEY)
-		return 0;
-	for (i = 0; i < ntokens; i++) {
-		if (r->meter == METER_TOKENS)
-			sum += tokens[i].n;
-		else if (strcmp(tokens[i].name, r->meter_key) == 0)
-			sum += tokens[i].n;
-	}
-	return sum;
-}
-
-const char *lim_which_rule(const struct conf_scope *cs, long which)
-{
-	switch (which) {
-	case LIM_WHICH_PENALTY: return LIM_RULE_PENALTY;
-	case LIM_WHICH_MIN_DELAY:
-	case LIM_WHICH_SERIALIZED: return LIM_RULE_MIN_DELAY;
-	case LIM_WHICH_CLUSTER: return LIM_RULE_CLUSTER;
-	case LIM_WHICH_QUOTA: return cs->quota_text;
-	default: return which >= 0 && (size_t)which < cs->nrules ? cs->rules[which].text : "redis";
-	}
-}
-
-bool lim_which_slot(const struct conf_scope *cs, long which)
-{
-	return which == LIM_WHICH_CLUSTER || which == LIM_WHICH_SERIALIZED ||
-	       (which >= 0 && (size_t)which < cs->nrules &&
-		cs->rules[which].meter == METER_CONCURRENCY);
-}
-
 int64_t lim_which_limit(const struct conf_scope *cs, const struct conf_class *cls, long which,
 			struct lim_share sh)
 {
 	struct strat_params p;
 	int64_t floor = cls ? cls->floor : 0;
 
-	if (which == LIM_WHICH_CLUSTER)
+	if (which == PLAN_WHICH_CLUSTER)
 		return lim_share_of(cs->cluster_concurrency, sh);
-	if (which == LIM_WHICH_QUOTA)
+	if (which == PLAN_WHICH_QUOTA)
 		return lim_share_of(cs->quota, sh);
 	if (which < 0 || (size_t)which >= cs->nrules)
 		return 0;
 	p = lim_rule_params(&cs->rules[which], sh);
-	if (cs->rules[which].meter == METER_CONCURRENCY)
-		return p.amount;
-	return p.burst - floor > 0 ? p.burst - floor : 0;
+	return conf_rule_capacity(&cs->rules[which], &p, floor);
 }
 
 /* Keep the refusal with the longest wait; -1 (never) beats any wait. */
@@ -393,26 +356,26 @@ static void lim_refuse(struct lim_decision *d, const struct conf_scope *cs, int6
 		d->admitted = false;
 		d->retry_after_ms = wait;
 		d->which = which;
-		d->rule = lim_which_rule(cs, which);
-		d->slot = lim_which_slot(cs, which);
+		d->rule = conf_plan_which_rule(cs, which);
+		d->slot = conf_plan_which_slot(cs, which);
 	}
 }
 
 struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 			      struct lim_share sh, int64_t now, const struct lim_req *rq)
 {
-	struct lim_decision d = { .admitted = true, .which = LIM_WHICH_NONE };
+	struct lim_decision d = { .admitted = true, .which = PLAN_WHICH_NONE };
 	const struct conf_plan *pl = conf_plan_of(cs, rq->cls);
 	int64_t floor = rq->cls ? rq->cls->floor : 0;
 
 	sh = lim_key_share(st, cs, sh, now);
 	lim_purge(st, cs, now);
 	if (now < st->penalty_until)
-		lim_refuse(&d, cs, st->penalty_until - now, LIM_WHICH_PENALTY);
+		lim_refuse(&d, cs, st->penalty_until - now, PLAN_WHICH_PENALTY);
 	if (lim_serialized(cs) && st->nleases > 0)
-		lim_refuse(&d, cs, lim_lease_wait(st, cs, now), LIM_WHICH_SERIALIZED);
+		lim_refuse(&d, cs, lim_lease_wait(st, cs, now), PLAN_WHICH_SERIALIZED);
 	if (now < st->next_at)
-		lim_refuse(&d, cs, st->next_at - now, LIM_WHICH_MIN_DELAY);
+		lim_refuse(&d, cs, st->next_at - now, PLAN_WHICH_MIN_DELAY);
 	/* Never passing is judged against the whole limit: a share too small
 	 * for the request (0 included) is a wait, for Redis or for a share. */
 	if (cs->cluster_concurrency > 0) {
@@ -421,21 +384,21 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 			lim_refuse(
 			    &d, cs,
 			    rq->count > cs->cluster_concurrency ? -1 : lim_lease_wait(st, cs, now),
-			    LIM_WHICH_CLUSTER);
+			    PLAN_WHICH_CLUSTER);
 		d.share_short |= rq->count > cap && rq->count <= cs->cluster_concurrency;
 	}
 	if (cs->quota > 0) {
 		int64_t q = lim_share_of(cs->quota, sh);
 		if (rq->count > cs->quota)
-			lim_refuse(&d, cs, -1, LIM_WHICH_QUOTA);
+			lim_refuse(&d, cs, -1, PLAN_WHICH_QUOTA);
 		else if (rq->count > q) {
-			lim_refuse(&d, cs, cs->quota_window_ms, LIM_WHICH_QUOTA);
+			lim_refuse(&d, cs, cs->quota_window_ms, PLAN_WHICH_QUOTA);
 			d.share_short = true;
 		} else if ((int64_t)st->quota_n + rq->count > q)
 			lim_refuse(&d, cs,
 				   lim_quota_at(st, st->quota_n + rq->count - q - 1) +
 				       cs->quota_window_ms - now,
-				   LIM_WHICH_QUOTA);
+				   PLAN_WHICH_QUOTA);
 	}
 	for (size_t k = 0; k < pl->nrules; k++) {
 		size_t i = pl->rules[k];
@@ -462,9 +425,9 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 			sr = strat_check(&st->rules[i], &p, now, rq->cost * rq->count, floor);
 			break;
 		default: /* token meters: the reservation, else not overdrawn */
-			sr = strat_check(&st->rules[i], &p, now,
-					 lim_token_charge(r, rq->reserve, rq->nreserve) * rq->count,
-					 floor);
+			sr = strat_check(
+			    &st->rules[i], &p, now,
+			    conf_token_charge(r, rq->reserve, rq->nreserve) * rq->count, floor);
 			break;
 		}
 		if (!sr.allowed)
@@ -527,8 +490,8 @@ bool lim_lease_add(struct lim_state *st, const char *lease_id, int64_t deadline)
 	if (!lim_leases_reserve(st, 1))
 		return false;
 	l = &st->leases[st->nleases++];
-	strncpy(l->id, lease_id, LIM_LEASE_ID_LEN);
-	l->id[LIM_LEASE_ID_LEN] = '\0';
+	strncpy(l->id, lease_id, LEASE_NONCE_LEN);
+	l->id[LEASE_NONCE_LEN] = '\0';
 	l->deadline = deadline;
 	return true;
 }
@@ -548,8 +511,8 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, struct lim_shar
 	if (lim_tracks_leases(cs) && lease_ids != NULL) {
 		for (k = 0; k < rq->count; k++) {
 			struct lim_lease *l = &st->leases[st->nleases++];
-			strncpy(l->id, lease_ids[k], LIM_LEASE_ID_LEN);
-			l->id[LIM_LEASE_ID_LEN] = '\0';
+			strncpy(l->id, lease_ids[k], LEASE_NONCE_LEN);
+			l->id[LEASE_NONCE_LEN] = '\0';
 			l->deadline = now + cs->lease_ttl_ms;
 		}
 	}
@@ -566,7 +529,7 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, struct lim_shar
 		if (r->meter == METER_REQUESTS)
 			n = rq->cost * rq->count;
 		else if (r->meter == METER_TOKENS || r->meter == METER_TOKENS_KEY)
-			n = lim_token_charge(r, rq->reserve, rq->nreserve) * rq->count;
+			n = conf_token_charge(r, rq->reserve, rq->nreserve) * rq->count;
 		else
 			continue;
 		p = lim_rule_params(r, sh);
@@ -577,32 +540,17 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, struct lim_shar
 	return true;
 }
 
-int64_t lim_settle_charge(const struct conf_rule *r, const struct lim_tokens *tokens,
-			  size_t ntokens, const struct lim_tokens *reserve, size_t nreserve)
-{
-	int64_t n = lim_token_charge(r, tokens, ntokens);
-	size_t i, j;
-
-	for (i = 0; i < nreserve; i++)
-		for (j = 0; j < ntokens; j++)
-			if (strcmp(reserve[i].name, tokens[j].name) == 0) {
-				n -= lim_token_charge(r, &reserve[i], 1);
-				break;
-			}
-	return n;
-}
-
 bool lim_release(struct lim_state *st, const struct conf_scope *cs, struct lim_share sh,
 		 int64_t now, const char *lease_id, const struct conf_class *cls,
-		 const struct lim_tokens *tokens, size_t ntokens)
+		 const struct meter_tokens *tokens, size_t ntokens)
 {
 	return lim_release_settle(st, cs, sh, now, lease_id, cls, tokens, ntokens, NULL, 0);
 }
 
 bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, struct lim_share sh,
 			int64_t now, const char *lease_id, const struct conf_class *cls,
-			const struct lim_tokens *tokens, size_t ntokens,
-			const struct lim_tokens *reserve, size_t nreserve)
+			const struct meter_tokens *tokens, size_t ntokens,
+			const struct meter_tokens *reserve, size_t nreserve)
 {
 	const struct conf_plan *pl = conf_plan_of(cs, cls);
 	bool held = false;
@@ -627,7 +575,7 @@ bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, struc
 		int64_t n;
 		if (r->meter != METER_TOKENS && r->meter != METER_TOKENS_KEY)
 			continue;
-		n = lim_settle_charge(r, tokens, ntokens, reserve, nreserve);
+		n = conf_settle_charge(r, tokens, ntokens, reserve, nreserve);
 		if (n != 0) {
 			struct strat_params p = lim_rule_params(r, sh);
 			strat_book(&st->rules[pl->rules[k]], &p, now, n);
@@ -688,10 +636,10 @@ void lim_left_scope(struct lim_left *acc, const struct conf_scope *cs, const str
 	size_t k;
 
 	if (cs->cluster_concurrency > 0)
-		lim_left_fold(acc, lim_which_limit(cs, cls, LIM_WHICH_CLUSTER, sh) - leases,
-			      lim_which_limit(cs, cls, LIM_WHICH_CLUSTER, sh), held);
+		lim_left_fold(acc, lim_which_limit(cs, cls, PLAN_WHICH_CLUSTER, sh) - leases,
+			      lim_which_limit(cs, cls, PLAN_WHICH_CLUSTER, sh), held);
 	if (cs->quota > 0) {
-		int64_t cap = lim_which_limit(cs, cls, LIM_WHICH_QUOTA, sh);
+		int64_t cap = lim_which_limit(cs, cls, PLAN_WHICH_QUOTA, sh);
 		lim_left_fold(acc, cap - quota_used, cap,
 			      quota_used > 0 ? quota_newest + cs->quota_window_ms - now : 0);
 	}

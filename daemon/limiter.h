@@ -25,13 +25,12 @@
 #define ADMITD_LIMITER_H
 
 #include "conf.h"
+#include "lease_id.h"
 #include "strategy.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#define LIM_LEASE_ID_LEN 32
 
 struct lim_ovr;
 
@@ -51,7 +50,7 @@ struct lim_share {
 int64_t lim_share_of(int64_t v, struct lim_share sh);
 
 struct lim_lease {
-	char id[LIM_LEASE_ID_LEN + 1];
+	char id[LEASE_NONCE_LEN + 1];
 	int64_t deadline;
 };
 
@@ -95,53 +94,29 @@ struct lim_state {
 	struct strat_state rules[]; /* one per conf rule, same index */
 };
 
-/* Token counts by meter name: reported at release, or reserved at acquire. */
-struct lim_tokens {
-	const char *name;
-	int64_t n;
-};
-
 struct lim_req {
-	const struct conf_class *cls;	  /* NULL: unnamed rules only */
-	int64_t cost;			  /* requests meter units per admission */
-	int64_t count;			  /* admissions asked for at once (>= 1) */
-	const struct lim_tokens *reserve; /* token meters: booked at acquire, settled at release */
+	const struct conf_class *cls; /* NULL: unnamed rules only */
+	int64_t cost;		      /* requests meter units per admission */
+	int64_t count;		      /* admissions asked for at once (>= 1) */
+	const struct meter_tokens
+	    *reserve; /* token meters: booked at acquire, settled at release */
 	size_t nreserve;
 };
-
-/*
- * Which limit decided a refusal: a rule's index in the scope (>= 0), or one
- * of these. scripts/acquire.lua returns the same codes.
- */
-#define LIM_WHICH_NONE	     (-1)
-#define LIM_WHICH_PENALTY    (-2)
-#define LIM_WHICH_MIN_DELAY  (-3) /* next_at: a known wait */
-#define LIM_WHICH_CLUSTER    (-4)
-#define LIM_WHICH_QUOTA	     (-5)
-#define LIM_WHICH_STALE	     (-6) /* Redis only: the script ran after its deadline */
-#define LIM_WHICH_SERIALIZED (-7) /* min_delay, one at a time: a lease is held */
 
 struct lim_decision {
 	bool admitted;
 	int64_t retry_after_ms; /* refusals: the wait after which it may pass; -1 never */
 	const char *rule;	/* refusals: what decided, conf-owned or static text */
 	bool slot;		/* ... and it waits for a lease slot (a release may end it) */
-	long which;		/* ... the LIM_WHICH_ code or rule index */
+	long which;		/* ... the PLAN_WHICH_ code or rule index */
 	int64_t limit;		/* never-passing refusals: the capacity the request exceeds */
 	bool share_short;	/* a fallback share too small for it refused (a wait) */
 };
 
-/* lim_which_rule - the text a refusal by `which` names (conf-owned or static). */
-const char *lim_which_rule(const struct conf_scope *cs, long which);
-
 /*
- * lim_which_slot - does a refusal by `which` wait for a lease slot? Such a
- * wait has no known end (a release ends it), so it is slept out and ends
- * in `timeout`, never in `budget_exceeded`.
+ * lim_which_limit - the capacity of the limit `which` for cls under share sh
+ * (never-passing refusals); conf_plan_which_limit is the whole one.
  */
-bool lim_which_slot(const struct conf_scope *cs, long which);
-
-/* lim_which_limit - the capacity of the limit `which` for cls (never-passing refusals). */
 int64_t lim_which_limit(const struct conf_scope *cs, const struct conf_class *cls, long which,
 			struct lim_share sh);
 
@@ -154,14 +129,6 @@ static inline bool lim_wait_longer(int64_t a, int64_t b)
 {
 	return b != -1 && (a == -1 || a > b);
 }
-
-/* Static names of the settings a refusal can name. */
-#define LIM_RULE_PENALTY	"penalty"
-#define LIM_RULE_MIN_DELAY	"min_delay"
-#define LIM_RULE_CLUSTER	"cluster_concurrency"
-#define LIM_RULE_MAX_CONCURRENT "max_concurrent"
-#define LIM_RULE_MAX_WAITERS	"max_waiters"
-#define LIM_RULE_QUEUE		"queue" /* a try behind waiters that have not been decided yet */
 
 struct lim_state *lim_state_new(const struct conf_scope *cs);
 void lim_state_free(struct lim_state *st);
@@ -246,7 +213,7 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, struct lim_shar
  */
 bool lim_release(struct lim_state *st, const struct conf_scope *cs, struct lim_share sh,
 		 int64_t now, const char *lease_id, const struct conf_class *cls,
-		 const struct lim_tokens *tokens, size_t ntokens);
+		 const struct meter_tokens *tokens, size_t ntokens);
 
 /*
  * lim_lease_add - enter a lease booked elsewhere (through Redis) in the set
@@ -263,15 +230,8 @@ bool lim_lease_add(struct lim_state *st, const char *lease_id, int64_t deadline)
  */
 bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, struct lim_share sh,
 			int64_t now, const char *lease_id, const struct conf_class *cls,
-			const struct lim_tokens *tokens, size_t ntokens,
-			const struct lim_tokens *reserve, size_t nreserve);
-
-/* lim_settle_charge - what the release charges rule r (lim_release_settle). */
-int64_t lim_settle_charge(const struct conf_rule *r, const struct lim_tokens *tokens,
-			  size_t ntokens, const struct lim_tokens *reserve, size_t nreserve);
-
-/* lim_token_charge - what tokens[0..n) count on token rule r (0 for other meters). */
-int64_t lim_token_charge(const struct conf_rule *r, const struct lim_tokens *tokens, size_t n);
+			const struct meter_tokens *tokens, size_t ntokens,
+			const struct meter_tokens *reserve, size_t nreserve);
 
 /* lim_penalize - hold the key until now + delay_ms; never shortens a hold. */
 void lim_penalize(struct lim_state *st, int64_t now, int64_t delay_ms);

@@ -168,7 +168,7 @@ static void op_acquire(struct conn *c, struct request *rq)
 {
 	char msg[256];
 	const struct conf_scope *cs;
-	struct lim_tokens rs[PROTO_MAX_TOKENS];
+	struct meter_tokens rs[PROTO_MAX_TOKENS];
 	struct waiter *w;
 	int64_t timeout;
 	size_t i;
@@ -208,7 +208,7 @@ static void op_acquire(struct conn *c, struct request *rq)
 		rs[i].name = rq->reserve[i].name;
 		rs[i].n = rq->reserve[i].n;
 	}
-	w->reserve = lim_tokens_dup(rs, rq->nreserve, &w->nreserve);
+	w->reserve = meter_tokens_dup(rs, rq->nreserve, &w->nreserve);
 	if (w->nreserve != rq->nreserve) {
 		rq->id = w->id; /* the error reply carries it */
 		free(w);
@@ -323,7 +323,7 @@ static void op_release(struct conn *c, struct request *rq)
 	const struct conf_scope *cs[PROTO_MAX_TARGETS];
 	const struct conf_class *cl[PROTO_MAX_TARGETS];
 	struct scope_rt *scs[PROTO_MAX_TARGETS];
-	struct lim_tokens tk[PROTO_MAX_TOKENS];
+	struct meter_tokens tk[PROTO_MAX_TOKENS];
 	struct lease_ref *ref = malloc(sizeof(*ref));
 	struct op_pend *p;
 	struct preply *r;
@@ -535,7 +535,7 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 	if (cs->quota > 0) {
 		int64_t limit = cs->quota, frees = 0;
 		if (in->via == VIA_FALLBACK)
-			limit = lim_which_limit(cs, p->cls, LIM_WHICH_QUOTA, div);
+			limit = lim_which_limit(cs, p->cls, PLAN_WHICH_QUOTA, div);
 		if (in->quota_used >= limit && in->quota_oldest > 0)
 			frees = in->quota_oldest + cs->quota_window_ms - in->now;
 		preply_push(r, "quota");

@@ -35,7 +35,7 @@ struct rb_acq {
 	struct waiter *w;
 	eng_cb *cb;
 	void *arg;
-	char lease_id[LIM_LEASE_ID_LEN + 1];
+	char lease_id[LEASE_NONCE_LEN + 1];
 	size_t pending;
 	int64_t not_after_mono; /* no run of these scripts books after this */
 	struct eng_res res;	/* the answer, once decided */
@@ -164,7 +164,7 @@ static bool rb_rollback_target(struct backend *b, const struct waiter *w, size_t
 		return false;
 	}
 	r->cost[0] = w->t[i].cost;
-	r->reserve = lim_tokens_dup(w->reserve, w->nreserve, &r->nreserve);
+	r->reserve = meter_tokens_dup(w->reserve, w->nreserve, &r->nreserve);
 	r->x1[0] = next_booked;
 	r->x2[0] = next_before;
 	r->cb = cb;
@@ -222,11 +222,10 @@ static void rb_acq_done(struct rb_acq *q)
 		bool admitted = q->r[i].out == RB_R_ADMITTED;
 		if (admitted && conf_plan_of(cs, w->t[i].cls)->release_books)
 			res.booked = true;
-		eng_merge(&res, w->t[i].kq, admitted, q->r[i].retry,
-			  lim_which_rule(cs, q->r[i].code), lim_which_slot(cs, q->r[i].code),
-			  q->r[i].retry < 0
-			      ? lim_which_limit(cs, w->t[i].cls, q->r[i].code, LIM_WHOLE)
-			      : 0);
+		eng_merge(
+		    &res, w->t[i].kq, admitted, q->r[i].retry,
+		    conf_plan_which_rule(cs, q->r[i].code), conf_plan_which_slot(cs, q->r[i].code),
+		    q->r[i].retry < 0 ? conf_plan_which_limit(cs, w->t[i].cls, q->r[i].code) : 0);
 	}
 	eng_merge_end(&res);
 	for (i = 0; i < w->nt && !failed; i++)
@@ -295,7 +294,7 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 		}
 		if (reply->n >= 7 && reply->a[6].type == RV_INT)
 			adrt_mirror(q->w->t[i].kq, reply->a[6].i);
-		if (q->r[i].code == LIM_WHICH_STALE) {
+		if (q->r[i].code == PLAN_WHICH_STALE) {
 			rb_stale(q->b, RB_OP_ACQUIRE);
 			q->r[i].out = RB_R_STALE;
 		} else {
@@ -710,7 +709,7 @@ static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
 		rb_saw_time(b, reply->a[3].i);
 	if (ok && reply->n >= 7 && reply->a[6].type == RV_INT)
 		adrt_mirror(t->kq, reply->a[6].i);
-	if (ok && reply->a[2].i == LIM_WHICH_STALE) {
+	if (ok && reply->a[2].i == PLAN_WHICH_STALE) {
 		rb_stale(b, RB_OP_ACQUIRE);
 		for (i = 0; i < q->n; i++) /* it booked nothing: decide in process */
 			res[i] = eng_fallback(b->ad, q->ws[i], q->ws[i]->lease_id);
@@ -734,11 +733,11 @@ static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
 				res[i].booked = conf_plan_of(cs, t->cls)->release_books;
 			} else if (i == m) {
 				long code = (long)reply->a[2].i;
-				eng_merge(&res[i], t->kq, false, reply->a[1].i,
-					  lim_which_rule(cs, code), lim_which_slot(cs, code),
-					  reply->a[1].i < 0
-					      ? lim_which_limit(cs, t->cls, code, LIM_WHOLE)
-					      : 0);
+				eng_merge(
+				    &res[i], t->kq, false, reply->a[1].i,
+				    conf_plan_which_rule(cs, code), conf_plan_which_slot(cs, code),
+				    reply->a[1].i < 0 ? conf_plan_which_limit(cs, t->cls, code)
+						      : 0);
 				eng_merge_end(&res[i]);
 			} else {
 				res[i].undecided = true;
@@ -772,7 +771,7 @@ static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
 bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n, eng_batch_cb *cb,
 			   void *arg)
 {
-	char ids[ENG_BATCH_MAX * (LIM_LEASE_ID_LEN + 1)];
+	char ids[ENG_BATCH_MAX * (LEASE_NONCE_LEN + 1)];
 	struct rargs a = { 0 };
 	struct rb_batch *q;
 	size_t i, nkeys = 0, off = 0;
@@ -787,8 +786,8 @@ bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n
 	for (i = 0; i < n; i++) {
 		if (i > 0)
 			ids[off++] = ',';
-		memcpy(ids + off, ws[i]->lease_id, LIM_LEASE_ID_LEN);
-		off += LIM_LEASE_ID_LEN;
+		memcpy(ids + off, ws[i]->lease_id, LEASE_NONCE_LEN);
+		off += LEASE_NONCE_LEN;
 		q->ws[i] = ws[i];
 	}
 	ids[off] = '\0';

@@ -272,7 +272,7 @@ static void rb_adapt_ovr_args(struct rargs *a, const struct conf_scope *cs, bool
 /* KEYS and ARGV of acquire.lua for one target (see the script's header). */
 void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 		     const char *lease_id, size_t count, int64_t not_after,
-		     const struct lim_tokens *reserve, size_t nreserve, size_t *nkeys)
+		     const struct meter_tokens *reserve, size_t nreserve, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
 	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
@@ -309,7 +309,7 @@ void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt 
 		rargs_int(a, p.window_ms);
 		rargs_int(a, p.burst);
 		rargs_int(a, (int64_t)pl->rules[i]);
-		rargs_int(a, lim_token_charge(r, reserve, nreserve));
+		rargs_int(a, conf_token_charge(r, reserve, nreserve));
 	}
 	rargs_int(a, pl->penalty_in >= 0 ? pl->penalty_in + 1
 		     : pl->penalty_extra ? (int64_t)pl->nrules + 1
@@ -376,7 +376,7 @@ void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n)
  * 1). Returns whether it is the plain one.
  */
 bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
-		    const char *lease_id, int64_t not_after, const struct lim_tokens *reserve,
+		    const char *lease_id, int64_t not_after, const struct meter_tokens *reserve,
 		    size_t nreserve, struct rb_plain *p, size_t *nkeys)
 {
 	if (conf_plan_of(t->kq->sc->cs, t->cls)->plain) {
@@ -422,10 +422,10 @@ void rb_release_args(struct rargs *a, const struct backend *b, const struct be_t
 		if (mode == RB_M_ROLLBACK && r->meter == METER_REQUESTS)
 			charge = -cost;
 		else if (mode == RB_M_ROLLBACK)
-			charge = -lim_token_charge(r, se->reserve, se->nreserve);
+			charge = -conf_token_charge(r, se->reserve, se->nreserve);
 		else if (mode == RB_M_RELEASE)
-			charge = lim_settle_charge(r, se->tokens, se->ntokens, se->reserve,
-						   se->nreserve);
+			charge = conf_settle_charge(r, se->tokens, se->ntokens, se->reserve,
+						    se->nreserve);
 		rargs_str(a, strat_kind_name(p.kind));
 		rargs_int(a, p.amount);
 		rargs_int(a, p.window_ms);

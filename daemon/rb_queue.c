@@ -378,18 +378,18 @@ bool backend_idle(const struct backend *b)
  * and the reservation as its settlement record holds it (the claim).
  * false when memory runs out.
  */
-static bool rb_rel_settle(struct rb_rel *r, const struct lim_tokens *tokens, size_t ntokens,
-			  const struct lim_tokens *reserve, size_t nreserve)
+static bool rb_rel_settle(struct rb_rel *r, const struct meter_tokens *tokens, size_t ntokens,
+			  const struct meter_tokens *reserve, size_t nreserve)
 {
 	char claim[LEASE_ID_CLAIM_MAX];
 
-	r->tokens = lim_tokens_dup(tokens, ntokens, &r->ntokens);
-	r->reserve = lim_tokens_dup(reserve, nreserve, &r->nreserve);
+	r->tokens = meter_tokens_dup(tokens, ntokens, &r->ntokens);
+	r->reserve = meter_tokens_dup(reserve, nreserve, &r->nreserve);
 	lease_id_claim(reserve, nreserve, claim, sizeof(claim));
 	if (claim[0] != '\0' && (r->claim = strdup(claim)) == NULL)
 		return false;
-	r->bytes +=
-	    (ntokens + nreserve) * (sizeof(struct lim_tokens) + PROTO_NAME_MAX + 1) + strlen(claim);
+	r->bytes += (ntokens + nreserve) * (sizeof(struct meter_tokens) + PROTO_NAME_MAX + 1) +
+		    strlen(claim);
 	return r->ntokens == ntokens && r->nreserve == nreserve;
 }
 
@@ -415,7 +415,7 @@ static struct rb_rel *rb_rel_of(struct backend *b, const struct lease *l, enum r
 	return r;
 }
 
-bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens *tokens,
+bool backend_release(struct backend *b, struct lease *l, const struct meter_tokens *tokens,
 		     size_t ntokens)
 {
 	struct rb_rel *r;
@@ -425,7 +425,7 @@ bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens
 		return false;
 	r = rb_rel_of(b, l, RB_M_RELEASE, RB_OP_RELEASE);
 	if (r != NULL &&
-	    (r->tokens = lim_tokens_dup(tokens, ntokens, &r->ntokens), r->ntokens) != ntokens) {
+	    (r->tokens = meter_tokens_dup(tokens, ntokens, &r->ntokens), r->ntokens) != ntokens) {
 		rb_rel_free(r);
 		r = NULL;
 	}
@@ -433,7 +433,7 @@ bool backend_release(struct backend *b, struct lease *l, const struct lim_tokens
 		rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
 		return false;
 	}
-	r->bytes += ntokens * (sizeof(struct lim_tokens) + PROTO_NAME_MAX + 1);
+	r->bytes += ntokens * (sizeof(struct meter_tokens) + PROTO_NAME_MAX + 1);
 	r->outcome = l->outcome;
 	/* A lease a late script may still book must not be released before
 	 * that script's bound: the release could land first. */
@@ -468,8 +468,8 @@ bool backend_outcome(struct backend *b, struct lease *l)
 }
 
 bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt, const char *nonce,
-			 const struct lim_tokens *tokens, size_t ntokens,
-			 const struct lim_tokens *reserve, size_t nreserve, eng_settled_cb *cb,
+			 const struct meter_tokens *tokens, size_t ntokens,
+			 const struct meter_tokens *reserve, size_t nreserve, eng_settled_cb *cb,
 			 void *arg)
 {
 	struct rb_rel *r;
@@ -676,7 +676,7 @@ static struct rb_owe *rb_owe_of(struct backend *b, const struct conf_scope *cs, 
 }
 
 void backend_owe(struct backend *b, struct kq *kq, const struct conf_class *cls, int64_t cost,
-		 const struct lim_tokens *reserve, size_t nreserve)
+		 const struct meter_tokens *reserve, size_t nreserve)
 {
 	const struct conf_scope *cs = kq->sc->cs;
 	const struct conf_plan *pl = conf_plan_of(cs, cls);
@@ -693,7 +693,7 @@ void backend_owe(struct backend *b, struct kq *kq, const struct conf_class *cls,
 		if (r->meter == METER_REQUESTS)
 			o->units[pl->rules[i]] += cost;
 		else if (r->meter != METER_CONCURRENCY)
-			o->units[pl->rules[i]] += lim_token_charge(r, reserve, nreserve);
+			o->units[pl->rules[i]] += conf_token_charge(r, reserve, nreserve);
 	}
 	if (st != NULL && st->next_at > o->next_at)
 		o->next_at = st->next_at;

@@ -266,7 +266,7 @@ static const char *waitq_blame(struct waiter *w)
 		w->refused_by = head->refused_by;
 		return head->last_rule;
 	}
-	return LIM_RULE_QUEUE;
+	return PLAN_RULE_QUEUE;
 }
 
 static void waitq_deadline_cb(evutil_socket_t fd, short what, void *arg);
@@ -351,7 +351,7 @@ void waitq_add(struct waiter *w)
 		return;
 	}
 	if (!w->try_only && too_many) {
-		waitq_fail(w, ADMIT_E_TOO_MANY_WAITERS, 0, LIM_RULE_MAX_WAITERS, NULL);
+		waitq_fail(w, ADMIT_E_TOO_MANY_WAITERS, 0, PLAN_RULE_MAX_WAITERS, NULL);
 		waitq_remove(w);
 		return;
 	}
@@ -381,7 +381,7 @@ static bool waitq_sem_free(struct waiter *w, bool *own, const char **rule)
 		if (cs->max_concurrent > 0 &&
 		    w->t[i].kq->held + w->t[i].kq->pending >= cs->max_concurrent) {
 			*own = i == 0;
-			*rule = LIM_RULE_MAX_CONCURRENT;
+			*rule = PLAN_RULE_MAX_CONCURRENT;
 			w->refused_by = w->t[i].kq;
 			return false;
 		}
@@ -478,7 +478,7 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 		waitq_exceeds(w, res);
 		waitq_remove(w);
 	} else if (w->try_only && res->slot_wait && res->rule != NULL &&
-		   strcmp(res->rule, LIM_RULE_MIN_DELAY) == 0) {
+		   strcmp(res->rule, PLAN_RULE_MIN_DELAY) == 0) {
 		/* min_delay from completion while a lease is held: the earliest
 		 * admission is its release plus min_delay, so a retry sooner
 		 * than min_delay can only be refused again. */

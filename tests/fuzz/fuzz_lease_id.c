@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct lease_ref ref, again;
-	struct lim_tokens rs[PROTO_MAX_TOKENS];
+	struct meter_tokens rs[PROTO_MAX_TOKENS];
 	char claim[LEASE_ID_CLAIM_MAX];
 	char *in, *out;
 	size_t i;
@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	FUZZ_CHECK(ref.nt >= 1 && ref.nt <= PROTO_MAX_TARGETS);
 	FUZZ_CHECK(ref.nreserve <= PROTO_MAX_TOKENS);
-	FUZZ_CHECK(strlen(ref.nonce) == LIM_LEASE_ID_LEN);
+	FUZZ_CHECK(strlen(ref.nonce) == LEASE_NONCE_LEN);
 	for (i = 0; i < ref.nt; i++) {
 		FUZZ_CHECK(ref.t[i].scope[0] != '\0');
 		FUZZ_CHECK(strlen(ref.t[i].scope) <= PROTO_NAME_MAX);

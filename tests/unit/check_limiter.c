@@ -173,19 +173,19 @@ START_TEST(test_cluster_concurrency)
 	admit(10, "b");
 	admit(20, "c");
 	/* full: a short poll, bounded by the earliest deadline */
-	refused(chk(30), LIM_RULE_CLUSTER, 25);
-	refused(chk(995), LIM_RULE_CLUSTER, 5);
+	refused(chk(30), PLAN_RULE_CLUSTER, 25);
+	refused(chk(995), PLAN_RULE_CLUSTER, 5);
 	ck_assert(release(40, "b"));
 	ck_assert(!release(41, "b")); /* idempotent */
 	ck_assert(!release(41, "nope"));
 	admit(40, "d");
-	refused(chk(40), LIM_RULE_CLUSTER, 25);
+	refused(chk(40), PLAN_RULE_CLUSTER, 25);
 	/* a's deadline is 1000: at 1000 its slot is free, and releasing it is a no-op */
-	refused(chk(999), LIM_RULE_CLUSTER, 1);
+	refused(chk(999), PLAN_RULE_CLUSTER, 1);
 	ck_assert(chk(1000).admitted);
 	ck_assert(!release(1000, "a"));
 	/* more at once than the cap: never */
-	refused(chk_full(1000, NULL, 1, 4, D(1.0)), LIM_RULE_CLUSTER, -1);
+	refused(chk_full(1000, NULL, 1, 4, D(1.0)), PLAN_RULE_CLUSTER, -1);
 }
 END_TEST
 
@@ -214,7 +214,7 @@ START_TEST(test_book_count)
 	ck_assert_uint_eq(st->nleases, 3);
 	ck_assert_uint_eq(st->quota_n, 3);
 	/* two more would pass the cluster cap; the quota has room for two */
-	refused(chk_full(1, NULL, 1, 2, D(1.0)), LIM_RULE_CLUSTER, 25);
+	refused(chk_full(1, NULL, 1, 2, D(1.0)), PLAN_RULE_CLUSTER, 25);
 	admit(1, "y");
 	/* both refuse two more: the quota's wait (4 instants, 5 max) is longer */
 	refused(chk_full(2, NULL, 1, 2, D(1.0)), "quota 5/1s", 998);
@@ -234,14 +234,14 @@ START_TEST(test_serialized_min_delay)
 	ck_assert(lim_tracks_leases(cs));
 	admit(0, "a");
 	/* one at a time: while a is in flight, poll */
-	refused(chk(10), LIM_RULE_MIN_DELAY, 25);
+	refused(chk(10), PLAN_RULE_MIN_DELAY, 25);
 	/* released at 50: the next one from 150, exactly */
 	ck_assert(release(50, "a"));
-	refused(chk(50), LIM_RULE_MIN_DELAY, 100);
-	ck_assert_int_eq(exact(50, LIM_RULE_MIN_DELAY), 100);
+	refused(chk(50), PLAN_RULE_MIN_DELAY, 100);
+	ck_assert_int_eq(exact(50, PLAN_RULE_MIN_DELAY), 100);
 	admit(150, "b");
 	/* b expires at 1150 without a release: free at once, nothing pushed */
-	refused(chk(1149), LIM_RULE_MIN_DELAY, 1);
+	refused(chk(1149), PLAN_RULE_MIN_DELAY, 1);
 	ck_assert(chk(1150).admitted);
 	ck_assert(!release(1200, "b"));
 	ck_assert(chk(1200).admitted);
@@ -255,19 +255,19 @@ START_TEST(test_send_spaced_min_delay)
 	ck_assert(!lim_serialized(cs));
 	admit(0, "a");
 	/* spaced from the admission, not the release */
-	refused(chk(50), LIM_RULE_MIN_DELAY, 50);
-	ck_assert_int_eq(exact(50, LIM_RULE_MIN_DELAY), 50);
+	refused(chk(50), PLAN_RULE_MIN_DELAY, 50);
+	ck_assert_int_eq(exact(50, PLAN_RULE_MIN_DELAY), 50);
 	admit(100, "b");
 	ck_assert(release(150, "a"));
 	/* the release pushed nothing: next_at is still 200 */
-	refused(chk(199), LIM_RULE_MIN_DELAY, 1);
+	refused(chk(199), PLAN_RULE_MIN_DELAY, 1);
 	admit(200, "c");
 	/* two in flight: the cap refuses once the spacing has passed */
 	/* both refuse: the longer wait names it */
-	refused(chk(201), LIM_RULE_MIN_DELAY, 99);
-	refused(chk(290), LIM_RULE_CLUSTER, 25);
+	refused(chk(201), PLAN_RULE_MIN_DELAY, 99);
+	refused(chk(290), PLAN_RULE_CLUSTER, 25);
 	/* the spacing has passed: the cap alone refuses */
-	refused(chk(300), LIM_RULE_CLUSTER, 25);
+	refused(chk(300), PLAN_RULE_CLUSTER, 25);
 }
 END_TEST
 
@@ -330,14 +330,14 @@ START_TEST(test_penalty_extends_only)
 	use("max_concurrent = 0\n");
 	ck_assert(lim_idle(st, cs, 0));
 	lim_penalize(st, 0, 1000);
-	refused(chk(0), LIM_RULE_PENALTY, 1000);
+	refused(chk(0), PLAN_RULE_PENALTY, 1000);
 	lim_penalize(st, 100, 500); /* until 600: shorter, ignored */
-	refused(chk(500), LIM_RULE_PENALTY, 500);
+	refused(chk(500), PLAN_RULE_PENALTY, 500);
 	lim_penalize(st, 600, 0);
 	lim_penalize(st, 600, -5);
-	refused(chk(600), LIM_RULE_PENALTY, 400);
+	refused(chk(600), PLAN_RULE_PENALTY, 400);
 	lim_penalize(st, 600, 1000); /* until 1600: longer, taken */
-	ck_assert_int_eq(exact(700, LIM_RULE_PENALTY), 900);
+	ck_assert_int_eq(exact(700, PLAN_RULE_PENALTY), 900);
 	ck_assert(!lim_idle(st, cs, 1599));
 	ck_assert(lim_idle(st, cs, 1600));
 }
@@ -372,8 +372,8 @@ START_TEST(test_longest_wait_names)
 	admit(0, "");
 	refused(chk(100), "requests fixed-window 1/10s", 9900);
 	lim_penalize(st, 100, 20000);
-	refused(chk(100), LIM_RULE_PENALTY, 20000);
-	refused(chk(15000), LIM_RULE_PENALTY, 5100);
+	refused(chk(100), PLAN_RULE_PENALTY, 20000);
+	refused(chk(15000), PLAN_RULE_PENALTY, 5100);
 	/* after the penalty, a shorter one: the rule's wait is longer */
 	admit(20100, "");
 	lim_penalize(st, 20100, 500);
@@ -466,9 +466,9 @@ END_TEST
 
 START_TEST(test_tokens_overdraw)
 {
-	static const struct lim_tokens tk[] = { { "input", 300 }, { "output", 200 } };
-	static const struct lim_tokens t99[] = { { "x", 99 } };
-	static const struct lim_tokens t1[] = { { "x", 1 } };
+	static const struct meter_tokens tk[] = { { "input", 300 }, { "output", 200 } };
+	static const struct meter_tokens t99[] = { { "x", 99 } };
+	static const struct meter_tokens t1[] = { { "x", 1 } };
 
 	use("rule = tokens fixed-window 100/1h\n");
 	ck_assert(lim_release_books(cs, NULL));
@@ -486,8 +486,8 @@ END_TEST
 
 START_TEST(test_tokens_key_bucket)
 {
-	static const struct lim_tokens out[] = { { "output", 1000 } };
-	static const struct lim_tokens in[] = { { "output", 5 }, { "input", 30 } };
+	static const struct meter_tokens out[] = { { "output", 1000 } };
+	static const struct meter_tokens in[] = { { "output", 5 }, { "input", 30 } };
 
 	use("rule = tokens.input token-bucket 10/1s\n");
 	lim_release(st, cs, D(1.0), 0, "", NULL, out, 1);
@@ -548,24 +548,24 @@ START_TEST(test_divisor_limits)
 	use("cluster_concurrency = 8\nlease_ttl = 10s\n");
 	admit_full(0, NULL, 1, D(4.0), "a");
 	admit_full(0, NULL, 1, D(4.0), "b");
-	refused(chk_full(0, NULL, 1, 1, D(4.0)), LIM_RULE_CLUSTER, 25);
+	refused(chk_full(0, NULL, 1, 1, D(4.0)), PLAN_RULE_CLUSTER, 25);
 	ck_assert(chk_full(0, NULL, 1, 1, D(1.0)).admitted);
 
 	/* a cap of 2 over 3 pods: 1, 1 and 0, never 3 in all */
 	use("cluster_concurrency = 2\nlease_ttl = 10s\n");
 	admit_full(0, NULL, 1, R(3.0, 1), "a");
-	refused(chk_full(0, NULL, 1, 1, R(3.0, 1)), LIM_RULE_CLUSTER, 25);
+	refused(chk_full(0, NULL, 1, 1, R(3.0, 1)), PLAN_RULE_CLUSTER, 25);
 	use("cluster_concurrency = 2\nlease_ttl = 10s\n");
 	d = chk_full(0, NULL, 1, 1, R(3.0, 2)); /* a share of 0: a wait, said so */
-	refused(d, LIM_RULE_CLUSTER, 25);
+	refused(d, PLAN_RULE_CLUSTER, 25);
 	ck_assert(d.share_short);
 	ck_assert(chk_full(0, NULL, 1, 1, R(3.0, 0)).admitted);
 
 	use("cluster_concurrency = 3\n");
 	d = chk_full(0, NULL, 1, 1, D(10.0)); /* unranked 3/10: 0, a wait */
-	refused(d, LIM_RULE_CLUSTER, 25);
+	refused(d, PLAN_RULE_CLUSTER, 25);
 	ck_assert(d.share_short);
-	refused(chk_full(0, NULL, 1, 4, D(10.0)), LIM_RULE_CLUSTER, -1); /* above the whole */
+	refused(chk_full(0, NULL, 1, 4, D(10.0)), PLAN_RULE_CLUSTER, -1); /* above the whole */
 
 	use("quota = 10/1s\n");
 	admit_full(0, NULL, 1, D(4.0), "");
@@ -594,13 +594,13 @@ START_TEST(test_divisor_min_delay)
 	use("cluster_concurrency = 5\nmin_delay = 100ms\n");
 	admit_full(0, NULL, 1, D(4.0), "a");
 	ck_assert(lim_release(st, cs, D(4.0), 10, "a", NULL, NULL, 0));
-	ck_assert_int_eq(exact_full(10, NULL, 1, D(4.0), LIM_RULE_MIN_DELAY), 390);
+	ck_assert_int_eq(exact_full(10, NULL, 1, D(4.0), PLAN_RULE_MIN_DELAY), 390);
 
 	/* serialized: from the release, multiplied */
 	use("min_delay = 100ms\n");
 	admit_full(0, NULL, 1, D(2.5), "a");
 	ck_assert(lim_release(st, cs, D(2.5), 0, "a", NULL, NULL, 0));
-	ck_assert_int_eq(exact_full(0, NULL, 1, D(2.5), LIM_RULE_MIN_DELAY), 250);
+	ck_assert_int_eq(exact_full(0, NULL, 1, D(2.5), PLAN_RULE_MIN_DELAY), 250);
 }
 END_TEST
 
@@ -671,18 +671,18 @@ START_TEST(test_override_min_delay)
 	ovr(HOUR, 300, NULL);
 	admit(0, "a");
 	ck_assert(release(10, "a"));
-	ck_assert_int_eq(exact_full(10, NULL, 1, D(1.0), LIM_RULE_MIN_DELAY), 300);
+	ck_assert_int_eq(exact_full(10, NULL, 1, D(1.0), PLAN_RULE_MIN_DELAY), 300);
 	/* below the floor (1 s / 4): bounded when used */
 	use("min_delay = 1s\noverride_max = 4\n");
 	ovr(HOUR, 1, NULL);
 	admit(0, "a");
 	ck_assert(release(0, "a"));
-	ck_assert_int_eq(exact_full(0, NULL, 1, D(1.0), LIM_RULE_MIN_DELAY), 250);
+	ck_assert_int_eq(exact_full(0, NULL, 1, D(1.0), PLAN_RULE_MIN_DELAY), 250);
 	/* send-spaced, tighter than the conf */
 	use("cluster_concurrency = 5\nmin_delay = 100ms\noverride_max = 1\n");
 	ovr(HOUR, 700, NULL);
 	admit(0, "a");
-	ck_assert_int_eq(exact_full(0, NULL, 1, D(1.0), LIM_RULE_MIN_DELAY), 700);
+	ck_assert_int_eq(exact_full(0, NULL, 1, D(1.0), PLAN_RULE_MIN_DELAY), 700);
 }
 END_TEST
 
@@ -790,7 +790,7 @@ END_TEST
  */
 START_TEST(test_idle_is_fresh)
 {
-	static const struct lim_tokens big[] = { { "in", 1000 } };
+	static const struct meter_tokens big[] = { { "in", 1000 } };
 	static const char *const bodies[] = {
 		"rule = tokens token-bucket 10/1s\n",
 		"rule = tokens leaky-bucket 10/1s burst=30\n",
