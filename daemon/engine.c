@@ -44,6 +44,12 @@ void eng_merge(struct eng_res *res, struct kq *kq, bool admitted, int64_t retry,
 	res->refused = true;
 }
 
+void eng_merge_left(struct eng_res *res, const struct lim_left *left)
+{
+	if (left->has)
+		lim_left_fold(&res->left, left->remaining, left->capacity, left->reset_ms);
+}
+
 void eng_merge_end(struct eng_res *res)
 {
 	res->admitted = !res->refused;
@@ -429,4 +435,56 @@ void eng_penalize(struct kq *kq, int64_t delay_ms)
 			    clock_mono_ms());
 	if (kq->sc->ad->redis != NULL)
 		backend_penalize(kq->sc->ad->redis, kq, delay_ms);
+}
+
+void eng_fb_override(struct kq *kq, const struct conf_class *cls, int64_t until,
+		     int64_t min_delay_ms, const int64_t *amount)
+{
+	const struct conf_scope *cs = kq->sc->cs;
+	const struct conf_plan *pl = conf_plan_of(cs, cls);
+	struct lim_state *st = kq_lim(kq);
+	size_t k;
+
+	if (until <= 0) {
+		lim_override_lift(st);
+		return;
+	}
+	if ((st->ov == NULL || st->ov->nrules != cs->nrules) &&
+	    !lim_override(st, cs, until, -1, NULL))
+		return; /* out of memory: the fallback keeps the conf's limits */
+	st->ov->until = until;
+	st->ov->min_delay_ms = min_delay_ms;
+	for (k = 0; k < pl->nrules; k++)
+		st->ov->amount[pl->rules[k]] = amount[k];
+}
+
+void eng_fb_left(struct lim_left *acc, struct kq *kq, const struct conf_class *cls, int64_t ad_amt,
+		 const struct strat_state *rules, int64_t leases, int64_t quota_used,
+		 int64_t quota_newest, int64_t now)
+{
+	const struct conf_scope *cs = kq->sc->cs;
+	struct lim_share sh = LIM_WHOLE;
+
+	if (cs->adaptive && ad_amt > 0) { /* the capacities the check used */
+		sh.ad_amt = ad_amt;
+		sh.ad_ceil = cs->adapt.ceil;
+	}
+	if ((sh.ov = lim_ovr_in_force(kq_lim(kq), cs, clock_mono_ms())) != NULL)
+		sh.ov_milli = cs->override_milli;
+	lim_left_scope(acc, cs, cls, sh, rules, true, leases, quota_used, quota_newest, now);
+}
+
+void eng_fb_spent(struct kq *kq, int64_t now, int64_t *quota_n, int64_t *units)
+{
+	lim_spent(kq_lim(kq), kq->sc->cs, now, quota_n, units);
+}
+
+int64_t eng_fb_next_at(struct kq *kq)
+{
+	return kq_lim(kq)->next_at;
+}
+
+bool eng_fb_idle(struct kq *kq, int64_t now)
+{
+	return lim_idle(kq_lim(kq), kq->sc->cs, now);
 }

@@ -8,7 +8,9 @@
  * Owns: the choice of backend for each operation (local mode: always the
  * in-process limiter; Redis mode: Redis, and the scope's fail_mode when
  * Redis cannot answer), shadow mode, and all-or-nothing over several
- * targets. Waiters, leases and connections are the callers'.
+ * targets; and the door through which the Redis backend keeps the
+ * fallback's state in step with what Redis says (eng_fb_*). Waiters, leases
+ * and connections are the callers'.
  */
 
 #ifndef ADMITD_ENGINE_H
@@ -46,6 +48,8 @@ struct eng_res {
 void eng_merge(struct eng_res *res, struct kq *kq, bool admitted, int64_t retry, const char *rule,
 	       bool slot, int64_t limit);
 void eng_merge_end(struct eng_res *res);
+/* eng_merge_left - res->left keeps the tightest of itself and one target's left. */
+void eng_merge_left(struct eng_res *res, const struct lim_left *left);
 
 typedef void eng_cb(void *arg, const struct eng_res *r);
 
@@ -192,5 +196,44 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
  * with the divisor, open admits without booking, closed refuses `unavailable`.
  */
 struct eng_res eng_fallback(struct admitd *ad, struct waiter *w, const char *lease_id);
+
+/*
+ * The fallback's state as the Redis backend keeps it in step (eng_fb_*): the
+ * backend reads Redis's replies by the plan, and what they say of a key
+ * reaches the in-process limiter through these, never by the backend
+ * touching the limiter's state.
+ */
+
+/*
+ * eng_fb_override - Redis says kq's override runs until `until` (mono ms;
+ * 0: there is none) with min_delay_ms and, per rule of cls's plan, amount[k]:
+ * the fallback holds the same, so that it goes on should Redis go away.
+ */
+void eng_fb_override(struct kq *kq, const struct conf_class *cls, int64_t until,
+		     int64_t min_delay_ms, const int64_t *amount);
+
+/*
+ * eng_fb_left - fold into acc what Redis's counters leave of kq's limits for
+ * cls: rules[k] per rule of the plan, the leases in its set, the quota
+ * instants in the window and the newest of them, at Redis's now; ad_amt is
+ * the adaptive amount the script used (0: none). Counted against the
+ * key's override in force, which eng_fb_override has just set.
+ */
+void eng_fb_left(struct lim_left *acc, struct kq *kq, const struct conf_class *cls, int64_t ad_amt,
+		 const struct strat_state *rules, int64_t leases, int64_t quota_used,
+		 int64_t quota_newest, int64_t now);
+
+/*
+ * eng_fb_spent - what the fallback took of kq's limits at now: its quota
+ * instants, and per conf rule (units[0..nrules)) the units used, which a
+ * Redis that lost the key is charged.
+ */
+void eng_fb_spent(struct kq *kq, int64_t now, int64_t *quota_n, int64_t *units);
+
+/* eng_fb_next_at - the fallback's pacing instant for kq (mono ms; 0: none). */
+int64_t eng_fb_next_at(struct kq *kq);
+
+/* eng_fb_idle - true when kq's fallback state holds nothing (nothing to write back). */
+bool eng_fb_idle(struct kq *kq, int64_t now);
 
 #endif

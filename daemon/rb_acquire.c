@@ -60,7 +60,6 @@ static void rb_left_parse(struct lim_left *acc, const struct rval *reply, const 
 	const struct conf_scope *cs = t->kq->sc->cs;
 	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
 	struct strat_state few[8] = { { 0, 0, 0 } }, *rules = few;
-	struct lim_share sh = LIM_WHOLE;
 	size_t k, n = 10 + 3 * pl->nrules;
 
 	if (cs->shadow || reply->n < n)
@@ -76,14 +75,8 @@ static void rb_left_parse(struct lim_left *acc, const struct rval *reply, const 
 		rules[k].b = reply->a[11 + 3 * k].i;
 		rules[k].t = reply->a[12 + 3 * k].i;
 	}
-	if (cs->adaptive && reply->a[6].i > 0) { /* the capacities the check used */
-		sh.ad_amt = reply->a[6].i;
-		sh.ad_ceil = cs->adapt.ceil;
-	}
-	if ((sh.ov = lim_ovr_in_force(kq_lim(t->kq), cs, clock_mono_ms())) != NULL)
-		sh.ov_milli = cs->override_milli; /* rb_ovr_mirror has just set it */
-	lim_left_scope(acc, cs, t->cls, sh, rules, true, reply->a[7].i, reply->a[8].i,
-		       reply->a[9].i, reply->a[3].i);
+	eng_fb_left(acc, t->kq, t->cls, reply->a[6].i, rules, reply->a[7].i, reply->a[8].i,
+		    reply->a[9].i, reply->a[3].i);
 	if (rules != few)
 		free(rules);
 }
@@ -99,27 +92,27 @@ static void rb_ovr_mirror(const struct rval *reply, const struct target_rt *t)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
 	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
-	struct lim_state *st = kq_lim(t->kq);
+	int64_t few[8], *amount = few;
 	size_t k, base = 10 + 3 * pl->nrules;
-	int64_t until;
 
-	if (cs->override_milli <= 0 || st == NULL || reply->n < base + 2 + pl->nrules)
+	if (cs->override_milli <= 0 || reply->n < base + 2 + pl->nrules)
 		return;
 	for (k = base; k < base + 2 + pl->nrules; k++)
 		if (reply->a[k].type != RV_INT)
 			return;
 	if (reply->a[base].i <= reply->a[3].i) {
-		lim_override_lift(st);
+		eng_fb_override(t->kq, t->cls, 0, -1, NULL);
 		return;
 	}
-	until = clock_mono_ms() + (reply->a[base].i - reply->a[3].i);
-	if ((st->ov == NULL || st->ov->nrules != cs->nrules) &&
-	    !lim_override(st, cs, until, -1, NULL))
+	if (pl->nrules > sizeof(few) / sizeof(few[0]) &&
+	    (amount = calloc(pl->nrules, sizeof(*amount))) == NULL)
 		return;
-	st->ov->until = until;
-	st->ov->min_delay_ms = reply->a[base + 1].i;
 	for (k = 0; k < pl->nrules; k++)
-		st->ov->amount[pl->rules[k]] = reply->a[base + 2 + k].i;
+		amount[k] = reply->a[base + 2 + k].i;
+	eng_fb_override(t->kq, t->cls, clock_mono_ms() + (reply->a[base].i - reply->a[3].i),
+			reply->a[base + 1].i, amount);
+	if (amount != few)
+		free(amount);
 }
 
 /* Undo the targets of q that Redis admitted (another refused or failed). */
@@ -229,9 +222,7 @@ static void rb_acq_done(struct rb_acq *q)
 	}
 	eng_merge_end(&res);
 	for (i = 0; i < w->nt && !failed; i++)
-		if (q->r[i].left.has)
-			lim_left_fold(&res.left, q->r[i].left.remaining, q->r[i].left.capacity,
-				      q->r[i].left.reset_ms);
+		eng_merge_left(&res, &q->r[i].left);
 	if (failed) {
 		bool admitted_any = false;
 		for (i = 0; i < w->nt; i++)

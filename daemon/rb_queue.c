@@ -680,7 +680,6 @@ void backend_owe(struct backend *b, struct kq *kq, const struct conf_class *cls,
 {
 	const struct conf_scope *cs = kq->sc->cs;
 	const struct conf_plan *pl = conf_plan_of(cs, cls);
-	struct lim_state *st = kq_lim(kq);
 	struct rb_owe *o;
 	size_t i;
 
@@ -695,8 +694,8 @@ void backend_owe(struct backend *b, struct kq *kq, const struct conf_class *cls,
 		else if (r->meter != METER_CONCURRENCY)
 			o->units[pl->rules[i]] += conf_token_charge(r, reserve, nreserve);
 	}
-	if (st != NULL && st->next_at > o->next_at)
-		o->next_at = st->next_at;
+	if (eng_fb_next_at(kq) > o->next_at)
+		o->next_at = eng_fb_next_at(kq);
 }
 
 void rb_owe_penalty(struct backend *b, struct kq *kq, int64_t until)
@@ -771,14 +770,14 @@ static void rb_owe_own(struct rb_owe *o, struct scope_rt *sc, int64_t now)
 	memset(&o->units[o->nrules], 0, o->nrules * sizeof(o->units[0]));
 	if (kq == NULL)
 		return;
-	lim_spent(kq_lim(kq), sc->cs, now, &qn, &o->units[o->nrules]);
+	eng_fb_spent(kq, now, &qn, &o->units[o->nrules]);
 	o->own_quota = qn > o->quota_n ? qn - o->quota_n : 0;
 	for (i = 0; i < o->nrules; i++) {
 		int64_t *own = &o->units[o->nrules + i];
 		*own = *own > o->units[i] ? *own - o->units[i] : 0;
 	}
-	if (kq_lim(kq)->next_at > o->next_at)
-		o->next_at = kq_lim(kq)->next_at;
+	if (eng_fb_next_at(kq) > o->next_at)
+		o->next_at = eng_fb_next_at(kq);
 }
 
 static bool rb_owe_units(const struct rb_owe *o)
@@ -916,7 +915,7 @@ static void rb_walk_key(void *arg, const char *key, void *val)
 	struct kq *kq = val;
 
 	/* Past the bound the fallback's own entries are not pushed out. */
-	if (htab_count(w->b->owed) < RB_OWE_MAX && !lim_idle(kq_lim(kq), w->cs, w->now))
+	if (htab_count(w->b->owed) < RB_OWE_MAX && !eng_fb_idle(kq, w->now))
 		(void)rb_owe_of(w->b, w->cs, key); /* NULL: out of memory, or new rules */
 }
 
