@@ -57,6 +57,7 @@ struct waiter {
 	size_t nt;
 	struct target_rt t[PROTO_MAX_TARGETS];
 	bool detach;
+	bool no_lease; /* "lease": false: its lease goes back as it is admitted */
 	bool try_only; /* timeout_ms 0: never queue */
 	int64_t start_ms;
 	int64_t deadline_ms;

@@ -77,9 +77,33 @@ static void ops_meter_error(struct conn *c, const struct request *rq, const char
  * when a scope, key or class is wrong, a reservation names a meter none of
  * them counts, or memory runs out.
  */
+/*
+ * Why an acquire of (cs, cls) cannot go without a lease ("lease": false),
+ * or NULL when it can: its release would book something or teach the
+ * adaptive amount, or a cap counts the leases held, which a lease given
+ * back at once would not hold.
+ */
+static const char *ops_needs_lease(const struct conf_scope *cs, const struct conf_class *cls)
+{
+	const struct conf_plan *pl = conf_plan_of(cs, cls);
+
+	if (cs->max_concurrent > 0)
+		return "caps the leases held (max_concurrent)";
+	if (pl->serialized)
+		return "paces from each release (min_delay without cluster_concurrency)";
+	if (pl->tracks_leases)
+		return "counts the leases in flight (cluster_concurrency or a concurrency rule)";
+	if (pl->release_books)
+		return "meters tokens, which a release reports";
+	if (cs->adaptive)
+		return "learns its amount from each release's outcome (adaptive)";
+	return NULL;
+}
+
 static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *out)
 {
 	char msg[256];
+	const char *why;
 	size_t i, j, npinned = 0;
 	bool full = false;
 
@@ -113,6 +137,14 @@ static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *ou
 				ops_error(c, rq, ADMIT_E_BAD_REQUEST, msg);
 				goto fail;
 			}
+		}
+		if (rq->no_lease && (why = ops_needs_lease(sc->cs, out[i].cls)) != NULL) {
+			snprintf(msg, sizeof(msg),
+				 "scope \"%s\" %s: its acquires need a lease (\"lease\": false is "
+				 "for scopes whose release books nothing)",
+				 pt->scope, why);
+			ops_error(c, rq, ADMIT_E_BAD_REQUEST, msg);
+			goto fail;
 		}
 		out[i].cost = pt->cost;
 		out[i].kq = kq_get(sc, key, &full);
@@ -204,6 +236,7 @@ static void op_acquire(struct conn *c, struct request *rq)
 	w->id = rq->id; /* the waiter owns the id from here */
 	rq->id = NULL;
 	w->detach = rq->detach;
+	w->no_lease = rq->no_lease;
 	for (i = 0; i < rq->nreserve; i++) {
 		rs[i].name = rq->reserve[i].name;
 		rs[i].n = rq->reserve[i].n;

@@ -246,6 +246,23 @@ static enum admit_err proto_override(json_t *root, struct request *rq, char *msg
 	return ADMIT_OK;
 }
 
+/* An acquire's "lease": true (the default) or false, which detach cannot go with. */
+static enum admit_err proto_no_lease(json_t *root, struct request *rq, char *msg, size_t msglen)
+{
+	json_t *ls = json_object_get(root, "lease");
+
+	if (ls != NULL && !json_is_null(ls) && !json_is_boolean(ls))
+		PROTO_FAIL(ADMIT_E_BAD_REQUEST,
+			   "\"lease\" in an acquire must be true or false (false: nothing to "
+			   "release)");
+	rq->no_lease = ls != NULL && json_is_false(ls);
+	if (rq->no_lease && rq->detach)
+		PROTO_FAIL(ADMIT_E_BAD_REQUEST,
+			   "\"detach\" keeps a lease past its connection: it cannot go with "
+			   "\"lease\": false");
+	return ADMIT_OK;
+}
+
 static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *msg, size_t msglen)
 {
 	json_t *op = json_object_get(root, "op"), *id = json_object_get(root, "id");
@@ -272,8 +289,14 @@ static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *m
 		if (det != NULL && !json_is_null(det) && !json_is_boolean(det))
 			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"detach\" must be true or false");
 		rq->detach = det != NULL && json_is_true(det);
-		return proto_counts(root, "reserve", &proto_tokens_of, rq->reserve, &rq->nreserve,
-				    msg, msglen);
+		PROTO_TRY(proto_no_lease(root, rq, msg, msglen));
+		PROTO_TRY(proto_counts(root, "reserve", &proto_tokens_of, rq->reserve,
+				       &rq->nreserve, msg, msglen));
+		if (rq->no_lease && rq->nreserve > 0)
+			PROTO_FAIL(
+			    ADMIT_E_BAD_REQUEST,
+			    "a reservation is settled at release: \"reserve\" needs a lease");
+		return ADMIT_OK;
 	case OP_RELEASE:
 		PROTO_TRY(proto_str(root, "lease", rq->lease, sizeof(rq->lease), &has_lease, msg,
 				    msglen));
@@ -317,6 +340,7 @@ static void proto_request_init(struct request *rq)
 	rq->has_timeout = false;
 	rq->timeout_ms = 0;
 	rq->detach = false;
+	rq->no_lease = false;
 	rq->lease[0] = '\0';
 	rq->ntokens = 0;
 	rq->outcome = ADAPT_NONE;
@@ -480,7 +504,8 @@ bool proto_request_equal(const struct request *a, const struct request *b)
 	    (a->id != NULL && strcmp(a->id, b->id) != 0) || (a->of == NULL) != (b->of == NULL) ||
 	    (a->of != NULL && strcmp(a->of, b->of) != 0) || a->ntargets != b->ntargets ||
 	    a->has_timeout != b->has_timeout || a->timeout_ms != b->timeout_ms ||
-	    a->detach != b->detach || strcmp(a->lease, b->lease) != 0 || a->ntokens != b->ntokens ||
+	    a->detach != b->detach || a->no_lease != b->no_lease ||
+	    strcmp(a->lease, b->lease) != 0 || a->ntokens != b->ntokens ||
 	    a->outcome != b->outcome || a->nreserve != b->nreserve ||
 	    a->penalty_ms != b->penalty_ms ||
 	    a->penalty_until_wall_ms != b->penalty_until_wall_ms || a->ov_ttl_ms != b->ov_ttl_ms ||

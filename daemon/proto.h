@@ -66,6 +66,7 @@ struct request {
 	bool has_timeout;
 	int64_t timeout_ms;
 	bool detach;
+	bool no_lease; /* acquire: "lease": false, an admission with nothing to release */
 	char lease[PROTO_LEASE_MAX + 1];
 	size_t ntokens;
 	struct proto_token tokens[PROTO_MAX_TOKENS];

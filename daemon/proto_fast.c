@@ -246,7 +246,10 @@ bool proto_fast_decode(const char *line, size_t len, struct request *rq)
 		    !pf_str_ok(&v[PF_CLASS], sizeof(rq->targets[0].cls)) ||
 		    !pf_int_ok(&v[PF_COST], PROTO_MAX_COST) ||
 		    !pf_int_ok(&v[PF_TIMEOUT], PROTO_MAX_TIMEOUT_MS) ||
-		    (v[PF_DETACH].kind != PF_NONE && v[PF_DETACH].kind != PF_BOOL))
+		    (v[PF_DETACH].kind != PF_NONE && v[PF_DETACH].kind != PF_BOOL) ||
+		    (v[PF_LEASE].kind != PF_NONE && v[PF_LEASE].kind != PF_BOOL) ||
+		    (v[PF_DETACH].kind == PF_BOOL && v[PF_DETACH].i == 1 &&
+		     v[PF_LEASE].kind == PF_BOOL && v[PF_LEASE].i == 0))
 			return false;
 		break;
 	case OP_RELEASE:
@@ -284,6 +287,7 @@ bool proto_fast_decode(const char *line, size_t len, struct request *rq)
 		rq->has_timeout = v[PF_TIMEOUT].kind == PF_INT;
 		rq->timeout_ms = rq->has_timeout ? v[PF_TIMEOUT].i : 0;
 		rq->detach = v[PF_DETACH].kind == PF_BOOL && v[PF_DETACH].i == 1;
+		rq->no_lease = v[PF_LEASE].kind == PF_BOOL && v[PF_LEASE].i == 0;
 	} else if (op == OP_RELEASE) {
 		pf_copy(rq->lease, &v[PF_LEASE]);
 		rq->outcome =

@@ -240,7 +240,10 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 		}
 	}
 	r = preply_new(w->id, true);
-	preply_str(r, "lease", l->handle);
+	if (w->no_lease) /* nothing to release: it goes back now, as a release would */
+		lease_release(l, NULL, 0);
+	else
+		preply_str(r, "lease", l->handle);
 	preply_int(r, "waited_ms", now - w->start_ms);
 	preply_str(r, "backend", via_name(res->via));
 	waitq_put_left(r, w);

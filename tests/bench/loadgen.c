@@ -6,7 +6,7 @@
  * loadgen.c - closed-loop load generator for the admitd benchmarks.
  *
  *   loadgen -s SOCKET -S SCOPE [-c CONNS] [-k KEYS] [-d SECONDS] [-w WARMUP_S]
- *           [-n PAIRS] [-t TIMEOUT_MS] [-H CDF_FILE]
+ *           [-n PAIRS] [-t TIMEOUT_MS] [-H CDF_FILE] [-1]
  *
  * Owns: CONNS connections to admitd's socket, each running acquire then
  * release in a loop (one request in flight per connection, no pipelining),
@@ -18,6 +18,10 @@
  *
  * The same loop drives tests/bench/echo (a fixed reply per line), which is
  * how the benchmark measures the bare cost of a Unix-socket round trip.
+ *
+ * -1 (one-shot): each acquire says "lease": false and nothing is released;
+ * a pair is then one admission, one round trip (a scope whose release books
+ * nothing, as a plain rate limit).
  *
  * Time mode (default): load for WARMUP_S + SECONDS; only pairs completed in
  * the SECONDS after the warmup are counted. Count mode (-n): exactly PAIRS
@@ -83,6 +87,7 @@ struct lg {
 	int conns, keys, timeout_ms;
 	double seconds, warmup;
 	long long pairs_target; /* count mode when > 0 */
+	bool oneshot;		/* -1: "lease": false, no release */
 	/* run state */
 	struct lg_conn *c;
 	int64_t t0, win_start, win_end;
@@ -220,8 +225,9 @@ static bool lg_next(struct lg *g, struct lg_conn *c)
 	g->sent++;
 	return lg_send(g, c,
 		       "{\"op\":\"acquire\",\"scope\":\"%s\",\"key\":\"k%d\",\"id\":%" PRIu64
-		       ",\"timeout_ms\":%d}\n",
-		       g->scope, c->key, c->next_id++, g->timeout_ms);
+		       ",\"timeout_ms\":%d%s}\n",
+		       g->scope, c->key, c->next_id++, g->timeout_ms,
+		       g->oneshot ? ",\"lease\":false" : "");
 }
 
 static void lg_count_backend(struct lg *g, const char *line)
@@ -248,6 +254,18 @@ static bool lg_in_window(const struct lg *g, int64_t t)
 	return t >= g->win_start && t < g->win_end;
 }
 
+/* c's pair (its acquire, and its release unless one-shot) ended at t. */
+static bool lg_pair_done(struct lg *g, struct lg_conn *c, int64_t t)
+{
+	g->pairs_all++;
+	if (lg_in_window(g, t)) {
+		g->pairs++;
+		if (lg_in_window(g, c->t_acq) && !lg_sample(&g->pair, t - c->t_acq))
+			return false;
+	}
+	return lg_next(g, c);
+}
+
 /* One reply line (NUL-terminated, no newline) arrived on c. */
 static bool lg_reply(struct lg *g, struct lg_conn *c, const char *line)
 {
@@ -257,12 +275,14 @@ static bool lg_reply(struct lg *g, struct lg_conn *c, const char *line)
 	if (c->st == LG_ACQ) {
 		const char *p = strstr(line, "\"lease\":\"");
 		size_t n = 0;
-		if (!ok || p == NULL) {
+		if (!ok || (p == NULL) != g->oneshot) {
 			lg_count_error(g, line);
 			return lg_next(g, c);
 		}
 		g->admitted++;
 		lg_count_backend(g, line);
+		if (g->oneshot) /* admitted, nothing to release: the pair is done */
+			return lg_pair_done(g, c, t);
 		p += 9;
 		while (p[n] != '"' && p[n] != '\0' && n < LG_LEASE) {
 			c->lease[n] = p[n];
@@ -286,13 +306,7 @@ static bool lg_reply(struct lg *g, struct lg_conn *c, const char *line)
 			g->release_errors++;
 		else if (strstr(line, "\"held\":false") != NULL)
 			g->unheld++;
-		g->pairs_all++;
-		if (lg_in_window(g, t)) {
-			g->pairs++;
-			if (lg_in_window(g, c->t_acq) && !lg_sample(&g->pair, t - c->t_acq))
-				return false;
-		}
-		return lg_next(g, c);
+		return lg_pair_done(g, c, t);
 	}
 	fprintf(stderr, "loadgen: unsolicited reply: %.200s\n", line);
 	return false;
@@ -450,8 +464,9 @@ static void lg_report(struct lg *g, double elapsed_s)
 
 static void lg_usage(void)
 {
-	fprintf(stderr, "usage: loadgen -s SOCKET -S SCOPE [-c CONNS] [-k KEYS] [-d SECONDS]\n"
-			"               [-w WARMUP_S] [-n PAIRS] [-t TIMEOUT_MS] [-H CDF_FILE]\n");
+	fprintf(stderr,
+		"usage: loadgen -s SOCKET -S SCOPE [-c CONNS] [-k KEYS] [-d SECONDS]\n"
+		"               [-w WARMUP_S] [-n PAIRS] [-t TIMEOUT_MS] [-H CDF_FILE] [-1]\n");
 }
 
 int main(int argc, char **argv)
@@ -462,7 +477,7 @@ int main(int argc, char **argv)
 	int opt, i, rc = 1;
 	int64_t t_end;
 
-	while ((opt = getopt(argc, argv, "s:S:c:k:d:w:n:t:H:")) != -1) {
+	while ((opt = getopt(argc, argv, "s:S:c:k:d:w:n:t:H:1")) != -1) {
 		switch (opt) {
 		case 's': g.sock = optarg; break;
 		case 'S': g.scope = optarg; break;
@@ -473,6 +488,7 @@ int main(int argc, char **argv)
 		case 'n': g.pairs_target = atoll(optarg); break;
 		case 't': g.timeout_ms = atoi(optarg); break;
 		case 'H': g.cdf_path = optarg; break;
+		case '1': g.oneshot = true; break;
 		default: lg_usage(); return 2;
 		}
 	}

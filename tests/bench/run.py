@@ -311,9 +311,11 @@ def wait_for(cond, deadline, what):
 
 
 def loadgen(sock, scope, conns, keys=0, seconds=3.0, warmup=0.5, pairs=0, timeout_ms=1000,
-            cdf=None):
+            cdf=None, oneshot=False):
     cmd = [LOADGEN, "-s", sock, "-S", scope, "-c", str(conns), "-k", str(keys),
            "-d", str(seconds), "-w", str(warmup), "-t", str(timeout_ms)]
+    if oneshot:
+        cmd += ["-1"]
     if pairs:
         cmd += ["-n", str(pairs)]
     if cdf:
@@ -616,6 +618,14 @@ def build_rows(args):
             for c in args.conns:
                 rows.append(Row("admitd.%s.%s.c%d" % (mode, keys, c), "admitd %s %s" % (mode, keys),
                                 "admitd", c, keys, mode=mode))
+    # One-shot: "lease": false, no release; one round trip an admission, as
+    # rate-limiter-flexible's consume is one call.
+    c = 64 if 64 in args.conns else max(args.conns)
+    for mode in ("local", "redis"):
+        for keys in ("distinct", "hot"):
+            rows.append(Row("admitd.%s.%s.oneshot.c%d" % (mode, keys, c),
+                            "admitd %s %s one-shot" % (mode, keys), "admitd", c, keys,
+                            mode=mode, oneshot=True))
     for mode in args.topologies:
         for keys in ("distinct", "hot"):
             for c in args.topo_conns:
@@ -638,6 +648,18 @@ def build_rows(args):
         if r.kind != "rlf":
             r.peer = "rlf.%s" % r.keys
     return rows
+
+
+def select_rows(rows, regex):
+    """The rows whose id matches regex (None: all), with the rows they are
+    compared with: their ceiling, their peer and their base."""
+    if regex is None:
+        return rows
+    keep = {r.id for r in rows if re.search(regex, r.id)}
+    for r in rows:
+        if r.id in keep:
+            keep |= {x for x in (r.ceiling, r.peer, r.kw.get("base")) if x}
+    return [r for r in rows if r.id in keep]
 
 
 def admissions_per_s(row, run):
@@ -758,13 +780,15 @@ class Bench:
 
     def run_loadgen(self, row, rep, server, sock, backend, redis=None):
         cdf = None
-        if row.conns == CDF_CONNS and row.kind in ("admitd", "echo"):
+        oneshot = bool(row.kw.get("oneshot"))
+        if row.conns == CDF_CONNS and row.kind in ("admitd", "echo") and not oneshot:
             cdf = os.path.join(self.cdf_dir, "%s.rep%d.dat" % (row.id, rep))
         s = Sample(redis or self.redis, server.pid)
         lg = loadgen(sock, "tb", row.conns, keys=1 if row.keys == "hot" else row.conns,
                      seconds=self.args.seconds, warmup=self.args.warmup,
-                     timeout_ms=LG_TIMEOUT_MS, cdf=cdf)
-        requests = lg["sent"] + lg["pairs_all"]
+                     timeout_ms=LG_TIMEOUT_MS, cdf=cdf, oneshot=oneshot)
+        # a one-shot admission is one request (no release)
+        requests = lg["sent"] + (0 if oneshot else lg["pairs_all"])
         d = s.done(lg["admitted"], requests)
         for p in lg["problems"]:
             self.note(row, rep, p)
@@ -1248,6 +1272,10 @@ def goals_lines(res):
          % ratio(ins("rlf"), ins("admitd batch 32")))
     goal("adm/s distinct @64 against rlf", med("admitd.redis.distinct.c64", "ratio_rlf"), 1.0)
     goal("adm/s one hot key @64 against rlf", med("admitd.redis.hot.c64", "ratio_rlf"), 1.5)
+    goal("adm/s distinct @64 against rlf, one-shot (\"lease\": false)",
+         med("admitd.redis.distinct.oneshot.c64", "ratio_rlf"), 1.0)
+    goal("adm/s one hot key @64 against rlf, one-shot",
+         med("admitd.redis.hot.oneshot.c64", "ratio_rlf"), 1.5)
     goal("one-rule scope's Redis CPU, bucket.lua -P16's / admitd's distinct @64",
          ratio(med("ceil.bucket.rand.p16", "redis_cpu_us_per_adm"), acpu), 0.85,
          "" if not ins("bucket.lua") else
@@ -1382,6 +1410,9 @@ def main():
                     help="copy results/bench.png to docs/bench.png (BENCH_PUBLISH=1)")
     ap.add_argument("--replot", action="store_true",
                     help="measure nothing: redraw the picture and tables from --out")
+    ap.add_argument("--rows", default=None, metavar="REGEX",
+                    help="run only the rows whose id matches (and the ceilings and peers "
+                         "they are compared with), e.g. 'oneshot|redis.distinct.c64'")
     ap.add_argument("--out", default=RESULTS)
     args = ap.parse_args()
     out_dir = os.path.dirname(os.path.abspath(args.out))
@@ -1403,7 +1434,7 @@ def main():
     os.environ.setdefault("ADMITD_TEST_TMPDIR", os.path.join(out_dir, "tmp"))
     os.makedirs(os.environ["ADMITD_TEST_TMPDIR"], exist_ok=True)
     problems = []
-    rows = build_rows(args)
+    rows = select_rows(build_rows(args), args.rows)
     if not args.counts_only:
         skip_rlf = "skipped: --no-peers" if args.no_peers else npm_setup()
         skip_limits = "skipped: --no-peers" if args.no_peers else limits_setup()

@@ -2,7 +2,8 @@
 
 Owns: the vector format's matching rules (PROTOCOL.md, "Vectors"): expect
 is a subset of the reply, objects compared recursively, "<any>" matches any
-present value, "<int>" any integer; "$lease" in a send is the most recent
+present value, "<int>" any integer, "<absent>" a key the reply must not
+have; "$lease" in a send is the most recent
 lease seen in the case. Each case runs on a fresh connection; a case with
 "steps" runs them in order on that one connection. Usable as a script:
 
@@ -15,7 +16,7 @@ import os
 import socket
 import sys
 
-ANY, INT = "<any>", "<int>"
+ANY, INT, ABSENT = "<any>", "<int>", "<absent>"
 
 
 def load(paths):
@@ -44,6 +45,10 @@ def match(expect, got, path="$"):
         if not isinstance(got, dict):
             return "%s: want an object, got %r" % (path, got)
         for k, v in expect.items():
+            if v == ABSENT:
+                if k in got:
+                    return "%s.%s: want it absent, got %r" % (path, k, got[k])
+                continue
             if k not in got:
                 return "%s.%s: missing" % (path, k)
             why = match(v, got[k], "%s.%s" % (path, k))

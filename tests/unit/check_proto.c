@@ -150,6 +150,20 @@ static const struct dcase dcases[] = {
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"detach\":1}", 0, ADMIT_E_BAD_REQUEST,
 	  "\"detach\"" },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"detach\":null}", 0, ADMIT_OK, NULL },
+	/* acquire: "lease": false (nothing to release) */
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"lease\":false}", 0, ADMIT_OK, NULL },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"lease\":true}", 0, ADMIT_OK, NULL },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"lease\":null}", 0, ADMIT_OK, NULL },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"lease\":\"abc\"}", 0, ADMIT_E_BAD_REQUEST,
+	  "\"lease\" in an acquire must be true or false" },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"lease\":0}", 0, ADMIT_E_BAD_REQUEST,
+	  "\"lease\" in an acquire must be true or false" },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"lease\":false,\"detach\":true}", 0,
+	  ADMIT_E_BAD_REQUEST, "cannot go with \"lease\": false" },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"lease\":true,\"detach\":true}", 0, ADMIT_OK,
+	  NULL },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"lease\":false,\"reserve\":{\"out\":5}}", 0,
+	  ADMIT_E_BAD_REQUEST, "\"reserve\" needs a lease" },
 	/* targets */
 	{ "{\"op\":\"acquire\",\"targets\":[]}", 0, ADMIT_E_BAD_REQUEST, "\"targets\"" },
 	{ "{\"op\":\"acquire\",\"targets\":{}}", 0, ADMIT_E_BAD_REQUEST, "\"targets\"" },
@@ -279,7 +293,9 @@ static const struct {
 	{ " { \"id\" : \"a/b c\" , \"op\" : \"acquire\" ,\"scope\":\"s\"}  ", true },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"class\":\"bg\",\"cost\":0,\"detach\":true}",
 	  true },
-	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"detach\":false,\"lease\":5}", true },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"detach\":false,\"lease\":false}", true },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"lease\":true,\"id\":3}", true },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"detach\":true,\"lease\":true}", true },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"timeout_ms\":86400000}", true },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"cost\":1000000000,\"id\":999999999999999}", true },
 	{ "{\"op\":\"release\",\"lease\":\"abc.def\",\"id\":\"r1\"}", true },
@@ -312,6 +328,9 @@ static const struct {
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"url\":\"http://h/\"}", false },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"x\":1}", false },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"detach\":1}", false },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"lease\":5}", false },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"lease\":\"x\"}", false },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"detach\":true,\"lease\":false}", false },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",}", false },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\"} x", false },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\"", false },
@@ -470,6 +489,16 @@ START_TEST(test_decode_acquire_fields)
 	ck_assert_int_eq(rq.targets[0].cost, 1);
 	ck_assert(!rq.has_timeout);
 	ck_assert(!rq.detach);
+	ck_assert(!rq.no_lease); /* a lease unless told otherwise */
+	proto_request_clear(&rq);
+
+	ck_assert_int_eq(dec("{\"op\":\"acquire\",\"scope\":\"api\",\"lease\":false}", &rq),
+			 ADMIT_OK);
+	ck_assert(rq.no_lease);
+	proto_request_clear(&rq);
+	ck_assert_int_eq(dec("{\"op\":\"acquire\",\"scope\":\"api\",\"lease\":true}", &rq),
+			 ADMIT_OK);
+	ck_assert(!rq.no_lease);
 	proto_request_clear(&rq);
 
 	/* a url stands in for the key: its host, lowercased */

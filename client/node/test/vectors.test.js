@@ -7,7 +7,8 @@
  * The matching rules are PROTOCOL.md's ("Vectors"): expect is a subset of
  * the reply, objects compared recursively, arrays element by element,
  * other values equal and of the same JSON type; "<any>" matches any
- * present value, "<int>" any integer; "$lease" in a send is the most
+ * present value, "<int>" any integer, "<absent>" a key the reply must not
+ * have; "$lease" in a send is the most
  * recent lease of the case. Each case runs on a fresh connection (a new
  * Client); the steps of a case on that one connection.
  */
@@ -21,6 +22,7 @@ const { Daemon, VECTORS_DIR } = require('./support/daemon');
 
 const ANY = '<any>';
 const INT = '<int>';
+const ABSENT = '<absent>';
 
 function type(v) {
   if (v === null) return 'null';
@@ -35,7 +37,12 @@ function match(expect, got, where = '$') {
   if (type(expect) === 'object') {
     if (type(got) !== 'object') return `${where}: want an object, got ${JSON.stringify(got)}`;
     for (const k of Object.keys(expect)) {
-      if (!Object.prototype.hasOwnProperty.call(got, k)) return `${where}.${k}: missing`;
+      const has = Object.prototype.hasOwnProperty.call(got, k);
+      if (expect[k] === ABSENT) {
+        if (has) return `${where}.${k}: want it absent, got ${JSON.stringify(got[k])}`;
+        continue;
+      }
+      if (!has) return `${where}.${k}: missing`;
       const why = match(expect[k], got[k], `${where}.${k}`);
       if (why) return why;
     }

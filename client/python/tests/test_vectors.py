@@ -4,7 +4,8 @@ line transport (Client.request_line, AsyncClient.request_line).
 A vector line is a case: {"name", "send", "expect"} or {"name", "steps":
 [{"send", "expect"}, ...]}. "send" is a request object or a raw line (a
 string, sent as is). "expect" is matched as a subset of the reply, nested
-objects too; "<any>" matches any value that is present, "<int>" an integer.
+objects too; "<any>" matches any value that is present, "<int>" an integer,
+"<absent>" a key the reply must not have.
 A "$lease" in a send stands for the lease of the case's latest admitted
 acquire. The cases run against the real daemon on proto/vectors/vectors.conf,
 one daemon per client kind, each case on a fresh connection. The matching
