@@ -963,7 +963,7 @@ static int admit_set_tokens(json_t *o, const char *k, const struct admit_token *
 	return 0;
 }
 
-static json_t *admit_encode_acquire(const struct admit_req *rq, int64_t timeout_ms)
+static json_t *admit_encode_acquire(const struct admit_req *rq, int64_t timeout_ms, bool lease)
 {
 	json_t *o = json_pack("{s:s}", "op", "acquire");
 	json_t *arr, *t;
@@ -992,6 +992,10 @@ static json_t *admit_encode_acquire(const struct admit_req *rq, int64_t timeout_
 	if (rq->detach && json_object_set_new(o, "detach", json_true()) < 0)
 		goto fail;
 	if (admit_set_tokens(o, "reserve", rq->reserve, rq->nreserve) < 0)
+		goto fail;
+	/* nothing to release: nothing to detach or to settle either */
+	if (!lease &&
+	    (rq->detach || rq->nreserve > 0 || json_object_set_new(o, "lease", json_false()) < 0))
 		goto fail;
 	return o;
 fail:
@@ -1035,7 +1039,7 @@ int admit_cancel(struct admit *a)
 }
 
 static int admit_do_acquire(struct admit *a, const struct admit_req *rq, int64_t timeout_ms,
-			    struct admit_result *res)
+			    bool lease, struct admit_result *res)
 {
 	json_t *req;
 
@@ -1043,12 +1047,13 @@ static int admit_do_acquire(struct admit *a, const struct admit_req *rq, int64_t
 		admit_result_init(res);
 		return admit_fail(res, ADMIT_E_ARG, "no handle, no request or a negative timeout");
 	}
-	req = admit_encode_acquire(rq, timeout_ms);
+	req = admit_encode_acquire(rq, timeout_ms, lease);
 	if (req == NULL) {
 		admit_result_init(res);
 		return admit_fail(res, ADMIT_E_ARG,
 				  "acquire needs a scope, at most one of key and url, cost >= 0 "
-				  "(or ADMIT_COST_ZERO), named reserve counts >= 0");
+				  "(or ADMIT_COST_ZERO), named reserve counts >= 0; without a "
+				  "lease, neither detach nor reserve");
 	}
 	if (timeout_ms != 0)
 		admit_arm_cancel(a);
@@ -1057,12 +1062,22 @@ static int admit_do_acquire(struct admit *a, const struct admit_req *rq, int64_t
 
 int admit_acquire(struct admit *a, const struct admit_req *rq, struct admit_result *res)
 {
-	return admit_do_acquire(a, rq, rq ? rq->timeout_ms : 0, res);
+	return admit_do_acquire(a, rq, rq ? rq->timeout_ms : 0, true, res);
 }
 
 int admit_try(struct admit *a, const struct admit_req *rq, struct admit_result *res)
 {
-	return admit_do_acquire(a, rq, 0, res);
+	return admit_do_acquire(a, rq, 0, true, res);
+}
+
+int admit_once(struct admit *a, const struct admit_req *rq, struct admit_result *res)
+{
+	return admit_do_acquire(a, rq, rq ? rq->timeout_ms : 0, false, res);
+}
+
+int admit_try_once(struct admit *a, const struct admit_req *rq, struct admit_result *res)
+{
+	return admit_do_acquire(a, rq, 0, false, res);
 }
 
 int admit_release(struct admit *a, const char *lease, const struct admit_token *tokens,

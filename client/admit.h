@@ -285,6 +285,16 @@ void admit_set_connect_timeout(struct admit *a, int64_t ms);
  */
 int admit_acquire(struct admit *a, const struct admit_req *rq, struct admit_result *res);
 int admit_try(struct admit *a, const struct admit_req *rq, struct admit_result *res);
+/*
+ * admit_once, admit_try_once - admit_acquire and admit_try for an admission
+ * with nothing to release ("lease": false): one round trip, for a scope that
+ * only limits rates. res->lease is NULL; rq->detach and rq->reserve are
+ * ADMIT_E_ARG (nothing is sent), and a scope whose release books something
+ * (max_concurrent, cluster_concurrency, a concurrency rule, min_delay, a
+ * tokens rule, adaptive) answers ADMIT_E_BAD_REQUEST.
+ */
+int admit_once(struct admit *a, const struct admit_req *rq, struct admit_result *res);
+int admit_try_once(struct admit *a, const struct admit_req *rq, struct admit_result *res);
 int admit_release(struct admit *a, const char *lease, const struct admit_token *tokens,
 		  size_t ntokens, struct admit_result *res);
 int admit_penalize(struct admit *a, const char *scope, const char *key, const char *url,

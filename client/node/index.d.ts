@@ -52,6 +52,9 @@ export interface AcquireOptions {
   signal?: AbortSignal;
 }
 
+/** admit()'s options: acquire's, without what only a lease can have. */
+export type AdmitOptions = Omit<AcquireOptions, 'detach' | 'reserve'>;
+
 export type Outcome = 'ok' | 'limited' | 'error';
 
 export interface ReleaseOptions {
@@ -114,9 +117,8 @@ export interface StatusReply extends Reply {
   scopes: Record<string, { leases: number; waiting: number; [counter: string]: unknown }>;
 }
 
-export declare class Lease {
-  /** The opaque lease string. */
-  readonly lease: string;
+/** An admission: what admit() resolves to; a Lease is one with its lease. */
+export declare class Admission {
   readonly scope: string | null;
   /** The key sent, the host of the url, or null (the scope's default key). */
   readonly key: string | null;
@@ -132,6 +134,11 @@ export declare class Lease {
   /** Ms until that rule is full again; null when nothing limits. */
   readonly resetMs: number | null;
   readonly reply: Reply;
+}
+
+export declare class Lease extends Admission {
+  /** The opaque lease string. */
+  readonly lease: string;
   /** Sent by release() and dispose when not given there. */
   tokens: Record<string, number> | null;
   outcome: Outcome | null;
@@ -155,6 +162,13 @@ export declare class Client {
   tryAcquire(scope: string, key?: string | null, options?: AcquireOptions): Promise<Lease>;
   tryAcquire(scope: string, options: AcquireOptions): Promise<Lease>;
   tryAcquire(options: AcquireOptions): Promise<Lease>;
+  /** An admission with nothing to release ("lease": false): one round trip. */
+  admit(scope: string, key?: string | null, options?: AdmitOptions): Promise<Admission>;
+  admit(scope: string, options: AdmitOptions): Promise<Admission>;
+  admit(options: AdmitOptions): Promise<Admission>;
+  tryAdmit(scope: string, key?: string | null, options?: AdmitOptions): Promise<Admission>;
+  tryAdmit(scope: string, options: AdmitOptions): Promise<Admission>;
+  tryAdmit(options: AdmitOptions): Promise<Admission>;
   release(lease: Lease | string, options?: ReleaseOptions): Promise<boolean>;
   penalize(scope: string, key: string | null, options: PenalizeOptions): Promise<Reply>;
   penalize(scope: string, options: PenalizeOptions): Promise<Reply>;

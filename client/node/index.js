@@ -40,12 +40,11 @@ const MAX_REPLY = 16 * 1024 * 1024;
 
 const now = () => performance.now();
 
-/* An admitted acquire. Release it with release() or by disposing of it. */
-class Lease {
-  constructor(client, reply, req) {
-    this._client = client;
+/* An admission: what admit() resolves to, and what a Lease is besides its
+ * lease. */
+class Admission {
+  constructor(reply, req) {
     this.reply = reply;
-    this.lease = reply.lease;
     this.waitedMs = Number.isInteger(reply.waited_ms) ? reply.waited_ms : 0;
     this.backend = typeof reply.backend === 'string' ? reply.backend : null;
     this.shadowLimited = reply.shadow_limited === true;
@@ -64,6 +63,15 @@ class Lease {
       this.key = req.key !== undefined ? req.key : req.url !== undefined ? proto.urlHost(req.url) : null;
       this.targets = null;
     }
+  }
+}
+
+/* An admitted acquire. Release it with release() or by disposing of it. */
+class Lease extends Admission {
+  constructor(client, reply, req) {
+    super(reply, req);
+    this._client = client;
+    this.lease = reply.lease;
     this.tokens = null;
     this.outcome = null;
     this.released = false;
@@ -460,6 +468,30 @@ class Client {
     return this.acquire(scope, key, Object.assign({}, o, { timeoutMs: 0, scope: undefined, key: undefined }));
   }
 
+  /*
+   * admit(scope, key?, options?), admit(scope, options), admit(options):
+   * acquire for an admission with nothing to release ("lease": false), one
+   * round trip, for a scope that only limits rates. Resolves to an
+   * Admission (waitedMs, remaining, resetMs, backend, reply); rejects as
+   * acquire does, and with BadRequest when a scope's release would book
+   * something (max_concurrent, cluster_concurrency, a concurrency rule,
+   * min_delay, a tokens rule, adaptive). options as acquire's, without
+   * detach and reserve.
+   */
+  async admit(a, b, c) {
+    const [scope, key, o] = proto.splitArgs(a, b, c);
+    const req = proto.acquireRequest(scope, key, Object.assign({}, o, { lease: false }));
+    const waitMs = req.timeout_ms === undefined ? null : req.timeout_ms;
+    const reply = await this._roundtrip({ req, waitMs, signal: o.signal || null });
+    return new Admission(checkReply(reply), req);
+  }
+
+  /* admit that never waits: the Admission, or Limited (with retryAfterMs). */
+  async tryAdmit(a, b, c) {
+    const [scope, key, o] = proto.splitArgs(a, b, c);
+    return this.admit(scope, key, Object.assign({}, o, { timeoutMs: 0, scope: undefined, key: undefined }));
+  }
+
   /* Release a lease (a Lease or its string). options: tokens ({input: 300,
    * output: 200}) charged to the token meters, outcome ("ok", "limited",
    * "error": what the upstream said). Resolves to whether the daemon held
@@ -542,6 +574,7 @@ class Client {
 
 module.exports = {
   Client,
+  Admission,
   Lease,
   AdmitError,
   Limited: errors.Limited,

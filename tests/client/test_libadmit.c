@@ -453,6 +453,47 @@ static void test_cost_zero(struct admit *a)
 	admit_result_free(&r);
 }
 
+/* admit_once, admit_try_once: admissions with nothing to release. */
+static void test_once(struct admit *a)
+{
+	struct admit_req rq = req("fw", "lib-once-1");
+	struct admit_result r;
+
+	rq.cost = 2;
+	CHECK(admit_once(a, &rq, &r) == ADMIT_OK, "once: %s", r.message);
+	CHECK(r.lease == NULL, "no lease: %s", r.lease ? r.lease : "-");
+	CHECK(admit_result_remaining(&r) == 3, "remaining %lld",
+	      (long long)admit_result_remaining(&r));
+	admit_result_free(&r);
+	rq.cost = 3;
+	CHECK(admit_try_once(a, &rq, &r) == ADMIT_OK, "try once: %s", r.message);
+	CHECK(admit_result_remaining(&r) == 0, "remaining %lld",
+	      (long long)admit_result_remaining(&r));
+	admit_result_free(&r);
+	rq.cost = 1; /* the five are spent, leases or not */
+	admit_try_once(a, &rq, &r);
+	CHECK_ERR(r, ADMIT_E_LIMITED);
+	CHECK(r.retry_after_ms > 0, "retry_after_ms %lld", (long long)r.retry_after_ms);
+	admit_result_free(&r);
+	rq.detach = true; /* nothing to detach: refused before anything is sent */
+	CHECK(admit_try_once(a, &rq, &r) == ADMIT_E_ARG, "detach without a lease: %d", r.err);
+	admit_result_free(&r);
+	rq = req("solo", "lib-once-2"); /* max_concurrent: a release books */
+	admit_try_once(a, &rq, &r);
+	CHECK_ERR(r, ADMIT_E_BAD_REQUEST);
+	CHECK(r.message != NULL && strstr(r.message, "max_concurrent") != NULL, "message %s",
+	      r.message ? r.message : "-");
+	admit_result_free(&r);
+	CHECK(admit_try(a, &rq, &r) == ADMIT_OK, "then with a lease: %s", r.message);
+	if (r.lease != NULL) {
+		struct admit_result rel;
+		CHECK(admit_release(a, r.lease, NULL, 0, &rel) == ADMIT_OK && rel.held,
+		      "release: %s", rel.message);
+		admit_result_free(&rel);
+	}
+	admit_result_free(&r);
+}
+
 /* A cost above a rule's capacity: exceeds_limit at once, with the limit. */
 static void test_exceeds_limit(struct admit *a)
 {
@@ -1271,6 +1312,7 @@ int main(int argc, char **argv)
 	test_tokens_penalize(a);
 	test_targets(a);
 	test_cost_zero(a);
+	test_once(a);
 	test_exceeds_limit(a);
 	test_reserve(a);
 	test_reset_inspect(a);

@@ -149,7 +149,7 @@ function checkTargets(targets) {
 }
 
 /* The acquire request (without "id"). o.timeoutMs: undefined/null for the
- * scope's default, 0 for "do not wait". */
+ * scope's default, 0 for "do not wait"; o.lease false: nothing to release. */
 function acquireRequest(scope, key, o) {
   let req;
   if (o.targets != null) {
@@ -165,8 +165,12 @@ function acquireRequest(scope, key, o) {
     if (o.cost != null && checkCost(o.cost) !== 1) req.cost = o.cost;
   }
   if (o.timeoutMs != null) req.timeout_ms = wholeMs(o.timeoutMs, 'timeoutMs', MAX_WAIT_MS);
+  if (o.lease === false && (o.detach || o.reserve != null)) {
+    throw new TypeError('an admission without a lease has nothing to detach or reserve');
+  }
   if (o.detach) req.detach = true;
   if (o.reserve != null) req.reserve = tokenCounts(o.reserve, 'reserve');
+  if (o.lease === false) req.lease = false;
   return req;
 }
 

@@ -85,6 +85,23 @@ test('an admitted lease and its fields', async () => {
   assert.equal(await admitted('one', k), true);
 });
 
+test('admit: an admission with nothing to release, counted as a lease is', async () => {
+  const k = key('admit');
+  const a = await client.admit('fw', k, { cost: 2 });
+  assert.ok(a instanceof admit.Admission);
+  assert.equal(a instanceof admit.Lease, false);
+  assert.equal('lease' in a.reply, false);
+  assert.deepEqual([a.scope, a.key, a.remaining, a.backend], ['fw', k, 3, 'local']);
+  assert.equal((await client.tryAdmit('fw', k, { cost: 3 })).remaining, 0);
+  await assert.rejects(client.tryAdmit('fw', k), (e) => e instanceof admit.Limited && e.retryAfterMs > 0);
+  assert.equal((await client.status()).leases, 0);
+  // a scope whose release books something refuses it; the connection goes on
+  await assert.rejects(client.admit('one', k), (e) => e instanceof admit.BadRequest && /max_concurrent/.test(e.message));
+  await (await client.tryAcquire('one', k)).release();
+  // what only a lease can carry is refused before anything is sent
+  await assert.rejects(client.admit('fw', k, { detach: true }), TypeError);
+});
+
 test('a refusal: Limited with the quota rule and its retryAfterMs', async () => {
   const k = key('limited');
   const first = await client.tryAcquire('quota', k);

@@ -12,10 +12,12 @@
     except admit.Limited as e:
         time.sleep(e.retry_after)
 
+    client.admit("api", "acme")        # a plain rate limit: nothing to release
+
 AsyncClient (admit.aio) has the same API for asyncio.
 """
 
-from ._proto import DEFAULT_SOCKET, SOCKET_ENV, url_host
+from ._proto import DEFAULT_SOCKET, SOCKET_ENV, Admission, url_host
 from .aio import AsyncClient, AsyncLease
 from .client import Client, Lease
 from .errors import (
@@ -40,6 +42,7 @@ __all__ = [
     "Lease",
     "AsyncClient",
     "AsyncLease",
+    "Admission",
     "AdmitError",
     "Limited",
     "BudgetExceeded",

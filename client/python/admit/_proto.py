@@ -201,12 +201,15 @@ def _targets(targets):
 
 
 def acquire_request(scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
-                    detach=False, targets=None, reserve=None):
+                    detach=False, targets=None, reserve=None, lease=True):
     """The acquire request dict (without "id"). timeout is seconds, None for
     the scope's default, 0 for "do not wait". targets (instead of scope,
     key, url, cls and cost): a list of {"scope", "key" or "url", "class",
     "cost"} dicts, all admitted or none. reserve: {meter: count} charged to
-    the token meters now and settled by the release."""
+    the token meters now and settled by the release. lease=False: an
+    admission with nothing to release ("lease": false)."""
+    if not lease and (detach or reserve is not None):
+        raise ValueError("an admission without a lease has nothing to detach or reserve")
     if targets is not None:
         if scope is not None or key is not None or url is not None or cls is not None \
                 or cost != 1:
@@ -227,6 +230,8 @@ def acquire_request(scope=None, key=None, url=None, timeout=None, cls=None, cost
         req["detach"] = True
     if reserve is not None:
         req["reserve"] = token_counts(reserve, "reserve")
+    if not lease:
+        req["lease"] = False
     return req
 
 
@@ -516,12 +521,11 @@ def check(reply):
     raise error_from_reply(reply)
 
 
-class LeaseState(object):
-    """What an admitted acquire returned. ``lease`` is the opaque lease
-    string; ``waited`` the seconds the daemon made it wait; ``reply`` the
-    whole reply dict; ``tokens`` the meter counts and ``outcome`` ("ok",
-    "limited" or "error") sent when the lease is released by its context
-    manager (set them inside the with block).
+class Admission(object):
+    """What an admission returned (admit, or an acquire's lease).
+    ``waited`` is the seconds the daemon made it wait; ``reply`` the whole
+    reply dict; ``backend`` which limiter decided ("local", "redis",
+    "fallback").
 
     ``remaining`` is what the tightest rule or cap of the targets still
     allows after this admission, in its meter's units, and ``reset_ms`` the
@@ -537,7 +541,6 @@ class LeaseState(object):
 
     def __init__(self, reply, scope, key=None, url=None, targets=None):
         self.reply = reply
-        self.lease = reply.get("lease")
         self.scope = scope
         self.url = url
         self.key = key if key is not None else (url_host(url) if url is not None else None)
@@ -554,6 +557,23 @@ class LeaseState(object):
         self.shadow_limited = bool(reply.get("shadow_limited", False))
         self.remaining = reply_int(reply, "remaining")
         self.reset_ms = reply_int(reply, "reset_ms")
+
+    def __repr__(self):
+        what = "scope=%r key=%r" % (self.scope, self.key)
+        if self.targets is not None:
+            what = "targets=%r" % ([(t["scope"], t["key"]) for t in self.targets],)
+        return "<%s %s remaining=%r>" % (type(self).__name__, what, self.remaining)
+
+
+class LeaseState(Admission):
+    """What an admitted acquire returned: an Admission with its lease.
+    ``lease`` is the opaque lease string; ``tokens`` the meter counts and
+    ``outcome`` ("ok", "limited" or "error") sent when the lease is released
+    by its context manager (set them inside the with block)."""
+
+    def __init__(self, reply, scope, key=None, url=None, targets=None):
+        Admission.__init__(self, reply, scope, key, url, targets)
+        self.lease = reply.get("lease")
         self.tokens = None
         self.outcome = None
         self.released = False

@@ -412,6 +412,19 @@ class AsyncClient(object):
         """See Client.try_acquire (never waits; raises Limited)."""
         return self.acquire(scope, key, url, 0, cls, cost, detach, targets, reserve)
 
+    async def admit(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
+                    targets=None):
+        """See Client.admit: an Admission, nothing to release."""
+        req = _proto.acquire_request(scope, key, url, timeout, cls, cost, targets=targets,
+                                     lease=False)
+        reply = _proto.check(await self._roundtrip(req, wait=timeout))
+        return _proto.Admission(reply, scope, key, url, req.get("targets"))
+
+    async def try_admit(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
+                        targets=None):
+        """See Client.try_admit (never waits; raises Limited)."""
+        return await self.admit(scope, key, url, 0, cls, cost, targets)
+
     async def release(self, lease, tokens=None, outcome=None):
         """See Client.release."""
         reply = await self.request(_proto.release_request(lease, tokens, outcome))

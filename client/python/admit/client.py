@@ -470,6 +470,26 @@ class Client(object):
         connect is tried once (a budget of 0 has no time to wait for it)."""
         return self.acquire(scope, key, url, 0, cls, cost, detach, targets, reserve)
 
+    def admit(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
+              targets=None):
+        """acquire for an admission with nothing to release ("lease":
+        false): one round trip, for a scope that only limits rates. Waits
+        as acquire does and returns an Admission (waited, remaining,
+        reset_ms, backend, reply); raises as acquire does, and BadRequest
+        when a scope's release would book something (max_concurrent,
+        cluster_concurrency, a concurrency rule, min_delay, a tokens rule,
+        adaptive)."""
+        req = _proto.acquire_request(scope, key, url, timeout, cls, cost, targets=targets,
+                                     lease=False)
+        reply = _proto.check(self._roundtrip(req, wait=timeout))
+        return _proto.Admission(reply, scope, key, url, req.get("targets"))
+
+    def try_admit(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
+                  targets=None):
+        """admit that never waits: the Admission, or Limited (with
+        retry_after). timeout is accepted for symmetry and ignored."""
+        return self.admit(scope, key, url, 0, cls, cost, targets)
+
     def release(self, lease, tokens=None, outcome=None):
         """Release a lease (a Lease or its string), charging tokens
         ({"input": 300, "output": 200}) to the token meters. outcome
