@@ -1,6 +1,6 @@
 """test_readme.py - the README's shell session is true.
 
-The "Talking to it from a shell" block of README.md is run as written, in
+The "Talking to it from a shell" blocks of README.md are run as written, in
 one bash, against the daemon on conf/admitd.conf (the conf `make run`
 uses; its socket and metrics address moved into the test's temp dir and
 port 0). Each `$ ` command's output must match the lines printed under it,
@@ -20,11 +20,12 @@ MARK = "@@readme-command-done@@"
 
 
 def shell_session(readme, heading):
-    """The first ```sh block after heading: [(command, [expected lines])]."""
-    section = readme.split("\n## " + heading + "\n", 1)[1]
-    block = section.split("```sh\n", 1)[1].split("\n```", 1)[0]
+    """The ```sh blocks of the section under heading, one session:
+    [(command, [expected lines])]."""
+    section = readme.split("\n## " + heading + "\n", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("\n```", 1)[0] for b in section.split("```sh\n")[1:]]
     steps = []
-    for line in block.splitlines():
+    for line in "\n".join(blocks).splitlines():
         if line.startswith("$ "):
             steps.append([line[2:], []])
         elif steps and steps[-1][0].endswith("\\") and not steps[-1][1]:
@@ -62,7 +63,7 @@ class ReadmeShellTest(unittest.TestCase):
     def test_talking_to_it_from_a_shell(self):
         with open(os.path.join(REPO, "README.md")) as f:
             steps = shell_session(f.read(), "Talking to it from a shell")
-        self.assertGreaterEqual(len(steps), 4)
+        self.assertGreaterEqual(len(steps), 5)  # both blocks
         with open(os.path.join(REPO, "conf/admitd.conf")) as f:
             conf = f.read()
         conf = re.sub(r"^metrics = .*$", "metrics = 127.0.0.1:0", conf, flags=re.M)
