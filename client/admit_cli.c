@@ -183,6 +183,7 @@ struct cli_cmd {
 
 static int cmd_acquire(struct admit *, const struct cli_args *);
 static int cmd_try(struct admit *, const struct cli_args *);
+static int cmd_once(struct admit *, const struct cli_args *);
 static int cmd_release(struct admit *, const struct cli_args *);
 static int cmd_penalize(struct admit *, const struct cli_args *);
 static int cmd_run(struct admit *, const struct cli_args *);
@@ -206,6 +207,10 @@ static const struct cli_cmd cli_cmds[] = {
 	  ACQ_OPTS & ~OPT(O_TIMEOUT), false, cmd_try,
 	  "admit now or exit 75 printing the retry-after (seconds); the lease\n"
 	  "\t\tis printed and detached like acquire's" },
+	{ "once", "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D]", 1, 2,
+	  ACQ_OPTS & ~OPT(O_RESERVE), false, cmd_once,
+	  "wait for one admission with nothing to release (a scope that only\n"
+	  "\t\tlimits rates); prints nothing, exits 0 when admitted, else as try" },
 	{ "release", "LEASE [--tokens input=300,output=200] [--outcome ok|limited|error]", 1, 1,
 	  OPT(O_TOKENS) | OPT(O_OUTCOME), false, cmd_release,
 	  "release a lease; prints \"released\" or \"not held\"" },
@@ -455,8 +460,8 @@ static int cli_req(const struct cli_args *ar, struct cli_acq *q)
 	return 0;
 }
 
-/* acquire and try: both detach and print the lease. */
-static int cli_take(struct admit *a, const struct cli_args *ar, bool wait)
+/* acquire and try: both detach and print the lease; once: no lease at all. */
+static int cli_take(struct admit *a, const struct cli_args *ar, bool wait, bool lease)
 {
 	struct cli_acq q = { .rq = ADMIT_REQ_INIT };
 	struct admit_req rq;
@@ -469,20 +474,27 @@ static int cli_take(struct admit *a, const struct cli_args *ar, bool wait)
 		return rc;
 	}
 	rq = q.rq;
-	rq.detach = true;
-	if (wait)
+	rq.detach = lease;
+	if (!lease)
+		admit_once(a, &rq, &r);
+	else if (wait)
 		admit_acquire(a, &rq, &r);
 	else
 		admit_try(a, &rq, &r);
-	if (r.err == ADMIT_OK && r.lease == NULL)
+	if (r.err == ADMIT_OK && (r.lease == NULL) == lease)
 		r.err = ADMIT_E_PROTO;
 	if (r.err == ADMIT_OK) {
-		printf("%s\n", r.lease);
+		if (lease)
+			printf("%s\n", r.lease);
 		if (r.shadow_limited)
 			fprintf(stderr, "admit: shadow scope: would have been limited%s%s\n",
 				r.rule ? " by " : "", r.rule ? r.rule : "");
 	}
-	rc = r.err == ADMIT_OK ? EXIT_ADMITTED : cli_fail(wait ? "acquire" : "try", &r);
+	rc = r.err == ADMIT_OK ? EXIT_ADMITTED
+			       : cli_fail(!lease ? "once"
+					  : wait ? "acquire"
+						 : "try",
+					  &r);
 	admit_result_free(&r);
 	cli_acq_free(&q);
 	return rc;
@@ -490,12 +502,17 @@ static int cli_take(struct admit *a, const struct cli_args *ar, bool wait)
 
 static int cmd_acquire(struct admit *a, const struct cli_args *ar)
 {
-	return cli_take(a, ar, true);
+	return cli_take(a, ar, true, true);
 }
 
 static int cmd_try(struct admit *a, const struct cli_args *ar)
 {
-	return cli_take(a, ar, false);
+	return cli_take(a, ar, false, true);
+}
+
+static int cmd_once(struct admit *a, const struct cli_args *ar)
+{
+	return cli_take(a, ar, true, false);
 }
 
 static int cmd_release(struct admit *a, const struct cli_args *ar)

@@ -156,7 +156,8 @@ class TestCli(DaemonCase):
     def test_help_lists_exit_codes(self):
         code, out, _ = self.admit("--help")
         self.assertEqual(code, 0)
-        for word in ("acquire", "release", "try", "penalize", "run", "status", "ping"):
+        for word in ("acquire", "release", "try", "once", "penalize", "run", "status",
+                     "ping"):
             self.assertIn("admit " + word, out)
         for c in (" 64 ", " 69 ", " 75 ", " 78 ", " 79 ", " 80 ", " 81 "):
             self.assertIn(c, out)
@@ -285,6 +286,20 @@ class TestCli(DaemonCase):
         self.assertLessEqual(float(out), 3600.0)
         self.assertIn("limited", err)
         self.assertIn('"quota 1/1h"', err)
+
+    def test_once_has_nothing_to_release(self):
+        # quota 1/1h: the first admission prints nothing, the second is limited
+        self.assertEqual(self.admit("once", "once", "cli-once-1", "--timeout", "0")[:2],
+                         (0, ""))
+        code, out, err = self.admit("once", "once", "cli-once-1", "--timeout", "0")
+        self.assertEqual(code, 75, err)
+        self.assertGreater(float(out), 3500.0)
+        self.assertIn("limited", err)
+        # a scope whose release books something refuses it
+        code, _, err = self.admit("once", "solo", "cli-once-2")
+        self.assertEqual(code, 65, err)
+        self.assertIn("max_concurrent", err)
+        self.assertExit(self.admit("once", "once", "cli-once-3", "--reserve", "out=5"), 64)
 
     def test_budget_exceeded_and_timeout(self):
         self.assertExit(self.admit("try", "once", "cli-budget-1"), 0)
