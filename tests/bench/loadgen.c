@@ -281,6 +281,9 @@ static bool lg_reply(struct lg *g, struct lg_conn *c, const char *line)
 		}
 		g->admitted++;
 		lg_count_backend(g, line);
+		if (lg_in_window(g, c->t_acq) && lg_in_window(g, t) &&
+		    !lg_sample(&g->acq, t - c->t_acq))
+			return false;
 		if (g->oneshot) /* admitted, nothing to release: the pair is done */
 			return lg_pair_done(g, c, t);
 		p += 9;
@@ -294,9 +297,6 @@ static bool lg_reply(struct lg *g, struct lg_conn *c, const char *line)
 			fprintf(stderr, "loadgen: a lease longer than %d bytes\n", LG_LEASE);
 			return false;
 		}
-		if (lg_in_window(g, c->t_acq) && lg_in_window(g, t) &&
-		    !lg_sample(&g->acq, t - c->t_acq))
-			return false;
 		c->st = LG_REL;
 		c->t_rel = t;
 		return lg_send(g, c, "{\"op\":\"release\",\"lease\":\"%s\"}\n", c->lease);
