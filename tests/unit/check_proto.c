@@ -1148,15 +1148,16 @@ END_TEST
 /*
  * true when only ops.c can refuse the request: a target names no key (does
  * the scope have a default key?), tokens or a reservation are named (does
- * a rule of the scope meter them?), or an override (does the scope take
- * it, and within its override_max?)
+ * a rule of the scope meter them?), an override (does the scope take it,
+ * and within its override_max?), or an acquire without a lease (does a
+ * release book nothing in each target's scope?)
  */
 static bool needs_conf(const struct request *rq)
 {
 	size_t i;
 
 	if ((rq->op == OP_RELEASE && rq->ntokens > 0) ||
-	    (rq->op == OP_ACQUIRE && rq->nreserve > 0) || rq->op == OP_OVERRIDE)
+	    (rq->op == OP_ACQUIRE && (rq->nreserve > 0 || rq->no_lease)) || rq->op == OP_OVERRIDE)
 		return true;
 	if (rq->op != OP_ACQUIRE && rq->op != OP_PENALIZE)
 		return false;
