@@ -482,7 +482,8 @@ class Client {
     const [scope, key, o] = proto.splitArgs(a, b, c);
     const req = proto.acquireRequest(scope, key, Object.assign({}, o, { lease: false }));
     const waitMs = req.timeout_ms === undefined ? null : req.timeout_ms;
-    const reply = await this._roundtrip({ req, waitMs, signal: o.signal || null });
+    // an orphan when abandoned (signal): canceled in the daemon, it spends nothing
+    const reply = await this._roundtrip({ req, waitMs, orphan: true, signal: o.signal || null });
     return new Admission(checkReply(reply), req);
   }
 

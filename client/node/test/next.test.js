@@ -122,6 +122,19 @@ test('an aborted acquire is canceled, rejects AbortError, and spends nothing', a
   assert.equal(l.backend, 'local');
 });
 
+test('an aborted admit is canceled and spends nothing', async () => {
+  const k = key('abort-admit'); // quota 1/1h: one admission would spend it
+  await client.penalize('quota', k, { retryAfterMs: 800 });
+  const ac = new AbortController();
+  const p = client.admit('quota', k, { timeoutMs: 5000, signal: ac.signal });
+  await sleep(100);
+  ac.abort(new Error('the user left'));
+  await assert.rejects(p, (e) => e instanceof admit.AbortError && e.reply.error === 'canceled');
+  assert.equal((await client.status()).scopes.quota.waiting, 0);
+  await sleep(900); // the penalty is over
+  assert.equal((await client.tryAdmit('quota', k)).remaining, 0); // the one admission, ours
+});
+
 test('a signal aborted before the acquire sends nothing', async () => {
   const k = key('pre-abort');
   const before = (await client.status()).scopes.quota;

@@ -417,7 +417,8 @@ class AsyncClient(object):
         """See Client.admit: an Admission, nothing to release."""
         req = _proto.acquire_request(scope, key, url, timeout, cls, cost, targets=targets,
                                      lease=False)
-        reply = _proto.check(await self._roundtrip(req, wait=timeout))
+        # an orphan when abandoned: canceled in the daemon, so it spends nothing
+        reply = _proto.check(await self._roundtrip(req, wait=timeout, orphan=True))
         return _proto.Admission(reply, scope, key, url, req.get("targets"))
 
     async def try_admit(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,

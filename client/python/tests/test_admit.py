@@ -5,9 +5,10 @@ An admission counts against the scope's limits as a lease does (5/1h admits
 five, then Limited with a retry), carries what is left, leaves the daemon
 holding no lease, and is refused BadRequest on a scope whose release books
 something; detach or reserve without a lease is a ValueError before anything
-is sent.
+is sent; a cancelled admit is canceled in the daemon and spends nothing.
 """
 
+import asyncio
 import unittest
 
 import admit
@@ -23,6 +24,10 @@ timeout = 1s
 [scope capped]
 max_concurrent = 3
 timeout = 1s
+
+[scope single]
+quota = 1/1h
+timeout = 5s
 """
 
 
@@ -71,6 +76,17 @@ class AsyncAdmitTest(AsyncClientCase):
             await c.try_admit("meter", k)
         with self.assertRaises(admit.BadRequest):
             await c.admit("capped", k)
+
+    async def test_a_cancelled_admit_spends_nothing(self):
+        c, k = self.client, self.key()
+        await c.penalize("single", k, retry_after=0.8)  # the admit waits it out
+        task = asyncio.ensure_future(c.admit("single", k))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.9)
+        self.assertEqual((await c.try_admit("single", k)).remaining, 0)  # quota 1/1h: ours
 
 
 if __name__ == "__main__":
