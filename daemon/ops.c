@@ -73,11 +73,6 @@ static void ops_meter_error(struct conn *c, const struct request *rq, const char
 }
 
 /*
- * Resolve a request's targets against the conf. false (after replying)
- * when a scope, key or class is wrong, a reservation names a meter none of
- * them counts, or memory runs out.
- */
-/*
  * Why an acquire of (cs, cls) cannot go without a lease ("lease": false),
  * or NULL when it can: its release would book something or teach the
  * adaptive amount, or a cap counts the leases held, which a lease given
@@ -100,6 +95,12 @@ static const char *ops_needs_lease(const struct conf_scope *cs, const struct con
 	return NULL;
 }
 
+/*
+ * Resolve a request's targets against the conf. false (after replying)
+ * when a scope, key or class is wrong, a reservation names a meter none of
+ * them counts, an acquire without a lease names a scope that needs one, or
+ * memory runs out.
+ */
 static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *out)
 {
 	char msg[256];
