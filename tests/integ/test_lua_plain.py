@@ -98,7 +98,19 @@ class PlainPathTest(unittest.TestCase):
                 n, kind, amount, window, burst, cost, floor, state, pen)
             self.assertEqual(r[0], rg[3], where)  # one Redis time
             self.assertEqual(rp, rg[0:3] + rg[10:13], where)
-            self.assertEqual(dict(zip(ha[::2], ha[1::2])), dict(zip(hb[::2], hb[1::2])), where)
+            da, db = dict(zip(ha[::2], ha[1::2])), dict(zip(hb[::2], hb[1::2]))
+            if window == 1 and (not da or not db):
+                # A TTL of 1 ms: Redis 7.0's PEXPIRE reads the clock again to
+                # see whether the key is already expired, and deletes it at
+                # once when a millisecond ticked between (a preempted server,
+                # as under valgrind), which leaves it as good as fresh. A
+                # hash that remains must hold what both replies said.
+                self.assertEqual(rp[0], 1, where)  # a refusal writes no TTL
+                if da or db:
+                    self.assertEqual([(da or db).get(f) for f in "abt"],
+                                     [str(v) for v in rp[3:6]], where)
+                continue
+            self.assertEqual(da, db, where)
         # both outcomes were exercised
         self.assertGreater(admitted, 50)
         self.assertGreater(refused, 50)
