@@ -140,6 +140,9 @@ def run(parent, library_dump, lone, admissions=4800):
     argv of one plain acquire ('=' form)."""
     if shutil.which("valgrind") is None:
         return {"skipped": "skipped: no valgrind"}
+    if lone and lone[0] != "FCALL":
+        return {"skipped": "skipped: the daemon sends %s (redis_functions = no); the "
+                "instructions are counted for its function library only" % lone[0]}
     if len(lone) != 16 or lone[4] != "=" or lone[6] != "p":
         return {"skipped": "skipped: the captured acquire is not a plain one: %r" % lone[:8]}
     with open(BUCKET_LUA) as f:
