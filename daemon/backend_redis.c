@@ -509,6 +509,10 @@ void backend_status(const struct backend *b, struct preply *r)
 	preply_int(r, "written_back", (int64_t)b->wb_keys);
 	preply_int(r, "owed_dropped", (int64_t)b->wb_dropped);
 	preply_int(r, "found_lost", (int64_t)b->wb_lost);
+	preply_push(r, "calls");
+	for (i = 0; i < RB_OP__COUNT; i++)
+		preply_int(r, rb_op_names[i], (int64_t)b->calls[i]);
+	preply_pop(r);
 	preply_push(r, "errors");
 	for (i = 0; i < RB_OP__COUNT; i++)
 		preply_int(r, rb_op_names[i], (int64_t)b->errors[i]);

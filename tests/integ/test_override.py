@@ -189,9 +189,15 @@ class RedisOverrideTest(unittest.TestCase):
         # a penalty is a limited outcome: the learned amount is written in the same hash
         self.assertTrue(self.cb.request({"op": "penalize", "scope": "learn", "key": "x",
                                          "retry_after_ms": 0})["ok"])
+        # the penalty reaches Redis after its reply: wait for it to land
         key = "admitd:{learn:x}:a"
-        h = self.rs.command("HGETALL", key)
-        fields = dict(zip(h[::2], h[1::2]))
+        deadline = time.monotonic() + 5
+        while True:
+            h = self.rs.command("HGETALL", key)
+            fields = dict(zip(h[::2], h[1::2]))
+            if "amt" in fields or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
         self.assertEqual((fields.get("o0"), fields.get("amt")), ("50", "80000"), fields)
         self.assertGreater(self.rs.command("PTTL", key), 3000000)  # the override's hour
         ins = self.ca.request({"op": "inspect", "scope": "learn", "key": "x"})
