@@ -140,8 +140,9 @@ struct kq {
 	int32_t refs;		/* waiters (and pends) naming this key: not swept, not evicted */
 	struct event *retry_ev; /* the head's next attempt */
 	struct eng_refused *refused; /* a refusal Redis gave, kept until it can pass (engine.c) */
+	struct rb_ahead *ahead;	     /* units booked ahead in Redis (rb_ahead.c) */
 	int64_t wake_at;	     /* when retry_ev fires; 0 when not armed */
-	uint32_t lim_cap;	     /* rules the state inline in the entry has room for */
+	uint16_t lim_cap;	     /* rules the state inline in the entry has room for */
 	bool lim_ext;		     /* lim is a separate allocation (a reload added rules) */
 	bool slot_wait;		     /* the head waits for a lease slot (a release may end it) */
 	bool busy;		     /* a backend decision for the head is in flight */
@@ -187,6 +188,7 @@ struct scope_rt {
 	uint64_t releases;		  /* release ops naming a lease of this scope */
 	uint64_t penalties;		  /* penalize ops naming this scope */
 	uint64_t refused_known;		  /* refused from a refusal Redis gave before */
+	uint64_t admitted_ahead;	  /* admitted from units booked ahead, with no call */
 	/* Batched Redis acquire calls (one for the head of a key and the
 	 * waiters like it behind), and the attempts they carried. */
 	uint64_t batches, batched;

@@ -31,6 +31,30 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		     void *arg);
 
 /*
+ * Units booked ahead. A key this daemon takes fast, whose plan for the
+ * class is one token or leaky bucket and nothing else, has the units it is
+ * expected to take within redis_book_ahead booked in Redis by the call that
+ * admits it (never more than the bucket holds above the class's floor, nor
+ * more than the bucket refills in that time). They are handed out here
+ * with no call until redis_book_ahead has passed; then what is left goes
+ * back to Redis, with the key's next acquire or on its own. A penalty,
+ * reset or override of the key through this daemon ends them at once.
+ *
+ * backend_ahead_take - admit w from its key's units (res says so); false
+ * when it has none for w (one target, its class, its cost, in time).
+ * backend_ahead_on - does w's plan book ahead (its hot key is then decided
+ * one head at a time, each admission booking for the waiters behind it)?
+ * backend_ahead_end - kq's units are handed out no more (given back now);
+ * backend_ahead_drop - kq forgets them, given back first when give is true
+ * (under the conf they were booked under, which a reload keeps until the
+ * calls of its time are done).
+ */
+bool backend_ahead_take(struct backend *b, struct waiter *w, struct eng_res *res);
+bool backend_ahead_on(const struct backend *b, const struct waiter *w);
+void backend_ahead_end(struct kq *kq);
+void backend_ahead_drop(struct kq *kq, bool give);
+
+/*
  * backend_acquire_batch - one acquire.lua call for ws[0..n), the first n
  * waiters of one key (single target, same shape), each under its own lease
  * id; false when Redis cannot take it now (cb is not called).

@@ -12,7 +12,7 @@
  * room makes, failures, penalize, inspect/reset/override, health and the
  * heartbeat), rb_args.c (a plan to KEYS and ARGV), rb_acquire.c (acquire
  * calls, batched across keys and for a hot key, their replies and
- * rollbacks) and rb_queue.c (releases, reconciliations, rebooks, the outage
+ * rollbacks), rb_ahead.c (units booked ahead for a hot key) and rb_queue.c (releases, reconciliations, rebooks, the outage
  * queue and the write-back of what the fallback admitted).
  */
 
@@ -57,6 +57,7 @@ enum rb_op {
 	RB_OP_RESET,
 	RB_OP_WRITEBACK,
 	RB_OP_OVERRIDE,
+	RB_OP_GIVE_BACK, /* units booked ahead and not handed out (rb_ahead.c) */
 	RB_OP__COUNT
 };
 extern const char *const rb_op_names[RB_OP__COUNT];
@@ -65,6 +66,8 @@ struct rb_rel;
 TAILQ_HEAD(rb_rel_list, rb_rel);
 struct rb_owe;
 TAILQ_HEAD(rb_owe_list, rb_owe);
+struct rb_ahead;
+TAILQ_HEAD(rb_ahead_list, rb_ahead);
 
 struct backend {
 	struct admitd *ad;
@@ -109,6 +112,11 @@ struct backend {
 	struct rb_xb **xb; /* nxb of them; NULL: every acquire its own call */
 	size_t nxb, xb_pending;
 	struct event *xb_ev;
+	/* Keys with units booked ahead (rb_ahead.c), oldest booking first, and
+	 * the tick that gives back what was not handed out in time. */
+	struct rb_ahead_list aheads;
+	struct event *ahead_ev;
+	uint64_t ahead_booked, ahead_taken, ahead_returned, ahead_dropped; /* units */
 };
 
 /* ---- argument vectors ---- */
@@ -236,10 +244,13 @@ void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt 
 struct rb_plain {
 	const char *kind; /* strat_kind_name's: one pointer per kind */
 	int64_t amount, window_ms, burst, floor, code, not_after, cost;
+	bool ahead;	     /* an 'a' group's: books extra ahead, gives give back */
+	int64_t extra, give; /* units (rb_ahead_ask) */
 };
+void rb_plain_costs(struct rargs *a, const struct rb_plain *p);
 bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 		    const char *lease_id, int64_t not_after, const struct meter_tokens *reserve,
-		    size_t nreserve, struct rb_plain *p, size_t *nkeys);
+		    size_t nreserve, bool alone, struct rb_plain *p, size_t *nkeys);
 void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n);
 bool rb_plain_same(const struct rb_plain *x, const struct rb_plain *y);
 void rb_release_args(struct rargs *a, const struct backend *b, const struct be_target *t,
@@ -250,6 +261,21 @@ void rb_release_args(struct rargs *a, const struct backend *b, const struct be_t
 bool rb_xb_init(struct backend *b);
 void rb_xb_free(struct backend *b);
 void rb_xb_flush(struct backend *b);
+
+/*
+ * rb_ahead.c: units a hot key's acquire books ahead in Redis, handed out
+ * here. rb_ahead_ask fills p's extra and give for t's acquire (the units
+ * it may book ahead, those it gives back); rb_ahead_keep takes what an
+ * admitted one booked (left: what Redis said is left after it).
+ */
+#define RB_AHEAD_MAX 256 /* units one call books ahead at most */
+int64_t rb_ahead_cap(const struct backend *b, const struct conf_scope *cs,
+		     const struct conf_class *cls);
+void rb_ahead_ask(struct backend *b, const struct target_rt *t, struct rb_plain *p);
+void rb_ahead_keep(struct backend *b, struct kq *kq, const struct conf_class *cls, int64_t units,
+		   const struct lim_left *left);
+bool rb_ahead_init(struct backend *b);
+void rb_ahead_free_all(struct backend *b);
 
 /* rb_queue.c: releases, reconciliations, rebooks, the queue, the write-back */
 bool rb_queue_init(struct backend *b);

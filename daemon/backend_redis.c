@@ -59,7 +59,7 @@
 
 const char *const rb_op_names[RB_OP__COUNT] = { "acquire",   "release",	  "rollback", "penalize",
 						"heartbeat", "reconcile", "rebook",   "inspect",
-						"reset",     "writeback", "override" };
+						"reset",     "writeback", "override", "give_back" };
 
 /* One script call on the connection of (cs, key). */
 int rb_eval(struct backend *b, const struct conf_scope *cs, const char *key, int script,
@@ -509,6 +509,12 @@ void backend_status(const struct backend *b, struct preply *r)
 	preply_int(r, "written_back", (int64_t)b->wb_keys);
 	preply_int(r, "owed_dropped", (int64_t)b->wb_dropped);
 	preply_int(r, "found_lost", (int64_t)b->wb_lost);
+	preply_push(r, "ahead"); /* units booked ahead (rb_ahead.c) */
+	preply_int(r, "booked", (int64_t)b->ahead_booked);
+	preply_int(r, "taken", (int64_t)b->ahead_taken);
+	preply_int(r, "given_back", (int64_t)b->ahead_returned);
+	preply_int(r, "dropped", (int64_t)b->ahead_dropped);
+	preply_pop(r);
 	preply_push(r, "calls");
 	for (i = 0; i < RB_OP__COUNT; i++)
 		preply_int(r, rb_op_names[i], (int64_t)b->calls[i]);
@@ -641,7 +647,7 @@ struct backend *backend_new(struct admitd *ad)
 		goto fail;
 	}
 	b->hb_ev = event_new(ad->base, -1, EV_PERSIST, rb_hb_cb, b);
-	if (!rb_queue_init(b) || !rb_xb_init(b))
+	if (!rb_queue_init(b) || !rb_xb_init(b) || !rb_ahead_init(b))
 		goto fail;
 	if (b->hb_ev == NULL || event_add(b->hb_ev, &hb) != 0)
 		goto fail;
@@ -661,6 +667,7 @@ void backend_free(struct backend *b)
 	rb_xb_free(b); /* queued acquires first: answered by rb_acq_done's closing branch */
 	if (b->pool)
 		rpool_free(b->pool);
+	rb_ahead_free_all(b); /* the units this daemon held: Redis gets them back as it refills */
 	rb_queue_free(b);
 	free(b->pods_key);
 	free(b->password);

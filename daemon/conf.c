@@ -141,6 +141,12 @@ static const struct conf_key conf_admitd_keys[] = {
 	  "a refusal Redis gave a key (a wait no release can shorten) is given again here, "
 	  "with no call, until that wait ends but for at most this long: a reset or override "
 	  "through another daemon reaches this one within it (0: every acquire asks Redis)" },
+	{ "redis_book_ahead", CT_DURATION, ADMITD_OFF(redis_book_ahead_ms), "5ms", 0, MS_SEC,
+	  CONF_F_LIVE,
+	  "a key this daemon takes fast, under a token or leaky bucket and nothing else, has "
+	  "what it will take in this long booked in Redis with the call that admits it, and "
+	  "handed out here with no call; what is not handed out within it goes back (0: "
+	  "every acquire asks Redis)" },
 	{ "redis_functions", CT_BOOL, ADMITD_OFF(redis_functions), "yes", 0, 0, CONF_F_REDIS,
 	  "load the scripts as one function library and FCALL them (Redis 7); no, or a Redis "
 	  "that refuses FUNCTION LOAD: EVALSHA" },

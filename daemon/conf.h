@@ -139,6 +139,7 @@ struct conf {
 	int64_t redis_pool;		 /* default 2 */
 	int64_t redis_batch;		 /* acquires of different keys in one call; default 32 */
 	int64_t redis_refusal_hold_ms;	 /* known refusals kept at most this; default 1s */
+	int64_t redis_book_ahead_ms;	 /* hot keys' units booked ahead for this; default 5ms */
 	bool redis_functions;		 /* FCALL when the server has functions; default yes */
 	int64_t fallback_pods;		 /* default 1: auto's divisor before any heartbeat */
 	int64_t redis_timeout_ms;	 /* default 250ms */

@@ -211,6 +211,8 @@ void eng_acquire(struct admitd *ad, struct waiter *w, const char *lease_id, eng_
 
 	if (ad->redis != NULL && eng_refused_known(w, &res))
 		; /* answered without a call */
+	else if (ad->redis != NULL && backend_ahead_take(ad->redis, w, &res))
+		; /* admitted from what an earlier call booked ahead */
 	else if (ad->redis == NULL)
 		res = eng_local(ad, w->t, w->nt, clock_mono_ms(), lease_id, VIA_LOCAL, w->reserve,
 				w->nreserve);
@@ -226,7 +228,7 @@ bool eng_can_batch(struct admitd *ad, const struct waiter *w)
 	const struct conf_scope *cs = w->t[0].kq->sc->cs;
 
 	return ad->redis != NULL && !ad->shutting_down && backend_up(ad->redis) && w->nt == 1 &&
-	       cs->min_delay_ms == 0 && !cs->shadow;
+	       cs->min_delay_ms == 0 && !cs->shadow && !backend_ahead_on(ad->redis, w);
 }
 
 void eng_acquire_batch(struct admitd *ad, struct waiter *const *ws, size_t n, eng_batch_cb *cb,
@@ -395,6 +397,7 @@ void eng_reset(struct kq *kq, eng_reset_cb *cb, void *arg)
 
 	lim_reset(kq_lim(kq));
 	eng_refused_forget(kq);
+	backend_ahead_end(kq);
 	eng_wake_head(kq);
 	if (ad->redis != NULL && backend_reset(ad->redis, kq, cb, arg)) {
 		waitq_pump(kq);
@@ -413,6 +416,7 @@ void eng_override(struct kq *kq, int64_t ttl_ms, int64_t min_delay_ms, const int
 		    lim_override(st, kq->sc->cs, clock_mono_ms() + ttl_ms, min_delay_ms, amount);
 
 	eng_refused_forget(kq);
+	backend_ahead_end(kq); /* booked under the amounts the override replaces */
 	eng_wake_head(kq);
 	/* Sent before the head asks again: on the key's connection, in order. */
 	if (ad->redis != NULL &&
@@ -435,6 +439,7 @@ void eng_penalize(struct kq *kq, int64_t delay_ms)
 			    clock_mono_ms());
 	if (kq->sc->ad->redis != NULL)
 		backend_penalize(kq->sc->ad->redis, kq, delay_ms);
+	backend_ahead_end(kq); /* held back: what it booked ahead is not handed out */
 }
 
 void eng_fb_override(struct kq *kq, const struct conf_class *cls, int64_t until,

@@ -500,6 +500,7 @@ static void op_status(struct conn *c, struct request *rq)
 		preply_int(r, "releases", (int64_t)sc->releases);
 		preply_int(r, "penalties", (int64_t)sc->penalties);
 		preply_int(r, "refused_known", (int64_t)sc->refused_known);
+		preply_int(r, "admitted_ahead", (int64_t)sc->admitted_ahead);
 		preply_list(r, "wait_buckets");
 		for (j = 0; j < METRICS_WAIT_NBUCKETS; j++)
 			preply_int(r, NULL, (int64_t)sc->wait_hist[j]);

@@ -29,6 +29,8 @@ enum rb_outcome { RB_R_REFUSED = 0, RB_R_ADMITTED, RB_R_STALE, RB_R_UNKNOWN };
 
 /* The general reply's length for a one-rule plan (rb_plain_reply makes one). */
 #define RB_PLAIN_REPLY 13
+/* The numbers a plain acquire's reply has in the '=' form. */
+#define RB_PLAIN_NUMS(ahead) ((ahead) ? 7u : 6u)
 
 struct rb_acq {
 	struct backend *b;
@@ -40,6 +42,10 @@ struct rb_acq {
 	int64_t not_after_mono; /* no run of these scripts books after this */
 	struct eng_res res;	/* the answer, once decided */
 	size_t rollbacks;	/* answered when the last rollback is in */
+	bool ahead;		/* its one target's call books ahead ('a' group) */
+	int64_t got;		/* ... the units it booked ahead */
+	int64_t give;		/* ... and those it gave back (rb_ahead_ask) */
+	uint64_t gen;		/* the conf it was sent under (reloads applied) */
 	struct {
 		enum rb_outcome out;
 		int64_t retry;
@@ -186,6 +192,28 @@ static void rb_rollback(struct rb_acq *q, bool wait)
 	rb_rollback_done(q, NULL);
 }
 
+/*
+ * An admitted acquire that booked ahead: its key keeps the units (even if
+ * its own admission is undone: they were booked), unless a reload came
+ * between (they were booked under a rule that may be gone: dropped), and
+ * what is left counts them as this pod's.
+ */
+static void rb_acq_ahead(struct rb_acq *q, struct eng_res *res)
+{
+	const struct target_rt *t = &q->w->t[0];
+
+	if (q->gen != q->b->ad->reloads_ok) {
+		q->b->ahead_dropped += (uint64_t)q->got;
+		return;
+	}
+	rb_ahead_keep(q->b, t->kq, t->cls, q->got, &res->left);
+	if (res->left.has && q->got > 0) {
+		res->left.remaining += q->got;
+		if (res->left.capacity > 0 && res->left.remaining > res->left.capacity)
+			res->left.remaining = res->left.capacity;
+	}
+}
+
 /* All targets answered (or failed): combine, roll back partial admissions. */
 static void rb_acq_done(struct rb_acq *q)
 {
@@ -223,6 +251,12 @@ static void rb_acq_done(struct rb_acq *q)
 	eng_merge_end(&res);
 	for (i = 0; i < w->nt && !failed; i++)
 		eng_merge_left(&res, &q->r[i].left);
+	if (!failed && q->ahead && q->r[0].out == RB_R_ADMITTED)
+		rb_acq_ahead(q, &res);
+	if (failed && q->give > 0) { /* Redis may not have them back */
+		b->ahead_returned -= (uint64_t)q->give;
+		b->ahead_dropped += (uint64_t)q->give;
+	}
 	if (failed) {
 		bool admitted_any = false;
 		for (i = 0; i < w->nt; i++)
@@ -306,19 +340,23 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
  * A plain acquire's six numbers in a flat reply (at: where they start;
  * a[0] the call's Redis time) as the general reply rb_acq_cb reads:
  * admitted, wait, code, now, no pacing, no adaptive amount, no lease set or
- * quota, then the rule's counter. false when they are not six numbers.
+ * quota, then the rule's counter. false when they are not six numbers, or
+ * seven for one that books ahead (part's acquire takes the seventh: the
+ * units it booked ahead).
  */
-static bool rb_plain_reply(const struct rval *flat, size_t at, struct rval v[RB_PLAIN_REPLY],
-			   struct rval *arr)
+static bool rb_plain_reply(const struct rval *flat, size_t at, const struct rb_acq_part *part,
+			   struct rval v[RB_PLAIN_REPLY], struct rval *arr)
 {
 	static const size_t from[RB_PLAIN_REPLY] = { 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 4, 5, 6 };
-	size_t k;
+	size_t k, nv = RB_PLAIN_NUMS(part->q->ahead);
 
-	if (flat == NULL || flat->type != RV_ARR || flat->n < at + 6 || flat->a[0].type != RV_INT)
+	if (flat == NULL || flat->type != RV_ARR || flat->n < at + nv || flat->a[0].type != RV_INT)
 		return false;
-	for (k = 0; k < 6; k++)
+	for (k = 0; k < nv; k++)
 		if (flat->a[at + k].type != RV_INT)
 			return false;
+	if (part->q->ahead)
+		part->q->got = flat->a[at + 6].i > 0 ? flat->a[at + 6].i : 0;
 	for (k = 0; k < RB_PLAIN_REPLY; k++) {
 		v[k] = (struct rval){ .type = RV_INT };
 		if (k == 3)
@@ -330,13 +368,15 @@ static bool rb_plain_reply(const struct rval *flat, size_t at, struct rval v[RB_
 	return true;
 }
 
-/* A lone plain acquire's reply: the Redis time and its six numbers. */
+/* A lone plain acquire's reply: the Redis time and its six (or seven) numbers. */
 static void rb_plain_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
+	struct rb_acq_part *part = arg;
 	struct rval v[RB_PLAIN_REPLY], arr;
 
-	if (st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == 7 &&
-	    rb_plain_reply(reply, 1, v, &arr))
+	if (st == RP_OK && reply != NULL && reply->type == RV_ARR &&
+	    reply->n == 1 + RB_PLAIN_NUMS(part->q->ahead) &&
+	    rb_plain_reply(reply, 1, part, v, &arr))
 		reply = &arr;
 	else if (st == RP_OK && reply != NULL && reply->type != RV_ERR)
 		reply = NULL; /* not what was asked: the outcome is unknown */
@@ -372,7 +412,7 @@ struct rb_xone {
 struct rb_xb {
 	struct rb_xone *c[RB_XB_MAX]; /* redis_batch at most */
 	size_t n;
-	size_t reply_n;	   /* the reply's length: the time, 6 per plain, 1 per other */
+	size_t reply_n;	   /* the reply's length: the time, 6 or 7 per plain, 1 per other */
 	unsigned affinity; /* the first one's: the connection they share */
 };
 /* b->xb[i]: the batch waiting for pool connection i (NULL: none), made by
@@ -415,8 +455,8 @@ static void rb_xb_cb(void *arg, enum rp_status st, const struct rval *reply)
 			rb_acq_cb(one->part, st, err);
 		} else if (one->plain) {
 			rb_acq_cb(one->part, RP_OK,
-				  rb_plain_reply(reply, at, v, &arr) ? &arr : &odd);
-			at += 6;
+				  rb_plain_reply(reply, at, one->part, v, &arr) ? &arr : &odd);
+			at += RB_PLAIN_NUMS(one->p.ahead);
 		} else {
 			rb_acq_cb(one->part, RP_OK, &reply->a[at++]);
 		}
@@ -463,7 +503,7 @@ static size_t rb_xb_groups(const struct rb_xb *x, struct rargs *hdr, size_t *hea
 		if (one->plain) {
 			rb_plain_group(hdr, &one->p, first[k + 1] - first[k]);
 			for (j = first[k]; j < first[k + 1]; j++)
-				rargs_int(hdr, x->c[j]->p.cost);
+				rb_plain_costs(hdr, &x->c[j]->p);
 		} else {
 			rargs_str(hdr, "g");
 			rargs_int(hdr, (int64_t)one->nkeys);
@@ -517,7 +557,7 @@ static void rb_xb_send(struct backend *b, size_t i)
 	for (j = 0; j < x->n; j++) {
 		nkeys += x->c[j]->nkeys;
 		argc += x->c[j]->nkeys + (x->c[j]->plain ? 0 : x->c[j]->a.n - x->c[j]->nkeys);
-		x->reply_n += x->c[j]->plain ? 6 : 1;
+		x->reply_n += x->c[j]->plain ? RB_PLAIN_NUMS(x->c[j]->p.ahead) : 1;
 	}
 	argc += hdr.n;
 	argv = malloc(argc * sizeof(*argv));
@@ -592,7 +632,9 @@ static bool rb_xb_add(struct backend *b, struct rb_acq *q, const struct target_r
 		return false;
 	}
 	one->plain = rb_target_args(&one->a, b, t, q->lease_id, not_after, q->w->reserve,
-				    q->w->nreserve, &one->p, &one->nkeys);
+				    q->w->nreserve, true, &one->p, &one->nkeys);
+	q->ahead = one->plain && one->p.ahead;
+	q->give = q->ahead ? one->p.give : 0;
 	part->q = q;
 	part->i = 0;
 	one->part = part;
@@ -630,6 +672,7 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	q->cb = cb;
 	q->arg = arg;
 	memcpy(q->lease_id, lease_id, sizeof(q->lease_id));
+	q->gen = b->ad->reloads_ok;
 	not_after = rb_not_after(b, &q->not_after_mono);
 	if (w->nt == 1 && b->xb != NULL && rb_xb_add(b, q, &w->t[0], not_after))
 		return true;
@@ -638,7 +681,9 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		struct rb_plain pa;
 		size_t nkeys = 0;
 		bool plain = rb_target_args(&a[i], b, &w->t[i], lease_id, not_after, w->reserve,
-					    w->nreserve, &pa, &nkeys);
+					    w->nreserve, w->nt == 1, &pa, &nkeys);
+		q->ahead = plain && pa.ahead;
+		q->give = q->ahead ? pa.give : 0;
 		if (part == NULL || a[i].oom) {
 			free(part);
 			goto out;

@@ -332,8 +332,8 @@ void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt 
  * acquire.lua's 'p' group carries, and a the KEYS and ARGV of a call that is
  * that one acquire alone (its rule hash; '=', one group of one).
  */
-static void rb_plain_args(struct rargs *a, const struct backend *b, const struct target_rt *t,
-			  int64_t not_after, struct rb_plain *p, size_t *nkeys)
+static void rb_plain_args(struct rargs *a, struct backend *b, const struct target_rt *t,
+			  int64_t not_after, bool alone, struct rb_plain *p, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
 	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
@@ -348,18 +348,35 @@ static void rb_plain_args(struct rargs *a, const struct backend *b, const struct
 	p->code = (int64_t)pl->rules[0];
 	p->not_after = not_after;
 	p->cost = t->cost;
+	p->ahead = false;
+	p->extra = p->give = 0;
+	if (alone)
+		rb_ahead_ask(b, t, p);
 	rb_key(a, b, cs, t->kq->key, "r", (long)pl->rules[0]);
 	*nkeys = 1;
 	rargs_str(a, "=");
 	rargs_int(a, 1);
 	rb_plain_group(a, p, 1);
-	rargs_int(a, p->cost);
+	rb_plain_costs(a, p);
 }
 
-/* The head of a 'p' group of n acquires of p's params (their costs follow). */
+/* One acquire's part of its group: its cost ('a': then extra and give). */
+void rb_plain_costs(struct rargs *a, const struct rb_plain *p)
+{
+	rargs_int(a, p->cost);
+	if (p->ahead) {
+		rargs_int(a, p->extra);
+		rargs_int(a, p->give);
+	}
+}
+
+/*
+ * The head of a 'p' group of n acquires of p's params, or of an 'a' group
+ * when p books ahead (their costs follow, rb_plain_costs).
+ */
 void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n)
 {
-	rargs_str(a, "p");
+	rargs_str(a, p->ahead ? "a" : "p");
 	rargs_str(a, p->kind);
 	rargs_int(a, p->amount);
 	rargs_int(a, p->window_ms);
@@ -372,27 +389,28 @@ void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n)
 
 /*
  * KEYS and ARGV of t's acquire as a call of its own: a plain plan's '=' form
- * (p takes its params, for a batch's 'p' group) or the general form (count
- * 1). Returns whether it is the plain one.
+ * (p takes its params, for a batch's 'p' or 'a' group) or the general form
+ * (count 1). alone: t is its waiter's only target, which may book ahead.
+ * Returns whether it is the plain one.
  */
 bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 		    const char *lease_id, int64_t not_after, const struct meter_tokens *reserve,
-		    size_t nreserve, struct rb_plain *p, size_t *nkeys)
+		    size_t nreserve, bool alone, struct rb_plain *p, size_t *nkeys)
 {
 	if (conf_plan_of(t->kq->sc->cs, t->cls)->plain) {
-		rb_plain_args(a, b, t, not_after, p, nkeys);
+		rb_plain_args(a, b, t, not_after, alone && nreserve == 0, p, nkeys);
 		return true;
 	}
 	rb_acquire_args(a, b, t, lease_id, 1, not_after, reserve, nreserve, nkeys);
 	return false;
 }
 
-/* Two plain acquires one 'p' group can carry (all but the cost alike). */
+/* Two plain acquires one group can carry (all but what rb_plain_costs sends alike). */
 bool rb_plain_same(const struct rb_plain *x, const struct rb_plain *y)
 {
 	return x->kind == y->kind && x->amount == y->amount && x->window_ms == y->window_ms &&
 	       x->burst == y->burst && x->floor == y->floor && x->code == y->code &&
-	       x->not_after == y->not_after;
+	       x->not_after == y->not_after && x->ahead == y->ahead;
 }
 
 const char *const rb_mode_names[] = { "release", "rollback", "reconcile", "rebook", "outcome" };

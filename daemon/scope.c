@@ -24,6 +24,7 @@
 #include "admitd.h"
 
 #include "clock.h"
+#include "backend.h"
 #include "engine.h"
 #include "log.h"
 
@@ -154,7 +155,8 @@ struct kq *kq_get(struct scope_rt *sc, const char *key, bool *full)
 	kq->key = kq_key;
 	kq->sc = sc;
 	kq->lim_ext = false;
-	kq->lim_cap = (uint32_t)sc->cs->nrules;
+	/* an understated room only moves a reload's state out of the entry */
+	kq->lim_cap = sc->cs->nrules > UINT16_MAX ? UINT16_MAX : (uint16_t)sc->cs->nrules;
 	lim_state_init(kq_lim(kq), sc->cs);
 	TAILQ_INIT(&kq->waiters);
 	kq_idle_in(kq);
@@ -294,6 +296,7 @@ static void scope_swap_carry_kq(void *arg, const char *key UNUSED, void *val)
 	kq->lim_ext = ext;
 	kq->sc = p->sc;
 	eng_refused_forget(kq); /* decided under the old conf, whose strings go with it */
+	backend_ahead_drop(kq, true);
 }
 
 static void scope_swap_repoint_kq(void *arg, const char *key UNUSED, void *val)
@@ -302,6 +305,7 @@ static void scope_swap_repoint_kq(void *arg, const char *key UNUSED, void *val)
 
 	kq->sc = arg;
 	eng_refused_forget(kq); /* decided under the old conf */
+	backend_ahead_drop(kq, true);
 }
 
 /* The class of the same name in cs (*gone set when there is none). */

@@ -25,6 +25,7 @@
 
 #include "admitd.h"
 
+#include "backend.h"
 #include "clock.h"
 #include "engine.h"
 #include "log.h"
@@ -668,6 +669,7 @@ void waitq_free_kq(struct kq *kq)
 		event_free(kq->retry_ev);
 	kq->retry_ev = NULL;
 	eng_refused_forget(kq);
+	backend_ahead_drop(kq, true);
 	if (kq->lim_ext) {
 		lim_state_free(kq_lim(kq));
 		kq->lim_ext = false;

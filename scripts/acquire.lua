@@ -98,8 +98,16 @@ end
 -- bucket's arithmetic is strat_bucket_try's. Writes what the reply says of it
 -- into out[o + 1 .. o + 6]: admitted (0 or 1), retry_after_ms, code (as
 -- acquire_one's), then the rule's counter a, b, t after the decision.
+--
+-- Booking ahead (a token or leaky bucket only, extra and give not nil; the
+-- 'a' group): first `give` units booked ahead before and never handed out
+-- come back (the bucket's level drops by them, never below empty), whatever
+-- is decided; then, once the acquire's own cost is admitted, up to `extra`
+-- more units are booked for the daemon to hand out itself, as many as the
+-- bucket holds above the class's floor. out[o + 7] is how many it booked.
 local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor, code,
-			     not_after, cost)
+			     not_after, cost, extra, give)
+	if extra then out[o + 7] = 0 end
 	if not_after > 0 and now > not_after then
 		out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, 0, -6, 0, 0, 0
 		return
@@ -110,8 +118,19 @@ local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor,
 	if h[4] and h[4] ~= '0' then penalty_until = tonumber(h[4]) or 0 end
 	local a, t = tonumber(h[1]) or 0, tonumber(h[3]) or 0
 	local ok, na, nb, nt, ttl, w, ops, np, st
+	local gave = give and give > 0 and a > 0
+	if gave then -- units come back: the level at t drops
+		a = a - give * 1000
+		if a < 0 then a = 0 end
+	end
 	if kind == 'token-bucket' or kind == 'leaky-bucket' then
 		ok, na, nb, nt, ttl = strat_bucket_try(a, b, t, amount, window_ms, burst, now, cost, floor)
+		if ok and extra and extra > 0 and now >= penalty_until then
+			local room = (burst == 0 and amount or burst) - floor -- units, as strat_bucket_try's
+			local more = math.floor((room * 1000 - na) / 1000)
+			if more > extra then more = extra end
+			if more > 0 then na, out[o + 7] = na + more * 1000, more end
+		end
 	end
 	if not ok then -- another kind, or a bucket's wait: the general arithmetic
 		ops, np = strat_prep({ kind = kind, amount = amount, window_ms = window_ms, burst = burst })
@@ -122,6 +141,7 @@ local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor,
 	if now < penalty_until then wait, c = penalty_until - now, -2 end
 	if not ok and (c == -1 or w == -1 or w > wait) then wait, c = w, code end
 	if c ~= -1 then
+		if gave then redis.call('HSET', key, 'a', int_arg(a)) end -- what came back stays
 		out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, wait, c, a, b, t
 		return
 	end
@@ -410,27 +430,42 @@ now_s = string.format('%d', now)
 --   'p' kind amount window_ms burst floor code not_after n cost_1 .. cost_n
 --       n plain acquires (acquire_plain) of one rule's params; KEYS: their
 --       n rule hashes
+--   'a' kind amount window_ms burst floor code not_after n, then n times
+--       cost extra give: the same, each booking up to extra units ahead and
+--       taking give back (acquire_plain)
 --   'g' nk na ARGV_1 .. ARGV_na
 --       one acquire of any plan; KEYS: its nk KEYS
 -- and KEYS are every group's KEYS in order. The reply is flat: the Redis
 -- time (ms), then per group in order, for 'p' six numbers per acquire
--- (acquire_plain's), for 'g' acquire_one's reply (a table).
+-- (acquire_plain's), for 'a' seven (the seventh: the units booked ahead),
+-- for 'g' acquire_one's reply (a table).
 -- A lone plain acquire is this form too, with one group of one.
 if ARGV[1] ~= '=' then return acquire_one(KEYS, ARGV) end
 local ng, out, kb, ab, o = num(ARGV[2]), { now }, 0, 2, 1
 for _ = 1, ng do
-	if ARGV[ab + 1] == 'p' then
+	local g = ARGV[ab + 1]
+	if g == 'p' or g == 'a' then
 		local kind, amount, window_ms, burst = ARGV[ab + 2], num(ARGV[ab + 3]),
 		    num(ARGV[ab + 4]), num(ARGV[ab + 5])
 		local floor, code, not_after, n = num(ARGV[ab + 6]), num(ARGV[ab + 7]),
 		    tonumber(ARGV[ab + 8]), num(ARGV[ab + 9])
 		ab = ab + 9
-		for i = 1, n do
-			acquire_plain(out, o, KEYS[kb + i], kind, amount, window_ms, burst, floor,
-				      code, not_after, num(ARGV[ab + i]))
-			o = o + 6
+		if g == 'p' then
+			for i = 1, n do
+				acquire_plain(out, o, KEYS[kb + i], kind, amount, window_ms, burst,
+					      floor, code, not_after, num(ARGV[ab + i]))
+				o = o + 6
+			end
+			ab = ab + n
+		else
+			for i = 1, n do
+				acquire_plain(out, o, KEYS[kb + i], kind, amount, window_ms, burst,
+					      floor, code, not_after, num(ARGV[ab + 1]),
+					      num(ARGV[ab + 2]), num(ARGV[ab + 3]))
+				o, ab = o + 7, ab + 3
+			end
 		end
-		kb, ab = kb + n, ab + n
+		kb = kb + n
 	else
 		local nk, na = num(ARGV[ab + 2]), num(ARGV[ab + 3])
 		local k, a = {}, {}

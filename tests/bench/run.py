@@ -393,10 +393,16 @@ def capture_acquire_argv(mon, daemon, sha_acq, scope="tb", key="k0"):
         argv[i] = argv[i].replace(tag, "{%s:__rand_int__}" % scope)
     if argv[3 + nkeys] == "=":
         # A plain acquire: '=', one group ('p', its params, not_after, 1)
-        # and its cost. No lease id. not_after: as below.
-        if argv[4 + nkeys:6 + nkeys] != ["1", "p"] or len(argv) != 3 + nkeys + 12:
+        # and its cost; an 'a' group (a bucket that may book ahead) adds
+        # extra and give, replayed as 0 (a random key has no units ahead).
+        # No lease id. not_after: as below.
+        group = argv[5 + nkeys] if len(argv) > 5 + nkeys else None
+        want = {"p": 12, "a": 14}.get(group)
+        if argv[4 + nkeys] != "1" or want is None or len(argv) != 3 + nkeys + want:
             raise AssertionError("unexpected plain acquire argv %r" % argv)
         argv[3 + nkeys + 9] = "0"
+        if group == "a":
+            argv[-2:] = ["0", "0"]
         return argv
     lease_at = 3 + nkeys
     lease = argv[lease_at]
@@ -1445,8 +1451,11 @@ def main():
                 r.skipped = skip_limits
     conf = TB_SCOPE + NOREL_SCOPE + BOOKS_SCOPE + FIFO_SCOPE
     # The Redis levers, each measured alone: BENCH_REDIS_FUNCTIONS=no (EVALSHA),
-    # BENCH_REDIS_BATCH=1 (every acquire its own call).
+    # BENCH_REDIS_BATCH=1 (every acquire its own call), BENCH_BOOK_AHEAD=0
+    # (no units booked ahead; or another horizon, in ms).
     levers = ""
+    if os.environ.get("BENCH_BOOK_AHEAD"):
+        levers += "redis_book_ahead = %dms\n" % int(os.environ["BENCH_BOOK_AHEAD"])
     if os.environ.get("BENCH_REDIS_FUNCTIONS", "yes") == "no":
         levers += "redis_functions = no\n"
     if os.environ.get("BENCH_REDIS_BATCH"):

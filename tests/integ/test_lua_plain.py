@@ -45,7 +45,9 @@ def acquire_argv(lease, cost, floor, kind, amount, window, burst, track):
             "0", "0", "1", "0"]
 
 
-class PlainPathTest(unittest.TestCase):
+class ScriptCase(unittest.TestCase):
+    """A redis-server of the class's own with acquire.lua loaded (cls.sha)."""
+
     @classmethod
     def setUpClass(cls):
         cls.redis = RedisServer().start()
@@ -56,6 +58,9 @@ class PlainPathTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.conn.close()
         cls.redis.cleanup()
+
+
+class PlainPathTest(ScriptCase):
 
     def keys(self, tag):
         return ["t:{%s}:s" % tag, "t:{%s}:q" % tag, "t:{%s}:l" % tag, "t:{%s}:r0" % tag]
