@@ -84,6 +84,11 @@ Counts (asserted; run.py exits 1 when one is violated):
                    100 waiters queue on it in admitd A. During a 2 s window A
                    sends about 2 s / concurrency_retry acquire-script calls
                    (the head's retries), not 100 times that.
+  book_ahead       N acquires one after another on one key of the
+                   throughput scope (one connection): every one admitted,
+                   each either by an acquire-script call or from units an
+                   earlier call booked ahead (calls + admitted_ahead = N),
+                   and at most N/8 calls (exactly N with BENCH_BOOK_AHEAD=0).
 """
 
 import argparse
@@ -502,7 +507,28 @@ def run_counts(redis, mon, pod_a, pod_b, shas, problems):
     holder.close()
     pod_b._conns.remove(holder)
     wait_for(lambda: status(pod_a)["scopes"]["fifo"]["waiting"] == 0, 10, "waiters to go")
+
+    # Book ahead: one key taken one acquire after another.
+    out["book_ahead"] = ahead = count_ahead(mon, pod_a, "norel", n, sha_acq)
+    if not ahead["ok"]:
+        problems.append("book_ahead violated: %s" % ahead)
+    problems.extend(ahead["loadgen_problems"])
     return out
+
+
+def count_ahead(mon, daemon, scope, n, sha_acq):
+    """n acquires in a row on one key: who admitted each (Redis calls, or units
+    booked ahead by an earlier call)."""
+    before = status(daemon)["scopes"][scope]["admitted_ahead"]
+    a = mon.mark()
+    lg = loadgen(daemon.sock_path, scope, 1, keys=1, pairs=n, oneshot=True)
+    calls = evalsha_count(mon.between(a, mon.mark()), sha_acq)
+    taken = status(daemon)["scopes"][scope]["admitted_ahead"] - before
+    off = os.environ.get("BENCH_BOOK_AHEAD") == "0"
+    ok = (lg["admitted"] == n and calls + taken == n
+          and (calls == n if off else calls <= n // 8))
+    return {"acquires": n, "admitted": lg["admitted"], "acquire_calls": calls,
+            "admitted_ahead": taken, "ok": ok, "loadgen_problems": lg["problems"]}
 
 
 # -------------------------------------------------------- measurements ----
@@ -1244,7 +1270,13 @@ def counts_lines(c):
         "~%.0f, allowed %s; every waiter polling would be ~%d)"
         % ("ok" if f["ok"] else "VIOLATED", f["waiters"], f["window_s"], f["acquire_calls"],
            f["expected_head_retries"], f["allowed"], f["if_every_waiter_polled"]),
-    ]
+    ] + ([
+        "  book_ahead      %s: %d acquires on one key -> %d acquire calls, %d admitted from "
+        "units booked ahead (%.3f calls per admission)"
+        % ("ok" if c["book_ahead"]["ok"] else "VIOLATED", c["book_ahead"]["acquires"],
+           c["book_ahead"]["acquire_calls"], c["book_ahead"]["admitted_ahead"],
+           c["book_ahead"]["acquire_calls"] / max(1, c["book_ahead"]["acquires"])),
+    ] if "book_ahead" in c else [])
 
 
 def goals_lines(res):
