@@ -101,8 +101,9 @@ bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt
 			 void *arg);
 
 /*
- * backend_flush - send what the queue holds that may go now (shutdown:
- * before waiting for backend_idle).
+ * backend_flush - send what the queue holds that may go now, and give back
+ * the units held ahead (shutdown, and a backend a reload replaced: before
+ * waiting for backend_idle).
  */
 void backend_flush(struct backend *b);
 

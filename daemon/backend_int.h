@@ -244,8 +244,9 @@ void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt 
 struct rb_plain {
 	const char *kind; /* strat_kind_name's: one pointer per kind */
 	int64_t amount, window_ms, burst, floor, code, not_after, cost;
-	bool ahead;	     /* an 'a' group's: books extra ahead, gives give back */
-	int64_t extra, give; /* units (rb_ahead_ask) */
+	bool books_ahead;    /* its plan books ahead (rb_ahead_ask) */
+	bool ahead;	     /* sent in an 'a' group: books extra ahead, gives give back */
+	int64_t extra, give; /* units (rb_ahead_ask); both 0: a 'p' group */
 };
 void rb_plain_costs(struct rargs *a, const struct rb_plain *p);
 bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
@@ -274,6 +275,7 @@ int64_t rb_ahead_cap(const struct backend *b, const struct conf_scope *cs,
 void rb_ahead_ask(struct backend *b, const struct target_rt *t, struct rb_plain *p);
 void rb_ahead_keep(struct backend *b, struct kq *kq, const struct conf_class *cls, int64_t units,
 		   const struct lim_left *left);
+void rb_ahead_give_all(struct backend *b); /* all held go back (backend_flush) */
 bool rb_ahead_init(struct backend *b);
 void rb_ahead_free_all(struct backend *b);
 

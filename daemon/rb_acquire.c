@@ -42,7 +42,8 @@ struct rb_acq {
 	int64_t not_after_mono; /* no run of these scripts books after this */
 	struct eng_res res;	/* the answer, once decided */
 	size_t rollbacks;	/* answered when the last rollback is in */
-	bool ahead;		/* its one target's call books ahead ('a' group) */
+	bool ahead;		/* its one target's plan books ahead */
+	bool form7;		/* ... and the call is an 'a' group (seven numbers) */
 	int64_t got;		/* ... the units it booked ahead */
 	int64_t give;		/* ... and those it gave back (rb_ahead_ask) */
 	uint64_t gen;		/* the conf it was sent under (reloads applied) */
@@ -348,14 +349,14 @@ static bool rb_plain_reply(const struct rval *flat, size_t at, const struct rb_a
 			   struct rval v[RB_PLAIN_REPLY], struct rval *arr)
 {
 	static const size_t from[RB_PLAIN_REPLY] = { 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 4, 5, 6 };
-	size_t k, nv = RB_PLAIN_NUMS(part->q->ahead);
+	size_t k, nv = RB_PLAIN_NUMS(part->q->form7);
 
 	if (flat == NULL || flat->type != RV_ARR || flat->n < at + nv || flat->a[0].type != RV_INT)
 		return false;
 	for (k = 0; k < nv; k++)
 		if (flat->a[at + k].type != RV_INT)
 			return false;
-	if (part->q->ahead)
+	if (part->q->form7)
 		part->q->got = flat->a[at + 6].i > 0 ? flat->a[at + 6].i : 0;
 	for (k = 0; k < RB_PLAIN_REPLY; k++) {
 		v[k] = (struct rval){ .type = RV_INT };
@@ -375,7 +376,7 @@ static void rb_plain_cb(void *arg, enum rp_status st, const struct rval *reply)
 	struct rval v[RB_PLAIN_REPLY], arr;
 
 	if (st == RP_OK && reply != NULL && reply->type == RV_ARR &&
-	    reply->n == 1 + RB_PLAIN_NUMS(part->q->ahead) &&
+	    reply->n == 1 + RB_PLAIN_NUMS(part->q->form7) &&
 	    rb_plain_reply(reply, 1, part, v, &arr))
 		reply = &arr;
 	else if (st == RP_OK && reply != NULL && reply->type != RV_ERR)
@@ -633,8 +634,9 @@ static bool rb_xb_add(struct backend *b, struct rb_acq *q, const struct target_r
 	}
 	one->plain = rb_target_args(&one->a, b, t, q->lease_id, not_after, q->w->reserve,
 				    q->w->nreserve, true, &one->p, &one->nkeys);
-	q->ahead = one->plain && one->p.ahead;
-	q->give = q->ahead ? one->p.give : 0;
+	q->ahead = one->plain && one->p.books_ahead;
+	q->form7 = one->plain && one->p.ahead;
+	q->give = q->form7 ? one->p.give : 0;
 	part->q = q;
 	part->i = 0;
 	one->part = part;
@@ -682,8 +684,9 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		size_t nkeys = 0;
 		bool plain = rb_target_args(&a[i], b, &w->t[i], lease_id, not_after, w->reserve,
 					    w->nreserve, w->nt == 1, &pa, &nkeys);
-		q->ahead = plain && pa.ahead;
-		q->give = q->ahead ? pa.give : 0;
+		q->ahead = plain && pa.books_ahead;
+		q->form7 = plain && pa.ahead;
+		q->give = q->form7 ? pa.give : 0;
 		if (part == NULL || a[i].oom) {
 			free(part);
 			goto out;

@@ -174,9 +174,9 @@ void rb_ahead_ask(struct backend *b, const struct target_rt *t, struct rb_plain 
 	struct rb_ahead *a = t->kq->ahead;
 	int64_t cap = rb_ahead_cap(b, t->kq->sc->cs, t->cls), want = 0, behind;
 
-	p->ahead = cap > 0;
+	p->books_ahead = cap > 0;
 	p->extra = p->give = 0;
-	if (!p->ahead)
+	if (!p->books_ahead)
 		return;
 	if (a != NULL && a->b == b && a->cls == t->cls) {
 		int64_t now = clock_mono_ms();
@@ -193,6 +193,7 @@ void rb_ahead_ask(struct backend *b, const struct target_rt *t, struct rb_plain 
 	if (want < behind)
 		want = behind;
 	p->extra = want < cap ? want : cap;
+	p->ahead = p->extra > 0 || p->give > 0; /* else the 'p' group's fewer arguments */
 }
 
 void rb_ahead_keep(struct backend *b, struct kq *kq, const struct conf_class *cls, int64_t units,
@@ -279,6 +280,14 @@ void backend_ahead_drop(struct kq *kq, bool give)
 		rb_ahead_return(a);
 	a->b->ahead_dropped += (uint64_t)a->n;
 	rb_ahead_free(a);
+}
+
+void rb_ahead_give_all(struct backend *b)
+{
+	struct rb_ahead *a;
+
+	TAILQ_FOREACH (a, &b->aheads, link)
+		rb_ahead_return(a);
 }
 
 bool rb_ahead_init(struct backend *b)

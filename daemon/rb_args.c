@@ -348,7 +348,7 @@ static void rb_plain_args(struct rargs *a, struct backend *b, const struct targe
 	p->code = (int64_t)pl->rules[0];
 	p->not_after = not_after;
 	p->cost = t->cost;
-	p->ahead = false;
+	p->books_ahead = p->ahead = false;
 	p->extra = p->give = 0;
 	if (alone)
 		rb_ahead_ask(b, t, p);

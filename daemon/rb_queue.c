@@ -344,6 +344,7 @@ static void rb_queue_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 
 void backend_flush(struct backend *b)
 {
+	rb_ahead_give_all(b);
 	rb_queue_run(b, true);
 }
 

@@ -18,6 +18,9 @@ Rows:
                   throughput scope, as captured from the daemon (one FCALL)
   admitd batch N  N such acquires of different keys in one call, as the
                   daemon sends what one loop pass queued on one connection
+  ... 4 ahead     the same, each booking 4 units ahead for keys taken fast
+                  (redis_book_ahead): 5 admissions per acquire, the daemon
+                  hands out the other 4 with no call
 The library is the daemon's own (FUNCTION DUMP of what it loaded).
 """
 
@@ -128,11 +131,17 @@ def _run(parent, library_dump, scripts, cmds):
 def _batch(lone, n, key_of):
     """lone: the captured '=' call of one plain acquire, as
     [FCALL, function, 1, key, '=', '1', 'p', kind, amount, window, burst,
-    floor, code, not_after, '1', cost]; the call of n such acquires on the
-    keys key_of(0..n-1), one 'p' group, as rb_xb_send makes it."""
+    floor, code, not_after, '1', cost] (an 'a' group: cost, extra, give at
+    the end); the call of n such acquires on the keys key_of(0..n-1), one
+    group, as rb_xb_send makes it."""
     head = lone[4:14]
     return ([lone[0], lone[1], str(n)] + [key_of(i) for i in range(n)] + head +
-            [str(n)] + [lone[15]] * n)
+            [str(n)] + lone[15:] * n)
+
+
+def _ahead(lone, k):
+    """lone as an 'a' group booking k units ahead: k + 1 admissions a call."""
+    return lone[:6] + ["a"] + lone[7:16] + [str(k), "0"]
 
 
 def run(parent, library_dump, lone, admissions=4800):
@@ -143,7 +152,7 @@ def run(parent, library_dump, lone, admissions=4800):
     if lone and lone[0] != "FCALL":
         return {"skipped": "skipped: the daemon sends %s (redis_functions = no); the "
                 "instructions are counted for its function library only" % lone[0]}
-    if len(lone) != 16 or lone[4] != "=" or lone[6] != "p":
+    if lone[4:5] != ["="] or (lone[6:7], len(lone)) not in ((["p"], 16), (["a"], 18)):
         return {"skipped": "skipped: the captured acquire is not a plain one: %r" % lone[:8]}
     with open(BUCKET_LUA) as f:
         bucket = f.read()
@@ -168,6 +177,13 @@ def run(parent, library_dump, lone, admissions=4800):
     for n in (8, 32):
         plan.append(("admitd batch %d" % n, n,
                      lambda i, n=n: _batch(lone, n, lambda j: key(i * n + j))))
+    # What a key taken fast costs (an 'a' group, whichever the capture was:
+    # a key's first call books nothing ahead and goes as 'p'): each call
+    # books 4 units ahead, which the daemon hands out with no call.
+    plan.append(("admitd alone, 4 ahead", 5,
+                 lambda i: lone[:3] + [key(i)] + _ahead(lone, 4)[4:]))
+    plan.append(("admitd batch 32, 4 ahead", 32 * 5,
+                 lambda i: _batch(_ahead(lone, 4), 32, lambda j: key(i * 32 + j))))
     for name, per, make in plan:
         calls = admissions // per
         total, _, last = _run(parent, library_dump, scripts,
@@ -197,7 +213,7 @@ def lines(res):
         rel = ["%.2fx bucket.lua" % (bucket / ipa)]
         if ref:
             rel.append("%.2fx rlf" % (ref / ipa))
-        out.append("  %-16s %8.0f   (%s; higher is cheaper)" % (name, ipa, ", ".join(rel)))
+        out.append("  %-26s %8.0f   (%s; higher is cheaper)" % (name, ipa, ", ".join(rel)))
     if "rlf" in res:
         out.append("  rlf: %s" % res["rlf"])
     return out

@@ -14,8 +14,8 @@ redis-server:
 - the daemon: a burst on one key costs a few calls; two daemons hammering
   one key together never admit beyond the bucket; what one daemon holds
   goes back once the horizon passes (the bucket's level in Redis says
-  exactly what was taken); a penalty, a reset and a reload end what is
-  held; a window rule, a bucket too slow for the horizon, or
+  exactly what was taken), and so does what a stopping daemon held; a
+  penalty, a reset and a reload end what is held; a window rule, a bucket too slow for the horizon, or
   redis_book_ahead = 0 book nothing ahead; a hot key's waiters are served
   from what its head booked; units held when Redis goes away are counted
   as dropped, and the counters add up: booked = taken + given back +
@@ -291,14 +291,34 @@ class AheadDaemonTest(unittest.TestCase):
         # and did not hand out (up to 4 units a call) must not be in it once
         # the horizon has passed.
         c = self.conn()
-        self.assertEqual(self.burst(c, "slowdrain", 1), 1)
-        # the first booking's Redis time (it booked nothing ahead: no record yet)
-        t0 = int(self.rs.command("HGET", "admitd:{slowdrain:k}:r0", "t"))
-        self.assertEqual(self.burst(c, "slowdrain", 199), 199)
+        t0 = self.slowdrain_burst(c)
         st = self.settled(c)
         self.assertGreater(st["redis"]["ahead"]["booked"], 0)
         self.assertGreater(st["redis"]["ahead"]["given_back"], 0)
         self.assertEqual(st["redis"]["ahead"]["dropped"], 0)
+        self.assert_taken(t0, 200)
+
+    def test_a_stopping_daemon_gives_back(self):
+        # a horizon of 1 s: what it holds when SIGTERM comes is still held
+        d = self.daemon("1s")
+        c = d.connect()
+        t0 = self.slowdrain_burst(c)
+        a = status(c)["redis"]["ahead"]
+        self.assertGreater(a["booked"] - a["taken"] - a["given_back"], 0, a)
+        c.close()
+        d.terminate()
+        self.assert_taken(t0, 200)
+
+    def slowdrain_burst(self, c):
+        """200 acquires on slowdrain's key; the first booking's Redis time."""
+        self.assertEqual(self.burst(c, "slowdrain", 1), 1)
+        # it booked nothing ahead (no record yet): its time is the hash's
+        t0 = int(self.rs.command("HGET", "admitd:{slowdrain:k}:r0", "t"))
+        self.assertEqual(self.burst(c, "slowdrain", 199), 199)
+        return t0
+
+    def assert_taken(self, t0, units):
+        """The slowdrain bucket holds exactly `units` taken since t0, drained."""
         rc = self.rs.connect()
         self.addCleanup(rc.close)
         rc.command("MULTI")
@@ -310,7 +330,7 @@ class AheadDaemonTest(unittest.TestCase):
         self.assertGreater(level, 0)  # it never emptied: linear all along
         # 200 units taken, drained since the first; a unit held ahead and not
         # given back would add 1000 (the pending fraction: under 1 per call)
-        self.assertAlmostEqual(level + 20 * (now - t0), 200 * 1000, delta=300)
+        self.assertAlmostEqual(level + 20 * (now - t0), units * 1000, delta=300)
 
     def test_penalty_and_reset_end_what_is_held(self):
         c = self.conn()
