@@ -286,7 +286,7 @@ void rb_ahead_give_all(struct backend *b)
 {
 	struct rb_ahead *a;
 
-	TAILQ_FOREACH (a, &b->aheads, link)
+	for (a = TAILQ_FIRST(&b->aheads); a != NULL; a = TAILQ_NEXT(a, link))
 		rb_ahead_return(a);
 }
 
