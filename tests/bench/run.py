@@ -1318,8 +1318,9 @@ def goals_lines(res):
     acpu = med("admitd.redis.distinct.c64", "redis_cpu_us_per_adm")
     goal("Redis CPU per admission, distinct @64, rlf's / admitd's",
          ratio(med("rlf.distinct", "redis_cpu_us_per_adm"), acpu), 1.0,
-         "" if not ins("rlf") else " (instructions, batches of 32: %.2fx)"
-         % ratio(ins("rlf"), ins("admitd batch 32")))
+         "" if not ins("rlf") else " (instructions, batches of 32: %.2fx; booking 4 ahead: %.2fx)"
+         % (ratio(ins("rlf"), ins("admitd batch 32")) or 0,
+            ratio(ins("rlf"), ins("admitd batch 32, 4 ahead")) or 0))
     goal("adm/s distinct @64 against rlf", med("admitd.redis.distinct.c64", "ratio_rlf"), 1.0)
     goal("adm/s one hot key @64 against rlf", med("admitd.redis.hot.c64", "ratio_rlf"), 1.5)
     goal("adm/s distinct @64 against rlf, one-shot (\"lease\": false)",
