@@ -204,6 +204,7 @@ static void rb_acq_ahead(struct rb_acq *q, struct eng_res *res)
 	const struct target_rt *t = &q->w->t[0];
 
 	if (q->gen != q->b->ad->reloads_ok) {
+		q->b->ahead_booked += (uint64_t)q->got;
 		q->b->ahead_dropped += (uint64_t)q->got;
 		return;
 	}

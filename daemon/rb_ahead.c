@@ -210,8 +210,9 @@ void rb_ahead_keep(struct backend *b, struct kq *kq, const struct conf_class *cl
 		rb_ahead_return(a); /* booked for another class: not this one's */
 	} else if (a == NULL) {
 		if ((a = calloc(1, sizeof(*a))) == NULL) {
+			b->ahead_booked += (uint64_t)(units > 0 ? units : 0);
 			b->ahead_dropped += (uint64_t)(units > 0 ? units : 0);
-			return; /* they go back with nothing: lost until the bucket refills */
+			return; /* nowhere to keep them: lost until the bucket refills */
 		}
 		a->b = b;
 		a->kq = kq;
