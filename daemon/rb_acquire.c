@@ -714,6 +714,8 @@ out:
 	if (!ok) {
 		for (i = 0; i < made; i++)
 			free(calls[i].arg);
+		b->ahead_returned -= (uint64_t)q->give; /* never sent: Redis has them not */
+		b->ahead_dropped += (uint64_t)q->give;
 		free(q);
 	}
 	for (i = 0; i < PROTO_MAX_TARGETS; i++)
