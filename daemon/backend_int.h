@@ -249,6 +249,10 @@ struct rb_plain {
 	int64_t extra, give; /* units (rb_ahead_ask); both 0: a 'p' group */
 };
 void rb_plain_costs(struct rargs *a, const struct rb_plain *p);
+void rb_plain_params(struct rb_plain *p, const struct conf_scope *cs, const struct conf_class *cls,
+		     int64_t cost, int64_t not_after);
+void rb_plain_call(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+		   const char *key, const struct rb_plain *p);
 bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 		    const char *lease_id, int64_t not_after, const struct meter_tokens *reserve,
 		    size_t nreserve, bool alone, struct rb_plain *p, size_t *nkeys);
@@ -275,7 +279,9 @@ int64_t rb_ahead_cap(const struct backend *b, const struct conf_scope *cs,
 void rb_ahead_ask(struct backend *b, const struct target_rt *t, struct rb_plain *p);
 void rb_ahead_keep(struct backend *b, struct kq *kq, const struct conf_class *cls, int64_t units,
 		   const struct lim_left *left);
-void rb_ahead_give_all(struct backend *b); /* all held go back (backend_flush) */
+void rb_ahead_give_all(struct backend *b);		  /* all held go back (backend_flush) */
+void rb_ahead_lost(struct backend *b, int64_t units);	  /* a give-back that may not have landed */
+void rb_ahead_count(struct lim_left *left, int64_t held); /* left counts what is held */
 bool rb_ahead_init(struct backend *b);
 void rb_ahead_free_all(struct backend *b);
 

@@ -209,11 +209,15 @@ static void rb_acq_ahead(struct rb_acq *q, struct eng_res *res)
 		return;
 	}
 	rb_ahead_keep(q->b, t->kq, t->cls, q->got, &res->left);
-	if (res->left.has && q->got > 0) {
-		res->left.remaining += q->got;
-		if (res->left.capacity > 0 && res->left.remaining > res->left.capacity)
-			res->left.remaining = res->left.capacity;
-	}
+	rb_ahead_count(&res->left, q->got);
+}
+
+/* q's one target was sent as p (plain, or not): what it books ahead and gives back. */
+static void rb_acq_plain(struct rb_acq *q, bool plain, const struct rb_plain *p)
+{
+	q->ahead = plain && p->books_ahead;
+	q->form7 = plain && p->ahead;
+	q->give = q->form7 ? p->give : 0;
 }
 
 /* All targets answered (or failed): combine, roll back partial admissions. */
@@ -255,10 +259,8 @@ static void rb_acq_done(struct rb_acq *q)
 		eng_merge_left(&res, &q->r[i].left);
 	if (!failed && q->ahead && q->r[0].out == RB_R_ADMITTED)
 		rb_acq_ahead(q, &res);
-	if (failed && q->give > 0) { /* Redis may not have them back */
-		b->ahead_returned -= (uint64_t)q->give;
-		b->ahead_dropped += (uint64_t)q->give;
-	}
+	if (failed && q->give > 0)
+		rb_ahead_lost(b, q->give);
 	if (failed) {
 		bool admitted_any = false;
 		for (i = 0; i < w->nt; i++)
@@ -635,9 +637,7 @@ static bool rb_xb_add(struct backend *b, struct rb_acq *q, const struct target_r
 	}
 	one->plain = rb_target_args(&one->a, b, t, q->lease_id, not_after, q->w->reserve,
 				    q->w->nreserve, true, &one->p, &one->nkeys);
-	q->ahead = one->plain && one->p.books_ahead;
-	q->form7 = one->plain && one->p.ahead;
-	q->give = q->form7 ? one->p.give : 0;
+	rb_acq_plain(q, one->plain, &one->p);
 	part->q = q;
 	part->i = 0;
 	one->part = part;
@@ -685,9 +685,7 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		size_t nkeys = 0;
 		bool plain = rb_target_args(&a[i], b, &w->t[i], lease_id, not_after, w->reserve,
 					    w->nreserve, w->nt == 1, &pa, &nkeys);
-		q->ahead = plain && pa.books_ahead;
-		q->form7 = plain && pa.ahead;
-		q->give = q->form7 ? pa.give : 0;
+		rb_acq_plain(q, plain, &pa);
 		if (part == NULL || a[i].oom) {
 			free(part);
 			goto out;
@@ -714,8 +712,7 @@ out:
 	if (!ok) {
 		for (i = 0; i < made; i++)
 			free(calls[i].arg);
-		b->ahead_returned -= (uint64_t)q->give; /* never sent: Redis has them not */
-		b->ahead_dropped += (uint64_t)q->give;
+		rb_ahead_lost(b, q->give); /* never sent */
 		free(q);
 	}
 	for (i = 0; i < PROTO_MAX_TARGETS; i++)

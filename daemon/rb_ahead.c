@@ -78,6 +78,23 @@ struct rb_give {
 	int64_t units;
 };
 
+/* Units counted as given back whose call failed or never went: dropped. */
+void rb_ahead_lost(struct backend *b, int64_t units)
+{
+	b->ahead_returned -= (uint64_t)units; /* Redis may not have them */
+	b->ahead_dropped += (uint64_t)units;
+}
+
+/* What is left, as this daemon sees it: Redis's, and the units it holds. */
+void rb_ahead_count(struct lim_left *left, int64_t held)
+{
+	if (!left->has || held <= 0)
+		return;
+	left->remaining += held;
+	if (left->capacity > 0 && left->remaining > left->capacity)
+		left->remaining = left->capacity;
+}
+
 static void rb_ahead_return_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct rb_give *g = arg;
@@ -85,8 +102,7 @@ static void rb_ahead_return_cb(void *arg, enum rp_status st, const struct rval *
 	if (st != RP_OK || reply == NULL || reply->type != RV_ARR) {
 		if (st != RP_SHUTDOWN)
 			rb_failed(g->b, RB_OP_GIVE_BACK, st, reply);
-		g->b->ahead_returned -= (uint64_t)g->units; /* Redis may not have them */
-		g->b->ahead_dropped += (uint64_t)g->units;
+		rb_ahead_lost(g->b, g->units);
 	}
 	free(g);
 }
@@ -99,35 +115,24 @@ static void rb_ahead_return_cb(void *arg, enum rp_status st, const struct rval *
 static void rb_ahead_return(struct rb_ahead *a)
 {
 	struct backend *b = a->b;
-	const struct conf_scope *cs = a->cs;
-	const struct conf_plan *pl = conf_plan_of(cs, a->cls);
-	struct strat_params sp = cs->rules[pl->rules[0]].sp;
-	struct rb_plain p = { .kind = strat_kind_name(sp.kind),
-			      .amount = sp.amount,
-			      .window_ms = sp.window_ms,
-			      .burst = sp.burst,
-			      .floor = a->cls != NULL ? a->cls->floor : 0,
-			      .code = (int64_t)pl->rules[0],
-			      .ahead = true,
-			      .give = a->n };
+	struct rb_plain p;
 	struct rargs args = { 0 };
 	struct rb_give *g;
 
 	if (a->n <= 0)
 		return;
+	rb_plain_params(&p, a->cs, a->cls, 0, 0);
+	p.ahead = true;
+	p.give = a->n;
 	a->n = 0;
 	if (b->closing || !b->up || (g = malloc(sizeof(*g))) == NULL) {
 		b->ahead_dropped += (uint64_t)p.give;
 		return;
 	}
 	*g = (struct rb_give){ .b = b, .units = p.give };
-	rb_key(&args, b, cs, a->kq->key, "r", (long)pl->rules[0]);
-	rargs_str(&args, "=");
-	rargs_int(&args, 1);
-	rb_plain_group(&args, &p, 1);
-	rb_plain_costs(&args, &p);
+	rb_plain_call(&args, b, a->cs, a->kq->key, &p);
 	if (args.oom ||
-	    rb_eval(b, cs, a->kq->key, b->s_acquire, &args, 1, rb_ahead_return_cb, g) != 0) {
+	    rb_eval(b, a->cs, a->kq->key, b->s_acquire, &args, 1, rb_ahead_return_cb, g) != 0) {
 		b->errors[RB_OP_GIVE_BACK]++;
 		b->ahead_dropped += (uint64_t)p.give;
 		free(g);
@@ -253,14 +258,10 @@ bool backend_ahead_take(struct backend *b, struct waiter *w, struct eng_res *res
 				 .via = VIA_REDIS,
 				 .booked = conf_plan_of(kq->sc->cs, a->cls)->release_books,
 				 .left = a->left };
-	if (res->left.has) {
-		/* what Redis had left, and what this daemon still holds of it */
-		res->left.remaining += a->n;
-		if (res->left.capacity > 0 && res->left.remaining > res->left.capacity)
-			res->left.remaining = res->left.capacity;
+	rb_ahead_count(&res->left, a->n); /* Redis's then, and what is still held of it */
+	if (res->left.has)
 		res->left.reset_ms =
 		    res->left.reset_ms > now - a->at ? res->left.reset_ms - (now - a->at) : 0;
-	}
 	kq->sc->admitted_ahead++;
 	return true;
 }

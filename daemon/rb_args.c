@@ -327,37 +327,49 @@ void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt 
 	rb_adapt_ovr_args(a, cs, cs->adaptive, cs->override_milli > 0);
 }
 
+/* p: what a 'p' group carries of an acquire of cost under (cs, cls)'s plain plan. */
+void rb_plain_params(struct rb_plain *p, const struct conf_scope *cs, const struct conf_class *cls,
+		     int64_t cost, int64_t not_after)
+{
+	const struct conf_plan *pl = conf_plan_of(cs, cls);
+	struct strat_params sp = conf_rule_params(&cs->rules[pl->rules[0]]);
+
+	*p = (struct rb_plain){ .kind = strat_kind_name(sp.kind),
+				.amount = sp.amount,
+				.window_ms = sp.window_ms,
+				.burst = sp.burst,
+				.floor = cls ? cls->floor : 0,
+				.code = (int64_t)pl->rules[0],
+				.not_after = not_after,
+				.cost = cost };
+}
+
+/* a: the KEYS and ARGV of p alone in a call on key (its rule hash; '=', one group of one). */
+void rb_plain_call(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+		   const char *key, const struct rb_plain *p)
+{
+	rb_key(a, b, cs, key, "r", (long)p->code);
+	rargs_str(a, "=");
+	rargs_int(a, 1);
+	rb_plain_group(a, p, 1);
+	rb_plain_costs(a, p);
+}
+
 /*
  * A plain target's acquire (its plan is plain, conf_plan.c): p takes what
- * acquire.lua's 'p' group carries, and a the KEYS and ARGV of a call that is
- * that one acquire alone (its rule hash; '=', one group of one).
+ * acquire.lua's group carries (with alone, what it books ahead and gives
+ * back), and a the KEYS and ARGV of a call that is that one acquire alone.
  */
 static void rb_plain_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 			  int64_t not_after, bool alone, struct rb_plain *p, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
-	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
-	const struct conf_rule *r = &cs->rules[pl->rules[0]];
-	struct strat_params sp = conf_rule_params(r);
 
-	p->kind = strat_kind_name(sp.kind);
-	p->amount = sp.amount;
-	p->window_ms = sp.window_ms;
-	p->burst = sp.burst;
-	p->floor = t->cls ? t->cls->floor : 0;
-	p->code = (int64_t)pl->rules[0];
-	p->not_after = not_after;
-	p->cost = t->cost;
-	p->books_ahead = p->ahead = false;
-	p->extra = p->give = 0;
+	rb_plain_params(p, cs, t->cls, t->cost, not_after);
 	if (alone)
 		rb_ahead_ask(b, t, p);
-	rb_key(a, b, cs, t->kq->key, "r", (long)pl->rules[0]);
+	rb_plain_call(a, b, cs, t->kq->key, p);
 	*nkeys = 1;
-	rargs_str(a, "=");
-	rargs_int(a, 1);
-	rb_plain_group(a, p, 1);
-	rb_plain_costs(a, p);
 }
 
 /* One acquire's part of its group: its cost ('a': then extra and give). */
