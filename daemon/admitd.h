@@ -375,6 +375,18 @@ struct lease *lease_resolve(struct admitd *ad, const char *handle, struct lease_
  * be reported) charges them. Frees the lease.
  */
 void lease_release(struct lease *l, const struct proto_token *tokens, size_t ntokens);
+/*
+ * lease_settled_elsewhere - Redis says the lease under nonce was settled
+ * through another daemon: when this daemon still holds it, it ends here
+ * with nothing sent (its slot and its max_leases place are free).
+ */
+void lease_settled_elsewhere(struct admitd *ad, const char *nonce);
+/*
+ * lease_body_of - the body of the handle (lease_id_body) of a lease on
+ * targets t[0..nt) with reservation rs[0..nrs): malloc'd, NULL on failure.
+ */
+char *lease_body_of(const struct target_rt *t, size_t nt, const struct meter_tokens *rs,
+		    size_t nrs);
 /* lease_detach_conn - the connection closes: release or orphan its leases. */
 void lease_conn_closed(struct conn *c);
 void lease_free_all(struct admitd *ad);

@@ -90,15 +90,17 @@ struct be_target {
 
 /*
  * backend_release_ref - settle, through its settlement records, the lease
- * nonce (issued elsewhere) on these targets: only a record that holds
- * exactly the reservation claimed is settled, once. true when sent: cb
+ * nonce (issued elsewhere) on these targets: only a record that binds
+ * exactly this handle body (lease_id_body: every target's scope, class and
+ * key, and the reservation) and the charges this daemon's conf makes of
+ * it is settled, once. true when sent: cb
  * runs later from the loop. false when Redis cannot take it now: nothing
  * is sent or kept (nothing can vouch for the handle), cb is not called.
  */
 bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt, const char *nonce,
 			 const struct meter_tokens *tokens, size_t ntokens,
-			 const struct meter_tokens *reserve, size_t nreserve, eng_settled_cb *cb,
-			 void *arg);
+			 const struct meter_tokens *reserve, size_t nreserve, const char *body,
+			 eng_settled_cb *cb, void *arg);
 
 /*
  * backend_flush - send what the queue holds that may go now, and give back

@@ -28,6 +28,8 @@
 /* A pod that has not beaten for this long is not counted by divisor = auto. */
 #define RB_POD_WINDOW_MS 5000
 #define RB_HEARTBEAT_MS	 1000
+/* Leases settled elsewhere that one heartbeat takes from this pod's list at most. */
+#define RB_SETTLED_TAKE 1024
 /* The release queue: checked every tick, at most BATCH sends a tick. */
 #define RB_QUEUE_TICK_MS   50
 #define RB_QUEUE_BATCH	   1024
@@ -85,9 +87,10 @@ struct backend {
 	bool offset_known;
 	char pod_id[64];
 	char *pods_key;
+	char *settled_key; /* this pod's list of leases settled elsewhere (settled.lua) */
 	struct event *hb_ev;
 	int s_acquire, s_release, s_penalize, s_heartbeat, s_reset, s_inspect, s_writeback;
-	int s_override;
+	int s_override, s_settled;
 	/* What the fallback admitted while Redis could not be asked, by key
 	 * (rb_owe), and the write-back of it in flight once Redis answers. */
 	struct htab *owed;
@@ -162,9 +165,9 @@ enum rb_mode { RB_M_RELEASE = 0, RB_M_ROLLBACK, RB_M_RECONCILE, RB_M_REBOOK, RB_
 struct rb_settle {
 	const struct meter_tokens *tokens, *reserve;
 	size_t ntokens, nreserve;
-	bool own;	   /* sent by the daemon that issued the lease */
-	const char *claim; /* the reservation the handle names (lease_id_claim) */
-	int outcome;	   /* enum adapt_outcome the release reports */
+	bool own;	  /* sent by the daemon that issued the lease */
+	const char *body; /* the body of the lease's handle (lease_id_body) */
+	int outcome;	  /* enum adapt_outcome the release reports */
 };
 
 /*
@@ -189,9 +192,11 @@ struct rb_rel {
 	enum rb_mode mode;
 	enum rb_op op;
 	char nonce[LEASE_NONCE_LEN + 1];
-	bool own;     /* this daemon issued the lease (it knows what was booked) */
-	char *claim;  /* the reservation its handle names, owned; NULL: none */
-	size_t bytes; /* what it holds, counted against the queue's bound */
+	bool own;	 /* this daemon issued the lease (it knows what was booked) */
+	char *body;	 /* its handle's body (lease_id_body), owned; NULL: none */
+	char issuer[64]; /* release: the pod that issued the lease, when another daemon's
+			    release settled it while live (release.lua's reply) */
+	size_t bytes;	 /* what it holds, counted against the queue's bound */
 	size_t nt;
 	struct rb_tgt t[PROTO_MAX_TARGETS];
 	int64_t cost[PROTO_MAX_TARGETS]; /* rollback: the request units to refund */
@@ -206,11 +211,12 @@ struct rb_rel {
 	bool outcome_only;	      /* release: nothing to settle, only the outcome */
 	/* in flight */
 	size_t pending;
-	bool unknown; /* a target's outcome is unknown */
-	bool gone;    /* rebook: released meanwhile through another daemon */
-	int held;     /* some target answered 1 */
-	bool settled; /* release: some target settled (answered 0 or 1) */
-	bool repeat;  /* release: some target had been settled before (-2) */
+	bool unknown;  /* a target's outcome is unknown */
+	bool gone;     /* rebook: released meanwhile through another daemon */
+	int held;      /* some target answered 1 */
+	bool settled;  /* release: some target settled (answered 0 or 1) */
+	bool repeat;   /* release: some target had been settled before (-2) */
+	bool mismatch; /* release: a target's record binds another handle (-4) */
 	eng_settled_cb *cb;
 	void *cb_arg;
 };
@@ -219,6 +225,7 @@ struct rb_rel {
 int rb_eval(struct backend *b, const struct conf_scope *cs, const char *key, int script,
 	    const struct rargs *a, size_t nkeys, rpool_cb *cb, void *arg);
 int64_t rb_not_after(struct backend *b, int64_t *mono);
+void rb_tell_issuer(struct backend *b, const char *pod, const char *nonce);
 void rb_saw_time(struct backend *b, long long redis_ms);
 void rb_failed(struct backend *b, enum rb_op opi, enum rp_status st, const struct rval *reply);
 void rb_stale(struct backend *b, enum rb_op opi);
@@ -238,8 +245,8 @@ void rb_penalty_key(struct rargs *a, const struct backend *b, const struct conf_
 unsigned rb_affinity(const struct conf_scope *cs, const char *key);
 void rb_adapt_args(struct rargs *a, const struct conf_scope *cs);
 void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
-		     const char *lease_id, size_t count, int64_t not_after,
-		     const struct meter_tokens *reserve, size_t nreserve, size_t *nkeys);
+		     const char *lease_id, size_t count, int64_t not_after, const struct waiter *w,
+		     size_t *nkeys);
 /* What acquire.lua's 'p' group carries of one plain acquire (rb_target_args). */
 struct rb_plain {
 	const char *kind; /* strat_kind_name's: one pointer per kind */
@@ -254,8 +261,8 @@ void rb_plain_params(struct rb_plain *p, const struct conf_scope *cs, const stru
 void rb_plain_call(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
 		   const char *key, const struct rb_plain *p);
 bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
-		    const char *lease_id, int64_t not_after, const struct meter_tokens *reserve,
-		    size_t nreserve, bool alone, struct rb_plain *p, size_t *nkeys);
+		    const char *lease_id, int64_t not_after, const struct waiter *w, bool alone,
+		    struct rb_plain *p, size_t *nkeys);
 void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n);
 bool rb_plain_same(const struct rb_plain *x, const struct rb_plain *y);
 void rb_release_args(struct rargs *a, const struct backend *b, const struct be_target *t,

@@ -43,6 +43,7 @@
 #include "adaptive_rt.h"
 
 #include "clock.h"
+#include "lease_id.h"
 #include "log.h"
 #include "redis_url.h"
 #include "rpool.h"
@@ -405,14 +406,65 @@ static void rb_node_up_cb(void *arg, const char *node)
 	rb_queue_run(b, false);
 }
 
+/*
+ * The leases of this pod that other daemons settled while they were live
+ * (heartbeat.lua took them from this pod's list): each one this daemon
+ * still holds ends here, with nothing sent (Redis settled it).
+ */
+static void rb_settled_elsewhere(struct backend *b, const struct rval *ids)
+{
+	size_t i;
+
+	for (i = 0; i < ids->n; i++) {
+		const struct rval *v = &ids->a[i];
+		if (v->type == RV_STR && lease_id_nonce_ok(v->s, v->len))
+			lease_settled_elsewhere(b->ad, v->s);
+	}
+}
+
+/* A call that tells a pod something; its answer is not needed. */
+static void rb_told(void *arg, enum rp_status st, const struct rval *reply)
+{
+	struct backend *b = arg;
+
+	if (st != RP_OK && st != RP_SHUTDOWN)
+		rb_failed(b, RB_OP_RELEASE, st, reply);
+}
+
+/*
+ * Another daemon's live lease was settled here: tell its issuer (pod), so
+ * that it stops counting the lease at its next heartbeat. Best effort: a
+ * pod not told counts it until its lease_ttl, as before.
+ */
+void rb_tell_issuer(struct backend *b, const char *pod, const char *nonce)
+{
+	const char *argv[3];
+	size_t len[3];
+	char ttl[24], *key = NULL;
+
+	if (b->closing || strcmp(pod, b->pod_id) == 0 || b->s_settled < 0 ||
+	    asprintf(&key, "{%s}:s:%s", b->pods_key, pod) < 0)
+		return;
+	snprintf(ttl, sizeof(ttl), "%d", RB_POD_WINDOW_MS);
+	argv[0] = key;
+	argv[1] = nonce;
+	argv[2] = ttl;
+	len[0] = strlen(key);
+	len[1] = strlen(nonce);
+	len[2] = strlen(ttl);
+	if (rpool_eval(b->pool, (size_t)b->s_settled, 1, 3, argv, len, rb_told, b) != 0)
+		rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
+	free(key);
+}
+
 static void rb_hb_reply(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct backend *b = arg;
 
-	if (st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == 4 &&
-	    reply->a[0].type == RV_INT && reply->a[0].i >= 1 && reply->a[1].type == RV_INT &&
-	    reply->a[2].type == RV_INT && reply->a[3].type == RV_INT && reply->a[3].i >= 0 &&
-	    reply->a[3].i < reply->a[0].i) {
+	if (st == RP_OK && reply != NULL && reply->type == RV_ARR &&
+	    (reply->n == 4 || reply->n == 5) && reply->a[0].type == RV_INT && reply->a[0].i >= 1 &&
+	    reply->a[1].type == RV_INT && reply->a[2].type == RV_INT &&
+	    reply->a[3].type == RV_INT && reply->a[3].i >= 0 && reply->a[3].i < reply->a[0].i) {
 		b->pods_seen = reply->a[0].i;
 		b->pod_rank = reply->a[3].i;
 		rb_saw_time(b, reply->a[1].i);
@@ -422,6 +474,8 @@ static void rb_hb_reply(void *arg, enum rp_status st, const struct rval *reply)
 		if (reply->a[2].i == 0 && b->beats > 0)
 			rb_rebook_all(b, "redis lost its data");
 		b->beats++;
+		if (reply->n == 5 && reply->a[4].type == RV_ARR)
+			rb_settled_elsewhere(b, &reply->a[4]);
 	} else if (st != RP_SHUTDOWN)
 		rb_failed(b, RB_OP_HEARTBEAT, st, reply);
 }
@@ -429,22 +483,24 @@ static void rb_hb_reply(void *arg, enum rp_status st, const struct rval *reply)
 static void rb_hb_cb(evutil_socket_t fd UNUSED, short what, void *arg)
 {
 	struct backend *b = arg;
-	const char *argv[4];
-	size_t len[4];
-	char window[32];
+	const char *argv[5];
+	size_t len[5], i;
+	char window[32], take[24];
 
 	if (!rpool_up(b->pool)) {
 		b->errors[RB_OP_HEARTBEAT]++;
 		return;
 	}
 	snprintf(window, sizeof(window), "%d", RB_POD_WINDOW_MS);
+	snprintf(take, sizeof(take), "%d", RB_SETTLED_TAKE);
 	argv[0] = b->pods_key;
-	argv[1] = b->pod_id;
-	argv[2] = window;
-	len[0] = strlen(argv[0]);
-	len[1] = strlen(argv[1]);
-	len[2] = strlen(argv[2]);
-	if (rpool_eval(b->pool, (size_t)b->s_heartbeat, 1, 3, argv, len, rb_hb_reply, b) != 0)
+	argv[1] = b->settled_key;
+	argv[2] = b->pod_id;
+	argv[3] = window;
+	argv[4] = take;
+	for (i = 0; i < 5; i++)
+		len[i] = strlen(argv[i]);
+	if (rpool_eval(b->pool, (size_t)b->s_heartbeat, 2, 5, argv, len, rb_hb_reply, b) != 0)
 		rb_failed(b, RB_OP_HEARTBEAT, RP_CONN, NULL);
 	else
 		b->calls[RB_OP_HEARTBEAT]++;
@@ -601,8 +657,9 @@ struct backend *backend_new(struct admitd *ad)
 	b->s_inspect = script_index("inspect");
 	b->s_override = script_index("override");
 	b->s_writeback = script_index("writeback");
+	b->s_settled = script_index("settled");
 	if (b->s_acquire < 0 || b->s_release < 0 || b->s_penalize < 0 || b->s_heartbeat < 0 ||
-	    b->s_reset < 0 || b->s_inspect < 0 || b->s_override < 0) {
+	    b->s_reset < 0 || b->s_inspect < 0 || b->s_override < 0 || b->s_settled < 0) {
 		log_error("a Redis script is missing from the build", NULL);
 		goto fail;
 	}
@@ -611,6 +668,12 @@ struct backend *backend_new(struct admitd *ad)
 		 (unsigned long long)(rand_u64() & 0xffffffffULL));
 	if (asprintf(&b->pods_key, "%s:pods", ad->conf->prefix) < 0) {
 		b->pods_key = NULL;
+		goto fail;
+	}
+	/* In the pods zset's slot (the prefix has no braces): one heartbeat
+	 * call reads both, in a Cluster too. */
+	if (asprintf(&b->settled_key, "{%s}:s:%s", b->pods_key, b->pod_id) < 0) {
+		b->settled_key = NULL;
 		goto fail;
 	}
 	if (ad->conf->redis_password_file != NULL &&
@@ -670,6 +733,7 @@ void backend_free(struct backend *b)
 	rb_ahead_free_all(b); /* the units this daemon held: Redis gets them back as it refills */
 	rb_queue_free(b);
 	free(b->pods_key);
+	free(b->settled_key);
 	free(b->password);
 	free(b->sentinel_password);
 	free(b);

@@ -330,6 +330,7 @@ void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
 	struct be_target t[PROTO_MAX_TARGETS] = { { 0 } };
 	struct meter_tokens rs[PROTO_MAX_TOKENS];
 	struct eng_settled none = { .unavailable = ad->redis != NULL };
+	char *handle = NULL;
 	size_t i, nt = 0;
 
 	for (i = 0; i < ref->nreserve; i++) {
@@ -350,10 +351,15 @@ void eng_release_ref(struct admitd *ad, const struct lease_ref *ref,
 	}
 	if (nt == 0 || ad->redis == NULL)
 		none.unavailable = false; /* nothing could ever vouch for it here */
+	/* The handle again, in its one canonical form (lease_id_parse took
+	 * no other): its body is what the records must bind. */
+	if (nt > 0 && ad->redis != NULL && (handle = lease_id_format(ref)) == NULL)
+		nt = 0;
 	if (nt == 0 || ad->redis == NULL ||
 	    !backend_release_ref(ad->redis, t, nt, ref->nonce, tokens, ntokens, rs, ref->nreserve,
-				 cb, arg))
+				 strchr(handle, '.') + 1, cb, arg))
 		cb(arg, &none);
+	free(handle);
 }
 
 void eng_inspect(struct kq *kq, const struct conf_class *cls, eng_insp_cb *cb, void *arg)

@@ -119,6 +119,7 @@ struct eng_settled {
 	bool held;	  /* the lease was still in flight */
 	bool settled;	  /* this release settled it: the first one */
 	bool repeat;	  /* it was settled before: nothing changed */
+	bool mismatch;	  /* the handle is not what its record binds: nothing changed */
 	bool unknown;	  /* Redis took the call but its answer was lost: ask again */
 	bool unavailable; /* Redis cannot be asked now: nothing changed */
 };

@@ -241,20 +241,50 @@ static struct lease_ttlq *lease_ttlq_of(struct admitd *ad, int64_t ttl)
 	return q;
 }
 
+/* sp: what a handle of a lease on t[0..nt) with reservation rs[0..nrs) is made of. */
+static void lease_spec_of(struct lease_spec *sp, const char *nonce, const struct target_rt *t,
+			  size_t nt, const struct meter_tokens *rs, size_t nrs)
+{
+	size_t i;
+
+	*sp = (struct lease_spec){ .nonce = nonce, .nt = nt, .reserve = rs, .nreserve = nrs };
+	for (i = 0; i < nt && i < PROTO_MAX_TARGETS; i++) {
+		sp->scope[i] = t[i].kq->sc->cs->name;
+		sp->cls[i] = t[i].cls ? t[i].cls->name : "";
+		sp->key[i] = t[i].kq->key;
+	}
+}
+
 /* The handle of a lease: its nonce, then what a release needs. */
 static char *lease_handle(const struct lease *l)
 {
-	struct lease_spec sp = {
-		.nonce = l->id, .nt = l->nt, .reserve = l->reserve, .nreserve = l->nreserve
-	};
-	size_t i;
+	struct lease_spec sp;
 
-	for (i = 0; i < l->nt; i++) {
-		sp.scope[i] = l->t[i].kq->sc->cs->name;
-		sp.cls[i] = l->t[i].cls ? l->t[i].cls->name : "";
-		sp.key[i] = l->t[i].kq->key;
-	}
+	lease_spec_of(&sp, l->id, l->t, l->nt, l->reserve, l->nreserve);
 	return lease_id_make(&sp);
+}
+
+char *lease_body_of(const struct target_rt *t, size_t nt, const struct meter_tokens *rs, size_t nrs)
+{
+	struct lease_spec sp;
+
+	lease_spec_of(&sp, NULL, t, nt, rs, nrs);
+	return lease_id_body(&sp);
+}
+
+void lease_settled_elsewhere(struct admitd *ad, const char *nonce)
+{
+	struct lease *l = htab_get(ad->leases, nonce);
+
+	if (l == NULL)
+		return;
+	log_debug("lease settled through another daemon", "lease=%.8s", l->id);
+	/* Redis settled it (its record is a tombstone): nothing is sent, as
+	 * at its TTL; the in-process mirror ends at that deadline too. */
+	l->backend_booked = false;
+	l->redis_maybe = false;
+	l->outcome = ADAPT_NONE;
+	lease_release(l, NULL, 0);
 }
 
 struct lease *lease_resolve(struct admitd *ad, const char *handle, struct lease_ref *ref,

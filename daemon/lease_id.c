@@ -44,24 +44,6 @@ bool lease_id_nonce_ok(const char *s, size_t len)
 	return true;
 }
 
-void lease_id_claim(const struct meter_tokens *r, size_t n, char *buf, size_t len)
-{
-	size_t i, off = 0;
-
-	if (len == 0)
-		return;
-	buf[0] = '\0';
-	for (i = 0; i < n; i++) {
-		int k = snprintf(buf + off, len - off, "%s%s=%lld", i > 0 ? "," : "", r[i].name,
-				 (long long)r[i].n);
-		if (k < 0 || (size_t)k >= len - off) {
-			buf[off] = '\0'; /* never a partial pair */
-			return;
-		}
-		off += (size_t)k;
-	}
-}
-
 /* Append s and its NUL to buf at *off; false when s is longer than max. */
 static bool lease_put(unsigned char *buf, size_t *off, const char *s, size_t max)
 {
@@ -74,14 +56,17 @@ static bool lease_put(unsigned char *buf, size_t *off, const char *s, size_t max
 	return true;
 }
 
-char *lease_id_make(const struct lease_spec *sp)
+/*
+ * The handle of sp with nonce NULL: its body alone (what follows the '.'),
+ * which names the lease's targets and reservation but not the lease.
+ */
+static char *lease_id_encode(const struct lease_spec *sp, const char *nonce)
 {
 	unsigned char raw[LEASE_ID_PAYLOAD_MAX];
-	size_t n = 0, i, o;
+	size_t n = 0, i, o = 0;
 	char *out;
 
-	if (sp->nonce == NULL || !lease_id_nonce_ok(sp->nonce, strlen(sp->nonce)) || sp->nt == 0 ||
-	    sp->nt > PROTO_MAX_TARGETS || sp->nreserve > PROTO_MAX_TOKENS)
+	if (sp->nt == 0 || sp->nt > PROTO_MAX_TARGETS || sp->nreserve > PROTO_MAX_TOKENS)
 		return NULL;
 	raw[n++] = LEASE_ID_VERSION;
 	for (i = 0; i < sp->nt; i++)
@@ -103,9 +88,11 @@ char *lease_id_make(const struct lease_spec *sp)
 	out = malloc(LEASE_NONCE_LEN + 2 + (n + 2) / 3 * 4);
 	if (out == NULL)
 		return NULL;
-	memcpy(out, sp->nonce, LEASE_NONCE_LEN);
-	o = LEASE_NONCE_LEN;
-	out[o++] = '.';
+	if (nonce != NULL) {
+		memcpy(out, nonce, LEASE_NONCE_LEN);
+		o = LEASE_NONCE_LEN;
+		out[o++] = '.';
+	}
 	for (i = 0; i < n; i += 3) {
 		uint32_t v = (uint32_t)raw[i] << 16;
 		size_t left = n - i;
@@ -122,6 +109,18 @@ char *lease_id_make(const struct lease_spec *sp)
 	}
 	out[o] = '\0';
 	return out;
+}
+
+char *lease_id_make(const struct lease_spec *sp)
+{
+	if (sp->nonce == NULL || !lease_id_nonce_ok(sp->nonce, strlen(sp->nonce)))
+		return NULL;
+	return lease_id_encode(sp, sp->nonce);
+}
+
+char *lease_id_body(const struct lease_spec *sp)
+{
+	return lease_id_encode(sp, NULL);
 }
 
 char *lease_id_format(const struct lease_ref *ref)

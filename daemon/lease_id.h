@@ -13,7 +13,9 @@
  * reserved tokens, an empty field and each reservation's meter name and
  * decimal count, NUL-terminated. So any daemon on the
  * same Redis can release a lease it did not issue (after a restart, through
- * another pod) and charge its tokens, with no shared table. Pure: no I/O.
+ * another pod) and charge its tokens, with no shared table: what it names
+ * is checked against the lease's settlement record there, which binds the
+ * handle's body (lease_id_body), never trusted. Pure: no I/O.
  */
 
 #ifndef ADMITD_LEASE_ID_H
@@ -65,6 +67,15 @@ struct lease_spec {
  */
 char *lease_id_make(const struct lease_spec *sp);
 
+/*
+ * lease_id_body - what lease_id_make puts after the nonce and its '.' (the
+ * targets and the reservation, sp->nonce unused), malloc'd; NULL as
+ * lease_id_make. A lease's settlement record in Redis holds it, so that a
+ * handle another daemon is sent settles only when it names exactly what
+ * was issued (release.lua).
+ */
+char *lease_id_body(const struct lease_spec *sp);
+
 /* lease_id_format - lease_id_make from a parsed form (round trips). */
 char *lease_id_format(const struct lease_ref *ref);
 
@@ -75,16 +86,6 @@ char *lease_id_format(const struct lease_ref *ref);
  * zeros). A handle is accepted only in the one form lease_id_make gives.
  */
 bool lease_id_parse(const char *handle, struct lease_ref *ref);
-
-/*
- * lease_id_claim - the reservation r[0..n) as one string, "name=n,name=n"
- * in order ("" for none): what a lease's settlement record holds, so that a
- * release through a daemon that did not issue the lease settles only the
- * reservation that was booked. Always NUL-terminated; len of
- * LEASE_ID_CLAIM_MAX holds any reservation a request can make.
- */
-#define LEASE_ID_CLAIM_MAX (PROTO_MAX_TOKENS * (PROTO_NAME_MAX + 2 + LEASE_ID_COUNT_MAX) + 1)
-void lease_id_claim(const struct meter_tokens *r, size_t n, char *buf, size_t len);
 
 /* lease_id_nonce_ok - is s exactly 32 lowercase hex digits? */
 bool lease_id_nonce_ok(const char *s, size_t len);

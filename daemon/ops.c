@@ -297,7 +297,7 @@ static void ops_pend_done(struct op_pend *p, struct preply *r)
 }
 
 /* A release that changed nothing: say why, as a repeat answers. */
-static void ops_release_nothing(struct preply *r, bool repeat)
+static void ops_release_nothing(struct preply *r, bool repeat, bool mismatch)
 {
 	preply_bool(r, "held", false);
 	preply_bool(r, "settled", false);
@@ -305,8 +305,12 @@ static void ops_release_nothing(struct preply *r, bool repeat)
 		preply_bool(r, "repeat", true);
 	preply_str(r, "message",
 		   repeat ? "already released: nothing changed"
-			  : "no lease to settle under this handle (already released, expired a "
-			    "lease_ttl ago, or never issued): nothing changed");
+		   : mismatch
+		       ? "this handle is not the one issued (a target's scope, class or key, "
+			 "or the reservation, differs from the lease's record): nothing "
+			 "changed"
+		       : "no lease to settle under this handle (already released, expired a "
+			 "lease_ttl ago, or never issued): nothing changed");
 }
 
 /* The answer to a release of a lease this daemon did not issue. */
@@ -327,7 +331,7 @@ static void op_release_ref_done(void *arg, const struct eng_settled *st)
 		if (st->settled)
 			preply_bool(r, "held", st->held);
 		else
-			ops_release_nothing(r, st->repeat);
+			ops_release_nothing(r, st->repeat, st->mismatch);
 	}
 	ops_pend_done(p, r);
 }
@@ -403,7 +407,7 @@ static void op_release(struct conn *c, struct request *rq)
 			lease_release(l, rq->tokens, rq->ntokens);
 			preply_bool(r, "held", held);
 		} else {
-			ops_release_nothing(r, false);
+			ops_release_nothing(r, false, false);
 		}
 		conn_send_reply(c, r);
 		return;

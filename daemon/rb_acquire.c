@@ -635,8 +635,8 @@ static bool rb_xb_add(struct backend *b, struct rb_acq *q, const struct target_r
 		free(part);
 		return false;
 	}
-	one->plain = rb_target_args(&one->a, b, t, q->lease_id, not_after, q->w->reserve,
-				    q->w->nreserve, true, &one->p, &one->nkeys);
+	one->plain =
+	    rb_target_args(&one->a, b, t, q->lease_id, not_after, q->w, true, &one->p, &one->nkeys);
 	rb_acq_plain(q, one->plain, &one->p);
 	part->q = q;
 	part->i = 0;
@@ -683,8 +683,8 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		struct rb_acq_part *part = malloc(sizeof(*part));
 		struct rb_plain pa;
 		size_t nkeys = 0;
-		bool plain = rb_target_args(&a[i], b, &w->t[i], lease_id, not_after, w->reserve,
-					    w->nreserve, w->nt == 1, &pa, &nkeys);
+		bool plain = rb_target_args(&a[i], b, &w->t[i], lease_id, not_after, w, w->nt == 1,
+					    &pa, &nkeys);
 		rb_acq_plain(q, plain, &pa);
 		if (part == NULL || a[i].oom) {
 			free(part);
@@ -835,7 +835,8 @@ bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n
 	q->cb = cb;
 	q->arg = arg;
 	not_after = rb_not_after(b, &q->not_after_mono);
-	rb_acquire_args(&a, b, &ws[0]->t[0], ids, n, not_after, NULL, 0, &nkeys);
+	/* (batched waiters reserve nothing: waitq_batchable) */
+	rb_acquire_args(&a, b, &ws[0]->t[0], ids, n, not_after, ws[0], &nkeys);
 	if (a.oom || rb_eval(b, ws[0]->t[0].kq->sc->cs, ws[0]->t[0].kq->key, b->s_acquire, &a,
 			     nkeys, rb_batch_cb, q) != 0) {
 		free(q);

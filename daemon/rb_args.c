@@ -220,6 +220,52 @@ static void rb_record_key(struct rargs *a, const struct backend *b, const struct
 }
 
 /*
+ * What a lease's settlement record binds on one target (acquire.lua writes
+ * it, release.lua compares it): "POD|BODY|RULE=N,...", the pod that issued
+ * the lease (told when another daemon settles it), the handle's body
+ * (lease_id_body: every target's scope, class and key, and the
+ * reservation) and, per rule of the target's plan, its name ("#i" when
+ * unnamed) and the tokens the reservation charged it. A release through a
+ * daemon that did not issue the lease settles only when the body and the
+ * charges it works out are these, byte for byte.
+ */
+static void rb_bind_arg(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+			const struct conf_plan *pl, const char *body,
+			const struct meter_tokens *reserve, size_t nreserve)
+{
+	size_t i, len = 1, off = 0;
+	const char *parts[5];
+	char *ch;
+
+	for (i = 0; i < pl->nrules; i++) {
+		const struct conf_rule *r = &cs->rules[pl->rules[i]];
+		len += (r->name != NULL ? strlen(r->name) : 22) + 24;
+	}
+	if ((ch = malloc(len)) == NULL) {
+		a->oom = true;
+		return;
+	}
+	ch[0] = '\0';
+	for (i = 0; i < pl->nrules; i++) {
+		const struct conf_rule *r = &cs->rules[pl->rules[i]];
+		int k = r->name != NULL
+			    ? snprintf(ch + off, len - off, "%s%s=%lld", i ? "," : "", r->name,
+				       (long long)conf_token_charge(r, reserve, nreserve))
+			    : snprintf(ch + off, len - off, "%s#%zu=%lld", i ? "," : "", r->idx,
+				       (long long)conf_token_charge(r, reserve, nreserve));
+		if (k > 0 && (size_t)k < len - off)
+			off += (size_t)k;
+	}
+	parts[0] = b->pod_id;
+	parts[1] = "|";
+	parts[2] = body != NULL ? body : "";
+	parts[3] = "|";
+	parts[4] = ch;
+	rargs_cat(a, parts, 5);
+	free(ch);
+}
+
+/*
  * The pool connection a (scope, key)'s calls go on, so that they run in
  * the order this daemon sent them (an acquire, its release, an inspect).
  * Not a secret: a crafted key can only choose a connection.
@@ -271,9 +317,11 @@ static void rb_adapt_ovr_args(struct rargs *a, const struct conf_scope *cs, bool
 
 /* KEYS and ARGV of acquire.lua for one target (see the script's header). */
 void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
-		     const char *lease_id, size_t count, int64_t not_after,
-		     const struct meter_tokens *reserve, size_t nreserve, size_t *nkeys)
+		     const char *lease_id, size_t count, int64_t not_after, const struct waiter *w,
+		     size_t *nkeys)
 {
+	const struct meter_tokens *reserve = w->reserve;
+	size_t nreserve = w->nreserve;
 	const struct conf_scope *cs = t->kq->sc->cs;
 	const struct conf_plan *pl = conf_plan_of(cs, t->cls);
 	size_t i;
@@ -316,10 +364,12 @@ void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt 
 					 : 0);
 	rargs_int(a, not_after);
 	if (pl->release_books) {
-		char claim[LEASE_ID_CLAIM_MAX];
-		lease_id_claim(reserve, nreserve, claim, sizeof(claim));
+		char *body = lease_body_of(w->t, w->nt, reserve, nreserve);
+		if (body == NULL)
+			a->oom = true;
 		rargs_int(a, cs->lease_ttl_ms + RB_GRACE_MS(cs));
-		rargs_str(a, claim);
+		rb_bind_arg(a, b, cs, pl, body, reserve, nreserve);
+		free(body);
 	} else if (cs->adaptive || cs->override_milli > 0) {
 		rargs_int(a, 0); /* no settlement record: the adaptive params follow */
 		rargs_str(a, "");
@@ -406,14 +456,14 @@ void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n)
  * Returns whether it is the plain one.
  */
 bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
-		    const char *lease_id, int64_t not_after, const struct meter_tokens *reserve,
-		    size_t nreserve, bool alone, struct rb_plain *p, size_t *nkeys)
+		    const char *lease_id, int64_t not_after, const struct waiter *w, bool alone,
+		    struct rb_plain *p, size_t *nkeys)
 {
 	if (conf_plan_of(t->kq->sc->cs, t->cls)->plain) {
-		rb_plain_args(a, b, t, not_after, alone && nreserve == 0, p, nkeys);
+		rb_plain_args(a, b, t, not_after, alone && w->nreserve == 0, p, nkeys);
 		return true;
 	}
-	rb_acquire_args(a, b, t, lease_id, 1, not_after, reserve, nreserve, nkeys);
+	rb_acquire_args(a, b, t, lease_id, 1, not_after, w, nkeys);
 	return false;
 }
 
@@ -466,7 +516,7 @@ void rb_release_args(struct rargs *a, const struct backend *b, const struct be_t
 	rargs_int(a, x2);
 	rargs_int(a, pl->penalty_in + 1);
 	rargs_int(a, se->own ? 1 : 0);
-	rargs_str(a, se->claim != NULL ? se->claim : "");
+	rb_bind_arg(a, b, cs, pl, se->body, se->reserve, se->nreserve);
 	rargs_int(a, RB_GRACE_MS(cs));
 	adapt = cs->adaptive && (mode == RB_M_RELEASE || mode == RB_M_OUTCOME);
 	ovr = cs->override_milli > 0 && pl->serialized && mode == RB_M_RELEASE;

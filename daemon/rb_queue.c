@@ -34,7 +34,7 @@ void rb_rel_free(struct rb_rel *r)
 		free(r->t[i].scope);
 	free(r->tokens);
 	free(r->reserve);
-	free(r->claim);
+	free(r->body);
 	free(r);
 }
 
@@ -127,10 +127,13 @@ static void rb_rel_done(struct rb_rel *r)
 		struct eng_settled st = { .held = r->held == 1,
 					  .settled = r->settled,
 					  .repeat = r->repeat && !r->settled,
+					  .mismatch = r->mismatch && !r->settled && !r->repeat,
 					  .unknown = r->unknown };
 		r->cb(r->cb_arg, &st);
 		r->cb = NULL;
 	}
+	if (r->issuer[0] != '\0' && r->settled)
+		rb_tell_issuer(b, r->issuer, r->nonce);
 	if (r->mode == RB_M_REBOOK) {
 		rb_rebooked(r);
 		return;
@@ -161,6 +164,15 @@ static void rb_rel_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct rb_rel *r = arg;
 
+	/* {1, pod}: another daemon's live lease, settled here; pod issued it */
+	if (st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == 2 &&
+	    reply->a[0].type == RV_INT && reply->a[0].i == 1 &&
+	    (reply->a[1].type == RV_STR || reply->a[1].type == RV_STATUS) && !r->own &&
+	    r->mode == RB_M_RELEASE && reply->a[1].len < sizeof(r->issuer)) {
+		memcpy(r->issuer, reply->a[1].s, reply->a[1].len);
+		r->issuer[reply->a[1].len] = '\0';
+		reply = &reply->a[0];
+	}
 	if (st == RP_OK && reply != NULL && reply->type == RV_INT) {
 		if (reply->i == 1)
 			r->held = 1;
@@ -170,6 +182,8 @@ static void rb_rel_cb(void *arg, enum rp_status st, const struct rval *reply)
 			r->settled = true;
 		else if (r->mode == RB_M_RELEASE && reply->i == -2)
 			r->repeat = true;
+		else if (r->mode == RB_M_RELEASE && reply->i == -4)
+			r->mismatch = true;
 	} else {
 		if (st != RP_SHUTDOWN)
 			rb_failed(r->b, r->op, st, reply);
@@ -194,7 +208,7 @@ bool rb_rel_send(struct rb_rel *r)
 				.ntokens = r->ntokens,
 				.nreserve = r->nreserve,
 				.own = r->own,
-				.claim = r->claim,
+				.body = r->body,
 				.outcome = r->outcome };
 	size_t i, n = 0, sent;
 	int script = b->s_release;
@@ -227,6 +241,8 @@ bool rb_rel_send(struct rb_rel *r)
 	r->unknown = false;
 	r->settled = false;
 	r->repeat = false;
+	r->mismatch = false;
+	r->issuer[0] = '\0';
 	/*
 	 * Each target on its key's connection, after what this daemon sent for
 	 * that key before (all in this loop pass: one round trip of wall time).
@@ -376,21 +392,18 @@ bool backend_idle(const struct backend *b)
 
 /*
  * What r settles: copies of the tokens reported and of the reservation,
- * and the reservation as its settlement record holds it (the claim).
+ * and the body of the lease's handle (what its settlement record binds).
  * false when memory runs out.
  */
 static bool rb_rel_settle(struct rb_rel *r, const struct meter_tokens *tokens, size_t ntokens,
-			  const struct meter_tokens *reserve, size_t nreserve)
+			  const struct meter_tokens *reserve, size_t nreserve, const char *body)
 {
-	char claim[LEASE_ID_CLAIM_MAX];
-
 	r->tokens = meter_tokens_dup(tokens, ntokens, &r->ntokens);
 	r->reserve = meter_tokens_dup(reserve, nreserve, &r->nreserve);
-	lease_id_claim(reserve, nreserve, claim, sizeof(claim));
-	if (claim[0] != '\0' && (r->claim = strdup(claim)) == NULL)
+	if (body != NULL && (r->body = strdup(body)) == NULL)
 		return false;
 	r->bytes += (ntokens + nreserve) * (sizeof(struct meter_tokens) + PROTO_NAME_MAX + 1) +
-		    strlen(claim);
+		    (body != NULL ? strlen(body) + 1 : 0);
 	return r->ntokens == ntokens && r->nreserve == nreserve;
 }
 
@@ -409,7 +422,7 @@ static struct rb_rel *rb_rel_of(struct backend *b, const struct lease *l, enum r
 			return NULL;
 		}
 	r->own = true;
-	if (!rb_rel_settle(r, NULL, 0, l->reserve, l->nreserve)) {
+	if (!rb_rel_settle(r, NULL, 0, l->reserve, l->nreserve, strchr(l->handle, '.') + 1)) {
 		rb_rel_free(r);
 		return NULL;
 	}
@@ -470,8 +483,8 @@ bool backend_outcome(struct backend *b, struct lease *l)
 
 bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt, const char *nonce,
 			 const struct meter_tokens *tokens, size_t ntokens,
-			 const struct meter_tokens *reserve, size_t nreserve, eng_settled_cb *cb,
-			 void *arg)
+			 const struct meter_tokens *reserve, size_t nreserve, const char *body,
+			 eng_settled_cb *cb, void *arg)
 {
 	struct rb_rel *r;
 	size_t i;
@@ -483,7 +496,7 @@ bool backend_release_ref(struct backend *b, const struct be_target *t, size_t nt
 	for (i = 0; i < nt; i++)
 		if (!rb_rel_target(r, t[i].cs, t[i].cls, t[i].key))
 			goto fail;
-	if (!rb_rel_settle(r, tokens, ntokens, reserve, nreserve))
+	if (!rb_rel_settle(r, tokens, ntokens, reserve, nreserve, body))
 		goto fail;
 	r->cb = cb;
 	r->cb_arg = arg;

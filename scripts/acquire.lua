@@ -23,9 +23,12 @@
 --       this call (it timed out and decided otherwise): book nothing then; 0: none
 --       then rec_ttl rec: when rec_ttl > 0 (a release of this lease settles
 --       something), each admitted lease gets its settlement record, the
---       string 'L' .. rec (rec: the reservation, "name=n,..."), under the last
---       KEYS entry followed by the lease id, for rec_ttl ms: a release settles
---       only a lease that has one, exactly once (release.lua)
+--       string 'L' .. deadline .. '|' .. rec (deadline: the Redis time its
+--       lease_ttl ends; rec: "POD|BODY|RULE=N,...", the pod that issued it,
+--       its handle's body and the tokens its reservation charged each rule),
+--       under the last KEYS entry followed by the lease id, for rec_ttl ms: a
+--       release settles only a lease that has one, exactly once, and through
+--       another daemon only when it names all of rec (release.lua)
 --       then, in an adaptive scope (rec_ttl 0 and rec '' when there is no
 --       record), ceil floor factor step interval_ms (adaptive.lua's
 --       adapt_arg): the requests rules are scaled by the key's learned
@@ -383,7 +386,7 @@ local function acquire_one(KEYS, ARGV)
 	if rec_ttl > 0 then
 		local rkp = KEYS[#KEYS]
 		for k = 1, count do
-			redis.call('SET', rkp .. ids[k], 'L' .. rec, 'PX', rec_ttl)
+			redis.call('SET', rkp .. ids[k], 'L' .. (now + lease_ttl) .. '|' .. rec, 'PX', rec_ttl)
 		end
 	end
 	local next_before, next_booked = next_at, 0

@@ -5,12 +5,15 @@
 -- dropped. fallback_divisor = auto divides by the count this returns.
 --
 -- KEYS[1] pods zset   ARGV[1] pod id   ARGV[2] liveness window ms
+-- KEYS[2] (optional) this pod's list of leases it issued that another
+-- daemon settled while live (settled.lua): up to ARGV[3] of them are taken
 -- Returns {pods alive (including this one), Redis time in ms, 1 when this
 -- pod was still registered (0: first beat, or Redis lost its data: restarted
 -- empty, flushed, or failed over to a replica that never saw it), this pod's
 -- rank among the ids alive in byte order (0-based)}: every pod computes the
 -- same ranks, so the fallback can give each limit's remainder to the first
--- pods by rank and the shares add up to the limit exactly.
+-- pods by rank and the shares add up to the limit exactly. With KEYS[2], a
+-- fifth element: the lease ids taken from that list (the oldest first).
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -26,4 +29,10 @@ local rank = 0
 for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
 	if id < ARGV[1] then rank = rank + 1 end
 end
-return { redis.call('ZCARD', KEYS[1]), now, known, rank }
+local out = { redis.call('ZCARD', KEYS[1]), now, known, rank }
+if KEYS[2] then
+	local take = tonumber(ARGV[3]) or 0
+	out[5] = redis.call('LRANGE', KEYS[2], 0, take - 1)
+	if #out[5] > 0 then redis.call('LTRIM', KEYS[2], #out[5], -1) end
+end
+return out

@@ -23,14 +23,22 @@
 --
 -- Settlement records. An admission whose release settles something (a
 -- lease set, completion-anchored pacing, token meters) left the record
--- KEYS[4 + nrules] (acquire.lua): 'L' .. the reservation it booked. A
--- release settles only through it, once: it turns the record into the
--- tombstone 'D' (kept for the record's TTL), so a repeat finds 'D' and
--- changes nothing, and a handle that was never issued finds no record and
--- changes nothing either. `own` says the daemon that issued the lease sends
--- it (it knows what it booked): a missing record (Redis lost its data) is
--- then settled anyway; from any other daemon the record must be there and
--- hold exactly the reservation the handle claims.
+-- KEYS[4 + nrules] (acquire.lua): 'L' .. deadline .. '|' .. POD '|' BODY '|'
+-- CHARGES, where deadline is the Redis time its lease_ttl ends, POD the pod
+-- that issued it, BODY its handle's body (every target's scope, class and
+-- key, and the reservation) and CHARGES the tokens the reservation charged
+-- each rule of this target. A release settles only through it, once: it
+-- turns the record into the tombstone 'D' (kept for the record's TTL), so a
+-- repeat finds 'D' and changes nothing, and a handle that was never issued
+-- finds no record and changes nothing either. `own` says the daemon that
+-- issued the lease sends it (it knows what it booked): a missing record
+-- (Redis lost its data) is then settled anyway; from any other daemon the
+-- record must be there and bind exactly the BODY and CHARGES that daemon
+-- made of the handle (claim), else nothing changes: an edited class,
+-- scope, key or reservation refunds no rule the lease did not charge.
+-- A lease another daemon settles before its deadline was live: it is
+-- `held` (as its issuer would say), and the reply names the issuer, which
+-- is told (settled.lua) so that it stops counting the lease.
 --
 -- KEYS[1] state hash  KEYS[2] quota zset  KEYS[3] leases zset  KEYS[4..] rule hashes
 -- (the same KEYS as acquire.lua), then the lease's settlement record
@@ -42,8 +50,9 @@
 --       time after which the caller has given up on this call; 0: none)
 --       then pen: i when rule i's hash holds the key's penalty (acquire.lua),
 --       whose TTL a charge here must not cut below the penalty's end; else 0
---       then own (1: from the issuing daemon), claim (the reservation the
---       handle names, "name=n,..."), grace (how long a record outlives the
+--       then own (1: from the issuing daemon), claim ("POD|BODY|CHARGES":
+--       this daemon, the handle's body and the charges this daemon's conf
+--       makes of its reservation), grace (how long a record outlives the
 --       lease: rebook makes one that lives x1 + grace)
 --       then, in an adaptive scope (release and outcome modes), the outcome
 --       ('ok', 'limited' or '': none) and ceil floor factor step interval_ms:
@@ -52,10 +61,13 @@
 --       then, in a scope that takes overrides (outcome '' and five zeros
 --       when it is not adaptive), ovr: override_max times 1000; a serialized
 --       release then paces by the key's override in force (override.lua)
--- Returns, release: 1 when the lease was in flight, 0 when it was settled
--- but no longer in flight, -2 when it was settled before (a repeat), -3
--- when there is no record of it (never issued, or long gone): -2 and -3
--- changed nothing. Rollback, reconcile: 1 when it was in flight, else 0.
+-- Returns, release: 1 when the lease was in flight (or, with no lease set,
+-- its record's deadline had not passed), 0 when it was settled but no
+-- longer in flight, -2 when it was settled before (a repeat), -3 when there
+-- is no record of it (never issued, or long gone), -4 when its record binds
+-- another handle or other charges (edited): -2, -3 and -4 changed nothing.
+-- From another daemon, a lease in flight answers {1, POD} instead: POD
+-- issued it. Rollback, reconcile: 1 when it was in flight, else 0.
 -- Rebook: 1 when it now is in flight, 0 when too late, -1 when it was
 -- released meanwhile.
 
@@ -92,12 +104,13 @@ if mode == 'rebook' then
 	local rec = redis.call('GET', rk)
 	-- Released meanwhile (through another daemon): never put back.
 	if rec == 'D' then return -1 end
-	if not rec then redis.call('SET', rk, 'L' .. claim, 'PX', x1 + grace) end
+	if not rec then redis.call('SET', rk, 'L' .. (now + x1) .. '|' .. claim, 'PX', x1 + grace) end
 	redis.call('ZADD', lk, 'NX', now + x1, lease_id)
 	if redis.call('PTTL', lk) < x1 then redis.call('PEXPIRE', lk, x1) end
 	return 1
 end
 
+local live, issuer = false, nil
 if mode == 'release' then
 	local rec = redis.call('GET', rk)
 	if rec == 'D' then return -2 end
@@ -105,7 +118,11 @@ if mode == 'release' then
 		if not own then return -3 end
 		redis.call('SET', rk, 'D', 'PX', grace > 0 and grace or 1000)
 	else
-		if not own and rec ~= 'L' .. claim then return -3 end
+		local deadline, pod, bind = string.match(rec, '^L(%d+)|([^|]*)|(.*)$')
+		if not own and (not deadline or bind ~= string.match(claim, '^[^|]*|(.*)$')) then
+			return -4
+		end
+		live, issuer = deadline and now < tonumber(deadline), pod
 		redis.call('SET', rk, 'D', 'KEEPTTL')
 	end
 	adapt_outcome_key(sk, ad, now, outcome)
@@ -114,6 +131,7 @@ else
 end
 
 local held = redis.call('ZREM', lk, lease_id)
+if live and not own then held = 1 end
 if mode == 'reconcile' then return held end
 
 if mode == 'rollback' then
@@ -139,4 +157,5 @@ for i = 1, nrules do
 	local p, charge = strat_rule_arg(ARGV, 5 + (i - 1) * 5)
 	if charge ~= 0 then strat_book_key(KEYS[3 + i], p, now, charge, pen == i) end
 end
+if held == 1 and not own and issuer and issuer ~= '' then return { held, issuer } end
 return held

@@ -5,8 +5,12 @@
  * An input is one handle. When lease_id_parse takes it, it must be in the
  * one canonical form: lease_id_format of what was parsed gives the same
  * bytes back, and parsing that again gives the same parse. Every field the
- * parse fills must end inside its buffer, and the reservation's claim
- * (lease_id_claim) must fit LEASE_ID_CLAIM_MAX. Any broken invariant
+ * parse fills must end inside its buffer, and the body a settlement record
+ * binds (lease_id_body) must be the handle's text after its '.', so that a
+ * handle whose class, scope, key or reservation was edited (another
+ * canonical handle) never binds the same record: each target's class, scope
+ * and key, and each reserved count, is edited in turn and the body must
+ * change (or the edit be refused). Any broken invariant
  * aborts, so libFuzzer keeps the input; ASan and UBSan catch the rest.
  *
  *   make fuzz-lease        (clang; see mk/fuzz.mk)
@@ -29,12 +33,61 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 		}                                                                                 \
 	} while (0)
 
+/* dst: src edited (one byte changed or one added), within max bytes. */
+static void fuzz_edit(char *dst, const char *src, size_t max)
+{
+	size_t n = strlen(src);
+
+	memcpy(dst, src, n + 1);
+	if (n < max) {
+		dst[n] = 'e';
+		dst[n + 1] = '\0';
+	} else {
+		dst[n - 1] = dst[n - 1] == 'e' ? 'f' : 'e';
+	}
+}
+
+/*
+ * Each one-field edit of sp (a target's scope, class or key; a reserved
+ * count) gives another body than body, or none (the edit is no handle).
+ */
+static void fuzz_edits(struct lease_spec *sp, struct meter_tokens *rs, const char *body)
+{
+	char buf[PROTO_KEY_MAX + 2];
+	size_t i, f;
+
+	for (i = 0; i < sp->nt; i++) {
+		for (f = 0; f < 3; f++) {
+			const char **field = f == 0   ? &sp->scope[i]
+					     : f == 1 ? &sp->cls[i]
+						      : &sp->key[i];
+			const char *was = *field;
+			char *edited;
+			fuzz_edit(buf, was, f == 2 ? PROTO_KEY_MAX : PROTO_NAME_MAX);
+			*field = buf;
+			edited = lease_id_body(sp);
+			FUZZ_CHECK(edited == NULL || strcmp(edited, body) != 0);
+			free(edited);
+			*field = was;
+		}
+	}
+	for (i = 0; i < sp->nreserve; i++) {
+		int64_t was = rs[i].n;
+		char *edited;
+		rs[i].n = was == PROTO_MAX_COST ? was - 1 : was + 1;
+		edited = lease_id_body(sp);
+		FUZZ_CHECK(edited != NULL && strcmp(edited, body) != 0);
+		free(edited);
+		rs[i].n = was;
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct lease_ref ref, again;
 	struct meter_tokens rs[PROTO_MAX_TOKENS];
-	char claim[LEASE_ID_CLAIM_MAX];
-	char *in, *out;
+	struct lease_spec sp;
+	char *in, *out, *body;
 	size_t i;
 
 	if (size > 2 * LEASE_ID_MAX)
@@ -61,8 +114,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		rs[i].name = ref.reserve[i].name;
 		rs[i].n = ref.reserve[i].n;
 	}
-	lease_id_claim(rs, ref.nreserve, claim, sizeof(claim));
-	FUZZ_CHECK(strlen(claim) < sizeof(claim));
+	memset(&sp, 0, sizeof(sp));
+	sp.nt = ref.nt;
+	for (i = 0; i < ref.nt; i++) {
+		sp.scope[i] = ref.t[i].scope;
+		sp.cls[i] = ref.t[i].cls;
+		sp.key[i] = ref.t[i].key;
+	}
+	sp.reserve = rs;
+	sp.nreserve = ref.nreserve;
+	body = lease_id_body(&sp);
+	FUZZ_CHECK(body != NULL);
+	FUZZ_CHECK(strcmp(body, in + LEASE_NONCE_LEN + 1) == 0);
+	fuzz_edits(&sp, rs, body);
+	free(body);
 	out = lease_id_format(&ref);
 	FUZZ_CHECK(out != NULL);
 	FUZZ_CHECK(strcmp(out, in) == 0); /* canonical: one text per lease */
