@@ -4,8 +4,9 @@ minute), run by `make chaos`.
 Three admitd processes share one Redis. Client threads send random
 requests (acquire with random budgets, tries, several targets, releases
 with tokens, late releases after lease_ttl, releases through another
-daemon, repeated releases, releases of forged handles, penalize, status,
-malformed lines), vanish mid-wait, or half-close;
+daemon, repeated releases, releases of forged handles and of real ones
+with a class, scope or key edited, through another daemon, penalize,
+status, malformed lines), vanish mid-wait, or half-close;
 a pipelining client stalls Redis traffic in flight; clients that stop
 reading are dropped. A fault thread pauses, resumes, restarts (empty) and
 SCRIPT FLUSHes Redis, freezes it with DEBUG SLEEP, restarts a daemon
@@ -22,8 +23,9 @@ any interval of length L. The worst window around each outage is printed.
 At the end every daemon must still answer ping, exit 0 on SIGTERM, and its
 log must show no sanitizer, valgrind or assert report (the harness checks
 at stop). Every reply must be one JSON object with "ok", and an id when the
-request had one. A forged handle must never settle anything (its release
-changes nothing, or is refused while Redis is down). Then no slot may be
+request had one. A forged or edited handle must never settle anything
+(its release changes nothing, or is refused while Redis is down), and the
+real handle of an edited one still settles its lease at the end. Then no slot may be
 left booked in Redis: every detached
 lease ever granted is released (through a random daemon), every daemon
 stops, and every lease set in Redis must be empty although lease_ttl is
@@ -110,6 +112,7 @@ DETACHED_LOCK = threading.Lock()
 BOUND_Q, BOUND_W = 20, 1.0            # scope bound: quota 20/1s
 BOUND_C, BOUND_RATE = 20, 10.0        # and a token bucket 20/2s
 BOUND_ADMS = []  # (lo, hi, backend) of every admission of bound's key
+DAEMONS = []     # the three daemons (an edited handle goes through another)
 PHASES = []      # (start, end, what) of every outage made by faults()
 
 
@@ -176,6 +179,29 @@ def forged(rng):
                          base64.urlsafe_b64encode(raw).decode().rstrip("="))
 
 
+def edited(rng, lease):
+    """A real handle with one target's class, scope or key edited (the
+    nonce and the rest kept): what a client would send to get another
+    class's or key's budget refunded."""
+    nonce, b = lease.split(".")
+    raw = base64.urlsafe_b64decode(b + "=" * (-len(b) % 4))
+    fields = raw[1:].split(b"\0")
+    ntargets = 0
+    while 3 * ntargets < len(fields) and fields[3 * ntargets] != b"":
+        ntargets += 1
+    i = 3 * rng.randrange(ntargets) + rng.randrange(3)
+    was = fields[i]
+    if i % 3 == 0:  # a scope: another of the conf's
+        fields[i] = rng.choice([s for s in SCOPES if s.encode() != was]).encode()
+    elif i % 3 == 1:  # a class: another (or none, or one)
+        fields[i] = rng.choice([c for c in (b"", b"main", b"background", b"priority")
+                                if c != was])
+    else:  # a key
+        fields[i] = was + b"x"
+    raw = raw[:1] + b"\0".join(fields)
+    return nonce + "." + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
 def tokens_for(rng, metered, names=("output",)):
     return {"tokens": {n: rng.randrange(300) for n in names}} if metered else {}
 
@@ -214,10 +240,14 @@ def request(rng, held, done):
         # is still queued there
         lease, metered = rng.choice(done)
         return {"op": "release", "lease": lease, "repeat": True, **tokens_for(rng, metered)}
-    if r < 0.78:
+    if r < 0.775:
         # no tokens: a scope without token rules refuses them (bad_request)
         # before the handle is looked at
         return {"op": "release", "lease": forged(rng), "forged": True}
+    if r < 0.78 and held:
+        # a real lease's handle, edited, through another daemon: the lease
+        # stays held (and is released as it is later)
+        return {"op": "release", "lease": edited(rng, rng.choice(held)[0]), "edited": True}
     if r < 0.80:
         return {"op": "penalize", "scope": scope, "key": key,
                 "retry_after_ms": rng.randrange(50)}
@@ -249,11 +279,15 @@ def client(daemon, seed, stop, errors, seen):
                 kind = None
                 if isinstance(req, dict):
                     kind = "forged" if req.pop("forged", False) else \
-                        "repeat" if req.pop("repeat", False) else None
+                        "repeat" if req.pop("repeat", False) else \
+                        "edited" if req.pop("edited", False) else None
                     req["id"] = n
                     line = json.dumps(req).encode() + b"\n"
                 else:
                     line = req.encode() + b"\n"
+                if kind == "edited":
+                    release_edited(daemon, req, rng, errors, seen)
+                    continue
                 f.write(line)
                 f.flush()
                 if rng.random() < 0.03 and not req_detached(req):
@@ -290,6 +324,22 @@ def client(daemon, seed, stop, errors, seen):
             pass  # a daemon-side close after half-close, or a reset: fine
         finally:
             s.close()
+
+
+def release_edited(daemon, req, rng, errors, seen):
+    """Send an edited handle's release through a daemon other than the
+    client's (the one that issued it settles from its own record): it must
+    settle nothing, or be refused while Redis cannot vouch for it."""
+    other = rng.choice([d for d in DAEMONS if d is not daemon])
+    try:
+        with other.connect(timeout=10) as c:
+            reply = c.request(req, timeout=10)
+    except (OSError, TimeoutError, ConnectionError, ValueError):
+        return  # that daemon restarting
+    what = "nothing" if reply.get("settled") is False else reply.get("error") or "settled"
+    seen["edited_" + what] = seen.get("edited_" + what, 0) + 1
+    if not (reply.get("settled") is False or reply.get("error") == "unavailable"):
+        errors.append("an edited handle's release answered %r (%r)" % (reply, req))
 
 
 def pipeliner(daemon, seed, stop, errors):
@@ -431,6 +481,7 @@ def main(seconds):
     errors, seen = [], {}
     with RedisServer(args=["--enable-debug-command", "yes"]) as redis:
         daemons = [Admitd(CONF, redis_url=redis.url) for _ in range(3)]
+        DAEMONS.extend(daemons)
         for d in daemons:
             d.start()
         try:
