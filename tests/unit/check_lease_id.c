@@ -7,6 +7,8 @@
  * round trip (one and eight targets, classes and none, keys of every byte
  * but NUL, the longest fields), and malformed handles of every kind are
  * refused (nonce, separator, alphabet, version, truncation, field sizes).
+ * The body a settlement record binds is the handle's text after the nonce,
+ * and changes with every target's scope, class and key and the reservation.
  */
 
 #include "lease_id.h"
@@ -72,6 +74,62 @@ START_TEST(test_round_trip)
 			  strlen(h + 33));
 	ck_assert_msg(lease_id_parse(h, &out), "%s", h);
 	same(&in, &out);
+	free(h);
+}
+END_TEST
+
+/* sp: ref's fields, by reference (rs holds the reservation's). */
+static void spec_of(struct lease_spec *sp, struct meter_tokens *rs, const struct lease_ref *ref)
+{
+	size_t i;
+
+	memset(sp, 0, sizeof(*sp));
+	sp->nt = ref->nt;
+	for (i = 0; i < ref->nt; i++) {
+		sp->scope[i] = ref->t[i].scope;
+		sp->cls[i] = ref->t[i].cls;
+		sp->key[i] = ref->t[i].key;
+	}
+	for (i = 0; i < ref->nreserve; i++) {
+		rs[i].name = ref->reserve[i].name;
+		rs[i].n = ref->reserve[i].n;
+	}
+	sp->reserve = rs;
+	sp->nreserve = ref->nreserve;
+}
+
+/* Row _i: edit target _i / 4's scope, class or key (or, for 3, the reservation). */
+START_TEST(test_body_binds_every_field)
+{
+	struct lease_ref ref;
+	struct lease_spec sp;
+	struct meter_tokens rs[PROTO_MAX_TOKENS];
+	size_t t = (size_t)_i / 4, f = (size_t)_i % 4;
+	char *h, *body, *edited;
+
+	fill(&ref, PROTO_MAX_TARGETS);
+	ref.nreserve = 1;
+	snprintf(ref.reserve[0].name, sizeof(ref.reserve[0].name), "output");
+	ref.reserve[0].n = 2000;
+	h = lease_id_format(&ref);
+	spec_of(&sp, rs, &ref);
+	body = lease_id_body(&sp);
+	ck_assert_ptr_nonnull(h);
+	ck_assert_ptr_nonnull(body);
+	ck_assert_str_eq(body, h + 33);
+	if (f == 0)
+		sp.scope[t] = "other";
+	else if (f == 1)
+		sp.cls[t] = t % 2 ? "" : "b"; /* fill: odd targets are of class main */
+	else if (f == 2)
+		sp.key[t] = "k2";
+	else
+		rs[0].n = 2001;
+	edited = lease_id_body(&sp);
+	ck_assert_ptr_nonnull(edited);
+	ck_assert_msg(strcmp(edited, body) != 0, "target %zu field %zu", t, f);
+	free(edited);
+	free(body);
 	free(h);
 }
 END_TEST
@@ -227,6 +285,7 @@ static Suite *lease_id_suite(void)
 
 	tcase_add_loop_test(tc, test_round_trip, 0, PROTO_MAX_TARGETS);
 	tcase_add_test(tc, test_every_byte_and_longest_fields);
+	tcase_add_loop_test(tc, test_body_binds_every_field, 0, 4 * PROTO_MAX_TARGETS);
 	tcase_add_test(tc, test_format_refuses);
 	tcase_add_loop_test(tc, test_parse_refuses, 0, (int)(sizeof(bad) / sizeof(bad[0])));
 	tcase_add_test(tc, test_parse_target_count);
