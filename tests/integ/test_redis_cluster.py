@@ -270,6 +270,23 @@ class InvariantsTest(ClusterCase):
             self.assertEqual(booked("tb", kb), (2, 1))
             self.assertEqual(booked("tc", kc), (2, 1))
 
+    def test_a_lease_settled_through_another_daemon_is_let_go_by_its_issuer(self):
+        # The issuer's list of leases settled elsewhere lives in the pods
+        # set's slot, wherever the lease's key is: on every master.
+        p = self.pods(2)
+        a, b = p.daemons
+        with a.connect() as ca, b.connect() as cb:
+            for i in range(3):
+                k = self.rc.keys_by_master("tb", 1)[i][0]
+                r = ca.request(acquire_req("tb", k, detach=True, timeout_ms=0))
+                self.assertEqual((r.get("ok"), r.get("backend")), (True, "redis"), r)
+                self.assertEqual(cb.request({"op": "release", "lease": r["lease"]}),
+                                 {"ok": True, "held": True})
+            end = now() + 10.0  # lease_ttl is 30 s: the next heartbeat tells it
+            while status(a)["leases"] != 0 and now() < end:
+                time.sleep(0.05)
+            self.assertEqual(status(a)["leases"], 0)
+
 
 class MigrationTest(ClusterCase):
     """A slot moved by hand, key by key, under load. While a slot is
