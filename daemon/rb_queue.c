@@ -132,7 +132,9 @@ static void rb_rel_done(struct rb_rel *r)
 		r->cb(r->cb_arg, &st);
 		r->cb = NULL;
 	}
-	if (r->issuer[0] != '\0' && r->settled)
+	/* Every target it names settled here (none bound another handle):
+	 * its issuer may let the whole lease go. */
+	if (r->issuer[0] != '\0' && r->settled && !r->mismatch)
 		rb_tell_issuer(b, r->issuer, r->nonce);
 	if (r->mode == RB_M_REBOOK) {
 		rb_rebooked(r);
