@@ -404,6 +404,25 @@ class ForeignLiveReleaseTest(unittest.TestCase):
             print("test_settle: the issuer freed 3 slots settled elsewhere in %.2fs "
                   "(lease_ttl 60s)" % took)
 
+    def test_a_lease_booked_again_after_redis_lost_it_settles_elsewhere(self):
+        # Redis loses its data; the issuer books the lease again (its
+        # record too): another daemon then settles it through that record.
+        conf = TOKENS.replace("lease_ttl = 30s", "lease_ttl = 60s\ncluster_concurrency = 5")
+        with Pods(conf, n=2, admitd_extra=self.EXTRA) as cl:
+            a, b = cl.daemons
+            ca, cb = a.connect(), b.connect()
+            r = ca.request(acquire_req("llm", "k", reserve={"output": 1000}, detach=True))
+            self.assertEqual((r.get("ok"), r.get("backend")), (True, "redis"), r)
+            cl.redis.command("FLUSHALL")
+            wait_for(lambda: status(a)["redis"]["rebooked"] >= 1, 10.0, "the lease rebooked",
+                     a.stderr_text)
+            self.assertEqual(cb.request({"op": "release", "lease": r["lease"],
+                                         "tokens": {"output": 10}}), {"ok": True, "held": True})
+            wait_for(lambda: status(a)["leases"] == 0, 10.0, "the issuer let it go",
+                     a.stderr_text)
+            self.assertEqual(int(cl.redis.command("ZCARD", key_name("admitd", "llm", "k", "l"))),
+                             0)
+
     def test_an_expired_lease_released_elsewhere_is_not_held(self):
         conf = TOKENS.replace("lease_ttl = 30s", "lease_ttl = 500ms")
         with Pods(conf, n=2, admitd_extra=self.EXTRA) as cl:
