@@ -404,15 +404,21 @@ class ForeignLiveReleaseTest(unittest.TestCase):
             print("test_settle: the issuer freed 3 slots settled elsewhere in %.2fs "
                   "(lease_ttl 60s)" % took)
 
+    def issued(self, cl):
+        """A detached lease (reserving 1000) of cl's first daemon, through
+        Redis: (that daemon, a connection to it, one to the second, reply)."""
+        a, b = cl.daemons
+        ca, cb = a.connect(), b.connect()
+        r = ca.request(acquire_req("llm", "k", reserve={"output": 1000}, detach=True))
+        self.assertEqual((r.get("ok"), r.get("backend")), (True, "redis"), r)
+        return a, ca, cb, r
+
     def test_a_lease_booked_again_after_redis_lost_it_settles_elsewhere(self):
         # Redis loses its data; the issuer books the lease again (its
         # record too): another daemon then settles it through that record.
         conf = TOKENS.replace("lease_ttl = 30s", "lease_ttl = 60s\ncluster_concurrency = 5")
         with Pods(conf, n=2, admitd_extra=self.EXTRA) as cl:
-            a, b = cl.daemons
-            ca, cb = a.connect(), b.connect()
-            r = ca.request(acquire_req("llm", "k", reserve={"output": 1000}, detach=True))
-            self.assertEqual((r.get("ok"), r.get("backend")), (True, "redis"), r)
+            a, ca, cb, r = self.issued(cl)
             cl.redis.command("FLUSHALL")
             wait_for(lambda: status(a)["redis"]["rebooked"] >= 1, 10.0, "the lease rebooked",
                      a.stderr_text)
@@ -426,10 +432,7 @@ class ForeignLiveReleaseTest(unittest.TestCase):
     def test_an_expired_lease_released_elsewhere_is_not_held(self):
         conf = TOKENS.replace("lease_ttl = 30s", "lease_ttl = 500ms")
         with Pods(conf, n=2, admitd_extra=self.EXTRA) as cl:
-            a, b = cl.daemons
-            ca, cb = a.connect(), b.connect()
-            r = ca.request(acquire_req("llm", "k", reserve={"output": 100}, detach=True))
-            self.assertIs(r.get("ok"), True, r)
+            _, _, cb, r = self.issued(cl)
             time.sleep(0.7)
             self.assertEqual(cb.request({"op": "release", "lease": r["lease"],
                                          "tokens": {"output": 10}}),
