@@ -721,10 +721,10 @@ void lim_left_scope(struct lim_left *acc, const struct conf_scope *cs, const str
 	if (cs->cluster_concurrency > 0) {
 		int64_t cap = lim_which_limit(cs, cls, PLAN_WHICH_CLUSTER, sh);
 		lim_left_add(acc, &(struct lim_meter_left){ .meter = METER_CONCURRENCY,
-							   .rule = PLAN_RULE_CLUSTER,
-							   .limit = cap,
-							   .remaining = cap - leases,
-							   .reset_ms = held });
+							    .rule = PLAN_RULE_CLUSTER,
+							    .limit = cap,
+							    .remaining = cap - leases,
+							    .reset_ms = held });
 	}
 	if (cs->quota > 0) {
 		int64_t cap = lim_which_limit(cs, cls, PLAN_WHICH_QUOTA, sh);
@@ -733,8 +733,9 @@ void lim_left_scope(struct lim_left *acc, const struct conf_scope *cs, const str
 				      .rule = LIM_RULE_QUOTA,
 				      .limit = cap,
 				      .remaining = cap - quota_used,
-				      .reset_ms = quota_used > 0 ? quota_newest + cs->quota_window_ms - now
-								 : 0 });
+				      .reset_ms = quota_used > 0
+						      ? quota_newest + cs->quota_window_ms - now
+						      : 0 });
 	}
 	for (k = 0; k < pl->nrules; k++) {
 		size_t i = pl->rules[k];

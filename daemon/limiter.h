@@ -291,7 +291,7 @@ bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now);
  * first seen). Names point into the conf the limits were read from (or are
  * static): a reload that may free it drops them (nm = 0).
  */
-#define LIM_LEFT_METERS 6 /* meters told apart; a request's others are left out */
+#define LIM_LEFT_METERS 6	/* meters told apart; a request's others are left out */
 #define LIM_RULE_QUOTA	"quota" /* the quota, as a requests limit */
 
 struct lim_meter_left {

@@ -169,8 +169,9 @@ static void waitq_put_left(struct preply *r, const struct waiter *w)
 						    .rule = PLAN_RULE_MAX_CONCURRENT,
 						    .limit = maxc,
 						    .remaining = maxc - kq->held,
-						    .reset_ms = kq->held > 0 ? kq->sc->cs->lease_ttl_ms
-									     : 0 };
+						    .reset_ms = kq->held > 0
+								    ? kq->sc->cs->lease_ttl_ms
+								    : 0 };
 			lim_left_add(&left, &m);
 		}
 	}
