@@ -1297,6 +1297,69 @@ int64_t admit_result_target(const struct admit_result *res, char **scope, char *
 	return index;
 }
 
+/*
+ * One meter of a reply's "limits": the i-th well-formed one, or (name not
+ * NULL) the one named so; 1 with what is asked set, 0 when there is none,
+ * ADMIT_E_NOMEM when a copy fails.
+ */
+static int admit_limit_find(const struct admit_result *res, size_t i, const char *name,
+			    char **meter, char **rule, int64_t *limit, int64_t *remaining,
+			    int64_t *reset_ms)
+{
+	json_t *rep = res && res->raw ? json_loads(res->raw, 0, NULL) : NULL;
+	json_t *lims = json_object_get(rep, "limits"), *v;
+	const char *k;
+	char *m = NULL, *r = NULL;
+	size_t n = 0;
+	int rc = 0;
+
+	json_object_foreach (lims, k, v) {
+		int64_t nums[3] = { admit_json_int(v, "limit"), admit_json_int(v, "remaining"),
+				    admit_json_int(v, "reset_ms") };
+
+		if (!json_is_string(json_object_get(v, "rule")) || nums[0] < 0 || nums[1] < 0 ||
+		    nums[2] < 0)
+			continue; /* not a limit: it has no index */
+		if (name != NULL ? strcmp(k, name) != 0 : n++ != i)
+			continue;
+		if ((meter != NULL && (m = strdup(k)) == NULL) ||
+		    (rule != NULL && (r = admit_json_str(v, "rule")) == NULL)) {
+			free(m);
+			rc = ADMIT_E_NOMEM;
+			goto done;
+		}
+		if (meter != NULL)
+			*meter = m;
+		if (rule != NULL)
+			*rule = r;
+		if (limit != NULL)
+			*limit = nums[0];
+		if (remaining != NULL)
+			*remaining = nums[1];
+		if (reset_ms != NULL)
+			*reset_ms = nums[2];
+		rc = 1;
+		goto done;
+	}
+done:
+	json_decref(rep);
+	return rc;
+}
+
+int admit_result_limit(const struct admit_result *res, size_t i, char **meter, char **rule,
+		       int64_t *limit, int64_t *remaining, int64_t *reset_ms)
+{
+	return admit_limit_find(res, i, NULL, meter, rule, limit, remaining, reset_ms);
+}
+
+int admit_result_limit_of(const struct admit_result *res, const char *meter, char **rule,
+			  int64_t *limit, int64_t *remaining, int64_t *reset_ms)
+{
+	if (meter == NULL)
+		return 0;
+	return admit_limit_find(res, 0, meter, NULL, rule, limit, remaining, reset_ms);
+}
+
 const char *admit_strerror(int err)
 {
 	switch (err) {

@@ -348,6 +348,27 @@ int64_t admit_result_reset_ms(const struct admit_result *res);
 int64_t admit_result_target(const struct admit_result *res, char **scope, char **key);
 
 /*
+ * admit_result_limit: on an acquire's result, admitted or refused, the
+ * i-th meter (from 0, in the reply's order) of its "limits": per meter
+ * ("requests", "tokens", "tokens.NAME", "concurrency") the tightest limit
+ * of the targets after this decision, the one with the fewest units left.
+ * Returns 1 and sets what is asked (each pointer may be NULL): *meter and
+ * *rule to malloc'd copies (the caller frees them; rule is a named rule's
+ * name, an unnamed rule's index in its scope, or "quota",
+ * "cluster_concurrency", "max_concurrent"), *limit to its capacity,
+ * *remaining to the units left, *reset_ms to the ms until it would admit
+ * *limit again if nothing more were taken (0: now). Returns 0, setting
+ * nothing, past the last meter (or when the reply has no limits), and
+ * ADMIT_E_NOMEM when a copy fails (nothing set). A member of the wrong
+ * shape is skipped (it has no index). Iterate with i = 0, 1, ... until it
+ * returns 0; admit_result_limit_of finds one meter by name the same way.
+ */
+int admit_result_limit(const struct admit_result *res, size_t i, char **meter, char **rule,
+		       int64_t *limit, int64_t *remaining, int64_t *reset_ms);
+int admit_result_limit_of(const struct admit_result *res, const char *meter, char **rule,
+			  int64_t *limit, int64_t *remaining, int64_t *reset_ms);
+
+/*
  * Operator calls on one key (key, or url's host; both NULL: the scope's
  * default key, its conf's `key =`, as for admit_penalize): admit_reset
  * clears its penalty and pacing on every daemon; admit_inspect fills

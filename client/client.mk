@@ -11,7 +11,7 @@
 # admit_req gained reserve and admit_result limit, redis and inspect; 3
 # since admit_result and admit_scope_stat gained the wait histogram.
 # Reply fields and calls added since are functions (admit_result_remaining,
-# admit_result_reset_ms, admit_result_target, admit_release_outcome,
+# admit_result_reset_ms, admit_result_target, admit_result_limit(_of), admit_release_outcome,
 # admit_cancel, admit_override with its own struct admit_rule_amount), so
 # programs built against libadmit.so.3 keep working.
 CLIENT_SONAME   := libadmit.so.3

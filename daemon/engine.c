@@ -46,8 +46,7 @@ void eng_merge(struct eng_res *res, struct kq *kq, bool admitted, int64_t retry,
 
 void eng_merge_left(struct eng_res *res, const struct lim_left *left)
 {
-	if (left->has)
-		lim_left_fold(&res->left, left->remaining, left->capacity, left->reset_ms);
+	lim_left_merge(&res->left, left);
 }
 
 void eng_merge_end(struct eng_res *res)
@@ -198,9 +197,7 @@ static bool eng_refused_known(struct waiter *w, struct eng_res *res)
 				 .rule = r->rule,
 				 .by = kq,
 				 .left = r->left };
-	if (res->left.has)
-		res->left.reset_ms =
-		    res->left.reset_ms > now - r->at ? res->left.reset_ms - (now - r->at) : 0;
+	lim_left_age(&res->left, now - r->at);
 	kq->sc->refused_known++;
 	return true;
 }

@@ -278,13 +278,35 @@ bool lim_idle(struct lim_state *st, const struct conf_scope *cs, int64_t now);
  * What the tightest limit of some targets still allows: the one whose
  * remaining is the smallest part of its capacity (ties: the first seen).
  * remaining is in its meter's units (requests or tokens; leases for a cap);
- * reset_ms is when it is full again: a rate rule's refill or window, the
- * newest quota instant's leaving the window; for a cap, the lease_ttl that
- * bounds the leases it holds (a release frees a slot sooner).
+ * reset_ms is when it is full again (it would admit its whole capacity if
+ * nothing more were taken): a fixed or session window's end; a sliding
+ * window's weighted count reaching 0 (the current window's count weighs
+ * until the end of the next window, the previous one's until the end of
+ * this one); a bucket's refill or drain to full; the newest quota
+ * instant's leaving the window; for a cap, the lease_ttl that bounds the
+ * leases it holds (a release frees a slot sooner).
+ *
+ * m: the same per meter (a reply's "limits"), each meter's tightest being
+ * its limit with the fewest units left (ties: the sooner reset, then the
+ * first seen). Names point into the conf the limits were read from (or are
+ * static): a reload that may free it drops them (nm = 0).
  */
+#define LIM_LEFT_METERS 6	/* meters told apart; a request's others are left out */
+#define LIM_RULE_QUOTA	"quota" /* the quota, as a requests limit */
+
+struct lim_meter_left {
+	enum conf_meter meter;
+	const char *key;  /* tokens.NAME: NAME; NULL for the other meters */
+	const char *rule; /* its rule's name, or a setting's; NULL: an unnamed rule */
+	long idx;	  /* ... whose index in its scope names it */
+	int64_t limit, remaining, reset_ms;
+};
+
 struct lim_left {
 	bool has; /* some limit counts: rules, quota or a cap */
 	int64_t remaining, reset_ms, capacity;
+	size_t nm;
+	struct lim_meter_left m[LIM_LEFT_METERS];
 };
 
 /* lim_units_left - the most units one request could take from rule counter st now (0..cap). */
@@ -292,10 +314,19 @@ int64_t lim_units_left(const struct strat_state *st, const struct strat_params *
 		       int64_t cap, int64_t floor);
 
 /*
- * lim_left_fold - fold one limit (remaining of capacity, full in reset_ms)
- * into acc, keeping the tightest.
+ * lim_left_add - fold one limit x (x->remaining of x->limit, full in
+ * x->reset_ms) into acc, keeping the tightest overall and of x's meter.
  */
-void lim_left_fold(struct lim_left *acc, int64_t remaining, int64_t capacity, int64_t reset_ms);
+void lim_left_add(struct lim_left *acc, const struct lim_meter_left *x);
+
+/* lim_left_merge - acc keeps the tightest of itself and x, overall and per meter. */
+void lim_left_merge(struct lim_left *acc, const struct lim_left *x);
+
+/* lim_left_age - l as it is elapsed_ms later: every reset_ms that much nearer. */
+void lim_left_age(struct lim_left *l, int64_t elapsed_ms);
+
+/* lim_meter_name - the name a reply gives m's meter ("tokens.NAME" etc.) in buf. */
+const char *lim_meter_name(const struct lim_meter_left *m, char *buf, size_t size);
 
 /*
  * lim_left_scope - fold every limit of (cs, cls) into acc, given its counters

@@ -88,11 +88,17 @@ void rb_ahead_lost(struct backend *b, int64_t units)
 /* What is left, as this daemon sees it: Redis's, and the units it holds. */
 void rb_ahead_count(struct lim_left *left, int64_t held)
 {
+	size_t i;
+
 	if (!left->has || held <= 0)
 		return;
 	left->remaining += held;
 	if (left->capacity > 0 && left->remaining > left->capacity)
 		left->remaining = left->capacity;
+	for (i = 0; i < left->nm; i++) /* a plan that books ahead has its one rule */
+		left->m[i].remaining = left->m[i].remaining + held < left->m[i].limit
+					   ? left->m[i].remaining + held
+					   : left->m[i].limit;
 }
 
 static void rb_ahead_return_cb(void *arg, enum rp_status st, const struct rval *reply)
@@ -259,9 +265,7 @@ bool backend_ahead_take(struct backend *b, struct waiter *w, struct eng_res *res
 				 .booked = conf_plan_of(kq->sc->cs, a->cls)->release_books,
 				 .left = a->left };
 	rb_ahead_count(&res->left, a->n); /* Redis's then, and what is still held of it */
-	if (res->left.has)
-		res->left.reset_ms =
-		    res->left.reset_ms > now - a->at ? res->left.reset_ms - (now - a->at) : 0;
+	lim_left_age(&res->left, now - a->at);
 	kq->sc->admitted_ahead++;
 	return true;
 }

@@ -399,6 +399,7 @@ static void scope_swap_waiters(void *arg, const char *key UNUSED, void *val)
 			w->t[i].cls = scope_swap_cls(sc->cs, w->t[i].cls, &gone);
 		}
 		w->last_rule = scope_swap_rule_text(rw->oc, rw->nc, w->last_rule);
+		w->left.nm = 0; /* its meters name the old conf: the next decision tells */
 		if (w->conn == NULL)
 			continue;
 		if (gone_scope != NULL) {

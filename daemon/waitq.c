@@ -125,8 +125,36 @@ static void waitq_put_target(struct preply *r, const struct waiter *w)
 }
 
 /*
+ * "limits": per meter, its tightest limit of w's targets: the rule (its
+ * name, an unnamed rule's index in its scope, or the setting's name), its
+ * capacity, what is left and when it is full again.
+ */
+static void waitq_put_limits(struct preply *r, const struct lim_left *left)
+{
+	char meter[80], idx[24];
+	size_t i;
+
+	if (left->nm == 0)
+		return;
+	preply_push(r, "limits");
+	for (i = 0; i < left->nm; i++) {
+		const struct lim_meter_left *m = &left->m[i];
+
+		snprintf(idx, sizeof(idx), "%ld", m->idx);
+		preply_push(r, lim_meter_name(m, meter, sizeof(meter)));
+		preply_str(r, "rule", m->rule != NULL ? m->rule : idx);
+		preply_int(r, "limit", m->limit);
+		preply_int(r, "remaining", m->remaining);
+		preply_int(r, "reset_ms", m->reset_ms);
+		preply_pop(r);
+	}
+	preply_pop(r);
+}
+
+/*
  * "remaining", "reset_ms": what the tightest limit allowed at w's last
- * decision, or this pod's max_concurrent (its leases held here now).
+ * decision, or this pod's max_concurrent (its leases held here now); then
+ * the same per meter ("limits").
  */
 static void waitq_put_left(struct preply *r, const struct waiter *w)
 {
@@ -136,14 +164,22 @@ static void waitq_put_left(struct preply *r, const struct waiter *w)
 	for (i = 0; i < w->nt; i++) {
 		const struct kq *kq = w->t[i].kq;
 		int64_t maxc = kq->sc->cs->max_concurrent;
-		if (maxc > 0 && !kq->sc->cs->shadow)
-			lim_left_fold(&left, maxc - kq->held, maxc,
-				      kq->held > 0 ? kq->sc->cs->lease_ttl_ms : 0);
+		if (maxc > 0 && !kq->sc->cs->shadow) {
+			struct lim_meter_left m = { .meter = METER_CONCURRENCY,
+						    .rule = PLAN_RULE_MAX_CONCURRENT,
+						    .limit = maxc,
+						    .remaining = maxc - kq->held,
+						    .reset_ms = kq->held > 0
+								    ? kq->sc->cs->lease_ttl_ms
+								    : 0 };
+			lim_left_add(&left, &m);
+		}
 	}
 	if (!left.has)
 		return;
 	preply_int(r, "remaining", left.remaining);
 	preply_int(r, "reset_ms", left.reset_ms);
+	waitq_put_limits(r, &left);
 }
 
 /* Answer a waiter with an error (if its client is still there). */

@@ -117,6 +117,23 @@ export interface StatusReply extends Reply {
   scopes: Record<string, { leases: number; waiting: number; [counter: string]: unknown }>;
 }
 
+/**
+ * One meter's tightest limit among a request's targets after a decision:
+ * the limit with the fewest units left. rule: a named rule's name, an
+ * unnamed rule's index in its scope, or "quota", "cluster_concurrency",
+ * "max_concurrent"; limit: its capacity; resetMs: until it would admit
+ * `limit` again if nothing more were taken (0: now).
+ */
+export interface Limit {
+  rule: string;
+  limit: number;
+  remaining: number;
+  resetMs: number;
+}
+
+/** A reply's "limits": by meter ("requests", "tokens", "tokens.NAME", "concurrency"). */
+export type Limits = { [meter: string]: Limit };
+
 /** An admission: what admit() resolves to; a Lease is one with its lease. */
 export declare class Admission {
   readonly scope: string | null;
@@ -133,6 +150,8 @@ export declare class Admission {
   readonly remaining: number | null;
   /** Ms until that rule is full again; null when nothing limits. */
   readonly resetMs: number | null;
+  /** The same per meter: x-ratelimit-{limit,remaining,reset}-* ({} when none). */
+  readonly limits: Limits;
   readonly reply: Reply;
 }
 
@@ -209,6 +228,8 @@ export declare class AdmitError extends Error {
   readonly rule: string | null;
   readonly remaining: number | null;
   readonly resetMs: number | null;
+  /** Per meter, as Admission's ({} when the reply had none). */
+  readonly limits: Limits;
   readonly target: RefusingTarget | null;
   /** Whether the same request may succeed later. */
   readonly retryable: boolean;

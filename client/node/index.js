@@ -30,7 +30,7 @@ const proto = require('./lib/proto');
 const errors = require('./lib/errors');
 const { version: VERSION } = require('./package.json');
 
-const { AdmitError, Unavailable, AbortError, errorFromReply, unreachable } = errors;
+const { AdmitError, Unavailable, AbortError, errorFromReply, unreachable, limitsOf } = errors;
 
 /* Node 18 has no Symbol.asyncDispose; Node's own objects use this one. */
 const asyncDispose = Symbol.asyncDispose || Symbol.for('nodejs.asyncDispose');
@@ -51,6 +51,7 @@ class Admission {
     this.rule = typeof reply.rule === 'string' ? reply.rule : null;
     this.remaining = Number.isInteger(reply.remaining) ? reply.remaining : null;
     this.resetMs = Number.isInteger(reply.reset_ms) ? reply.reset_ms : null;
+    this.limits = limitsOf(reply);
     if (req.targets) {
       this.scope = null;
       this.key = null;

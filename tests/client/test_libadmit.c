@@ -938,6 +938,49 @@ static void mode_defaults(void)
 }
 
 /*
+ * The limits of a refusal of busy (max_concurrent 1, 10/1h) and meter's
+ * spent 5/1h together: per meter, the requests meter's tightest is meter's
+ * rule (0 left of 5, before busy's 9 of 10), the concurrency meter busy's
+ * max_concurrent; walked by index and found by name.
+ */
+static void check_limits(const struct admit_result *r)
+{
+	char *meter = NULL, *rule = NULL;
+	int64_t limit = -1, left = -1, reset = -1;
+	bool seen[2] = { false, false };
+	size_t i;
+
+	for (i = 0; admit_result_limit(r, i, &meter, &rule, &limit, &left, &reset) == 1; i++) {
+		if (strcmp(meter, "requests") == 0) {
+			seen[0] = true;
+			CHECK_STR(rule, "0");
+			CHECK(limit == 5 && left == 0, "requests: %lld of %lld", (long long)left,
+			      (long long)limit);
+			CHECK(reset > 5 * REFILL_MS - 60000 && reset <= 5 * REFILL_MS,
+			      "requests reset_ms %lld", (long long)reset);
+		} else if (strcmp(meter, "concurrency") == 0) {
+			seen[1] = true;
+			CHECK_STR(rule, "max_concurrent");
+			CHECK(limit == 1 && left == 1, "concurrency: %lld of %lld", (long long)left,
+			      (long long)limit);
+		} else {
+			CHECK(false, "meter %s", meter);
+		}
+		free(meter);
+		free(rule);
+		meter = rule = NULL;
+	}
+	CHECK(i == 2 && seen[0] && seen[1], "%zu meters", i);
+	CHECK(admit_result_limit(r, 2, NULL, NULL, NULL, NULL, NULL) == 0, "past the last");
+	CHECK(admit_result_limit_of(r, "requests", NULL, &limit, &left, NULL) == 1 && limit == 5 &&
+		  left == 0,
+	      "requests by name: %lld of %lld", (long long)left, (long long)limit);
+	CHECK(admit_result_limit_of(r, "tokens", &rule, NULL, NULL, NULL) == 0 && rule == NULL,
+	      "no tokens meter");
+	CHECK(admit_result_limit_of(r, NULL, NULL, NULL, NULL, NULL) == 0, "a NULL meter");
+}
+
+/*
  * fields: remaining and reset_ms of an admission and a refusal, and the
  * refusing target, read through their accessors.
  */
@@ -986,6 +1029,7 @@ static void mode_fields(void)
 	rq.ntargets = 2;
 	admit_try(a, &rq, &r);
 	CHECK_ERR(r, ADMIT_E_LIMITED);
+	check_limits(&r);
 	CHECK(admit_result_target(&r, NULL, &key) == 1, "the second target refused");
 	CHECK_STR(key, "lib-fields");
 	free(key);

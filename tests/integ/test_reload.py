@@ -113,6 +113,26 @@ class ReloadTest(ReloadCase):
         self.assertTrue(r["ok"], r)
         self.assertEqual(self.reloads(), {"ok": 1, "error": 0})
 
+    def test_limits_of_a_waiter_name_the_conf_that_answers_it(self):
+        # a waiter decided under one conf, answered under the next: its limits
+        # never name a rule of the replaced conf (freed with it)
+        body = ("[scope s]\nrule %s = concurrency 1\nrule = requests fixed-window 50/1h\n"
+                "class x = %s\ndefault_class = x\nlease_ttl = 1m\n")
+        self.start(body % ("old", "old"))
+        c1, c2 = self.conn(), self.conn()
+        held = self.acq(c1, "s", "k")
+        self.assertEqual(held["limits"]["concurrency"]["rule"], "old", held)
+        c2.send(acquire_req("s", "k", timeout_ms=1500))
+        with self.assertRaises(TimeoutError):  # it waits for the slot
+            c2.recv_line(timeout=0.3)
+        self.reload(body % ("new", "new"))
+        w = c2.recv(timeout=IO_TIMEOUT)
+        self.assertEqual(w["error"], "timeout", w)
+        for meter, lim in w.get("limits", {}).items():
+            self.assertNotEqual(lim["rule"], "old", w)
+        r = self.acq(c1, "s", "k2")
+        self.assertEqual(r["limits"]["concurrency"]["rule"], "new", r)
+
     def test_no_refill_moved_rule_keeps_state_changed_one_goes_on(self):
         self.start("[scope keep]\nrule = requests 3/1h\n"
                    "[scope change]\nrule = requests 2/1h\n"

@@ -931,6 +931,76 @@ START_TEST(test_carry_changed_in_place)
 }
 END_TEST
 
+/* The meter of left named so, or NULL. */
+static const struct lim_meter_left *meter_of(const struct lim_left *left, const char *name)
+{
+	char buf[80];
+
+	for (size_t i = 0; i < left->nm; i++)
+		if (strcmp(lim_meter_name(&left->m[i], buf, sizeof(buf)), name) == 0)
+			return &left->m[i];
+	return NULL;
+}
+
+/* Per meter: the fewest units left (ties: the sooner reset), named; merged across targets. */
+START_TEST(test_left_per_meter)
+{
+	struct lim_left left = { 0 }, other = { 0 };
+	const struct lim_meter_left *m;
+
+	use("rule = requests fixed-window 10/1h\nrule big = requests fixed-window 10/1m\n"
+	    "rule = tokens token-bucket 6000/1m\nrule = tokens.out token-bucket 100/1s\n"
+	    "class c = big\n");
+	admit_full(0, cls("c"), 1, D(1.0), "a");
+	lim_left_state(&left, st, cs, cls("c"), D(1.0), 0);
+	ck_assert_uint_eq(left.nm, 3);
+	m = meter_of(&left, "requests");
+	ck_assert_ptr_nonnull(m);
+	/* 9 of 10 in each: the 1m window resets sooner */
+	ck_assert_str_eq(m->rule, "big");
+	ck_assert_int_eq(m->remaining, 9);
+	ck_assert_int_eq(m->reset_ms, 60000);
+	m = meter_of(&left, "tokens");
+	ck_assert_ptr_null(m->rule);
+	ck_assert_int_eq(m->idx, 2);
+	ck_assert_int_eq(m->limit, 6000);
+	ck_assert_ptr_nonnull(meter_of(&left, "tokens.out"));
+	/* another target with fewer requests left wins that meter alone */
+	lim_left_add(&other, &(struct lim_meter_left){ .meter = METER_REQUESTS,
+						       .rule = LIM_RULE_QUOTA,
+						       .limit = 100,
+						       .remaining = 5,
+						       .reset_ms = 7 });
+	lim_left_merge(&left, &other);
+	ck_assert_str_eq(meter_of(&left, "requests")->rule, LIM_RULE_QUOTA);
+	ck_assert_int_eq(meter_of(&left, "tokens")->limit, 6000);
+	/* overall: 5 of 100 is the smallest part left */
+	ck_assert_int_eq(left.remaining, 5);
+	lim_left_age(&left, 10);
+	ck_assert_int_eq(left.reset_ms, 0);
+	ck_assert_int_eq(meter_of(&left, "tokens.out")->reset_ms, 0);
+	ck_assert_int_eq(meter_of(&left, "requests")->reset_ms, 0);
+}
+END_TEST
+
+/* Past LIM_LEFT_METERS meters the others are left out; the overall still counts them. */
+START_TEST(test_left_meters_bounded)
+{
+	struct lim_left left = { 0 };
+	char body[1024] = "";
+
+	for (int i = 0; i < LIM_LEFT_METERS + 2; i++)
+		snprintf(body + strlen(body), sizeof(body) - strlen(body),
+			 "rule = tokens.m%d fixed-window %d/1h\n", i, 100 - i);
+	use(body);
+	lim_left_state(&left, st, cs, NULL, D(1.0), 0);
+	ck_assert_uint_eq(left.nm, LIM_LEFT_METERS);
+	ck_assert_int_eq(left.capacity, 100); /* all full: the first seen */
+	ck_assert_ptr_null(meter_of(&left, "tokens.m7"));
+	ck_assert_ptr_nonnull(meter_of(&left, "tokens.m5"));
+}
+END_TEST
+
 static Suite *limiter_suite(void)
 {
 	Suite *s = suite_create("limiter");
@@ -968,6 +1038,8 @@ static Suite *limiter_suite(void)
 	tcase_add_test(tc, test_release_books);
 	tcase_add_test(tc, test_carry_unchanged_limits);
 	tcase_add_test(tc, test_carry_changed_in_place);
+	tcase_add_test(tc, test_left_per_meter);
+	tcase_add_test(tc, test_left_meters_bounded);
 	suite_add_tcase(s, tc);
 	tv = tcase_create("override vectors");
 	if ((n = ovr_load("tests/vectors/override/override.jsonl")) < 100) {

@@ -393,6 +393,102 @@ START_TEST(test_full_in_is_the_whole_capacitys_wait)
 }
 END_TEST
 
+/*
+ * What a reply's reset_ms is defined as (proto/PROTOCOL.md, "What is left"):
+ * the ms until the limit would admit its whole capacity again if nothing
+ * more were taken. A model of each kind kept from the bookings alone (never
+ * the state's fields) says when that is:
+ * - fixed window: the end of the window when it counts anything;
+ * - sliding window: when the weighted count reaches 0, the end of the next
+ *   window when the current one counts anything, else the end of this one
+ *   when the previous one does;
+ * - session window: the session's end (its first booking + the window);
+ * - token and leaky bucket: level / rate, the level kept exactly (in
+ *   1/window_ms milli-units) and drained at amount per window.
+ */
+struct reset_model {
+	int64_t win_start, cur, prev; /* windows: the window counted and its counts */
+	int64_t sess_start, sess_n;   /* session: its start and count */
+	int64_t level, level_at;      /* buckets: level * 1000 * window_ms, at */
+};
+
+static void reset_model_roll(struct reset_model *m, const struct strat_params *p, int64_t now)
+{
+	int64_t w = p->window_ms, start = now / w * w;
+	int64_t drain = (now - m->level_at) * p->amount * 1000;
+
+	if (start != m->win_start) {
+		m->prev = start - m->win_start == w ? m->cur : 0;
+		m->cur = 0;
+		m->win_start = start;
+	}
+	if (m->sess_n > 0 && now >= m->sess_start + w)
+		m->sess_n = 0;
+	m->level = m->level > drain ? m->level - drain : 0;
+	m->level_at = now;
+}
+
+static void reset_model_book(struct reset_model *m, const struct strat_params *p, int64_t now,
+			     int64_t n)
+{
+	reset_model_roll(m, p, now);
+	m->cur += n;
+	if (m->sess_n == 0)
+		m->sess_start = now;
+	m->sess_n += n;
+	m->level += n * 1000 * p->window_ms;
+}
+
+static int64_t reset_model_ms(struct reset_model *m, const struct strat_params *p, int64_t now)
+{
+	int64_t w = p->window_ms, rate = p->amount * 1000;
+
+	reset_model_roll(m, p, now);
+	switch (p->kind) {
+	case STRAT_FIXED_WINDOW: return m->cur > 0 ? m->win_start + w - now : 0;
+	case STRAT_SLIDING_WINDOW:
+		return m->cur > 0    ? m->win_start + 2 * w - now
+		       : m->prev > 0 ? m->win_start + w - now
+				     : 0;
+	case STRAT_SESSION_WINDOW: return m->sess_n > 0 ? m->sess_start + w - now : 0;
+	default: return (m->level + rate - 1) / rate;
+	}
+}
+
+START_TEST(test_full_in_is_the_definition)
+{
+	rng_state = 0x2545f4914f6cdd1dULL + (uint64_t)_i;
+	for (int round = 0; round < 300; round++) {
+		struct strat_params p = { .kind = (enum strat_kind)_i,
+					  .amount = 1 + rng_below(50),
+					  .window_ms = 1 + rng_below(60000) };
+		struct strat_state st = { 0, 0, 0 };
+		int64_t now = 1700000000000LL + rng_below(1000000);
+		struct reset_model m = { .win_start = now / p.window_ms * p.window_ms,
+					 .level_at = now };
+
+		if (rng_below(2) && (p.kind == STRAT_TOKEN_BUCKET || p.kind == STRAT_LEAKY_BUCKET))
+			p.burst = 1 + rng_below(80);
+		for (int step = 0; step < 16; step++) {
+			int64_t n = 1 + rng_below(capacity(&p));
+
+			now += rng_below(4) == 0 ? 0 : rng_below(p.window_ms + p.window_ms / 2 + 1);
+			if (strat_check(&st, &p, now, n, 0).allowed) {
+				strat_book(&st, &p, now, n);
+				reset_model_book(&m, &p, now, n);
+			}
+			ck_assert_msg(strat_full_in(&st, &p, now) == reset_model_ms(&m, &p, now),
+				      "%s %lld/%lld burst %lld round %d step %d: full in %lld, "
+				      "the definition says %lld",
+				      strat_kind_name(p.kind), (long long)p.amount,
+				      (long long)p.window_ms, (long long)p.burst, round, step,
+				      (long long)strat_full_in(&st, &p, now),
+				      (long long)reset_model_ms(&m, &p, now));
+		}
+	}
+}
+END_TEST
+
 static Suite *strategy_suite(void)
 {
 	Suite *s = suite_create("strategy");
@@ -409,6 +505,7 @@ static Suite *strategy_suite(void)
 	tcase_add_loop_test(tp, test_used_replays, 0, STRAT__COUNT);
 	tcase_add_loop_test(tp, test_used_is_what_check_leaves, 0, STRAT__COUNT);
 	tcase_add_loop_test(tp, test_full_in_is_the_whole_capacitys_wait, 0, STRAT__COUNT);
+	tcase_add_loop_test(tp, test_full_in_is_the_definition, 0, STRAT__COUNT);
 	tcase_set_timeout(tp, 60);
 	suite_add_tcase(s, tv);
 	suite_add_tcase(s, tp);

@@ -7,7 +7,8 @@
  * worth retrying (`retryable`), and AbortError, the rejection of an acquire
  * whose AbortSignal fired. Every AdmitError carries the wire `code`, the
  * daemon's `message`, `retryAfterMs`, `rule`, `remaining`, `resetMs` and
- * `target` when the reply had them (null otherwise), and the whole `reply`.
+ * `target` when the reply had them (null otherwise), `limits` (per meter,
+ * see limitsOf; {} when none), and the whole `reply`.
  */
 
 /* Base of every error for a request admitd refused or could not answer. */
@@ -22,6 +23,7 @@ class AdmitError extends Error {
     this.remaining = isInt(r.remaining) ? r.remaining : null;
     this.resetMs = isInt(r.reset_ms) ? r.reset_ms : null;
     this.target = isTarget(r.target) ? r.target : null;
+    this.limits = limitsOf(r);
   }
 
   get name() {
@@ -116,6 +118,25 @@ function isTarget(t) {
   return t !== null && typeof t === 'object' && !Array.isArray(t);
 }
 
+/*
+ * A reply's "limits": by meter ("requests", "tokens", "tokens.NAME",
+ * "concurrency"), that meter's tightest limit among the request's targets
+ * as { rule, limit, remaining, resetMs }; {} when the reply has none. A
+ * member of the wrong shape is left out (a server's bytes are input).
+ */
+function limitsOf(reply) {
+  const out = {};
+  const raw = reply ? reply.limits : undefined;
+  if (!isTarget(raw))
+    return out;
+  for (const [meter, v] of Object.entries(raw)) {
+    if (isTarget(v) && typeof v.rule === 'string' && isInt(v.limit) && isInt(v.remaining) &&
+        isInt(v.reset_ms))
+      out[meter] = { rule: v.rule, limit: v.limit, remaining: v.remaining, resetMs: v.reset_ms };
+  }
+  return out;
+}
+
 /* The error for a failed reply (one with "ok" not true). */
 function errorFromReply(reply) {
   const code = typeof reply.error === 'string' ? reply.error : 'bad_reply';
@@ -144,4 +165,5 @@ module.exports = {
   AbortError,
   errorFromReply,
   unreachable,
+  limitsOf,
 };

@@ -6,6 +6,7 @@
  * - acquire replies (admitted or refused) carry remaining and reset_ms
  *   when a rule limits the targets: Lease and AdmitError expose them as
  *   remaining and resetMs (null when absent);
+ * - ... and limits, per meter: { rule, limit, remaining, resetMs };
  * - a refusal names the target that refused (target: index, scope, key);
  * - cancel ends a waiting acquire of the same connection: the acquire is
  *   answered "canceled" first, then the cancel with found; an AbortSignal
@@ -54,6 +55,37 @@ test('a lease carries what the tightest rule still allows, and when it is full a
   assert.equal(free.remaining, null);
   assert.equal(free.resetMs, null);
   assert.equal('remaining' in free.reply, false);
+});
+
+test('limits: per meter, its tightest limit, on a lease and on a refusal', async () => {
+  const k = key('limits');
+  const l1 = await client.acquire('gw', k);
+  await l1.release({ tokens: { input: 300, output: 200 } });
+  const l2 = await client.acquire('gw', k);
+  assert.deepEqual(Object.keys(l2.limits).sort(), ['requests', 'tokens']);
+  const { requests, tokens } = l2.limits;
+  assert.deepEqual([requests.rule, requests.limit, requests.remaining], ['rpm', 20, 18]);
+  assert.deepEqual([tokens.rule, tokens.limit, tokens.remaining], ['1', 6000, 5500]);
+  assert.ok(tokens.resetMs > 0 && tokens.resetMs <= 3600000, `resetMs ${tokens.resetMs}`);
+  await l2.release();
+  await (await client.acquire('gw', k, { cost: 18 })).release();
+  await assert.rejects(client.tryAcquire('gw', k), (e) => {
+    assert.ok(e instanceof admit.Limited);
+    assert.equal(e.limits.requests.remaining, 0);
+    assert.equal(e.limits.tokens.rule, '1');
+    return true;
+  });
+  assert.deepEqual((await client.acquire('free', key('free'))).limits, {});
+});
+
+test('limits: a member of the wrong shape is left out', () => {
+  const { limitsOf } = require('../lib/errors');
+  assert.deepEqual(limitsOf({ limits: {
+    requests: { rule: 'r', limit: 2, remaining: 1, reset_ms: 5 },
+    tokens: { rule: 't', limit: '6000', remaining: 1, reset_ms: 5 },
+    concurrency: [1] } }), { requests: { rule: 'r', limit: 2, remaining: 1, resetMs: 5 } });
+  assert.deepEqual(limitsOf({ limits: 3 }), {});
+  assert.deepEqual(limitsOf(null), {});
 });
 
 test('a refusal names the target that refused', async () => {

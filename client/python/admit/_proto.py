@@ -20,7 +20,7 @@ import os
 import random
 import select
 
-from .errors import BadRequest, error_from_reply, reply_int
+from .errors import BadRequest, error_from_reply, reply_int, reply_limits
 
 DEFAULT_SOCKET = "/run/admitd/admitd.sock"
 SOCKET_ENV = "ADMITD_SOCKET"
@@ -531,6 +531,10 @@ class Admission(object):
     allows after this admission, in its meter's units, and ``reset_ms`` the
     milliseconds until that rule is full again (0: full now); both None
     when nothing limits the targets (or the daemon does not say).
+    ``limits`` is the same per meter, a dict of Limit by meter name
+    ("requests", "tokens", "tokens.NAME", "concurrency"; empty when the
+    daemon does not say): what a gateway's x-ratelimit-{limit,remaining,
+    reset}-{requests,tokens} headers are filled from.
 
     ``scope`` and ``key`` say what was admitted: the key sent, or for
     ``url=`` the host the daemon keyed on (see url_host); None when neither
@@ -557,6 +561,7 @@ class Admission(object):
         self.shadow_limited = bool(reply.get("shadow_limited", False))
         self.remaining = reply_int(reply, "remaining")
         self.reset_ms = reply_int(reply, "reset_ms")
+        self.limits = reply_limits(reply)
 
     def __repr__(self):
         what = "scope=%r key=%r" % (self.scope, self.key)

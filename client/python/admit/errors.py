@@ -6,14 +6,18 @@ Every class carries the wire code, the daemon's message, ``retry_after`` in
 seconds (None when the reply had no retry_after_ms), ``rule`` (the conf
 text of the rule that decided a refusal, when given), ``remaining`` and
 ``reset_ms`` (what the tightest rule still allows, and the milliseconds
-until it is full again; None when the reply had none), ``target`` (which
+until it is full again; None when the reply had none), ``limits`` (the
+same per meter: see Limit), ``target`` (which
 target of the request refused: {"index", "scope", "key"}, None when the
 reply did not say) and the raw ``reply`` dict. Limited, BudgetExceeded and
 Timeout are worth retrying later; ExceedsLimit never is (no wait can admit
 that request), nor Canceled (the client itself ended the wait).
 """
 
+from typing import Dict, NamedTuple
+
 __all__ = [
+    "Limit",
     "AdmitError",
     "Limited",
     "BudgetExceeded",
@@ -29,6 +33,38 @@ __all__ = [
 ]
 
 
+class Limit(NamedTuple):
+    """One meter's tightest limit among a request's targets after a decision
+    (a reply's "limits"): the limit with the fewest units left. ``rule`` is
+    its name (a named rule's name, an unnamed rule's index in its scope, or
+    "quota", "cluster_concurrency", "max_concurrent"), ``limit`` its
+    capacity, ``remaining`` the units left, ``reset_ms`` the milliseconds
+    until it would admit ``limit`` again if nothing more were taken (0: now).
+    Units are the meter's: requests, tokens, or leases for concurrency."""
+
+    rule: str
+    limit: int
+    remaining: int
+    reset_ms: int
+
+
+def reply_limits(reply) -> Dict[str, Limit]:
+    """A reply's "limits" by meter ("requests", "tokens", "tokens.NAME",
+    "concurrency"); empty when it has none. A member of the wrong shape is
+    left out (a server's bytes are input)."""
+    raw = reply.get("limits") if isinstance(reply, dict) else None
+    out = {}  # type: Dict[str, Limit]
+    if not isinstance(raw, dict):
+        return out
+    for meter, v in raw.items():
+        if not isinstance(v, dict) or not isinstance(v.get("rule"), str):
+            continue
+        nums = [reply_int(v, f) for f in ("limit", "remaining", "reset_ms")]
+        if None not in nums:
+            out[meter] = Limit(v["rule"], nums[0], nums[1], nums[2])
+    return out
+
+
 class AdmitError(Exception):
     """Base of every error this package raises for a request admitd refused
     or could not answer. ``code`` is the wire error string."""
@@ -42,6 +78,7 @@ class AdmitError(Exception):
         self.reply = reply
         self.remaining = reply_int(reply, "remaining")
         self.reset_ms = reply_int(reply, "reset_ms")
+        self.limits = reply_limits(reply)
         self.target = _target(reply)
 
     def __str__(self):

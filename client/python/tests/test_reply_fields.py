@@ -38,6 +38,13 @@ timeout = 1s
 
 [scope free]
 timeout = 1s
+
+[scope gw]
+rule rpm = requests fixed-window 20/1h
+rule = tokens fixed-window 6000/1h
+class chat = rpm
+default_class = chat
+timeout = 1s
 """
 
 # 5/1h refills one unit every 720 s: after one admission the bucket is full
@@ -99,7 +106,35 @@ class FieldsTest(ClientCase):
     def test_lease_remaining_absent_when_nothing_limits(self):
         lease = self.client.acquire("free", self.key())
         self.assertEqual((lease.remaining, lease.reset_ms), (None, None))
+        self.assertEqual(lease.limits, {})
         lease.release()
+
+    def test_limits_per_meter(self):
+        k = self.key()
+        with self.client.acquire("gw", k) as lease:
+            lease.tokens = {"input": 300, "output": 200}
+        lease = self.client.acquire("gw", k)
+        self.assertEqual(set(lease.limits), {"requests", "tokens"})
+        req, tok = lease.limits["requests"], lease.limits["tokens"]
+        self.assertIsInstance(req, admit.Limit)
+        self.assertEqual((req.rule, req.limit, req.remaining), ("rpm", 20, 18))
+        self.assertEqual((tok.rule, tok.limit, tok.remaining), ("1", 6000, 5500))
+        self.assertTrue(0 < tok.reset_ms <= 3600000, tok)
+        lease.release()
+        self.client.acquire("gw", k, cost=18).release()
+        with self.assertRaises(admit.Limited) as cm:
+            self.client.try_acquire("gw", k)
+        self.assertEqual(cm.exception.limits["requests"].remaining, 0)
+        self.assertEqual(cm.exception.limits["tokens"].rule, "1")
+
+    def test_limits_of_odd_replies(self):
+        # a server's bytes are input: a member of the wrong shape is left out
+        a = admit.Admission({"ok": True, "limits": {
+            "requests": {"rule": "r", "limit": 2, "remaining": 1, "reset_ms": 5},
+            "tokens": {"rule": "t", "limit": "6000", "remaining": 1, "reset_ms": 5},
+            "concurrency": [1]}}, "s")
+        self.assertEqual(a.limits, {"requests": admit.Limit("r", 2, 1, 5)})
+        self.assertEqual(admit.Admission({"ok": True, "limits": 3}, "s").limits, {})
 
     def test_refusal_remaining_reset_ms_and_target(self):
         k = self.key()
@@ -172,6 +207,8 @@ class AsyncFieldsTest(AsyncClientCase):
         self.assertEqual(cm.exception.target, {"index": 0, "scope": "meter", "key": k})
         self.assertEqual(cm.exception.remaining, 0)
         self.assertGreater(cm.exception.reset_ms, 0)
+        self.assertEqual(cm.exception.limits["requests"],
+                         admit.Limit("0", 5, 0, cm.exception.reset_ms))
 
 
 if __name__ == "__main__":

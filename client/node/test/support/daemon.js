@@ -63,6 +63,13 @@ timeout = 1s
 [scope free]
 timeout = 1s
 
+[scope gw]
+rule rpm = requests fixed-window 20/1h
+rule = tokens fixed-window 6000/1h
+class chat = rpm
+default_class = chat
+timeout = 1s
+
 [scope cc]
 cluster_concurrency = 1
 timeout = 1s
