@@ -72,7 +72,7 @@ DEFAULT_CONF = "conf/admitd.conf"
 NOT_RUN = {
     "installs packages": r"apt-get install|pip install|npm (install|pack)",
     "runs a test suite": r"make test|unittest discover|node --test",
-    "runs the benchmarks": r"make bench|tests/bench/run\.py",
+    "runs or redraws the benchmarks": r"make bench|tests/bench/(run|plot)\.py",
 }
 
 LANGS = {"sh": "sh", "shell": "sh", "console": "sh", "bash": "sh", "python": "python",
