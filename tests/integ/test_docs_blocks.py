@@ -22,9 +22,12 @@ tag not below, fails the test:
   The application's own work is named by placeholders these runs define:
   call_the_model(), fetch() (Python), callTheModel(), fetchIt(), store()
   (Node), and Node's global fetch() is a stand-in upstream (there is no
-  network here) answering 200 with an OpenAI-style `usage`. A Node block that
-  calls `.listen(` is a server: it is started (its port moved to a free one),
-  sent one POST, and must answer it 200 and leave no lease held.
+  network here) answering 200 with an OpenAI-style `usage`; $UPSTREAM is the
+  URL of one such (a Python block's to call), $PORT a free port. A block that
+  listens on TCP is a server (the prelude tells the test its port; a Node
+  server's port is moved to a free one): it is sent one POST, and must answer
+  it 200 with the upstream's body and leave no lease held. Any other block
+  must exit 0 with nothing on stderr.
 - ini: a conf, checked by `admitd -t`. yaml: yaml.safe_load. json: json.loads.
   promql: each line an expression, checked by `promtool check rules`.
 - text: says what it is in a marker (below): `output` (a recorded output,
@@ -90,6 +93,20 @@ PY_RUNNER = r'''
 import builtins, sys, types
 builtins.call_the_model = lambda: types.SimpleNamespace(input_tokens=300, output_tokens=200)
 builtins.fetch = lambda *a, **k: None
+import os, socket
+_listen = socket.socket.listen
+
+
+def _listen_and_say(self, *a):
+    # A server block: say its port (the test sends it a request).
+    r = _listen(self, *a)
+    if self.family in (socket.AF_INET, socket.AF_INET6) and os.environ.get("DOCS_TEST_PORT_FILE"):
+        with open(os.environ["DOCS_TEST_PORT_FILE"], "w") as f:
+            f.write(str(self.getsockname()[1]))
+    return r
+
+
+socket.socket.listen = _listen_and_say
 g = {"__name__": "__main__"}
 for path in sys.argv[1:]:
     with open(path) as f:
@@ -140,6 +157,38 @@ def read_text(path):
             return f.read()
     except FileNotFoundError:
         return ""
+
+
+class FakeUpstream:
+    """The model API a gateway block calls: 200 and an OpenAI-style usage (no network here)."""
+
+    def __enter__(self):
+        import http.server
+        import threading
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                body = json.dumps({"choices": [], "usage": {"prompt_tokens": 12,
+                                                            "completion_tokens": 34}}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = "http://127.0.0.1:%d/v1/chat" % self.srv.server_address[1]
+        self.thread = threading.Thread(target=self.srv.serve_forever, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.srv.shutdown()
+        self.srv.server_close()
 
 
 class Block:
@@ -500,9 +549,7 @@ class DocsBlocksTest(unittest.TestCase):
         runner = os.path.join(self.tmp, "runner.py")
         with open(runner, "w") as f:
             f.write(PY_RUNNER)
-        rc, out, err = run_group(["python3", runner] + files, self.tmp,
-                                 base_env(self.tmp, d.d.sock_path))
-        self.assertEqual((rc, err), (0, ""), out)
+        self.run_program(["python3", runner] + files, d)
 
     def run_js(self, group, d):
         self.assertEqual(len(group), 1, "one Node block a run")
@@ -513,36 +560,44 @@ class DocsBlocksTest(unittest.TestCase):
         pre = os.path.join(self.tmp, "prelude.js")
         with open(pre, "w") as f:
             f.write(JS_PRELUDE)
+        self.run_program(["node", "--require", pre, p], d)
+
+    def run_program(self, cmd, d):
+        """Run a Python or Node block: it must exit 0 with nothing on stderr, or
+        listen (a server: the prelude writes its port) and answer a POST 200."""
         env = base_env(self.tmp, d.d.sock_path)
-        if ".listen(" not in b.text:
-            rc, out, err = run_group(["node", "--require", pre, p], self.tmp, env)
-            self.assertEqual((rc, err), (0, ""), out)
-            return
         port_file = os.path.join(self.tmp, "port")
         if os.path.exists(port_file):
             os.unlink(port_file)
         env["DOCS_TEST_PORT_FILE"] = port_file
-        srv = subprocess.Popen(["node", "--require", pre, p], cwd=self.tmp, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
-        try:
-            deadline = time.monotonic() + 20
-            while not read_text(port_file):
-                self.assertIsNone(srv.poll(), srv.stdout.read() if srv.poll() is not None else "")
-                self.assertLess(time.monotonic(), deadline, "the server never listened")
-                time.sleep(0.05)
-            port = int(read_text(port_file))
-            req = urllib.request.Request("http://127.0.0.1:%d/" % port, method="POST",
-                                         data=b'{"model":"gpt-4o","messages":[]}')
-            with urllib.request.urlopen(req, timeout=20) as resp:
-                self.assertEqual(resp.status, 200)
-                self.assertIn("usage", json.loads(resp.read()))
-            deadline = time.monotonic() + 10
-            while d.leases() and time.monotonic() < deadline:
-                time.sleep(0.05)
-        finally:
-            os.killpg(srv.pid, signal.SIGKILL)
-            srv.wait()
+        env["PORT"] = str(free_tcp_port())
+        with FakeUpstream() as up:
+            env["UPSTREAM"] = up.url
+            proc = subprocess.Popen(cmd, cwd=self.tmp, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT
+                while not read_text(port_file) and proc.poll() is None:
+                    self.assertLess(time.monotonic(), deadline, "neither ended nor listened")
+                    time.sleep(0.05)
+                if not read_text(port_file):
+                    out, err = proc.communicate()
+                    self.assertEqual((proc.returncode, err), (0, ""), out)
+                    return
+                port = int(read_text(port_file))
+                req = urllib.request.Request("http://127.0.0.1:%d/v1/chat" % port, method="POST",
+                                             data=b'{"model":"gpt-4o","messages":[]}',
+                                             headers={"content-type": "application/json"})
+                with urllib.request.urlopen(req, timeout=20) as resp:
+                    self.assertEqual(resp.status, 200)
+                    self.assertIn("usage", json.loads(resp.read()))
+                deadline = time.monotonic() + 10
+                while d.leases() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
 
     def run_c(self, group, d):
         self.assertEqual(len(group), 1, "one C block a run")
