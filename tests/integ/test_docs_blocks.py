@@ -26,7 +26,8 @@ tag not below, fails the test:
   URL of one such (a Python block's to call), $PORT a free port. A block that
   listens on TCP is a server (the prelude tells the test its port; a Node
   server's port is moved to a free one): it is sent one POST, and must answer
-  it 200 with the upstream's body and leave no lease held. Any other block
+  it 200 with the upstream's body (and the six x-ratelimit-* headers when
+  the block names them) and leave no lease held. Any other block
   must exit 0 with nothing on stderr.
 - ini: a conf, checked by `admitd -t`. yaml: yaml.safe_load. json: json.loads.
   promql: each line an expression, checked by `promtool check rules`.
@@ -549,7 +550,7 @@ class DocsBlocksTest(unittest.TestCase):
         runner = os.path.join(self.tmp, "runner.py")
         with open(runner, "w") as f:
             f.write(PY_RUNNER)
-        self.run_program(["python3", runner] + files, d)
+        self.run_program(["python3", runner] + files, d, "".join(b.text for b in group))
 
     def run_js(self, group, d):
         self.assertEqual(len(group), 1, "one Node block a run")
@@ -560,9 +561,9 @@ class DocsBlocksTest(unittest.TestCase):
         pre = os.path.join(self.tmp, "prelude.js")
         with open(pre, "w") as f:
             f.write(JS_PRELUDE)
-        self.run_program(["node", "--require", pre, p], d)
+        self.run_program(["node", "--require", pre, p], d, b.text)
 
-    def run_program(self, cmd, d):
+    def run_program(self, cmd, d, code):
         """Run a Python or Node block: it must exit 0 with nothing on stderr, or
         listen (a server: the prelude writes its port) and answer a POST 200."""
         env = base_env(self.tmp, d.d.sock_path)
@@ -591,6 +592,11 @@ class DocsBlocksTest(unittest.TestCase):
                 with urllib.request.urlopen(req, timeout=20) as resp:
                     self.assertEqual(resp.status, 200)
                     self.assertIn("usage", json.loads(resp.read()))
+                    if "x-ratelimit-" in code:  # what the block says it sends
+                        for h in ("limit", "remaining", "reset"):
+                            for m in ("requests", "tokens"):
+                                v = resp.headers.get("x-ratelimit-%s-%s" % (h, m))
+                                self.assertRegex(v or "", r"^\d+(\.\d+)?(ms|s)?$", (h, m))
                 deadline = time.monotonic() + 10
                 while d.leases() and time.monotonic() < deadline:
                     time.sleep(0.05)
