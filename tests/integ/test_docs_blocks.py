@@ -648,6 +648,24 @@ class FiguresTest(unittest.TestCase):
                 leases = re.findall(r"(\d+) (?:bytes )?a detached lease", text)
                 self.assertEqual(leases, lease, path)
 
+    def test_readme_costs_are_the_measured_run(self):
+        # The README's cost table quotes one run of docs/bench.md, the one
+        # the picture draws (test_bench_plot.SECTION): every figure of it is
+        # in that run's section.
+        from .test_bench_plot import SECTION
+        with open(os.path.join(REPO, "docs/readme-head.md")) as f:
+            costs = f.read().split("## What it costs", 1)[1].split("\n## ", 1)[0]
+        with open(os.path.join(REPO, "docs/bench.md")) as f:
+            bench = f.read()
+        m = re.search(r"^## %s.*$" % re.escape(SECTION), bench, re.M)
+        self.assertIsNotNone(m)
+        run = bench[m.end():].split("\n## ", 1)[0]
+        have = {x.rstrip(".").replace(",", "") for x in re.findall(r"\d[\d,]*\.?\d*", run)}
+        quoted = re.findall(r"(?<![\w.])(\d{1,3}(?:,\d{3})+)(?![\d,])", costs)
+        quoted += re.findall(r"(?<![\w.])(\d+\.\d+) ?(?:µs|x|Redis calls)", costs)
+        self.assertGreater(len(quoted), 15)
+        self.assertEqual([q for q in quoted if q.replace(",", "") not in have], [])
+
     def test_redis_ops_listed(self):
         # The op label of admitd_backend_errors_total and admitd_redis_calls_total
         # is every Redis call the daemon makes, as status's "errors" names them.
