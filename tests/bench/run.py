@@ -67,10 +67,11 @@ for admitd, one script call for a ceiling, one consume()/hit() for a peer.
             rate-limiter-flexible, a one-rule scope against bucket.lua, local
             mode against the echo, Cluster and TLS against plain Redis,
             instructions per pair).
-  picture   results/bench.png (gnuplot): admissions/s against connections for
-            every row, and the CDF of admitd's acquire latency at 16
-            connections (the median repetition). --publish copies it to
-            docs/bench.png.
+  picture   results/bench.png (gnuplot, tests/bench/plot.py): admissions/s
+            against the connection counts measured, and each row's p50 and
+            p99 acquire latency at the largest. --publish copies it to
+            docs/bench.png. (The latency CDFs at 16 connections, cdf-*.dat,
+            stay in results/ as data.)
 
 Counts (asserted; run.py exits 1 when one is violated):
   release_no_rtt   N acquire+release pairs on a scope with only a requests
@@ -117,6 +118,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, REPO)
 
 from tests.integ.harness import Admitd, RedisServer  # noqa: E402
+from tests.bench import plot as bench_plot  # noqa: E402
 from tests.integ import redis_deploy  # noqa: E402
 from tests.bench import redis_cost  # noqa: E402
 
@@ -1085,100 +1087,12 @@ def run_callgrind(args, conf, parent):
 # ----------------------------------------------------------------- plot ----
 
 
-SERIES = (  # (row label, gnuplot style)
-    ("admitd local distinct", "lc rgb '#1f77b4' lw 2 pt 7 dt 1"),
-    ("admitd local hot", "lc rgb '#1f77b4' lw 2 pt 6 dt 2"),
-    ("admitd redis distinct", "lc rgb '#d62728' lw 2 pt 7 dt 1"),
-    ("admitd redis hot", "lc rgb '#d62728' lw 2 pt 6 dt 2"),
-)
-
-
 def plot(summary, m, out_dir):
-    """results/bench.png; None when done, else why not. m: the machine."""
-    if not shutil.which("gnuplot"):
-        return "skipped: no gnuplot (apt-get install gnuplot-nox)"
+    """results/bench.png (tests/bench/plot.py); None when done, else why not. m: the machine."""
     rows = [r for r in summary if "rate" in r]
-
-    def dat(name, lines):
-        p = "plot-%s.dat" % name
-        with open(os.path.join(out_dir, p), "w") as f:
-            f.write("\n".join(lines) + "\n")
-        return p
-
-    def gq(s):
-        return "'%s'" % s.replace("'", "''")
-
-    left = []
-    for label, style in SERIES:
-        pts = sorted((r["conns"], r["rate"]) for r in rows if r["label"] == label)
-        if not pts:
-            continue
-        p = dat(label.replace(" ", "-"), ["%d %g %g %g" % (c, x["median"], x["min"], x["max"])
-                                          for c, x in pts])
-        left.append("%s u 1:2:3:4 w yerrorlines %s t %s" % (gq(p), style, gq(label)))
-    marks = (("rlf.distinct", "lc rgb '#2ca02c' pt 9 ps 2"),
-             ("rlf.hot", "lc rgb '#2ca02c' pt 8 ps 2"),
-             ("limits.distinct", "lc rgb '#9467bd' pt 5 ps 1.6"),
-             ("limits.hot", "lc rgb '#9467bd' pt 4 ps 1.6"),
-             ("echo", "lc rgb '#555555' pt 3 ps 2"))
-    for rid, style in marks:
-        r = next((x for x in rows if x["id"] == rid), None)
-        if r is None:
-            continue
-        k = 0.5 if rid == "echo" else 1.0
-        p = dat(rid, ["%d %g %g %g" % (r["conns"], r["rate"]["median"] * k, r["rate"]["min"] * k,
-                                       r["rate"]["max"] * k)])
-        t = "unix echo (pairs/s = round trips/2)" if rid == "echo" else r["label"]
-        left.append("%s u 1:2:3:4 w yerrorbars %s t %s" % (gq(p), style, gq(t)))
-    for rid, dt in (("ceil.bucket.rand.p16", 2), ("ceil.bucket.hot.p16", 3),
-                    ("ceil.bucket.rand.p1", 4), ("ceil.acquire.rand.p16", 5)):
-        r = next((x for x in rows if x["id"] == rid), None)
-        if r is not None:
-            left.append("%g w l lc rgb '#ff7f0e' dt %d lw 1.5 t %s"
-                        % (r["rate"]["median"], dt, gq(r["label"] + " (64 conns)")))
-    right = []
-    colors = {"unix echo": "#555555", "admitd local distinct": "#1f77b4",
-              "admitd local hot": "#17becf", "admitd redis distinct": "#d62728",
-              "admitd redis hot": "#ff9896"}
-    for r in rows:
-        p = r.get("cdf_file")
-        if p and os.path.exists(os.path.join(out_dir, p)):
-            right.append("%s u ($1 <= 0.999 ? $2 : NaN):1 w l lw 2 lc rgb '%s' t %s"
-                         % (gq(p), colors.get(r["label"], "#000000"),
-                            gq("%s (p50 %.0f us)" % (r["label"], r["p50_us"]))))
-    png = "bench.png"
-    gp = os.path.join(out_dir, "bench.gp")
-    script = [
-        "set terminal pngcairo size 1500,760 font 'sans,10'",
-        "set output %s" % gq(png),
-        "set multiplot layout 1,2 title %s" % gq("admitd benchmark, %s: %s CPUs (%s), "
-                                                 "Linux %s" % (m.get("date", "?"), m.get("cpus"),
-                                                               m.get("cpu_model"),
-                                                               m.get("kernel"))),
-        "set logscale xy 2", "set logscale y 10", "set grid",
-        "set xtics (1, 4, 16, 64, 256)", "set xrange [0.8:320]",
-        "set xlabel 'client connections (loops for the peers)'",
-        "set ylabel 'admissions/s (acquire+release pairs, script calls, consume calls)'",
-        "set key below horizontal maxrows 5 font 'sans,8'", "set bmargin 11",
-        "set title 'throughput, median of repetitions (bars: min..max)'",
-        "plot " + ", \\\n     ".join(left) if left else "plot NaN notitle",
-        "unset logscale", "set logscale x 10", "set xtics auto", "set xrange [*:*]",
-        "set yrange [0:1]", "set ytics 0.1",
-        "set xlabel 'acquire latency, microseconds (loadgen clock)'",
-        "set ylabel 'fraction of acquires at most this long'",
-        "set key below horizontal maxrows 3 font 'sans,8'",
-        "set title 'acquire latency CDF to p99.9, %d connections (median repetition)'"
-        % CDF_CONNS,
-        "plot " + ", \\\n     ".join(right) if right else "plot NaN notitle",
-        "unset multiplot",
-    ]
-    with open(gp, "w") as f:
-        f.write("\n".join(script) + "\n")
-    r = subprocess.run(["gnuplot", "bench.gp"], cwd=out_dir, capture_output=True, text=True,
-                       timeout=60)
-    if r.returncode != 0:
-        return "gnuplot failed: %s" % r.stderr.strip()[-300:]
-    return None
+    title = "admitd benchmark, %s: %s CPUs (%s), Linux %s" % (
+        m.get("date", "?"), m.get("cpus"), m.get("cpu_model"), m.get("kernel"))
+    return bench_plot.plot(rows, title, os.path.join(out_dir, "bench.png"))
 
 
 # --------------------------------------------------------------- output ----

@@ -108,7 +108,7 @@ class InstallTest(unittest.TestCase):
     def test_installed_binaries_run(self):
         conf = os.path.join(self.root, "share/admitd/admitd.conf.example")
         r = sh(os.path.join(self.root, "sbin/admitd"), "-t", "-c", conf)
-        self.assertEqual((r.returncode, r.stdout), (0, "%s: conf is good (4 scopes)\n" % conf),
+        self.assertEqual((r.returncode, r.stdout), (0, "%s: conf is good (5 scopes)\n" % conf),
                          r.stderr)
         r = sh(os.path.join(self.root, "sbin/admitd"), "--version")
         self.assertTrue(r.stdout.startswith("admitd 0.1.0 "), r)

@@ -1008,7 +1008,7 @@ START_TEST(test_example_confs)
 	ck_assert_str_eq(c->path, path);
 	ck_assert_str_eq(c->socket, "/tmp/admitd.sock");
 	ck_assert_ptr_null(c->redis);
-	ck_assert_uint_eq(c->nscopes, 4);
+	ck_assert_uint_eq(c->nscopes, 5);
 
 	s = conf_scope_find(c, "crawler");
 	ck_assert_ptr_nonnull(s);
@@ -1040,6 +1040,12 @@ START_TEST(test_example_confs)
 	ck_assert_int_eq(cl->floor, 20);
 	ck_assert_ptr_nonnull(conf_class_find(s, "priority"));
 	ck_assert_ptr_nonnull(conf_class_find(s, "main"));
+
+	s = conf_scope_find(c, "api");
+	ck_assert_ptr_nonnull(s);
+	ck_assert_uint_eq(s->nrules, 2);
+	ck_assert_str_eq(s->rules[0].text, "requests token-bucket 10/1s");
+	ck_assert_double_eq_tol(s->override_max, 10, 1e-12);
 	conf_free(c);
 
 	snprintf(path, sizeof(path), "%s/conf/minimal.conf", srcdir());
