@@ -17,16 +17,18 @@
  * answered whoever else holds connections. evhttp 2.1 has no connection
  * cap, and its timeout restarts with every byte, so this file adds four
  * things around it:
- * - at most HTTP_MAX_CONNS connections at once;
+ * - at most HTTP_MAX_CONNS connections at once (one more for a moment,
+ *   below);
  * - a new connection at the cap closes the one that has waited longest
  *   for its request, so that connections held open without one (idle, or
  *   trickling it) cannot lock a kubelet probe out, even when they come
  *   from the probe's own address: a probe sends its request at once, so
  *   it is the newest, and the last to go. One whose request has arrived
- *   whole (read or not), or whose reply is still being taken, goes only
- *   when every one is so. Only when every connection is new this loop
- *   turn (not yet adopted) does the listener stop, until the next turn:
- *   further clients wait in the kernel's backlog, holding no descriptor
+ *   whole (read or not), or whose reply is still being taken, never goes
+ *   so: when every one is so, the new one is let in over the cap and
+ *   accepting pauses (HTTP_PAUSE_MS). When every connection is new this
+ *   loop turn (not yet adopted), the listener stops until the next turn.
+ *   Further clients wait in the kernel's backlog, holding no descriptor
  *   of ours, and a flood of connects costs the loop at most
  *   HTTP_MAX_CONNS accepts a turn;
  * - an absolute deadline per connection (metrics_timeout): each request must
@@ -242,37 +244,37 @@ static bool http_conn_answering(const struct http_conn *hc)
 
 /*
  * At the cap, a new connection takes the place of the adopted one that has
- * waited longest for its request (the list is in that order), passing over
- * those being answered unless every one is. http_listen_update keeps
- * accepting only while there is an adopted one.
+ * waited longest for its request (the list is in that order), never one
+ * being answered. false when every one is being answered (or is new this
+ * turn): the new one is then let in over the cap, and accepting pauses.
  */
-static void http_make_room(struct http *h)
+static bool http_make_room(struct http *h)
 {
-	struct http_conn *hc, *victim = NULL;
-	bool answering = true;
+	struct http_conn *hc;
 
-	for (hc = TAILQ_FIRST(&h->conns); hc != NULL && answering; hc = TAILQ_NEXT(hc, link)) {
-		if (hc->evcon == NULL)
-			continue;
-		answering = http_conn_answering(hc);
-		if (victim == NULL || !answering)
-			victim = hc;
+	for (hc = TAILQ_FIRST(&h->conns); hc != NULL; hc = TAILQ_NEXT(hc, link))
+		if (hc->evcon != NULL && !http_conn_answering(hc))
+			break;
+	if (hc == NULL) {
+		log_ratelimited(LOG_SLOT_HTTP, 1000,
+				"http connections full and each being answered: accepting paused",
+				"http_conns=%zu", h->nconns + 1);
+		http_pause(h);
+		return false;
 	}
-	if (victim == NULL)
-		return;
 	log_ratelimited(LOG_SLOT_HTTP, 1000,
 			"http connections full: the one waiting longest for its request closed",
-			"http_conns=%zu answering=%d", h->nconns, (int)answering);
-	evhttp_connection_free(victim->evcon); /* http_close_cb frees victim */
+			"http_conns=%zu", h->nconns);
+	evhttp_connection_free(hc->evcon); /* http_close_cb frees hc */
+	return true;
 }
 
 /*
  * evhttp asks for a new connection's bufferevent (inside its accept, before
  * it has the connection set up). It is made here and counted at once; a
  * reference is held until http_adopt_cb, so that it outlives a connection
- * evhttp gives up before then. At the cap it takes an older one's place;
- * when none can be closed, accepting stops here (the listener checks after
- * each accept).
+ * evhttp gives up before then. At the cap it takes an older one's place,
+ * or accepting pauses here (the listener checks after each accept).
  */
 static struct bufferevent *http_bev_cb(struct event_base *base, void *arg)
 {
@@ -289,8 +291,8 @@ static struct bufferevent *http_bev_cb(struct event_base *base, void *arg)
 		http_pause(h);
 		return bev;
 	}
-	if (h->nconns >= HTTP_MAX_CONNS)
-		http_make_room(h);
+	while (h->nconns >= HTTP_MAX_CONNS && http_make_room(h))
+		;
 	hc->h = h;
 	hc->bev = bev;
 	bufferevent_incref(bev);
