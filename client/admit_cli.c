@@ -631,7 +631,11 @@ static int cli_spawn(char **cmd)
 		/* The lease dies with admit (its socket closes), so CMD must too:
 		 * even a SIGKILLed admit, which forwards nothing. Checked after
 		 * the prctl, for an admit that died before it took hold. */
-		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+			fprintf(stderr, "admit: run: prctl: %s\n", strerror(errno));
+			_exit(EXIT_CANNOT_EXEC);
+		}
+		if (getppid() != parent)
 			_exit(EXIT_CANNOT_EXEC);
 		sigaction(SIGCHLD, &oldchld, NULL);
 		sigprocmask(SIG_SETMASK, &old, NULL);
