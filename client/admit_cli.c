@@ -10,7 +10,8 @@
  * durations, token lists and an override's rule amounts,
  * the connect timeout (--connect-timeout, else $ADMITD_CONNECT_TIMEOUT), the
  * exit-code table (sysexits style, printed by --help), the status and
- * inspect tables, and `admit run`'s fork/exec/wait with signal forwarding.
+ * inspect tables, and `admit run`'s fork/exec/wait with signal forwarding
+ * (and CMD killed by the kernel when admit dies, PR_SET_PDEATHSIG).
  * The activity table of status and `admit top` are admit_top.c's.
  * It owns no protocol knowledge: every exchange goes through admit.h, whose
  * handle connects on the first call (so the wait for a daemon that is still
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -613,7 +615,7 @@ static int cli_spawn(char **cmd)
 	sigset_t block, old;
 	int status, e;
 	size_t i;
-	pid_t pid;
+	pid_t pid, parent;
 
 	cli_session_leader = getsid(0) == getpid();
 	sigemptyset(&chld.sa_mask);
@@ -623,8 +625,18 @@ static int cli_spawn(char **cmd)
 		sigaddset(&block, cli_fwd_sigs[i]);
 	sigprocmask(SIG_BLOCK, &block, &old);
 	fflush(NULL);
+	parent = getpid();
 	pid = fork();
 	if (pid == 0) {
+		/* The lease dies with admit (its socket closes), so CMD must too:
+		 * even a SIGKILLed admit, which forwards nothing. Checked after
+		 * the prctl, for an admit that died before it took hold. */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+			fprintf(stderr, "admit: run: prctl: %s\n", strerror(errno));
+			_exit(EXIT_CANNOT_EXEC);
+		}
+		if (getppid() != parent)
+			_exit(EXIT_CANNOT_EXEC);
 		sigaction(SIGCHLD, &oldchld, NULL);
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		execvp(cmd[0], cmd);

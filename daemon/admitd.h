@@ -126,7 +126,8 @@ struct lease {
  * scope. Its in-process limiter state (local mode, or Redis fallback)
  * follows it in the same block: kq_lim(). A kq with nothing held and no
  * refs is idle: it sits on its daemon's LRU list (idle_link), whence
- * max_keys evicts it. held and refs change only through kq_hold/kq_unhold
+ * max_keys evicts it, or on kept_keys while an override keeps it from
+ * eviction (scope.c). held and refs change only through kq_hold/kq_unhold
  * and kq_ref/kq_unref, which keep that list right.
  */
 struct kq {
@@ -147,6 +148,7 @@ struct kq {
 	bool slot_wait;		     /* the head waits for a lease slot (a release may end it) */
 	bool busy;		     /* a backend decision for the head is in flight */
 	bool in_pump;
+	bool kept; /* idle, on ad->kept_keys: eviction passed it over for its override */
 };
 TAILQ_HEAD(kq_list, kq);
 
@@ -237,6 +239,8 @@ struct admitd {
 	SLIST_HEAD(lease_ttlq_list, lease_ttlq) ttlqs; /* lease.c: one per lease_ttl seen */
 	size_t nleases;		  /* entries of leases (max_leases bounds it) */
 	struct kq_list idle_keys; /* idle kqs of every scope, least recently used first */
+	struct kq_list kept_keys; /* idle kqs eviction found under an override (scope.c) */
+	int64_t kept_until;	  /* no override of kept_keys ends before (mono ms) */
 	size_t nkeys;		  /* kqs of every scope (max_keys bounds it) */
 	struct conn_list conns;
 	size_t nconns;
@@ -268,9 +272,11 @@ struct scope_rt *scope_find(struct admitd *ad, const char *name);
 /*
  * kq_get - the key's kq, created when new (the key table owns it). A new
  * key past max_keys first evicts the least recently used idle key (its
- * in-process state is forgotten). NULL when memory runs out, or when every
- * key kept is in use: then *full (when not NULL) is set true. A kq that is
- * not referenced (kq_ref, kq_hold) may be evicted by the next kq_get.
+ * in-process state is forgotten), one without an override in force before
+ * any with one; in local mode a key under an override is not evicted at
+ * all (the override would be lost). NULL when memory runs out, or when
+ * no key kept can be evicted: then *full (when not NULL) is set true. A kq
+ * that is not referenced (kq_ref, kq_hold) may be evicted by the next kq_get.
  */
 struct kq *kq_get(struct scope_rt *sc, const char *key, bool *full);
 /*
@@ -281,8 +287,11 @@ struct kq *kq_get(struct scope_rt *sc, const char *key, bool *full);
  */
 static inline void kq_idle_out(struct kq *kq)
 {
-	TAILQ_REMOVE(&kq->sc->ad->idle_keys, kq, idle_link);
+	struct admitd *ad = kq->sc->ad;
+
+	TAILQ_REMOVE(kq->kept ? &ad->kept_keys : &ad->idle_keys, kq, idle_link);
 	kq->idle_link.tqe_prev = NULL;
+	kq->kept = false;
 }
 
 static inline void kq_idle_in(struct kq *kq)

@@ -203,8 +203,10 @@ static const struct conf_key conf_admitd_keys[] = {
 	  "either lets a peer in)" },
 	{ "max_keys", CT_INT, ADMITD_OFF(max_keys), "100000", 1, 1000000000, CONF_F_LIVE,
 	  "keys of all scopes kept in memory; when full, the least recently used key with "
-	  "nothing held or waiting is forgotten (its in-process state with it); when none can "
-	  "be, a new key is refused unavailable" },
+	  "nothing held or waiting is forgotten (its in-process state with it), a key under an "
+	  "override in force only after every key without one, and in local mode never (its "
+	  "override would be lost; with Redis only the fallback's copy goes); when none can "
+	  "be, a new key (an override's too) is refused unavailable" },
 	{ "max_leases", CT_INT, ADMITD_OFF(max_leases), "100000", 1, 100000000, CONF_F_LIVE,
 	  "leases held through this daemon at once (detached ones included); beyond it an "
 	  "acquire is refused unavailable" },

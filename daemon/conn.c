@@ -267,7 +267,13 @@ static void conn_read_lines(struct conn *c)
 		}
 		if (len > 0 && line[len - 1] == '\r')
 			len--;
-		if (len > 0)
+		/* Answered like any malformed line: a client that sent it waits
+		 * for a reply, and the replies stay in step with the lines. */
+		if (len == 0)
+			conn_send_reply(c,
+					preply_error(NULL, ADMIT_E_BAD_REQUEST,
+						     "empty line: a request is one JSON object"));
+		else
 			ops_dispatch(c, line, len);
 		if (evbuffer_drain(in, (size_t)eol.pos + 1) != 0) {
 			log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot drain a line: closing",

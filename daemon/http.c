@@ -13,12 +13,24 @@
  * socket accepts) or drains (SIGTERM received). GET and HEAD only; bodies
  * are small and the scrape runs on the loop, between requests.
  *
- * Limits, so that HTTP never starves the admission socket. evhttp 2.1 has
- * no connection cap, and its timeout restarts with every byte, so this
- * file adds three things around it:
- * - at most HTTP_MAX_CONNS connections at once: at the cap the listener is
- *   disabled and further clients wait in the kernel's backlog, holding no
- *   descriptor of ours;
+ * Limits, so that HTTP never starves the admission socket, and a probe is
+ * answered whoever else holds connections. evhttp 2.1 has no connection
+ * cap, and its timeout restarts with every byte, so this file adds four
+ * things around it:
+ * - at most HTTP_MAX_CONNS connections at once (one more for a moment,
+ *   below);
+ * - a new connection at the cap closes the one that has waited longest
+ *   for its request, so that connections held open without one (idle, or
+ *   trickling it) cannot lock a kubelet probe out, even when they come
+ *   from the probe's own address: a probe sends its request at once, so
+ *   it is the newest, and the last to go. One whose request has arrived
+ *   whole (read or not), or whose reply is still being taken, never goes
+ *   so: when every one is so, the new one is let in over the cap and
+ *   accepting pauses (HTTP_PAUSE_MS). When every connection is new this
+ *   loop turn (not yet adopted), the listener stops until the next turn.
+ *   Further clients wait in the kernel's backlog, holding no descriptor
+ *   of ours, and a flood of connects costs the loop at most
+ *   HTTP_MAX_CONNS accepts a turn;
  * - an absolute deadline per connection (metrics_timeout): each request must
  *   have arrived whole that long after the accept or after the previous
  *   reply was queued, however it trickles, or the connection is closed;
@@ -57,6 +69,7 @@
 #define HTTP_MAX_CONNS	 16 /* scrapers and probes: a few at once */
 #define HTTP_FD_RESERVE	 64 /* at most; a quarter of RLIMIT_NOFILE when that is less */
 #define HTTP_PAUSE_MS	 100
+#define HTTP_PEEK	 1024 /* bytes of an unread request looked at for its end */
 #define HTTP_MAX_HEADERS 8192
 #define HTTP_MAX_BODY	 1024
 #define HTTP_CT_METRICS	 "text/plain; version=0.0.4; charset=utf-8"
@@ -77,11 +90,12 @@ TAILQ_HEAD(http_conn_list, http_conn);
 struct http {
 	struct admitd *ad;
 	struct evhttp *eh;
-	struct evconnlistener *lev; /* evhttp's listener: enabled and disabled here */
-	struct event *adopt_ev;	    /* adopts the connections accepted this loop turn */
-	struct event *resume_ev;    /* accepting again after a pause */
-	struct http_conn_list conns;
+	struct evconnlistener *lev;  /* evhttp's listener: enabled and disabled here */
+	struct event *adopt_ev;	     /* adopts the connections accepted this loop turn */
+	struct event *resume_ev;     /* accepting again after a pause */
+	struct http_conn_list conns; /* by how long each has waited for its request */
 	size_t nconns;
+	size_t nadopted;	 /* conns with their evcon: the ones a new one may close */
 	struct timeval deadline; /* metrics_timeout */
 	bool listening;		 /* the listener is enabled */
 	bool paused;		 /* descriptors ran low or accept() failed: until resume_ev */
@@ -101,7 +115,7 @@ bool http_ready(const struct admitd *ad, const char **state)
 /* Enable or disable accepting as the count and the pause say. */
 static void http_listen_update(struct http *h)
 {
-	bool want = !h->paused && h->nconns < HTTP_MAX_CONNS;
+	bool want = !h->paused && (h->nconns < HTTP_MAX_CONNS || h->nadopted > 0);
 
 	if (want == h->listening)
 		return;
@@ -186,6 +200,8 @@ static void http_conn_forget(struct http_conn *hc)
 
 	TAILQ_REMOVE(&h->conns, hc, link);
 	h->nconns--;
+	if (hc->evcon != NULL)
+		h->nadopted--;
 	event_free(hc->deadline_ev);
 	free(hc);
 	if (!h->freeing)
@@ -209,11 +225,56 @@ static void http_deadline_cb(evutil_socket_t fd UNUSED, short what UNUSED, void 
 }
 
 /*
+ * Is an adopted connection's request in: a reply not yet taken, or a whole
+ * request head among its unread bytes (peeked at: a probe whose request the
+ * loop has not read yet)?
+ */
+static bool http_conn_answering(const struct http_conn *hc)
+{
+	char buf[HTTP_PEEK];
+	evutil_socket_t fd = bufferevent_getfd(hc->bev);
+	ssize_t n;
+
+	if (evbuffer_get_length(bufferevent_get_output(hc->bev)) > 0)
+		return true;
+	n = fd < 0 ? -1 : recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+	return n > 0 && (memmem(buf, (size_t)n, "\r\n\r\n", 4) != NULL ||
+			 memmem(buf, (size_t)n, "\n\n", 2) != NULL);
+}
+
+/*
+ * At the cap, a new connection takes the place of the adopted one that has
+ * waited longest for its request (the list is in that order), never one
+ * being answered. false when every one is being answered (or is new this
+ * turn): the new one is then let in over the cap, and accepting pauses.
+ */
+static bool http_make_room(struct http *h)
+{
+	struct http_conn *hc;
+
+	for (hc = TAILQ_FIRST(&h->conns); hc != NULL; hc = TAILQ_NEXT(hc, link))
+		if (hc->evcon != NULL && !http_conn_answering(hc))
+			break;
+	if (hc == NULL) {
+		log_ratelimited(LOG_SLOT_HTTP, 1000,
+				"http connections full and each being answered: accepting paused",
+				"http_conns=%zu", h->nconns + 1);
+		http_pause(h);
+		return false;
+	}
+	log_ratelimited(LOG_SLOT_HTTP, 1000,
+			"http connections full: the one waiting longest for its request closed",
+			"http_conns=%zu", h->nconns);
+	evhttp_connection_free(hc->evcon); /* http_close_cb frees hc */
+	return true;
+}
+
+/*
  * evhttp asks for a new connection's bufferevent (inside its accept, before
  * it has the connection set up). It is made here and counted at once; a
  * reference is held until http_adopt_cb, so that it outlives a connection
- * evhttp gives up before then. At the cap, accepting stops here (the
- * listener checks after each accept).
+ * evhttp gives up before then. At the cap it takes an older one's place,
+ * or accepting pauses here (the listener checks after each accept).
  */
 static struct bufferevent *http_bev_cb(struct event_base *base, void *arg)
 {
@@ -230,6 +291,8 @@ static struct bufferevent *http_bev_cb(struct event_base *base, void *arg)
 		http_pause(h);
 		return bev;
 	}
+	while (h->nconns >= HTTP_MAX_CONNS && http_make_room(h))
+		;
 	hc->h = h;
 	hc->bev = bev;
 	bufferevent_incref(bev);
@@ -265,6 +328,7 @@ static void http_adopt_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *ar
 			continue;
 		}
 		hc->evcon = cbarg;
+		h->nadopted++;
 		evhttp_connection_set_closecb(hc->evcon, http_close_cb, hc);
 		if (!http_fds_spare()) {
 			log_ratelimited(LOG_SLOT_HTTP, 1000,
@@ -276,9 +340,11 @@ static void http_adopt_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *ar
 		}
 		http_conn_arm(hc);
 	}
+	http_listen_update(h); /* at the cap: an adopted one can make room now */
 }
 
-/* A request arrived whole on evcon: its next one has until the deadline. */
+/* A request arrived whole on evcon: its next one has until the deadline,
+ * and it waits for it from now (the list's tail). */
 static void http_conn_rearm(struct http *h, struct evhttp_connection *evcon)
 {
 	struct http_conn *hc;
@@ -286,6 +352,8 @@ static void http_conn_rearm(struct http *h, struct evhttp_connection *evcon)
 	for (hc = TAILQ_FIRST(&h->conns); hc != NULL; hc = TAILQ_NEXT(hc, link))
 		if (hc->evcon == evcon) {
 			http_conn_arm(hc);
+			TAILQ_REMOVE(&h->conns, hc, link);
+			TAILQ_INSERT_TAIL(&h->conns, hc, link);
 			return;
 		}
 }

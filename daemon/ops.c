@@ -152,8 +152,9 @@ static bool ops_targets(struct conn *c, struct request *rq, struct target_rt *ou
 		if (out[i].kq == NULL) {
 			if (full)
 				snprintf(msg, sizeof(msg),
-					 "max_keys (%lld) reached and every key kept is held or "
-					 "waited on: a new key is refused until one is released",
+					 "max_keys (%lld) reached and every key kept is held, "
+					 "waited on or under an override: a new key is refused "
+					 "until one is released or an override ends",
 					 (long long)c->ad->conf->max_keys);
 			ops_error(c, rq, ADMIT_E_UNAVAILABLE, full ? msg : "out of memory");
 			goto fail;

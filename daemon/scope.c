@@ -11,7 +11,9 @@
  * follows the keys in use, not the keys ever seen), and the LRU list of idle
  * kqs that bounds them: past max_keys a new key evicts the least recently
  * used kq with nothing held or waiting, forgetting its in-process state (as
- * nginx's limit_req zones forget their oldest node when full). A kq leaves
+ * nginx's limit_req zones forget their oldest node when full); a kq under
+ * an override only after every one without, and in local mode never (its
+ * override would be lost: the new key is refused instead). A kq leaves
  * the list while held or referenced and goes back to its tail when the last
  * hold or ref ends, and a lookup of an idle kq moves it to the tail: every
  * touch is O(1), and the list's head is always evictable. And the mapping
@@ -44,6 +46,7 @@ bool scopes_init(struct admitd *ad)
 	size_t i;
 
 	TAILQ_INIT(&ad->idle_keys);
+	TAILQ_INIT(&ad->kept_keys);
 	ad->nkeys = 0;
 	ad->nscopes = ad->conf->nscopes;
 	ad->scopes = calloc(ad->nscopes ? ad->nscopes : 1, sizeof(*ad->scopes));
@@ -117,6 +120,63 @@ static void kq_free(struct kq *kq)
 	htab_del(kq->sc->keys, kq->key); /* frees kq, which lives in the entry */
 }
 
+/*
+ * Idle kqs whose override has ended since eviction passed them over go back
+ * to idle_keys (empty when this is called, so in the order they were
+ * passed over), and kept_until becomes the earliest end of those left.
+ */
+static void kq_kept_ended(struct admitd *ad, int64_t now)
+{
+	struct kq *kq, *nx;
+	const struct lim_ovr *ov;
+
+	ad->kept_until = INT64_MAX;
+	for (kq = TAILQ_FIRST(&ad->kept_keys); kq != NULL; kq = nx) {
+		nx = TAILQ_NEXT(kq, idle_link);
+		if ((ov = lim_ovr_in_force(kq_lim(kq), kq->sc->cs, now)) == NULL) {
+			kq_idle_out(kq);
+			kq_idle_in(kq);
+		} else if (ov->until < ad->kept_until) {
+			ad->kept_until = ov->until;
+		}
+	}
+}
+
+/*
+ * The idle kq max_keys evicts next, NULL when none may go. The least
+ * recently used one without an override in force; each one passed over for
+ * its override moves to kept_keys (idle still, and a lookup moves it back),
+ * so it is looked at once, not at every eviction. Only when none is left
+ * without one: those whose override has ended since (looked for once the
+ * earliest end has passed), and then, with Redis only, the least recently
+ * used under an override (Redis holds the override, for every daemon; this
+ * kq only the copy its fallback uses, which the key's next call brings
+ * back). In local mode the override is this kq's alone, so it stays, and
+ * the new key is refused instead.
+ */
+static struct kq *kq_victim(struct admitd *ad)
+{
+	int64_t now = clock_mono_ms();
+	const struct lim_ovr *ov;
+	struct kq *kq;
+
+	while ((kq = TAILQ_FIRST(&ad->idle_keys)) != NULL) {
+		if ((ov = lim_ovr_in_force(kq_lim(kq), kq->sc->cs, now)) == NULL)
+			return kq;
+		if (TAILQ_EMPTY(&ad->kept_keys) || ov->until < ad->kept_until)
+			ad->kept_until = ov->until;
+		kq_idle_out(kq);
+		TAILQ_INSERT_TAIL(&ad->kept_keys, kq, idle_link);
+		kq->kept = true;
+	}
+	if (!TAILQ_EMPTY(&ad->kept_keys) && now >= ad->kept_until) {
+		kq_kept_ended(ad, now);
+		if ((kq = TAILQ_FIRST(&ad->idle_keys)) != NULL)
+			return kq;
+	}
+	return ad->redis != NULL ? TAILQ_FIRST(&ad->kept_keys) : NULL;
+}
+
 struct kq *kq_get(struct scope_rt *sc, const char *key, bool *full)
 {
 	struct admitd *ad = sc->ad;
@@ -133,14 +193,16 @@ struct kq *kq_get(struct scope_rt *sc, const char *key, bool *full)
 	/* A loop, not one eviction: after a reload that lowered max_keys the
 	 * table shrinks to it at the next new key. */
 	while ((int64_t)ad->nkeys >= ad->conf->max_keys) {
-		struct kq *victim = TAILQ_FIRST(&ad->idle_keys);
+		struct kq *victim = kq_victim(ad);
 		if (victim == NULL) {
 			if (full != NULL)
 				*full = true;
-			log_ratelimited(
-			    LOG_SLOT_KEYS, 1000,
-			    "max_keys reached and every key is in use: new keys refused",
-			    "max_keys=%lld", (long long)ad->conf->max_keys);
+			log_ratelimited(LOG_SLOT_KEYS, 1000,
+					"max_keys reached and every key is in use or under an "
+					"override: new keys refused",
+					"max_keys=%lld kept_for_override=%s",
+					(long long)ad->conf->max_keys,
+					TAILQ_EMPTY(&ad->kept_keys) ? "no" : "yes");
 			return NULL;
 		}
 		log_debug("key evicted", "scope=%s key=\"%s\"", victim->sc->cs->name, victim->key);
@@ -540,6 +602,9 @@ bool scopes_reload(struct admitd *ad, const struct conf *nc)
 	ad->scopes = p.ns;
 	ad->nscopes = nc->nscopes;
 	p.ns = NULL;
+	/* override_max or the rules changed: which overrides are in force is
+	 * for the next eviction to look at again */
+	ad->kept_until = INT64_MIN;
 	for (i = 0; i < ad->nscopes; i++)
 		htab_each(ad->scopes[i].keys, scope_swap_waiters, &rw);
 	for (r = ad->retired; r != NULL; r = r->retired_next)

@@ -631,6 +631,50 @@ class TestCli(DaemonCase):
         self.assertEqual(rc, 1, "the command saw %d SIGINTs for one ^C" % rc)
         self._assert_released("cli-run-tty-1")
 
+    def test_run_sigkilled_takes_the_command_with_it(self):
+        """kill -9 of admit run: the daemon frees the lease (the socket
+        closes), so the command must not run on holding nothing: the kernel
+        kills it with admit (PR_SET_PDEATHSIG)."""
+        key = "cli-run-kill-1"
+        pidfile = os.path.join(self.daemon.tmp.name, "run-kill.pid")
+        p = subprocess.Popen([launcher.ADMIT_BIN, "--socket", self.daemon.socket, "run", "solo",
+                              key, "--", "sh", "-c", 'echo $$ > "$0"; exec sleep 300', pidfile],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cmd_pid = None
+        try:
+            end = time.monotonic() + 10
+            while time.monotonic() < end and cmd_pid is None:
+                try:
+                    with open(pidfile) as f:
+                        cmd_pid = int(f.read().strip() or 0) or None
+                except (FileNotFoundError, ValueError):
+                    pass
+                time.sleep(0.02)
+            self.assertIsNotNone(cmd_pid, "the command never started")
+            self.assertTrue(self._alive(cmd_pid), "the command is not running")
+            self.assertExit(self.admit("try", "solo", key), 75)  # held while it runs
+            p.kill()
+            p.wait(10)
+            t0 = time.monotonic()
+            while self._alive(cmd_pid) and time.monotonic() - t0 < 2.0:
+                time.sleep(0.02)
+            gone = not self._alive(cmd_pid)
+        finally:
+            if cmd_pid is not None and self._alive(cmd_pid):
+                os.kill(cmd_pid, signal.SIGKILL)
+            self._reap(p)
+        self.assertTrue(gone, "the command still runs 2 s after admit run was killed")
+        self._assert_released(key)
+
+    @staticmethod
+    def _alive(pid):
+        """pid is a process that has not ended (a zombie has ended)."""
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
     def test_run_with_sigchld_ignored(self):
         """An ignored SIGCHLD survives exec; admit run must still get the
         command's status, and give the command the disposition it got."""

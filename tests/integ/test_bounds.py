@@ -159,7 +159,7 @@ class MaxKeysTest(BoundsCase):
             r = c.request(acquire_req("kept", "new", timeout_ms=0))
             self.assertEqual(r.get("error"), "unavailable", r)
             self.assertIn("max_keys (100) reached", r["message"])
-            self.assertIn("held or waited on", r["message"])
+            self.assertIn("held, waited on", r["message"])
             # A kept key is still served (here: its slot is taken).
             r = c.request(acquire_req("kept", "h3", timeout_ms=0))
             self.assertEqual((r.get("error"), r.get("rule")), ("limited", "max_concurrent"), r)

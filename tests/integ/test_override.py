@@ -8,7 +8,11 @@ admission from the release, is lifted by a reset through another daemon,
 is kept by a daemon's fallback while Redis is down (and is refused
 `unavailable`, applied here only, when Redis cannot be told), survives an
 adaptive write in the same hash, and is bounded again by a reload that
-lowers override_max. proto/vectors/override.jsonl holds the protocol's
+lowers override_max. Past max_keys, a key under an override is evicted
+after every key without one and, in local mode, not at all while it is
+in force: an override that cannot be kept is refused, and every one
+acknowledged holds (with Redis, which keeps them, all are taken).
+proto/vectors/override.jsonl holds the protocol's
 cases (errors, inspect, reset) that every client replays.
 """
 
@@ -205,6 +209,121 @@ class RedisOverrideTest(unittest.TestCase):
         self.assertEqual(ins["rules"][0]["capacity"], 40, ins)
 
 
+KEYS_CONF = """
+[admitd]
+max_keys = 100
+
+[scope api]
+rule = requests fixed-window 5/1h
+override_max = 2
+"""
+
+
+def status(c):
+    return c.request({"op": "status"})
+
+
+class KeyTableOverrideTest(unittest.TestCase):
+    """max_keys and overrides, in local mode: a key under an override is
+    evicted after every key without one, and never while its override is
+    in force (it would be lost); an override that cannot be kept is
+    refused, and every override acknowledged holds."""
+
+    def setUp(self):
+        self.d = Admitd(KEYS_CONF).start()
+        self.c = self.d.connect()
+
+    def tearDown(self):
+        self.c.close()
+        self.d.cleanup(failed=False)
+
+    def assertInForce(self, keys):
+        for k in keys:
+            ins = self.c.request({"op": "inspect", "scope": "api", "key": k})
+            self.assertEqual(ins.get("override", {}).get("rules"), {"0": 2}, (k, ins))
+            self.assertEqual(ins["rules"][0]["capacity"], 2, (k, ins))
+
+    def test_overrides_past_max_keys_are_kept_or_refused(self):
+        acked, refused = [], []
+        for i in range(150):
+            r = ovr(self.c, "api", "o%d" % i, rules={"0": 2})
+            if r.get("ok"):
+                acked.append("o%d" % i)
+                continue
+            self.assertEqual(r.get("error"), "unavailable", r)
+            self.assertIn("max_keys (100) reached", r["message"])
+            self.assertIn("under an override", r["message"])
+            refused.append("o%d" % i)
+        self.assertEqual((len(acked), len(refused)), (100, 50))
+        self.assertEqual(acked, ["o%d" % i for i in range(100)])
+        self.assertInForce(acked)
+        # and by their effect: 2 admitted of 3, where the conf says 5
+        for k in acked[:5] + acked[-5:]:
+            self.assertEqual(admitted(self.c, "api", k, 3), 2, k)
+        st = status(self.c)
+        self.assertEqual((st["keys"], st["key_evictions"]), (100, 0), st)
+        # a new key is refused too, and says why; the keys kept still serve
+        r = self.c.request(acquire_req("api", "new", timeout_ms=0))
+        self.assertEqual(r.get("error"), "unavailable", r)
+        self.assertIn("under an override", r["message"])
+        self.assertEqual(admitted(self.c, "api", "o7", 1), 1)
+
+    def test_keys_without_an_override_go_first(self):
+        for i in range(50):
+            self.assertTrue(ovr(self.c, "api", "o%d" % i, rules={"0": 2})["ok"])
+        # 50 keys without an override, each used after every override was set
+        for i in range(50):
+            r = self.c.request(acquire_req("api", "p%d" % i, timeout_ms=0))
+            self.assertTrue(r.get("ok"), r)
+            self.assertTrue(self.c.request({"op": "release", "lease": r["lease"]})["ok"])
+        for i in range(50, 100):
+            r = ovr(self.c, "api", "o%d" % i, rules={"0": 2})
+            self.assertTrue(r.get("ok"), r)
+        st = status(self.c)
+        self.assertEqual((st["keys"], st["key_evictions"]), (100, 50), st)
+        self.assertInForce(["o%d" % i for i in range(100)])
+
+    def test_a_key_whose_override_ended_can_go(self):
+        for i in range(99):
+            self.assertTrue(ovr(self.c, "api", "o%d" % i, rules={"0": 2})["ok"])
+        r = ovr(self.c, "api", "short", ttl_ms=1500, rules={"0": 2})
+        self.assertTrue(r.get("ok"), r)
+        r = self.c.request(acquire_req("api", "new", timeout_ms=0))
+        self.assertEqual(r.get("error"), "unavailable", r)
+        time.sleep(1.7)
+        r = self.c.request(acquire_req("api", "new", timeout_ms=0))
+        self.assertTrue(r.get("ok"), r)
+        st = status(self.c)
+        self.assertEqual((st["keys"], st["key_evictions"]), (100, 1), st)
+        self.assertInForce(["o%d" % i for i in range(99)])
+
+
+class RedisKeyTableOverrideTest(unittest.TestCase):
+    """With Redis the override lives in Redis, for every daemon: a key
+    evicted past max_keys forgets only its fallback's copy, so overrides
+    past max_keys are all taken and all hold."""
+
+    def setUp(self):
+        self.rs = RedisServer().start()
+        self.d = Admitd(KEYS_CONF, redis_url=self.rs.url).start()
+        self.c = self.d.connect()
+
+    def tearDown(self):
+        self.c.close()
+        self.d.cleanup(failed=False)
+        self.rs.cleanup(failed=False)
+
+    def test_overrides_past_max_keys_all_hold(self):
+        for i in range(150):
+            r = ovr(self.c, "api", "o%d" % i, rules={"0": 2})
+            self.assertEqual((r.get("ok"), r.get("backend")), (True, "redis"), r)
+        for i in range(150):
+            ins = self.c.request({"op": "inspect", "scope": "api", "key": "o%d" % i})
+            self.assertEqual(ins.get("override", {}).get("rules"), {"0": 2}, (i, ins))
+        self.assertEqual(admitted(self.c, "api", "o0", 3), 2)
+        self.assertLessEqual(status(self.c)["keys"], 100)
+
+
 class ReloadOverrideTest(ReloadCase):
     def test_lower_ceiling_bounds_an_override_already_set(self):
         self.start("[scope s]\nrule = requests fixed-window 5/1h\noverride_max = 2\n")
@@ -216,6 +335,19 @@ class ReloadOverrideTest(ReloadCase):
         ins = c.request({"op": "inspect", "scope": "s", "key": "k"})
         self.assertEqual(ins["rules"][0]["capacity"], 6, ins)
         self.assertEqual(ins["override"]["rules"], {"0": 6}, ins)
+
+    def test_reload_ending_overrides_frees_their_keys(self):
+        conf = "[scope s]\nrule = requests fixed-window 5/1h\n"
+        self.start(conf + "override_max = 2\n", extra="max_keys = 3")
+        c = self.conn()
+        for k in ("a", "b", "c"):
+            self.assertTrue(ovr(c, "s", k, rules={"0": 2})["ok"])
+        r = c.request(acquire_req("s", "new", timeout_ms=0))
+        self.assertEqual(r.get("error"), "unavailable", r)
+        # without override_max the scope takes no overrides: none is in force
+        self.reload(conf, extra="max_keys = 3")
+        r = c.request(acquire_req("s", "new", timeout_ms=0))
+        self.assertTrue(r.get("ok"), r)
 
 
 if __name__ == "__main__":

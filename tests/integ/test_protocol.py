@@ -151,17 +151,25 @@ class ProtocolTest(DaemonCase):
         self.assertEqual(c.request(b'{"op":"ping","id":5}\r\n'), {"ok": True, "id": 5})
         self.assertEqual(c.request({"op": "ping"}), {"ok": True})
 
-    def test_blank_line_is_bad_request_or_ignored(self):
-        # An empty line carries no request; either answer is acceptable, but
-        # the connection must stay usable and in step (next reply is ping's).
+    def test_empty_line_is_bad_request(self):
+        # An empty line (LF or CRLF) carries no request, but a client that
+        # sent it waits for a reply: it gets bad_request (no id), in step
+        # with the lines, and the connection keeps working.
         c = self.conn()
-        c.send(b"\n")
+        for empty in (b"\n", b"\r\n"):
+            r = c.request(empty, timeout=2)
+            self.assertEqual((r.get("ok"), r.get("error")), (False, "bad_request"), r)
+            self.assertNotIn("id", r)
+            self.assertIn("empty line", r.get("message", ""))
+        c.send(b"\n\n")
         c.send({"op": "ping", "id": "after"})
-        r = c.recv()
-        if r.get("id") != "after":
-            self.assertEqual(r.get("error"), "bad_request", r)
-            r = c.recv()
-        self.assertEqual(r, {"ok": True, "id": "after"})
+        self.assertEqual(c.recv().get("error"), "bad_request")
+        self.assertEqual(c.recv().get("error"), "bad_request")
+        self.assertEqual(c.recv(), {"ok": True, "id": "after"})
+        r = c.request(acquire_req("s", self.key(), id=7))
+        self.assertAdmitted(r)
+        self.assertEqual(c.request({"op": "release", "lease": r["lease"]}),
+                         {"ok": True, "held": True})
 
     def test_unknown_scope(self):
         c = self.conn()
