@@ -28,6 +28,9 @@
 /* A pod that has not beaten for this long is not counted by divisor = auto. */
 #define RB_POD_WINDOW_MS 5000
 #define RB_HEARTBEAT_MS	 1000
+/* A pod's slot after a window's turn, at most (backend_turn_delay): more than a
+ * timer's and a round trip's noise, so the slots keep their order. */
+#define RB_TURN_SLOT_MS 50
 /* The release queue: checked every tick, at most BATCH sends a tick. */
 #define RB_QUEUE_TICK_MS   50
 #define RB_QUEUE_BATCH	   1024
