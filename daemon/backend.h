@@ -146,6 +146,22 @@ bool backend_override(struct backend *b, struct kq *kq, int64_t ttl_ms, int64_t 
 struct lim_share backend_share(const struct backend *b, const struct conf_scope *cs);
 
 /*
+ * backend_turn_delay - how long after a window's turn (turn_mono, mono ms)
+ * this pod's refused head asks again, for a window of window_ms whose units
+ * all come back at that one instant on every pod (fixed and session
+ * windows). Every pod's head sleeps until the same turn, and the first call
+ * there takes what its batch holds, up to the whole window; which pod is
+ * first would be decided by timer and scheduling noise, which repeats from
+ * window to window, so one pod could lose every turn. Instead the pods seen
+ * alive by the last heartbeat ask in their rank's slot, the order rotating
+ * by one at each turn: each pod that keeps asking asks first after one turn
+ * in every N (N the pods seen). A slot is a quarter of the window divided
+ * among the pods, at most RB_TURN_SLOT_MS. 0 when b is NULL, down, alone, or
+ * not ranked yet (as before: at the turn).
+ */
+int64_t backend_turn_delay(const struct backend *b, int64_t turn_mono, int64_t window_ms);
+
+/*
  * backend_status - add the backend's counters to a status reply: a "redis"
  * object with the pods seen alive and the failed calls by operation (the
  * failures an error hook would see, as counters; each is also logged).

@@ -30,6 +30,9 @@
 #define RB_HEARTBEAT_MS	 1000
 /* Leases settled elsewhere that one heartbeat takes from this pod's list at most. */
 #define RB_SETTLED_TAKE 1024
+/* A pod's slot after a window's turn, at most (backend_turn_delay): more than a
+ * timer's and a round trip's noise, so the slots keep their order. */
+#define RB_TURN_SLOT_MS 50
 /* The release queue: checked every tick, at most BATCH sends a tick. */
 #define RB_QUEUE_TICK_MS   50
 #define RB_QUEUE_BATCH	   1024

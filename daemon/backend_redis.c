@@ -525,6 +525,26 @@ struct lim_share backend_share(const struct backend *b, const struct conf_scope 
 	return sh;
 }
 
+int64_t backend_turn_delay(const struct backend *b, int64_t turn_mono, int64_t window_ms)
+{
+	int64_t n, slot, turn;
+
+	if (b == NULL || !b->up || b->beats == 0 || b->pods_seen <= 1 || !b->offset_known ||
+	    window_ms <= 0)
+		return 0;
+	n = b->pods_seen;
+	slot = window_ms / (4 * n);
+	if (slot > RB_TURN_SLOT_MS)
+		slot = RB_TURN_SLOT_MS;
+	/* The turn's index on Redis TIME, the same on every pod: a turn's
+	 * instant is a window's end, and a pod's estimate of it is off by a
+	 * round trip at most, far less than half a window. */
+	turn = (turn_mono + b->offset_ms + window_ms / 2) / window_ms;
+	if (slot <= 0 || turn < 0)
+		return 0;
+	return (turn + b->pod_rank) % n * slot;
+}
+
 /*
  * "topology": the deployment and its nodes in use (the master for one Redis
  * or Sentinel; every master of the slot map for a Cluster).

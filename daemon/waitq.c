@@ -12,8 +12,10 @@
  * Only the head of a queue asks the limiter; the others sleep until they
  * become the head or their deadline passes, so a thousand local waiters are
  * one poll, not a thousand. A refusal says how long to wait: the head sleeps
- * that long (stretched by the scope's jitter) and asks again, unless the wait
- * is longer than what is left of its budget, in which case it is answered
+ * that long (stretched by the scope's jitter; after a fixed or session
+ * window's turn, plus its pod's slot: backend_turn_delay) and asks again,
+ * unless the wait is longer than what is left of its budget, in which case
+ * it is answered
  * `budget_exceeded` at once rather than slept out; a wait for a lease slot
  * (a release ends it: no one knows when) is slept out to the deadline and
  * answered `timeout`, and a request no wait can admit (it asks more than a
@@ -495,6 +497,34 @@ static int64_t waitq_jitter(const struct conf_scope *cs, int64_t wait)
 	return wait + (int64_t)((double)wait * cs->jitter * f);
 }
 
+/*
+ * After a refusal by a window that gives all its units back at one instant
+ * (a fixed window's turn, a session's end), on every pod at once: how long
+ * after that instant this head asks again (its pod's slot, which rotates
+ * turn by turn: backend_turn_delay). 0 for any other refusal.
+ */
+static int64_t waitq_turn_delay(const struct kq *kq, const struct eng_res *res, int64_t now)
+{
+	const struct conf_scope *cs;
+	size_t i;
+
+	if (res->via != VIA_REDIS || res->slot_wait || res->retry_after_ms <= 0 ||
+	    res->by == NULL || res->rule == NULL)
+		return 0;
+	cs = res->by->sc->cs;
+	for (i = 0; i < cs->nrules; i++) {
+		struct strat_params p = conf_rule_params(&cs->rules[i]);
+		if (cs->rules[i].text != res->rule)
+			continue;
+		if (cs->rules[i].meter == METER_CONCURRENCY ||
+		    (p.kind != STRAT_FIXED_WINDOW && p.kind != STRAT_SESSION_WINDOW))
+			return 0;
+		return backend_turn_delay(kq->sc->ad->redis, now + res->retry_after_ms,
+					  p.window_ms);
+	}
+	return 0;
+}
+
 /* One waiter's decision: admitted (and answered) or refused (answered, or
  * left to sleep out its wait as the queue's head). */
 static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t now)
@@ -540,7 +570,8 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 			   res->share_short ? WAITQ_SHARE_MSG : NULL);
 		waitq_remove(w);
 	} else {
-		int64_t wait = waitq_jitter(kq->sc->cs, res->retry_after_ms);
+		int64_t wait =
+		    waitq_jitter(kq->sc->cs, res->retry_after_ms) + waitq_turn_delay(kq, res, now);
 		if (now + wait > w->deadline_ms) /* jitter never costs the last try; */
 			wait = w->deadline_ms - now + (res->slot_wait ? 1 : 0); /* a slot
 			* wait ends at the deadline */
