@@ -9,7 +9,11 @@ runs it alone, and `make test` with the rest):
   `[text](path#anchor)` or `![alt](path)`, names a file or folder of the repo,
   and its anchor, if any, a heading of the Markdown file it names (GitHub's
   anchors: lowercase, punctuation dropped, blanks as `-`, `-N` for repeats);
-- every `docs/...` or `proto/...` path those files name in backticks exists;
+- every path into a folder of sources only (docs/, proto/, conf/, systemd/,
+  scripts/, mk/, .ci/) those files name in backticks exists (a `*` in it
+  matches something);
+- the README's second command is the test command `.ci/run` runs (CI runs
+  "the README's test command");
 - the conf the README's tour shows is a part of conf/admitd.conf, the conf
   its blocks run against: each of its sections is one of the example's,
   and each of its settings is one of that section's.
@@ -17,6 +21,7 @@ runs it alone, and `make test` with the rest):
 Stdlib only, and no harness: it runs before anything is built.
 """
 
+import glob
 import os
 import re
 import unittest
@@ -100,11 +105,17 @@ def broken_links(path, text):
     return bad
 
 
+# Folders that hold only sources: nothing in them is built, so a path into one
+# that does not exist is a wrong path, not a build not run yet.
+SOURCE_DIRS = ("docs", "proto", "conf", "systemd", "scripts", "mk", ".ci")
+
+
 def missing_paths(path, text):
-    """The `docs/...` and `proto/...` paths a file names in backticks that do not exist."""
+    """The paths into SOURCE_DIRS a file names in backticks that name nothing."""
     bad = []
-    for m in re.finditer(r"`((?:docs|proto)/[\w./-]+)`", prose(text)):
-        if not os.path.exists(os.path.join(REPO, m.group(1))):
+    pat = r"`((?:%s)/[\w.*/-]*)`" % "|".join(re.escape(d) for d in SOURCE_DIRS)
+    for m in re.finditer(pat, prose(text)):
+        if not glob.glob(os.path.join(REPO, m.group(1))):
             bad.append("%s: `%s`: no such file" % (path, m.group(1)))
     return bad
 
@@ -150,7 +161,15 @@ class DocLinksTest(unittest.TestCase):
         self.assertEqual(len(broken_links("docs/x.md", "[x](docs/bench.md)")), 1)  # docs/docs/
         self.assertEqual(broken_links("README.md", "```\n[x](nowhere.md)\n```"), [])
         self.assertEqual(len(missing_paths("README.md", "see `docs/nowhere.md`")), 1)
+        self.assertEqual(len(missing_paths("README.md", "`conf/*.nothing` `.ci/run`")), 1)
         self.assertEqual(anchors("# A `b` c: d\n## A `b` c: d\n"), {"a-b-c-d", "a-b-c-d-1"})
+
+    def test_readme_test_command_is_what_ci_runs(self):
+        section = read("README.md").split("\n## Two commands\n", 1)[1].split("\n## ", 1)[0]
+        block = re.search(r"```sh\n(.*?)\n```", section, re.S).group(1)
+        commands = [x for x in block.split("\n") if x.strip() and not x.startswith("#")]
+        self.assertEqual(commands[-1], "make test")
+        self.assertIn("make test", read(".ci/run").split("\n"))
 
     def test_readme_tour_conf_is_the_example_conf(self):
         readme = read("README.md")
