@@ -459,6 +459,15 @@ static int64_t waitq_jitter(const struct conf_scope *cs, int64_t wait)
 	return wait + (int64_t)((double)wait * cs->jitter * f);
 }
 
+/* The target of w whose limit refused it (res->by), or its first. */
+static struct kq *waitq_by(struct waiter *w, const struct eng_res *res)
+{
+	for (size_t i = 0; i < w->nt; i++)
+		if (w->t[i].kq == res->by)
+			return w->t[i].kq;
+	return w->t[0].kq;
+}
+
 /* One waiter's decision: admitted (and answered) or refused (answered, or
  * left to sleep out its wait as the queue's head). */
 static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t now)
@@ -484,11 +493,10 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 	} else if (w->try_only && res->slot_wait && res->rule != NULL &&
 		   strcmp(res->rule, PLAN_RULE_MIN_DELAY) == 0) {
 		/* min_delay from completion while a lease is held: the earliest
-		 * admission is its release plus min_delay, so a retry sooner
-		 * than min_delay can only be refused again. */
-		int64_t retry = res->retry_after_ms > kq->sc->cs->min_delay_ms
-				    ? res->retry_after_ms
-				    : kq->sc->cs->min_delay_ms;
+		 * admission is its release plus min_delay (the key's override's,
+		 * when it has one), so a retry sooner can only be refused again. */
+		int64_t pace = eng_min_delay(waitq_by(w, res), res->via);
+		int64_t retry = res->retry_after_ms > pace ? res->retry_after_ms : pace;
 		waitq_fail(w, ADMIT_E_LIMITED, retry, res->rule,
 			   "a lease of this key is held, and min_delay counts from its release: "
 			   "not admitted before it is released, plus min_delay");
