@@ -217,7 +217,8 @@ static const struct conf_key conf_scope_keys[] = {
 	  "cluster_concurrency when nonzero and smaller" },
 	{ "min_delay", CT_DURATION, SCOPE_OFF(min_delay_ms), "0", 0, MS_DAY, 0,
 	  "spacing of admissions per key: from the previous release (cluster_concurrency 0: "
-	  "one at a time) or from the previous admission (cluster_concurrency > 0)" },
+	  "one at a time; 1: one in flight across all daemons) or from the previous admission "
+	  "(cluster_concurrency > 1)" },
 	{ "cluster_concurrency", CT_INT, SCOPE_OFF(cluster_concurrency), "0", 0, 1000000, 0,
 	  "leases of one key held at once across all daemons (0: none)" },
 	{ "quota", CT_QUOTA, SCOPE_OFF(quota), NULL, 0, 0, 0,

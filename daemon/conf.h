@@ -69,6 +69,8 @@ struct conf_plan {
 	size_t *rules;	    /* indexes into conf_scope.rules that apply, conf order */
 	bool tracks_leases; /* a lease set: cluster_concurrency, a concurrency rule, serialized */
 	bool serialized;    /* min_delay without cluster_concurrency: one at a time */
+	bool pace_release;  /* min_delay counts from each release: serialized, or a cap of 1 */
+	bool pace_send;	    /* min_delay counts from each admission: a cap above 1 */
 	bool release_books; /* a release changes state: the lease set or a token meter */
 	bool reads_state;   /* the acquire reads the state hash (pacing, or the penalty is there) */
 	long penalty_in;    /* plan.rules[i] whose hash holds the penalty; -1: none of them */

@@ -73,6 +73,9 @@ static bool plan_build(struct conf_plan *p, const struct conf_scope *s,
 		       const struct conf_class *cls)
 {
 	p->serialized = s->min_delay_ms > 0 && s->cluster_concurrency == 0;
+	/* One lease in flight fleet-wide has one completion to count from. */
+	p->pace_release = s->min_delay_ms > 0 && s->cluster_concurrency <= 1;
+	p->pace_send = s->min_delay_ms > 0 && s->cluster_concurrency > 1;
 	p->tracks_leases = plan_tracks_leases(s, p->serialized);
 	p->release_books = p->tracks_leases;
 	p->penalty_in = -1;

@@ -13,7 +13,10 @@
  * - min_delay > 0, cluster_concurrency 0: "serialized". At most one lease
  *   in flight (it expires at lease_ttl), and a release pushes next_at to
  *   completion + min_delay.
- * - cluster_concurrency N > 0: at most N leases in flight, and next_at is
+ * - cluster_concurrency 1: the same pacing, from each completion (there is
+ *   one lease in flight at most, so one completion to count from); the cap
+ *   counts the lease.
+ * - cluster_concurrency N > 1: at most N leases in flight, and next_at is
  *   pushed to admission + min_delay (sends are spaced; releases push nothing).
  */
 
@@ -516,7 +519,7 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, struct lim_shar
 			l->deadline = now + cs->lease_ttl_ms;
 		}
 	}
-	if (cs->cluster_concurrency > 0 && cs->min_delay_ms > 0) {
+	if (pl->pace_send) {
 		int64_t next = now + lim_min_delay(cs, sh);
 		if (next > st->next_at)
 			st->next_at = next;
@@ -565,7 +568,7 @@ bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, struc
 			break;
 		}
 	}
-	if (held && lim_serialized(cs)) {
+	if (held && pl->pace_release) {
 		int64_t next = now + lim_min_delay(cs, sh);
 		if (next > st->next_at)
 			st->next_at = next;

@@ -442,7 +442,7 @@ void rb_release_args(struct rargs *a, const struct backend *b, const struct be_t
 	(*nkeys)++;
 	rargs_str(a, lease_id);
 	rargs_str(a, rb_mode_names[mode]);
-	rargs_int(a, pl->serialized ? 1 : 0);
+	rargs_int(a, pl->pace_release ? 1 : 0);
 	rargs_int(a, cs->min_delay_ms);
 	rargs_int(a, (int64_t)pl->nrules);
 	for (i = 0; i < pl->nrules; i++) {
@@ -469,7 +469,7 @@ void rb_release_args(struct rargs *a, const struct backend *b, const struct be_t
 	rargs_str(a, se->claim != NULL ? se->claim : "");
 	rargs_int(a, RB_GRACE_MS(cs));
 	adapt = cs->adaptive && (mode == RB_M_RELEASE || mode == RB_M_OUTCOME);
-	ovr = cs->override_milli > 0 && pl->serialized && mode == RB_M_RELEASE;
+	ovr = cs->override_milli > 0 && pl->pace_release && mode == RB_M_RELEASE;
 	if (adapt || ovr)
 		rargs_str(a, !adapt			    ? ""
 			     : se->outcome == ADAPT_OK	    ? "ok"

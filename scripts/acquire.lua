@@ -386,8 +386,10 @@ local function acquire_one(KEYS, ARGV)
 			redis.call('SET', rkp .. ids[k], 'L' .. rec, 'PX', rec_ttl)
 		end
 	end
+	-- Sends spaced by min_delay under a cap above 1; serialized and a cap of
+	-- 1 pace from each release instead (release.lua).
 	local next_before, next_booked = next_at, 0
-	if cluster > 0 and min_delay > 0 and now + min_delay > next_at then
+	if cluster > 1 and min_delay > 0 and now + min_delay > next_at then
 		next_at = now + min_delay
 		next_booked = next_at
 		redis.call('HSET', sk, 'next_at', next_at)
