@@ -339,7 +339,6 @@ int64_t lim_which_limit(const struct conf_scope *cs, const struct conf_class *cl
 			struct lim_share sh)
 {
 	struct strat_params p;
-	int64_t floor = cls ? cls->floor : 0;
 
 	if (which == PLAN_WHICH_CLUSTER)
 		return lim_share_of(cs->cluster_concurrency, sh);
@@ -348,7 +347,7 @@ int64_t lim_which_limit(const struct conf_scope *cs, const struct conf_class *cl
 	if (which < 0 || (size_t)which >= cs->nrules)
 		return 0;
 	p = lim_rule_params(&cs->rules[which], sh);
-	return conf_rule_capacity(&cs->rules[which], &p, floor);
+	return conf_rule_capacity(&cs->rules[which], &p, cls);
 }
 
 /* Keep the refusal with the longest wait; -1 (never) beats any wait. */
@@ -369,7 +368,6 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 {
 	struct lim_decision d = { .admitted = true, .which = PLAN_WHICH_NONE };
 	const struct conf_plan *pl = conf_plan_of(cs, rq->cls);
-	int64_t floor = rq->cls ? rq->cls->floor : 0;
 
 	sh = lim_key_share(st, cs, sh, now);
 	lim_purge(st, cs, now);
@@ -407,6 +405,7 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 		size_t i = pl->rules[k];
 		const struct conf_rule *r = &cs->rules[i];
 		struct strat_params p = lim_rule_params(r, sh);
+		int64_t floor = conf_class_floor(rq->cls, &p); /* of this rule's capacity */
 		struct strat_result sr;
 
 		if ((p.amount == 0 || p.burst == 0) && r->meter != METER_CONCURRENCY) {
@@ -635,7 +634,7 @@ void lim_left_scope(struct lim_left *acc, const struct conf_scope *cs, const str
 {
 	static const struct strat_state fresh;
 	const struct conf_plan *pl = conf_plan_of(cs, cls);
-	int64_t floor = cls != NULL ? cls->floor : 0, held = leases > 0 ? cs->lease_ttl_ms : 0;
+	int64_t held = leases > 0 ? cs->lease_ttl_ms : 0;
 	size_t k;
 
 	if (cs->cluster_concurrency > 0)
@@ -659,8 +658,9 @@ void lim_left_scope(struct lim_left *acc, const struct conf_scope *cs, const str
 		}
 		sp = lim_rule_params(rule, sh);
 		if (cap > 0) /* full again: nothing of it used */
-			lim_left_fold(acc, lim_units_left(st, &sp, now, cap, floor), cap,
-				      strat_full_in(st, &sp, now));
+			lim_left_fold(acc,
+				      lim_units_left(st, &sp, now, cap, conf_class_floor(cls, &sp)),
+				      cap, strat_full_in(st, &sp, now));
 	}
 }
 

@@ -290,7 +290,10 @@ void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt 
 	rargs_str(a, lease_id);
 	rargs_int(a, (int64_t)count);
 	rargs_int(a, t->cost);
-	rargs_int(a, t->cls ? t->cls->floor : 0);
+	/* floor=P%: each rule's own part, worked out by the script (negative) */
+	rargs_int(a, t->cls == NULL	     ? 0
+		     : t->cls->floor_ppm > 0 ? -t->cls->floor_ppm
+					     : t->cls->floor);
 	rargs_int(a, cs->min_delay_ms);
 	rargs_int(a, pl->serialized ? 1 : 0);
 	rargs_int(a, cs->cluster_concurrency);
@@ -338,7 +341,7 @@ void rb_plain_params(struct rb_plain *p, const struct conf_scope *cs, const stru
 				.amount = sp.amount,
 				.window_ms = sp.window_ms,
 				.burst = sp.burst,
-				.floor = cls ? cls->floor : 0,
+				.floor = conf_class_floor(cls, &sp),
 				.code = (int64_t)pl->rules[0],
 				.not_after = not_after,
 				.cost = cost };
