@@ -139,9 +139,19 @@ bool backend_override(struct backend *b, struct kq *kq, int64_t ttl_ms, int64_t 
 
 /*
  * backend_share - this pod's fallback share of cs's limits now (LIM_WHOLE
- * when b is NULL): the divisor, and the rank the last heartbeat gave.
+ * when b is NULL): the divisor, the rank the last heartbeat gave and the
+ * pods it ranked, and while Redis is down, since when.
  */
 struct lim_share backend_share(const struct backend *b, const struct conf_scope *cs);
+
+/*
+ * backend_born_down - a backend born while Redis was unreachable: made (at
+ * daemon start, or by a reload that made a new backend) and not yet once
+ * connected. Then its generation (nonzero, one per backend made) and
+ * *born_ms, when it was made (mono ms); else 0 (it has been up: it saw what
+ * this pod admitted through Redis since).
+ */
+uint32_t backend_born_down(const struct backend *b, int64_t *born_ms);
 
 /*
  * backend_status - add the backend's counters to a status reply: a "redis"
