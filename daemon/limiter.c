@@ -378,7 +378,8 @@ static void lim_refuse(struct lim_decision *d, const struct conf_scope *cs, int6
  * The owner itself waits until no lease another pod took through Redis
  * before the outage can still be held: lease_ttl after Redis stopped
  * answering, unless this pod's own release pushed the pacing past that
- * instant (then Redis admitted nobody after it) or it holds a lease itself.
+ * instant (then Redis admitted nobody after it), it holds a lease itself,
+ * or the last heartbeat counted it alone.
  */
 static void lim_check_owner(struct lim_decision *d, struct lim_state *st,
 			    const struct conf_scope *cs, struct lim_share sh, int64_t now)
@@ -389,7 +390,7 @@ static void lim_check_owner(struct lim_decision *d, struct lim_state *st,
 		lim_refuse(d, cs, w, PLAN_WHICH_OWNER);
 		return;
 	}
-	if (st->nleases > 0 || st->next_at >= sh.out_since || now >= end)
+	if (sh.pods == 1 || st->nleases > 0 || st->next_at >= sh.out_since || now >= end)
 		return;
 	lim_refuse(d, cs, end - now < w ? end - now : w, PLAN_WHICH_SERIALIZED);
 }

@@ -666,6 +666,9 @@ START_TEST(test_serialized_owner)
 	ck_assert(lim_release(st, cs, D(1.0), 600, "a", NULL, NULL, 0)); /* next 1100 */
 	refused(chk_full(1050, NULL, 1, 1, T(3, 0, 0, 1000)), PLAN_RULE_MIN_DELAY, 50);
 	ck_assert(chk_full(1100, NULL, 1, 1, T(3, 0, 0, 1000)).admitted);
+	/* alone at the last heartbeat: no other pod's lease to wait out */
+	use("min_delay = 500ms\nlease_ttl = 2s\n");
+	ck_assert(chk_full(1500, NULL, 1, 1, T(1, 0, 5, 1000)).admitted);
 	/* Redis up (no out_since): every pod, as before */
 	ck_assert(chk_full(1100, NULL, 1, 1, T(3, 1, 0, 0)).admitted);
 }
