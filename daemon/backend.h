@@ -116,6 +116,15 @@ int64_t backend_last_due(const struct backend *b);
 void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms);
 
 /*
+ * backend_owe_pace - the fallback refused kq as another pod's serialized key
+ * (fallback_owner): the pacing in Redis is pushed to `until` when it
+ * answers again, before this pod serves from it, so that this pod does not
+ * go through Redis on the key while the owner may still hold a lease its
+ * fallback granted and has not booked there yet.
+ */
+void backend_owe_pace(struct backend *b, struct kq *kq, int64_t until);
+
+/*
  * backend_owe - the fallback admitted on kq (class cls, cost, reservation):
  * it is written back to Redis, exactly once, when Redis answers again, and
  * Redis serves this pod's acquires only after it is.

@@ -98,6 +98,21 @@ static struct lim_share eng_fb_share(struct admitd *ad, struct kq *kq, int64_t n
 	return sh;
 }
 
+/*
+ * kq, another pod's serialized key, was refused here in fallback: once Redis
+ * answers, its pacing there starts at min_delay from now (backend_owe_pace),
+ * which keeps this pod off the key while the owner may still hold a lease
+ * its fallback granted and has not booked in Redis yet.
+ */
+static void eng_owner_paced(struct admitd *ad, struct kq *kq, struct lim_share sh, int64_t now)
+{
+	const struct conf_scope *cs = kq->sc->cs;
+
+	if (ad->redis != NULL)
+		backend_owe_pace(ad->redis, kq,
+				 now + lim_min_delay(cs, lim_key_share(kq_lim(kq), cs, sh, now)));
+}
+
 /* What the targets' tightest limit allows now, from the in-process state. */
 static void eng_left_local(struct eng_res *res, const struct target_rt *t, size_t nt,
 			   const struct lim_share *div, int64_t now)
@@ -136,6 +151,8 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 			return res;
 		}
 		d[i] = lim_check(st, t[i].kq->sc->cs, div[i], now, &rq);
+		if (d[i].which == PLAN_WHICH_OWNER)
+			eng_owner_paced(ad, t[i].kq, div[i], now);
 		if (!d[i].admitted && d[i].share_short && !t[i].kq->sc->cs->shadow)
 			res.share_short = true;
 		eng_merge(&res, t[i].kq, d[i].admitted, d[i].retry_after_ms, d[i].rule, d[i].slot,
