@@ -11,6 +11,7 @@ import unittest
 
 from . import harness
 from . import outage_pods as op
+from .redis_util import Pods, wait_backend
 
 
 @unittest.skipIf(harness.VALGRIND, "timing; run under ASan instead of valgrind")
@@ -52,6 +53,36 @@ class PolitenessInOutageTest(unittest.TestCase):
 
     def test_redis_frozen(self):
         self.check("stop")
+
+
+    def test_a_non_owner_stays_off_the_key_at_the_return(self):
+        # A pod that refused a host as another's owes Redis min_delay from
+        # its last refusal: back on Redis, it does not take the host while
+        # the owner may hold a lease its fallback granted (before: admitted
+        # through the Redis that came back empty at once).
+        conf = "[scope slow]\nmin_delay = 10s\nlease_ttl = 2s\ntimeout = 100ms\n"
+        with Pods(conf, n=3, admitd_extra=op.EXTRA) as cl:
+            op.all_count(cl, 3)
+            cl.redis.stop()
+            for d in cl.daemons:
+                wait_backend(d, "fallback", 5)
+            rules = {}
+            for i, d in enumerate(cl.daemons):
+                with d.connect() as c:
+                    r = c.request(harness.acquire_req("slow", "h", timeout_ms=0))
+                    self.assertEqual((r.get("ok"), r.get("backend")), (False, "fallback"), r)
+                    rules[i] = r.get("rule")
+            others = [i for i, rule in rules.items() if rule == "fallback_owner"]
+            self.assertEqual(len(others), 2, rules)  # one owner, two others
+            cl.redis.restart()  # empty: it knows of no lease and no pacing
+            for d in cl.daemons:
+                wait_backend(d, "redis", 10)
+            for i in others:
+                with cl.daemons[i].connect() as c:
+                    r = c.request(harness.acquire_req("slow", "h", timeout_ms=0))
+                    self.assertEqual((r.get("ok"), r.get("backend"), r.get("rule")),
+                                     (False, "redis", "min_delay"), r)
+                    self.assertGreater(r["retry_after_ms"], 0, r)
 
 
 @unittest.skipIf(harness.VALGRIND, "timing; run under ASan instead of valgrind")
