@@ -86,6 +86,12 @@ struct backend {
 	int64_t since_ms;
 	int64_t pods_seen; /* from the last heartbeat while up */
 	int64_t pod_rank;  /* ... and this pod's rank among them (heartbeat.lua) */
+	/* The last beat came within RB_POD_WINDOW_MS of one that found this pod
+	 * unregistered (its first, or Redis lost its data): the registry is
+	 * still filling (backend_share); pods_hi: the most pods counted before
+	 * it emptied and since. */
+	int64_t pods_hi, pods_fresh_ms;
+	bool pods_fresh;
 	int64_t offset_ms; /* Redis TIME minus clock_mono_ms, from the last reply */
 	bool offset_known;
 	char pod_id[64];
