@@ -9,6 +9,7 @@ in byte order). The tests count what the fleet admits and compare it with
 the limit itself, not with a multiple of it.
 """
 
+import os
 import signal
 import time
 import unittest
@@ -202,14 +203,8 @@ class WriteBackTest(unittest.TestCase):
                 self.assertGreater(r["retry_after_ms"], 15000)
 
 
-@unittest.skipIf(harness.VALGRIND, "timing; run under ASan instead of valgrind")
-class RefillingRegistryTest(unittest.TestCase):
-    """A heartbeat that counts the pods while their registry in Redis is
-    still filling (this pod's first beats, or Redis just restarted empty)
-    misses pods that are alive and take their shares: it must not make
-    this pod's share bigger. quota 30/1m: every pod admits 10 through Redis
-    (the window is full, each pod's share spent by its own admissions),
-    then the outage comes while one pod's last beat counted it alone."""
+class QuotaCase(unittest.TestCase):
+    """quota 30/1m on key k of scope q, over three pods."""
     EXTRA = "redis_timeout = 100ms\n"
     CONF = "[scope q]\nquota = 30/1m\ntimeout = 100ms\n"
 
@@ -224,6 +219,15 @@ class RefillingRegistryTest(unittest.TestCase):
                     got += 1
         return got
 
+
+@unittest.skipIf(harness.VALGRIND, "timing; run under ASan instead of valgrind")
+class RefillingRegistryTest(QuotaCase):
+    """A heartbeat that counts the pods while their registry in Redis is
+    still filling (this pod's first beats, or Redis just restarted empty)
+    misses pods that are alive and take their shares: it must not make
+    this pod's share bigger. quota 30/1m: every pod admits 10 through Redis
+    (the window is full, each pod's share spent by its own admissions),
+    then the outage comes while one pod's last beat counted it alone."""
     def fallback_admits(self, cl):
         """Redis stopped: what every pod's fallback admits in the window."""
         cl.redis.stop()
@@ -268,6 +272,30 @@ class RefillingRegistryTest(unittest.TestCase):
             # before: 20 by d0, whose share was the whole limit (and 5 by
             # a pod whose first beat counted 2)
             self.assertEqual(got, [0, 0, 0])
+
+
+@unittest.skipIf(harness.VALGRIND, "timing; run under ASan instead of valgrind")
+class ReloadInOutageTest(QuotaCase):
+    """A reload that remakes the Redis backend while Redis is down (a
+    redis_* key changed) makes a backend born in the outage: its fallback
+    starts with each key's share spent, and hands out no fresh share."""
+
+    def test_a_new_backend_in_an_outage_hands_out_no_fresh_share(self):
+        with Pods(self.CONF, n=3, admitd_extra=self.EXTRA) as cl:
+            d0 = cl.daemons[0]
+            all_count(cl, 3)
+            cl.redis.stop()
+            wait_backend(d0, "fallback", 5)
+            self.assertEqual(self.admit(d0, 30, "fallback"), 10)  # its share
+            text = d0.conf_text.replace("redis_timeout = 100ms", "redis_timeout = 120ms")
+            with open(d0.conf_path + ".tmp", "w") as f:
+                f.write(text)
+            os.rename(d0.conf_path + ".tmp", d0.conf_path)
+            d0.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: "conf reloaded" in d0.stderr_text(), 10.0, "reloaded")
+            self.assertIn("reconnecting to redis", d0.stderr_text())
+            # before the born-down spending: a fresh share of 10 again
+            self.assertEqual(self.admit(d0, 30, "fallback"), 0)
 
 
 if __name__ == "__main__":
