@@ -95,7 +95,13 @@ struct backend {
 	 */
 	int64_t fb_pods, fb_rank;
 	bool fb_ranked;
-	int64_t back_ms;   /* when Redis last came back after an outage (mono ms), or 0 */
+	int64_t back_ms; /* when Redis last came back after an outage (mono ms), or 0 */
+	/* The last beat came within RB_POD_WINDOW_MS of one that found this pod
+	 * unregistered (its first, or Redis lost its data): the registry is
+	 * still filling (backend_share); pods_hi: the most pods counted before
+	 * it emptied and since. */
+	int64_t pods_hi, pods_fresh_ms;
+	bool pods_fresh;
 	int64_t offset_ms; /* Redis TIME minus clock_mono_ms, from the last reply */
 	bool offset_known;
 	char pod_id[64];

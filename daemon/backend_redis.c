@@ -467,14 +467,20 @@ static void rb_hb_reply(void *arg, enum rp_status st, const struct rval *reply)
 	    (reply->n == 4 || reply->n == 5) && reply->a[0].type == RV_INT && reply->a[0].i >= 1 &&
 	    reply->a[1].type == RV_INT && reply->a[2].type == RV_INT &&
 	    reply->a[3].type == RV_INT && reply->a[3].i >= 0 && reply->a[3].i < reply->a[0].i) {
+		int64_t now = clock_mono_ms();
 		b->pods_seen = reply->a[0].i;
 		b->pod_rank = reply->a[3].i;
-		if (!b->fb_ranked || (b->up && (b->back_ms == 0 || clock_mono_ms() - b->back_ms >=
-								       RB_POD_WINDOW_MS))) {
+		if (!b->fb_ranked ||
+		    (b->up && (b->back_ms == 0 || now - b->back_ms >= RB_POD_WINDOW_MS))) {
 			b->fb_pods = b->pods_seen;
 			b->fb_rank = b->pod_rank;
 			b->fb_ranked = true;
 		}
+		if (reply->a[2].i == 0)
+			b->pods_fresh_ms = now;
+		b->pods_fresh = now - b->pods_fresh_ms < RB_POD_WINDOW_MS;
+		if (!b->pods_fresh || b->pods_seen > b->pods_hi)
+			b->pods_hi = b->pods_seen;
 		rb_saw_time(b, reply->a[1].i);
 		/* This pod was registered a beat ago and is not now: Redis lost
 		 * its data (restarted empty, flushed, failed over) and with it
@@ -516,6 +522,34 @@ static void rb_hb_cb(evutil_socket_t fd UNUSED, short what, void *arg)
 		rb_writeback_owed(b);
 }
 
+/*
+ * For a liveness window after a beat that found this pod unregistered (its
+ * first, or Redis lost its data), the registry is still filling: a count
+ * below the pods counted before it emptied, or below fallback_pods, misses
+ * pods that take their shares too. The divisor is then that many at least,
+ * with no rank (rounded down), so that the shares add up to at most the
+ * limit.
+ */
+static struct lim_share rb_share_unsure(const struct backend *b, const struct conf_scope *cs,
+					struct lim_share sh)
+{
+	int64_t least = b->pods_hi;
+
+	if (b->beats == 0 || !b->pods_fresh)
+		return sh;
+	if (b->ad->conf->fallback_pods > least)
+		least = b->ad->conf->fallback_pods;
+	if (b->pods_seen >= least)
+		return sh;
+	if (cs->fallback_divisor_auto && sh.div < (double)least)
+		sh.div = (double)least;
+	if (sh.div > 1.0) {
+		sh.rank = -1;
+		sh.pods = 0;
+	}
+	return sh;
+}
+
 struct lim_share backend_share(const struct backend *b, const struct conf_scope *cs)
 {
 	struct lim_share sh = LIM_WHOLE;
@@ -538,7 +572,7 @@ struct lim_share backend_share(const struct backend *b, const struct conf_scope 
 		sh.div = pods > 1 ? (double)pods : 1.0;
 	else
 		sh.div = cs->fallback_divisor < 1.0 ? 1.0 : cs->fallback_divisor;
-	return sh;
+	return rb_share_unsure(b, cs, sh);
 }
 
 int64_t backend_turn_delay(const struct backend *b, int64_t turn_mono, int64_t window_ms)

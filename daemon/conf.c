@@ -152,7 +152,8 @@ static const struct conf_key conf_admitd_keys[] = {
 	  "that refuses FUNCTION LOAD: EVALSHA" },
 	{ "fallback_pods", CT_INT, ADMITD_OFF(fallback_pods), "1", 1, 1000000, CONF_F_LIVE,
 	  "fallback_divisor = auto divides by this until a heartbeat has counted the daemons "
-	  "alive (a daemon started during an outage has seen none)" },
+	  "alive (a daemon started during an outage has seen none), and by no fewer while "
+	  "they fill the count again (5 s after a daemon's first beat or Redis losing its data)" },
 	{ "redis_timeout", CT_DURATION, ADMITD_OFF(redis_timeout_ms), "250ms", 1, MS_MIN,
 	  CONF_F_REDIS,
 	  "per Redis operation and connect; past it the request is served by fail_mode" },

@@ -16,9 +16,10 @@
  * its divisor D and, when the pods' heartbeats ranked them, its rank. A
  * limit L becomes L / D rounded down, plus one for the first L mod D pods
  * by rank, so that the shares of D pods add up to L exactly; without a
- * rank (no heartbeat seen, or a divisor that is not a whole number) it is
- * rounded down. A share may be 0: that pod then refuses with a wait, never
- * with "exceeds". Which pods take the remainders turns with the key (`turn`,
+ * rank (no heartbeat seen, a count from a registry still filling, or a
+ * divisor that is not a whole number) it is rounded down. A share may be
+ * 0: that pod then refuses with a wait, never with "exceeds". Which
+ * pods take the remainders turns with the key (`turn`,
  * its hash), so that one pod does not take them for every key. min_delay
  * is multiplied by D, except a serialized key's (one at a time): one pod,
  * its owner, serves it in fallback (lim_owner), at the whole pace, and the

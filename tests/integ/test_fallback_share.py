@@ -9,6 +9,8 @@ in byte order). The tests count what the fleet admits and compare it with
 the limit itself, not with a multiple of it.
 """
 
+import os
+import signal
 import time
 import unittest
 
@@ -199,6 +201,101 @@ class WriteBackTest(unittest.TestCase):
                 self.assertEqual((r.get("ok"), r.get("rule"), r.get("backend")),
                                  (False, "penalty", "redis"), r)
                 self.assertGreater(r["retry_after_ms"], 15000)
+
+
+class QuotaCase(unittest.TestCase):
+    """quota 30/1m on key k of scope q, over three pods."""
+    EXTRA = "redis_timeout = 100ms\n"
+    CONF = "[scope q]\nquota = 30/1m\ntimeout = 100ms\n"
+
+    def admit(self, d, n, backend):
+        """n acquires through d; how many were admitted (each by backend)."""
+        got = 0
+        with d.connect() as c:
+            for _ in range(n):
+                r = c.request(acquire_req("q", "k", timeout_ms=0))
+                if r.get("ok"):
+                    self.assertEqual(r.get("backend"), backend, r)
+                    got += 1
+        return got
+
+
+@unittest.skipIf(harness.VALGRIND, "timing; run under ASan instead of valgrind")
+class RefillingRegistryTest(QuotaCase):
+    """A heartbeat that counts the pods while their registry in Redis is
+    still filling (this pod's first beats, or Redis just restarted empty)
+    misses pods that are alive and take their shares: it must not make
+    this pod's share bigger. quota 30/1m: every pod admits 10 through Redis
+    (the window is full, each pod's share spent by its own admissions),
+    then the outage comes while one pod's last beat counted it alone."""
+    def fallback_admits(self, cl):
+        """Redis stopped: what every pod's fallback admits in the window."""
+        cl.redis.stop()
+        got = []
+        for d in cl.daemons:
+            d.proc.send_signal(signal.SIGCONT)  # a pod frozen below: alive again
+            wait_backend(d, "fallback", 5)
+            got.append(self.admit(d, 30, "fallback"))
+        return got
+
+    def test_a_count_from_an_emptied_registry_gives_no_bigger_share(self):
+        with Pods(self.CONF, n=3, admitd_extra=self.EXTRA) as cl:
+            d0, d1, d2 = cl.daemons
+            all_count(cl, 3)
+            for d in cl.daemons:
+                self.assertEqual(self.admit(d, 10, "redis"), 10)
+            for d in (d1, d2):  # they cannot beat: d0 comes back to Redis alone
+                d.proc.send_signal(signal.SIGSTOP)
+            cl.redis.restart()  # empty: no pod registered
+            wait_for(lambda: status(d0)["backend"] == "redis" and
+                     status(d0)["redis"]["pods_seen"] == 1 and
+                     status(d0)["redis"]["owed"] == 0, 10.0, "d0 back alone, written back")
+            got = self.fallback_admits(cl)
+            # before: d0 divided by the 1 pod its beat counted, and its
+            # share was the whole limit: 20 more in the window
+            self.assertEqual(got, [0, 0, 0])
+
+    def test_a_first_count_below_fallback_pods_gives_no_bigger_share(self):
+        extra = self.EXTRA + "fallback_pods = 3\n"
+        with Pods(self.CONF, n=3, admitd_extra=extra, start_daemons=False) as cl:
+            d0, d1, d2 = cl.daemons
+            d0.start()  # the first of the fleet: its first beat counts 1
+            wait_for(lambda: status(d0)["redis"]["pods_seen"] == 1, 10.0, "d0 counted")
+            self.assertEqual(self.admit(d0, 10, "redis"), 10)
+            d0.proc.send_signal(signal.SIGSTOP)  # no beat to count the others
+            d1.start()
+            d2.start()
+            wait_for(lambda: status(d2)["redis"]["pods_seen"] >= 2, 10.0, "d2 counted")
+            for d in (d1, d2):
+                self.assertEqual(self.admit(d, 10, "redis"), 10)
+            got = self.fallback_admits(cl)
+            # before: 20 by d0, whose share was the whole limit (and 5 by
+            # a pod whose first beat counted 2)
+            self.assertEqual(got, [0, 0, 0])
+
+
+@unittest.skipIf(harness.VALGRIND, "timing; run under ASan instead of valgrind")
+class ReloadInOutageTest(QuotaCase):
+    """A reload that remakes the Redis backend while Redis is down (a
+    redis_* key changed) makes a backend born in the outage: its fallback
+    starts with each key's share spent, and hands out no fresh share."""
+
+    def test_a_new_backend_in_an_outage_hands_out_no_fresh_share(self):
+        with Pods(self.CONF, n=3, admitd_extra=self.EXTRA) as cl:
+            d0 = cl.daemons[0]
+            all_count(cl, 3)
+            cl.redis.stop()
+            wait_backend(d0, "fallback", 5)
+            self.assertEqual(self.admit(d0, 30, "fallback"), 10)  # its share
+            text = d0.conf_text.replace("redis_timeout = 100ms", "redis_timeout = 120ms")
+            with open(d0.conf_path + ".tmp", "w") as f:
+                f.write(text)
+            os.rename(d0.conf_path + ".tmp", d0.conf_path)
+            d0.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: "conf reloaded" in d0.stderr_text(), 10.0, "reloaded")
+            self.assertIn("reconnecting to redis", d0.stderr_text())
+            # before the born-down spending: a fresh share of 10 again
+            self.assertEqual(self.admit(d0, 30, "fallback"), 0)
 
 
 if __name__ == "__main__":
