@@ -48,7 +48,7 @@ CHECK_LIBS  := $(shell pkg-config --libs check)
 DEPS := $(DAEMON_OBJS:.o=.d) daemon/main.d $(CHECK_SRCS:.c=.d)
 
 .PHONY: all run test test-unit test-integ test-client valgrind clean install install-python \
-        format format-check lint bench readme-check chaos
+        format format-check lint bench readme-check chaos layers
 all: daemon/admitd
 
 # Build everything and run admitd in the foreground on the example conf
@@ -104,6 +104,13 @@ chaos: all
 # README.md is assembled from docs/ fragments: it must be up to date.
 readme-check:
 	sh docs/build-readme.sh && git diff --exit-code README.md
+
+# The daemon's layers run one way (daemon/LAYERS): no file includes a header
+# of a layer above its own, but for the debt listed there. Then the check's
+# own test (it must fail on a wrong include).
+layers:
+	$(PYTHON) tests/tools/layers.py
+	$(PYTHON) -m unittest tests.integ.test_layers
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
