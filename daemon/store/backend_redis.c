@@ -40,8 +40,6 @@
  * this daemon holds is booked there again (rebook).
  */
 
-#include "adaptive_rt.h"
-
 #include "clock.h"
 #include "lease_id.h"
 #include "log.h"

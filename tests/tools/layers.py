@@ -34,8 +34,8 @@ class LayersError(Exception):
     """LAYERS itself is malformed: file:line: what."""
 
 
-def parse_layers(path):
-    """Return (layers, folder_layer, allowed).
+def parse_layers(path, shown="daemon/LAYERS"):
+    """Return (layers, folder_layer, allowed); shown: path's name in messages.
 
     layers: names bottom to top; folder_layer: folder -> layer name;
     allowed: {(file, header): (line, reason)}.
@@ -47,7 +47,7 @@ def parse_layers(path):
             if not line:
                 continue
             words = line.split()
-            where = "%s:%d" % (path, n)
+            where = "%s:%d" % (shown, n)
             if words[0] == "layer":
                 if len(words) < 3:
                     raise LayersError("%s: 'layer NAME FOLDER...' expected" % where)
@@ -70,7 +70,7 @@ def parse_layers(path):
             else:
                 raise LayersError("%s: unknown entry %r" % (where, words[0]))
     if not layers:
-        raise LayersError("%s: no layer listed" % path)
+        raise LayersError("%s: no layer listed" % shown)
     return layers, folder_layer, allowed
 
 
@@ -95,7 +95,7 @@ def check(root):
     for folder in list(folder_layer) + list(OUTSIDE_DIRS):
         full = os.path.join(root, folder)
         if not os.path.isdir(full):
-            problems.append("%s: folder %s does not exist" % (layers_path, folder))
+            problems.append("daemon/LAYERS: folder %s does not exist" % folder)
             continue
         for name in sorted(os.listdir(full)):
             if name.endswith(".h"):
@@ -149,8 +149,8 @@ def check(root):
                             % (rel, n, inc, theirs, own))
     for key, (n, _reason) in sorted(allowed.items(), key=lambda kv: kv[1][0]):
         if key not in seen_allowed:
-            problems.append("%s:%d: allowed upward include %s -> %s is gone: strike it"
-                            % (layers_path, n, key[0], key[1]))
+            problems.append("daemon/LAYERS:%d: allowed upward include %s -> %s is gone: strike it"
+                            % (n, key[0], key[1]))
     summary = "layers: %d layers, %d files, %d includes, %d allowed upward includes (debt)" % (
         len(layers), len(files), nincludes, len(allowed))
     return problems, summary
