@@ -1,8 +1,10 @@
 # client/client.mk - build, test and install rules for libadmit and the
 # `admit` CLI (included by the top-level Makefile; uses its ALL_CFLAGS).
 #
-#   client/libadmit.a, client/libadmit.so   the library (admit.h)
-#   client/admit                            the CLI, linked with libadmit.a
+#   client/libadmit.a, client/libadmit.so   the library: admit_*.c (admit.h public,
+#                                           admit_int.h its files' own)
+#   client/admit                            the CLI: cli_*.c and admit_top.c (cli.h),
+#                                           linked with libadmit.a
 #   client/admit.pc                         pkg-config file for PREFIX
 #   make test-client                        tests/client + client/python tests
 
@@ -15,14 +17,19 @@
 # admit_cancel, admit_override with its own struct admit_rule_amount), so
 # programs built against libadmit.so.3 keep working.
 CLIENT_SONAME   := libadmit.so.3
-CLIENT_LIB_OBJS := client/admit.o
+CLIENT_LIB_OBJS := client/admit_conn.o client/admit_io.o client/admit_call.o \
+                   client/admit_req.o client/admit_reply.o client/admit_result.o
 CLIENT_LDLIBS   := $(shell pkg-config --libs jansson) -lm
 CLIENT_TESTS    := tests/client/test_libadmit
 LIBDIR          ?= $(PREFIX)/lib
 INCLUDEDIR      ?= $(PREFIX)/include
 BINDIR          ?= $(PREFIX)/bin
 
-DEPS += $(CLIENT_LIB_OBJS:.o=.d) client/admit_cli.d client/admit_top.d $(CLIENT_TESTS:=.d)
+CLIENT_CLI_OBJS := client/cli_main.o client/cli_report.o client/cli_value.o \
+                   client/cli_acquire.o client/cli_run.o client/cli_keys.o client/cli_show.o \
+                   client/admit_top.o
+
+DEPS += $(CLIENT_LIB_OBJS:.o=.d) $(CLIENT_CLI_OBJS:.o=.d) $(CLIENT_TESTS:=.d)
 
 .PHONY: install-client clean-client
 all: client/admit client/libadmit.so client/libadmit.a client/admit.pc
@@ -34,7 +41,7 @@ client/libadmit.a: $(CLIENT_LIB_OBJS)
 client/libadmit.so: $(CLIENT_LIB_OBJS)
 	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(CLIENT_SONAME) -o $@ $^ $(CLIENT_LDLIBS)
 
-client/admit: client/admit_cli.o client/admit_top.o client/libadmit.a
+client/admit: $(CLIENT_CLI_OBJS) client/libadmit.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CLIENT_LDLIBS)
 
 # PREFIX may differ between `make` and `make install`: install writes its own copy

@@ -279,7 +279,7 @@ const struct conf_class *conf_class_find(const struct conf_scope *s, const char 
 
 /*
  * conf_dump_keys - print every conf key with its default and help text
- * (from the option tables), for `admitd --help-conf` and the README.
+ * (from the option tables), for `admitd --help-conf` and docs/conf-keys.md.
  */
 void conf_dump_keys(FILE *out);
 

@@ -1,9 +1,8 @@
 """test_docs_blocks.py - every fenced code block of the docs runs, or is checked.
 
-The files: docs/*.md (README.md is assembled from them: `make readme-check`)
-and the client packages' own READMEs. proto/PROTOCOL.md is not among them:
-its blocks are the wire form (`> request`, `< reply`) on confs of their own,
-and proto/vectors/*.jsonl are their executable form (tests/client/vectors.py).
+The files: README.md, docs/*.md and the client packages' own READMEs.
+proto/PROTOCOL.md is not among them: its blocks are the wire form
+(`> request`, `< reply`) on confs of their own, and proto/vectors/*.jsonl are their executable form (tests/client/vectors.py).
 
 Each block is classified by its language tag, and a block with no tag, or a
 tag not below, fails the test:
@@ -66,7 +65,7 @@ import urllib.request
 from .harness import REPO, Admitd, admitd_bin, free_tcp_port
 from .test_readme import line_pattern
 
-DOC_FILES = sorted(
+DOC_FILES = ["README.md"] + sorted(
     [os.path.join("docs", f) for f in os.listdir(os.path.join(REPO, "docs")) if f.endswith(".md")]
 ) + ["client/python/README.md", "client/node/README.md"]
 
@@ -653,7 +652,7 @@ class FiguresTest(unittest.TestCase):
         # the picture draws (test_bench_plot.SECTION): every figure of it is
         # in that run's section.
         from .test_bench_plot import SECTION
-        with open(os.path.join(REPO, "docs/readme-head.md")) as f:
+        with open(os.path.join(REPO, "README.md")) as f:
             costs = f.read().split("## What it costs", 1)[1].split("\n## ", 1)[0]
         with open(os.path.join(REPO, "docs/bench.md")) as f:
             bench = f.read()

@@ -1,6 +1,6 @@
 """test_readme.py - the README's shell session is true.
 
-The "Talking to it from a shell" blocks of README.md are run as written, in
+The shell blocks of README.md's "A 30-second tour" are run as written, in
 one bash, against the daemon on conf/admitd.conf (the conf `make run`
 uses; its socket and metrics address moved into the test's temp dir and
 port 0). Each `$ ` command's output must match the lines printed under it,
@@ -60,9 +60,9 @@ class ReadmeShellTest(unittest.TestCase):
         self.assertNotRegex('{"ok":true,"lease":"9a.AWN"}', "^%s$" % pat)
         self.assertNotRegex('{"ok":false,"lease":"9a","waited_ms":0}', "^%s$" % pat)
 
-    def test_talking_to_it_from_a_shell(self):
+    def test_the_tour_from_a_shell(self):
         with open(os.path.join(REPO, "README.md")) as f:
-            steps = shell_session(f.read(), "Talking to it from a shell")
+            steps = shell_session(f.read(), "A 30-second tour")
         self.assertGreaterEqual(len(steps), 5)  # both blocks
         with open(os.path.join(REPO, "conf/admitd.conf")) as f:
             conf = f.read()
