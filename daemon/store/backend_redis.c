@@ -43,6 +43,7 @@
 #include "clock.h"
 #include "lease_id.h"
 #include "log.h"
+#include "rand.h"
 #include "redis_url.h"
 #include "rpool.h"
 #include "scripts.h"

@@ -3,7 +3,7 @@
  */
 
 /*
- * scripts.h - the Lua scripts embedded at build time (daemon/scripts_gen.c,
+ * scripts.h - the Lua scripts embedded at build time (daemon/store/scripts_gen.c,
  * generated from the scripts/ directory by daemon/store/gen_scripts.sh).
  *
  * script_sources[i] is the full text of scripts/<script_names[i]>.lua with
