@@ -11,6 +11,9 @@
 -- key's penalty (a rule this class does not apply)
 -- ARGV: lease_ids count cost floor min_delay_ms serialized cluster_concurrency
 --       quota quota_window_ms lease_ttl_ms concurrency_retry_ms track_leases nrules
+--       (floor: the units of each rule the class may not take, or, when
+--       negative, -floor millionths of each rule's own capacity as this call
+--       applies it, rounded down: strat_floor_units)
 --       then per rule: meter(r|t|c) kind amount window_ms burst code reserve
 --       (reserve: token units this admission books up front on a t rule)
 --       then pen: where the key's penalty_until is: 0 the state hash (read
@@ -162,7 +165,8 @@ local function acquire_one(KEYS, ARGV)
 	local lease_ids = ARGV[1]
 	local count = tonumber(ARGV[2])
 	local cost = tonumber(ARGV[3])
-	local floor_units = tonumber(ARGV[4])
+	local floor_units, floor_ppm = tonumber(ARGV[4]), 0
+	if floor_units < 0 then floor_units, floor_ppm = 0, -floor_units end
 	local min_delay = tonumber(ARGV[5])
 	local serialized = ARGV[6] == '1'
 	local cluster = tonumber(ARGV[7])
@@ -260,6 +264,7 @@ local function acquire_one(KEYS, ARGV)
 			end
 			r.ops, r.np = strat_prep({ kind = ARGV[b + 2], amount = amount,
 				window_ms = tonumber(ARGV[b + 4]), burst = burst })
+			r.floor = strat_floor_prepared(r.np, floor_units, floor_ppm)
 			local h
 			if pen == i then
 				h = redis.call('HMGET', r.key, 'a', 'b', 't', 'penalty_until')
@@ -307,7 +312,7 @@ local function acquire_one(KEYS, ARGV)
 			else
 				local c = r.reserve * n
 				if r.meter == 'r' then c = cost * n end
-				local ok, w = strat_check_prepared(r.st, r.ops, r.np, now, c, floor_units)
+				local ok, w = strat_check_prepared(r.st, r.ops, r.np, now, c, r.floor)
 				if not ok then refuse(w, r.code) end
 			end
 		end
@@ -389,8 +394,10 @@ local function acquire_one(KEYS, ARGV)
 			redis.call('SET', rkp .. ids[k], 'L' .. (now + lease_ttl) .. '|' .. rec, 'PX', rec_ttl)
 		end
 	end
+	-- Sends spaced by min_delay under a cap above 1; serialized and a cap of
+	-- 1 pace from each release instead (release.lua).
 	local next_before, next_booked = next_at, 0
-	if cluster > 0 and min_delay > 0 and now + min_delay > next_at then
+	if cluster > 1 and min_delay > 0 and now + min_delay > next_at then
 		next_at = now + min_delay
 		next_booked = next_at
 		redis.call('HSET', sk, 'next_at', next_at)

@@ -3,8 +3,9 @@
 --
 -- Mirrors daemon/limiter.c lim_release. Modes:
 --   release    the lease leaves the in-flight set; when it was still in
---              flight and the scope is serialized, next_at moves to
---              completion + min_delay (an expired lease pushes nothing);
+--              flight and the scope paces from completion (serialized, or
+--              cluster_concurrency 1), next_at moves to completion +
+--              min_delay (an expired lease pushes nothing);
 --              token meters are charged post hoc, whether or not the lease
 --              was still in flight (an LLM call may outlive lease_ttl).
 --   rollback   an acquire of several targets where another target refused:
@@ -43,7 +44,8 @@
 -- KEYS[1] state hash  KEYS[2] quota zset  KEYS[3] leases zset  KEYS[4..] rule hashes
 -- (the same KEYS as acquire.lua), then the lease's settlement record
 -- KEYS[4 + nrules]
--- ARGV: lease_id mode serialized min_delay_ms nrules
+-- ARGV: lease_id mode paced min_delay_ms nrules (paced: 1 when min_delay
+--       counts from completion)
 --       then per rule: kind amount window_ms burst charge
 --       then x1 x2: rollback: the next_at the admission booked and the one it
 --       replaced; rebook: the ms the lease has left and not_after (a Redis
@@ -59,7 +61,7 @@
 --       the outcome moves the key's learned amount (adaptive.lua), once per
 --       settlement (a repeat, or a handle with no record, moves nothing)
 --       then, in a scope that takes overrides (outcome '' and five zeros
---       when it is not adaptive), ovr: override_max times 1000; a serialized
+--       when it is not adaptive), ovr: override_max times 1000; a paced
 --       release then paces by the key's override in force (override.lua)
 -- Returns, release: 1 when the lease was in flight (or, with no lease set,
 -- its record's deadline had not passed), 0 when it was settled but no
@@ -78,7 +80,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local lease_id = ARGV[1]
 local mode = ARGV[2]
-local serialized = ARGV[3] == '1'
+local paced = ARGV[3] == '1'
 local min_delay = tonumber(ARGV[4])
 local nrules = tonumber(ARGV[5])
 local x1 = tonumber(ARGV[6 + nrules * 5]) or 0
@@ -143,7 +145,7 @@ if mode == 'rollback' then
 			redis.call('HDEL', sk, 'next_at')
 		end
 	end
-elseif held == 1 and serialized and min_delay > 0 then
+elseif held == 1 and paced and min_delay > 0 then
 	if ovr > 0 then min_delay = ovr_delay_key(sk, min_delay, ovr, now) end
 	local next_at = tonumber(redis.call('HGET', sk, 'next_at')) or 0
 	if now + min_delay > next_at then

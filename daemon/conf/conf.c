@@ -219,7 +219,8 @@ static const struct conf_key conf_scope_keys[] = {
 	  "cluster_concurrency when nonzero and smaller" },
 	{ "min_delay", CT_DURATION, SCOPE_OFF(min_delay_ms), "0", 0, MS_DAY, 0,
 	  "spacing of admissions per key: from the previous release (cluster_concurrency 0: "
-	  "one at a time) or from the previous admission (cluster_concurrency > 0)" },
+	  "one at a time; 1: one in flight across all daemons) or from the previous admission "
+	  "(cluster_concurrency > 1)" },
 	{ "cluster_concurrency", CT_INT, SCOPE_OFF(cluster_concurrency), "0", 0, 1000000, 0,
 	  "leases of one key held at once across all daemons (0: none)" },
 	{ "quota", CT_QUOTA, SCOPE_OFF(quota), NULL, 0, 0, 0,
@@ -231,8 +232,9 @@ static const struct conf_key conf_scope_keys[] = {
 	  "applies only to classes listing NAME" },
 	{ "class", CT_CLASS, SCOPE_OFF(classes), NULL, 0, 0,
 	  CONF_F_REPEATABLE | CONF_F_ARG | CONF_F_ARG_REQUIRED,
-	  "`class NAME = RULENAME... [floor=N]`: the named rules this class is held to; floor=N "
-	  "leaves each rule's last N units to others" },
+	  "`class NAME = RULENAME... [floor=N|floor=P%]`: the named rules this class is held to; "
+	  "floor=N leaves each rule's last N units to others, floor=P% the last P% of each rule's "
+	  "own capacity (rounded down)" },
 	{ "default_class", CT_NAME, SCOPE_OFF(default_class), NULL, 0, 0, 0,
 	  "class of a request that names none" },
 	{ "timeout", CT_DURATION, SCOPE_OFF(timeout_ms), "30s", 0, MS_HOUR, 0,
@@ -723,8 +725,9 @@ static const char *conf_set_class(struct conf_ctx *x, const struct conf_key *k, 
 	if ((nc = realloc(s->classes, (s->nclasses + 1) * sizeof(*nc))) == NULL)
 		goto oom;
 	s->classes = nc;
-	s->classes[s->nclasses] =
-	    (struct conf_class){ .name = name, .floor = cv.floor, .line = x->lineno };
+	s->classes[s->nclasses] = (struct conf_class){
+		.name = name, .floor = cv.floor, .floor_ppm = cv.floor_ppm, .line = x->lineno
+	};
 	ps->pend[s->nclasses++] = cv;
 	return NULL;
 oom:

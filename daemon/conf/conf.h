@@ -53,8 +53,9 @@ struct conf_rule {
 struct conf_class {
 	char *name;
 	size_t nrules;
-	size_t *rules; /* indexes into conf_scope.rules (named rules only) */
-	int64_t floor; /* units of each of its rules it may not take; 0 = none */
+	size_t *rules;	   /* indexes into conf_scope.rules (named rules only) */
+	int64_t floor;	   /* units of each of its rules it may not take; 0 = none */
+	int64_t floor_ppm; /* or millionths of each rule's own capacity (floor=P%); 0 = none */
 	int line;
 };
 
@@ -69,6 +70,8 @@ struct conf_plan {
 	size_t *rules;	    /* indexes into conf_scope.rules that apply, conf order */
 	bool tracks_leases; /* a lease set: cluster_concurrency, a concurrency rule, serialized */
 	bool serialized;    /* min_delay without cluster_concurrency: one at a time */
+	bool pace_release;  /* min_delay counts from each release: serialized, or a cap of 1 */
+	bool pace_send;	    /* min_delay counts from each admission: a cap above 1 */
 	bool release_books; /* a release changes state: the lease set or a token meter */
 	bool reads_state;   /* the acquire reads the state hash (pacing, or the penalty is there) */
 	long penalty_in;    /* plan.rules[i] whose hash holds the penalty; -1: none of them */
@@ -221,6 +224,16 @@ static inline struct strat_params conf_rule_params(const struct conf_rule *r)
 }
 
 /*
+ * conf_class_floor - the units class cls (NULL: none) leaves of a rule whose
+ * params (with shares, learned amounts and overrides) are p: floor=N's N, or
+ * floor=P%'s part of p's capacity, rounded down (strat_floor_units).
+ */
+static inline int64_t conf_class_floor(const struct conf_class *cls, const struct strat_params *p)
+{
+	return cls == NULL ? 0 : strat_floor_units(p, cls->floor, cls->floor_ppm);
+}
+
+/*
  * Which limit decided a refusal: a rule's index in the scope (>= 0), or one
  * of these. The in-process limiter decides with them, and
  * scripts/acquire.lua returns the same codes.
@@ -259,8 +272,12 @@ bool conf_plan_which_slot(const struct conf_scope *cs, long which);
 int64_t conf_plan_which_limit(const struct conf_scope *cs, const struct conf_class *cls,
 			      long which);
 
-/* conf_rule_capacity - what rule r holds under params p, less floor (never below 0). */
-int64_t conf_rule_capacity(const struct conf_rule *r, const struct strat_params *p, int64_t floor);
+/*
+ * conf_rule_capacity - what rule r holds under params p, less the floor of
+ * cls (NULL: none) on it (never below 0).
+ */
+int64_t conf_rule_capacity(const struct conf_rule *r, const struct strat_params *p,
+			   const struct conf_class *cls);
 
 /* conf_token_charge - what tokens[0..n) count on token rule r (0 for other meters). */
 int64_t conf_token_charge(const struct conf_rule *r, const struct meter_tokens *tokens, size_t n);

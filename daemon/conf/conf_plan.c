@@ -73,6 +73,9 @@ static bool plan_build(struct conf_plan *p, const struct conf_scope *s,
 		       const struct conf_class *cls)
 {
 	p->serialized = s->min_delay_ms > 0 && s->cluster_concurrency == 0;
+	/* One lease in flight fleet-wide has one completion to count from. */
+	p->pace_release = s->min_delay_ms > 0 && s->cluster_concurrency <= 1;
+	p->pace_send = s->min_delay_ms > 0 && s->cluster_concurrency > 1;
 	p->tracks_leases = plan_tracks_leases(s, p->serialized);
 	p->release_books = p->tracks_leases;
 	p->penalty_in = -1;
@@ -136,8 +139,11 @@ bool conf_plan_which_slot(const struct conf_scope *cs, long which)
 		cs->rules[which].meter == METER_CONCURRENCY);
 }
 
-int64_t conf_rule_capacity(const struct conf_rule *r, const struct strat_params *p, int64_t floor)
+int64_t conf_rule_capacity(const struct conf_rule *r, const struct strat_params *p,
+			   const struct conf_class *cls)
 {
+	int64_t floor = conf_class_floor(cls, p);
+
 	if (r->meter == METER_CONCURRENCY)
 		return p->amount;
 	return p->burst - floor > 0 ? p->burst - floor : 0;
@@ -154,7 +160,7 @@ int64_t conf_plan_which_limit(const struct conf_scope *cs, const struct conf_cla
 	if (which < 0 || (size_t)which >= cs->nrules)
 		return 0;
 	p = conf_rule_params(&cs->rules[which]);
-	return conf_rule_capacity(&cs->rules[which], &p, cls != NULL ? cls->floor : 0);
+	return conf_rule_capacity(&cs->rules[which], &p, cls);
 }
 
 int64_t conf_token_charge(const struct conf_rule *r, const struct meter_tokens *tokens,

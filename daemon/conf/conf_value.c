@@ -434,6 +434,67 @@ void cv_class_clear(struct cv_class *c)
 	memset(c, 0, sizeof(*c));
 }
 
+const char *cv_percent_ppm(const char *s, int64_t *ppm)
+{
+	int64_t v = 0, scale = STRAT_FLOOR_WHOLE / 100; /* millionths per whole percent */
+	const char *p = s;
+
+	if (*p == '\0')
+		return "empty value";
+	if (!isdigit((unsigned char)*p))
+		return "not a percentage";
+	for (; isdigit((unsigned char)*p); p++)
+		if ((v = v * 10 + (*p - '0')) > 100)
+			return "must be at most 100%";
+	v *= scale;
+	if (*p == '.') {
+		if (!isdigit((unsigned char)*++p))
+			return "not a percentage";
+		for (; isdigit((unsigned char)*p); p++) {
+			if ((scale /= 10) == 0)
+				return "at most 4 decimals";
+			v += (*p - '0') * scale;
+		}
+	}
+	if (*p != '\0')
+		return "not a percentage";
+	if (v > STRAT_FLOOR_WHOLE)
+		return "must be at most 100%";
+	*ppm = v;
+	return NULL;
+}
+
+/* floor=N or floor=P% (the text after "floor=") into c. */
+static const char *cv_class_floor(const char *v, struct cv_class *c, char *err, size_t errlen)
+{
+	size_t n = strlen(v);
+	char pct[16];
+	const char *e;
+
+	if (n == 0 || v[n - 1] != '%') {
+		if ((e = cv_int(v, &c->floor)) != NULL)
+			return cv_errf(err, errlen, "floor \"%s\": %s", v, e);
+		if (c->floor > STRAT_MAX_AMOUNT)
+			return cv_errf(err, errlen, "floor must be at most %lld",
+				       (long long)STRAT_MAX_AMOUNT);
+		return NULL;
+	}
+	if (n > sizeof(pct)) {
+		e = "not a percentage";
+	} else {
+		memcpy(pct, v, n - 1);
+		pct[n - 1] = '\0';
+		e = cv_percent_ppm(pct, &c->floor_ppm);
+	}
+	if (e != NULL)
+		return cv_errf(err, errlen, "floor \"%s\": %s (want floor=P%%, 0 <= P < 100)", v,
+			       e);
+	if (c->floor_ppm >= STRAT_FLOOR_WHOLE)
+		return cv_errf(err, errlen,
+			       "floor=%s leaves nothing of any rule (want below 100%%)", v);
+	return NULL;
+}
+
 const char *cv_class(const char *s, struct cv_class *c, char *err, size_t errlen)
 {
 	char *buf = cv_normalise(s), *p, *next;
@@ -448,11 +509,8 @@ const char *cv_class(const char *s, struct cv_class *c, char *err, size_t errlen
 		if (strncmp(p, "floor=", 6) == 0) {
 			if (next != NULL)
 				e = cv_errf(err, errlen, "floor=N must come last");
-			else if ((e = cv_int(p + 6, &c->floor)) != NULL)
-				e = cv_errf(err, errlen, "floor \"%s\": %s", p + 6, e);
-			else if (c->floor > STRAT_MAX_AMOUNT)
-				e = cv_errf(err, errlen, "floor must be at most %lld",
-					    (long long)STRAT_MAX_AMOUNT);
+			else
+				e = cv_class_floor(p + 6, c, err, errlen);
 			continue;
 		}
 		if (!cv_name_ok(p)) {

@@ -92,17 +92,26 @@ char *cv_normalise(const char *s);
  */
 const char *cv_rule(const char *s, struct conf_rule *r, char *err, size_t errlen);
 
-/* The parsed form of "RULENAME... [floor=N]"; names are malloc'd. */
+/* The parsed form of "RULENAME... [floor=N | floor=P%]"; names are malloc'd. */
 struct cv_class {
 	char **names;
 	size_t nnames;
-	int64_t floor;
+	int64_t floor;	   /* floor=N: units */
+	int64_t floor_ppm; /* floor=P%: millionths of each rule's capacity; 0: none */
 };
 
 /*
+ * cv_percent_ppm - parse "P" (the part of "P%" before the sign), a whole
+ * or decimal percentage 0..100 with at most 4 decimals, into millionths
+ * (10.5 -> 105000), exactly. NULL, or an error message.
+ */
+const char *cv_percent_ppm(const char *s, int64_t *ppm);
+
+/*
  * cv_class - parse a class value: zero or more rule names (each a valid,
- * distinct name) and an optional trailing floor=N (0..10^9). Same error
- * convention as cv_rule; on error *c is left empty.
+ * distinct name) and an optional trailing floor=N (0..10^9) or floor=P%
+ * (0 <= P < 100, at most 4 decimals). Same error convention as cv_rule; on
+ * error *c is left empty.
  */
 const char *cv_class(const char *s, struct cv_class *c, char *err, size_t errlen);
 

@@ -438,6 +438,16 @@ void eng_override(struct kq *kq, int64_t ttl_ms, int64_t min_delay_ms, const int
 	cb(arg, ad->redis == NULL ? VIA_LOCAL : VIA_FALLBACK, ad->redis == NULL && here);
 }
 
+int64_t eng_min_delay(struct kq *kq, enum via via)
+{
+	const struct conf_scope *cs = kq->sc->cs;
+	struct lim_share sh = via == VIA_FALLBACK && kq->sc->ad->redis != NULL
+				  ? backend_share(kq->sc->ad->redis, cs)
+				  : LIM_WHOLE;
+
+	return lim_min_delay(cs, lim_key_share(kq_lim(kq), cs, sh, clock_mono_ms()));
+}
+
 void eng_penalize(struct kq *kq, int64_t delay_ms)
 {
 	struct lim_state *st = kq_lim(kq);

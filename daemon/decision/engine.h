@@ -179,6 +179,13 @@ void eng_reset(struct kq *kq, eng_reset_cb *cb, void *arg);
 void eng_override(struct kq *kq, int64_t ttl_ms, int64_t min_delay_ms, const int64_t *amount,
 		  eng_reset_cb *cb, void *arg);
 
+/*
+ * eng_min_delay - the min_delay in force for kq now, as a release through
+ * `via` would start it: the key's override (in Redis mode the one the last
+ * acquire reply carried), and in fallback times the divisor.
+ */
+int64_t eng_min_delay(struct kq *kq, enum via via);
+
 /* eng_penalize - hold the key back for delay_ms (never shortens a hold). */
 void eng_penalize(struct kq *kq, int64_t delay_ms);
 

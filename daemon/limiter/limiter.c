@@ -13,7 +13,10 @@
  * - min_delay > 0, cluster_concurrency 0: "serialized". At most one lease
  *   in flight (it expires at lease_ttl), and a release pushes next_at to
  *   completion + min_delay.
- * - cluster_concurrency N > 0: at most N leases in flight, and next_at is
+ * - cluster_concurrency 1: the same pacing, from each completion (there is
+ *   one lease in flight at most, so one completion to count from); the cap
+ *   counts the lease.
+ * - cluster_concurrency N > 1: at most N leases in flight, and next_at is
  *   pushed to admission + min_delay (sends are spaced; releases push nothing).
  */
 
@@ -337,7 +340,6 @@ int64_t lim_which_limit(const struct conf_scope *cs, const struct conf_class *cl
 			struct lim_share sh)
 {
 	struct strat_params p;
-	int64_t floor = cls ? cls->floor : 0;
 
 	if (which == PLAN_WHICH_CLUSTER)
 		return lim_share_of(cs->cluster_concurrency, sh);
@@ -346,7 +348,7 @@ int64_t lim_which_limit(const struct conf_scope *cs, const struct conf_class *cl
 	if (which < 0 || (size_t)which >= cs->nrules)
 		return 0;
 	p = lim_rule_params(&cs->rules[which], sh);
-	return conf_rule_capacity(&cs->rules[which], &p, floor);
+	return conf_rule_capacity(&cs->rules[which], &p, cls);
 }
 
 /* Keep the refusal with the longest wait; -1 (never) beats any wait. */
@@ -367,7 +369,6 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 {
 	struct lim_decision d = { .admitted = true, .which = PLAN_WHICH_NONE };
 	const struct conf_plan *pl = conf_plan_of(cs, rq->cls);
-	int64_t floor = rq->cls ? rq->cls->floor : 0;
 
 	sh = lim_key_share(st, cs, sh, now);
 	lim_purge(st, cs, now);
@@ -405,6 +406,7 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 		size_t i = pl->rules[k];
 		const struct conf_rule *r = &cs->rules[i];
 		struct strat_params p = lim_rule_params(r, sh);
+		int64_t floor = conf_class_floor(rq->cls, &p); /* of this rule's capacity */
 		struct strat_result sr;
 
 		if ((p.amount == 0 || p.burst == 0) && r->meter != METER_CONCURRENCY) {
@@ -517,7 +519,7 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, struct lim_shar
 			l->deadline = now + cs->lease_ttl_ms;
 		}
 	}
-	if (cs->cluster_concurrency > 0 && cs->min_delay_ms > 0) {
+	if (pl->pace_send) {
 		int64_t next = now + lim_min_delay(cs, sh);
 		if (next > st->next_at)
 			st->next_at = next;
@@ -566,7 +568,7 @@ bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, struc
 			break;
 		}
 	}
-	if (held && lim_serialized(cs)) {
+	if (held && pl->pace_release) {
 		int64_t next = now + lim_min_delay(cs, sh);
 		if (next > st->next_at)
 			st->next_at = next;
@@ -715,7 +717,7 @@ void lim_left_scope(struct lim_left *acc, const struct conf_scope *cs, const str
 {
 	static const struct strat_state fresh;
 	const struct conf_plan *pl = conf_plan_of(cs, cls);
-	int64_t floor = cls != NULL ? cls->floor : 0, held = leases > 0 ? cs->lease_ttl_ms : 0;
+	int64_t held = leases > 0 ? cs->lease_ttl_ms : 0;
 	size_t k;
 
 	if (cs->cluster_concurrency > 0) {
@@ -756,7 +758,8 @@ void lim_left_scope(struct lim_left *acc, const struct conf_scope *cs, const str
 		}
 		sp = lim_rule_params(rule, sh);
 		if (x.limit > 0) { /* full again: nothing of it used */
-			x.remaining = lim_units_left(st, &sp, now, x.limit, floor);
+			x.remaining =
+			    lim_units_left(st, &sp, now, x.limit, conf_class_floor(cls, &sp));
 			x.reset_ms = strat_full_in(st, &sp, now);
 			lim_left_add(acc, &x);
 		}

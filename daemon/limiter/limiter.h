@@ -206,10 +206,10 @@ bool lim_book(struct lim_state *st, const struct conf_scope *cs, struct lim_shar
 
 /*
  * lim_release - the lease `lease_id` (of class cls) is done: drop it from
- * the leases in flight, start completion-anchored min_delay (only if the
- * lease was still in flight: an expired lease pushes nothing), and charge
- * token meters from tokens[0..ntokens). Returns true when the lease was
- * still in flight.
+ * the leases in flight, start completion-anchored min_delay (serialized, or
+ * cluster_concurrency 1; only if the lease was still in flight: an expired
+ * lease pushes nothing), and charge token meters from tokens[0..ntokens).
+ * Returns true when the lease was still in flight.
  */
 bool lim_release(struct lim_state *st, const struct conf_scope *cs, struct lim_share sh,
 		 int64_t now, const char *lease_id, const struct conf_class *cls,

@@ -553,7 +553,6 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 	struct lim_share div = adrt_inspect_share(
 	    cs, in, in->via == VIA_FALLBACK ? backend_share(p->kq->sc->ad->redis, cs) : LIM_WHOLE);
 	const struct conf_plan *pl = conf_plan_of(cs, p->cls);
-	int64_t floor = p->cls ? p->cls->floor : 0;
 	size_t k;
 
 	preply_str(r, "backend", via_name(in->via));
@@ -598,6 +597,7 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 		if (rule->meter == METER_CONCURRENCY) {
 			preply_int(r, "remaining", cap > in->leases ? cap - in->leases : 0);
 		} else {
+			int64_t floor = conf_class_floor(p->cls, &sp);
 			full = strat_check(st, &sp, in->now, cap, floor);
 			preply_int(r, "remaining", lim_units_left(st, &sp, in->now, cap, floor));
 			preply_int(r, "full_in_ms", full.allowed ? 0 : full.retry_after_ms);

@@ -526,6 +526,29 @@ static int64_t waitq_turn_delay(const struct kq *kq, const struct eng_res *res, 
 	return 0;
 }
 
+/* The target of w whose limit refused it (res->by), or its first. */
+static struct kq *waitq_by(struct waiter *w, const struct eng_res *res)
+{
+	for (size_t i = 0; i < w->nt; i++)
+		if (w->t[i].kq == res->by)
+			return w->t[i].kq;
+	return w->t[0].kq;
+}
+
+/*
+ * Was w refused for the lease slot of a key whose min_delay counts from
+ * each release (serialized, or cluster_concurrency 1)? Then the lease held
+ * must end, and min_delay pass after it.
+ */
+static bool waitq_paced_slot(struct waiter *w, const struct eng_res *res)
+{
+	if (!res->slot_wait || res->rule == NULL ||
+	    !conf_plan_of(waitq_by(w, res)->sc->cs, NULL)->pace_release)
+		return false;
+	return strcmp(res->rule, PLAN_RULE_MIN_DELAY) == 0 ||
+	       strcmp(res->rule, PLAN_RULE_CLUSTER) == 0;
+}
+
 /* One waiter's decision: admitted (and answered) or refused (answered, or
  * left to sleep out its wait as the queue's head). */
 static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t now)
@@ -548,14 +571,12 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 	} else if (res->retry_after_ms < 0) {
 		waitq_exceeds(w, res);
 		waitq_remove(w);
-	} else if (w->try_only && res->slot_wait && res->rule != NULL &&
-		   strcmp(res->rule, PLAN_RULE_MIN_DELAY) == 0) {
+	} else if (w->try_only && waitq_paced_slot(w, res)) {
 		/* min_delay from completion while a lease is held: the earliest
-		 * admission is its release plus min_delay, so a retry sooner
-		 * than min_delay can only be refused again. */
-		int64_t retry = res->retry_after_ms > kq->sc->cs->min_delay_ms
-				    ? res->retry_after_ms
-				    : kq->sc->cs->min_delay_ms;
+		 * admission is its release plus min_delay (the key's override's,
+		 * when it has one), so a retry sooner can only be refused again. */
+		int64_t pace = eng_min_delay(waitq_by(w, res), res->via);
+		int64_t retry = res->retry_after_ms > pace ? res->retry_after_ms : pace;
 		waitq_fail(w, ADMIT_E_LIMITED, retry, res->rule,
 			   "a lease of this key is held, and min_delay counts from its release: "
 			   "not admitted before it is released, plus min_delay");

@@ -338,7 +338,10 @@ void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt 
 	rargs_str(a, lease_id);
 	rargs_int(a, (int64_t)count);
 	rargs_int(a, t->cost);
-	rargs_int(a, t->cls ? t->cls->floor : 0);
+	/* floor=P%: each rule's own part, worked out by the script (negative) */
+	rargs_int(a, t->cls == NULL	     ? 0
+		     : t->cls->floor_ppm > 0 ? -t->cls->floor_ppm
+					     : t->cls->floor);
 	rargs_int(a, cs->min_delay_ms);
 	rargs_int(a, pl->serialized ? 1 : 0);
 	rargs_int(a, cs->cluster_concurrency);
@@ -388,7 +391,7 @@ void rb_plain_params(struct rb_plain *p, const struct conf_scope *cs, const stru
 				.amount = sp.amount,
 				.window_ms = sp.window_ms,
 				.burst = sp.burst,
-				.floor = cls ? cls->floor : 0,
+				.floor = conf_class_floor(cls, &sp),
 				.code = (int64_t)pl->rules[0],
 				.not_after = not_after,
 				.cost = cost };
@@ -492,7 +495,7 @@ void rb_release_args(struct rargs *a, const struct backend *b, const struct be_t
 	(*nkeys)++;
 	rargs_str(a, lease_id);
 	rargs_str(a, rb_mode_names[mode]);
-	rargs_int(a, pl->serialized ? 1 : 0);
+	rargs_int(a, pl->pace_release ? 1 : 0);
 	rargs_int(a, cs->min_delay_ms);
 	rargs_int(a, (int64_t)pl->nrules);
 	for (i = 0; i < pl->nrules; i++) {
@@ -519,7 +522,7 @@ void rb_release_args(struct rargs *a, const struct backend *b, const struct be_t
 	rb_bind_arg(a, b, cs, pl, se->body, se->reserve, se->nreserve);
 	rargs_int(a, RB_GRACE_MS(cs));
 	adapt = cs->adaptive && (mode == RB_M_RELEASE || mode == RB_M_OUTCOME);
-	ovr = cs->override_milli > 0 && pl->serialized && mode == RB_M_RELEASE;
+	ovr = cs->override_milli > 0 && pl->pace_release && mode == RB_M_RELEASE;
 	if (adapt || ovr)
 		rargs_str(a, !adapt			    ? ""
 			     : se->outcome == ADAPT_OK	    ? "ok"

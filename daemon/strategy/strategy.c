@@ -214,6 +214,16 @@ int64_t strat_left(const struct strat_state *st, const struct strat_params *p, i
 	return lo;
 }
 
+int64_t strat_floor_units(const struct strat_params *p, int64_t floor_units, int64_t floor_ppm)
+{
+	const struct strat_ops *ops = strat_ops_of(p->kind);
+
+	if (floor_ppm <= 0 || ops == NULL)
+		return floor_units;
+	return strat_normalise(ops, p).burst * strat_clamp(floor_ppm, 0, STRAT_FLOOR_WHOLE) /
+	       STRAT_FLOOR_WHOLE;
+}
+
 int64_t strat_used(const struct strat_state *st, const struct strat_params *p, int64_t now_ms)
 {
 	const struct strat_ops *ops = strat_ops_of(p->kind);

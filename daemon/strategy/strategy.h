@@ -88,6 +88,17 @@ int64_t strat_full_in(const struct strat_state *st, const struct strat_params *p
 int64_t strat_left(const struct strat_state *st, const struct strat_params *p, int64_t now_ms,
 		   int64_t floor_units);
 
+/* A floor given as a part of each rule's capacity, in millionths: 100% is this. */
+#define STRAT_FLOOR_WHOLE 1000000LL
+
+/*
+ * strat_floor_units - the units a floor leaves untouched on a rule of params
+ * p: with floor_ppm > 0, floor_ppm millionths of p's capacity (a bucket's
+ * burst, a window's amount) rounded down, floor(capacity * ppm / 10^6);
+ * else floor_units. Exact: the product stays below 2^53.
+ */
+int64_t strat_floor_units(const struct strat_params *p, int64_t floor_units, int64_t floor_ppm);
+
 /* strat_fits - strat_check's allowed alone (no retry_after is worked out). */
 bool strat_fits(const struct strat_state *st, const struct strat_params *p, int64_t now_ms,
 		int64_t cost, int64_t floor_units);

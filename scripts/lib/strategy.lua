@@ -8,6 +8,7 @@
 --   strat_check(st, p, now, cost, floor) -> allowed (boolean), retry_after_ms
 --   strat_book(st, p, now, amount)       mutates st
 --   strat_ttl_ms(p)                      -> ms after which st is as good as fresh
+--   strat_floor_units(p, floor, ppm)     -> the units a class's floor leaves
 -- st = {a=, b=, t=} (numbers; all zero is a fresh counter); p = {kind=
 -- "token-bucket"|"sliding-window"|"fixed-window"|"leaky-bucket"|
 -- "session-window", amount=, window_ms=, burst=} (burst 0 = amount).
@@ -20,6 +21,7 @@ local STRAT_MAX_AMOUNT = 1000000000
 local STRAT_MAX_WINDOW_MS = 86400000
 local STRAT_UNITS_MAX = 1099511627776 -- 2^40, as in strategy_impl.h
 local STRAT_WAIT_MAX_MS = 1000000000000000
+local STRAT_FLOOR_WHOLE = 1000000 -- a floor's part of a capacity, in millionths
 
 -- ---- exact integer helpers (strategy.c) ----
 
@@ -287,6 +289,21 @@ local function strat_ttl_prepared(ops, np)
 		return 0
 	end
 	return ops.ttl(np)
+end
+
+-- The units a floor leaves of a rule whose normalised params are np: with
+-- floor_ppm > 0, that many millionths of its capacity, rounded down (the
+-- product is below 10^15 < 2^53: exact); else floor_units.
+local function strat_floor_prepared(np, floor_units, floor_ppm)
+	if floor_ppm <= 0 or np == nil then
+		return floor_units
+	end
+	return strat_idiv(np.burst * strat_clamp(floor_ppm, 0, STRAT_FLOOR_WHOLE), STRAT_FLOOR_WHOLE)
+end
+
+local function strat_floor_units(p, floor_units, floor_ppm)
+	local _, np = strat_prep(p)
+	return strat_floor_prepared(np, floor_units, floor_ppm)
 end
 
 local function strat_check(st, p, now_ms, cost, floor_units)

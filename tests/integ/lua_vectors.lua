@@ -8,6 +8,8 @@
 --          when the check passed or can never pass)
 --   book:  the new state a, b, t
 --   ttl:   strat_ttl_ms(params)
+--   floor: strat_floor_units(params, floor, floor_ppm)
+-- A check's floor is strat_floor_units(params, floor, floor_ppm) too.
 local case = cjson.decode(ARGV[1])
 local p = case.params
 local st = { a = case.state.a, b = case.state.b, t = case.state.t }
@@ -22,7 +24,8 @@ end
 
 for _, step in ipairs(case.steps) do
 	if step.op == "check" then
-		local cost, floor_units = step.cost or 1, step.floor or 0
+		local cost = step.cost or 1
+		local floor_units = strat_floor_units(p, step.floor or 0, step.floor_ppm or 0)
 		local ok, retry = strat_check(st, p, step.now, cost, floor_units)
 		local at, before = -1, -1
 		if retry > 0 then
@@ -37,6 +40,8 @@ for _, step in ipairs(case.steps) do
 		out[#out + 1] = st.a
 		out[#out + 1] = st.b
 		out[#out + 1] = st.t
+	elseif step.op == "floor" then
+		out[#out + 1] = strat_floor_units(p, step.floor or 0, step.floor_ppm or 0)
 	elseif step.op == "ttl" then
 		out[#out + 1] = strat_ttl_ms(p)
 	else

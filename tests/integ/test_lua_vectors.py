@@ -42,6 +42,7 @@ MAX_AMOUNT = 10 ** 9
 MAX_WINDOW = 86400000
 UNITS_MAX = 1 << 40
 WAIT_MAX = 10 ** 15
+FLOOR_WHOLE = 10 ** 6
 BUCKETS = ("token-bucket", "leaky-bucket")
 KINDS = ("token-bucket", "sliding-window", "fixed-window", "leaky-bucket", "session-window")
 
@@ -93,6 +94,13 @@ class Model:
         if start == st["t"]:
             return st["a"], st["b"]
         return 0, (st["a"] if start - st["t"] == self.w else 0)
+
+    def floor(self, floor, ppm):
+        """The units a class's floor leaves: ppm millionths of the capacity,
+        rounded down (exact integers), or floor units."""
+        if ppm <= 0:
+            return floor
+        return self.cap * min(ppm, FLOOR_WHOLE) // FLOOR_WHOLE
 
     def check(self, st, now, cost, floor):
         cost = max(1, clamp(cost, 0, UNITS_MAX) * self.unit)
@@ -177,8 +185,11 @@ def model_run(case):
     for step in case["steps"]:
         op = step["op"]
         if op == "check":
-            ok, retry = m.check(st, step["now"], step.get("cost", 1), step.get("floor", 0))
+            fl = m.floor(step.get("floor", 0), step.get("floor_ppm", 0))
+            ok, retry = m.check(st, step["now"], step.get("cost", 1), fl)
             res.append({"allowed": ok, "retry_after_ms": retry})
+        elif op == "floor":
+            res.append(m.floor(step.get("floor", 0), step.get("floor_ppm", 0)))
         elif op == "book":
             st = m.book(st, step["now"], step["amount"])
             res.append(dict(st))
@@ -256,7 +267,7 @@ class TestLuaVectors(unittest.TestCase):
         flat = self.conn.command("EVALSHA", self.sha, 0, json.dumps(case))
         out = []
         for step in case["steps"]:
-            n = {"check": 4, "book": 3, "ttl": 1}[step["op"]]
+            n = {"check": 4, "book": 3, "ttl": 1, "floor": 1}[step["op"]]
             out.append(flat[:n])
             flat = flat[n:]
         self.assertEqual(flat, [], "wrapper returned extra values")
@@ -478,9 +489,13 @@ def random_case(rnd, kind):
     steps = []
     for _ in range(10):
         back = rnd.randrange(2 * params["window_ms"]) if rnd.randrange(8) == 0 else 0
-        steps.append({"now": now - back, "op": "check",
-                      "cost": 0 if rnd.randrange(3) == 0 else 1 + rnd.randrange(cap),
-                      "floor": 0 if rnd.randrange(2) else rnd.randrange(cap)})
+        check = {"now": now - back, "op": "check",
+                 "cost": 0 if rnd.randrange(3) == 0 else 1 + rnd.randrange(cap),
+                 "floor": 0 if rnd.randrange(2) else rnd.randrange(cap)}
+        if rnd.randrange(4) == 0:  # a fractional floor, up to the whole capacity
+            check["floor_ppm"] = rnd.choice((FLOOR_WHOLE, FLOOR_WHOLE - 1, 1)) \
+                if rnd.randrange(4) == 0 else rnd.randrange(FLOOR_WHOLE)
+        steps.append(check)
         amount = rnd.randrange(cap)
         steps.append({"now": now, "op": "book",
                       "amount": -amount if rnd.randrange(4) == 0 else amount})

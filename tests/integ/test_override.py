@@ -46,6 +46,11 @@ override_max = 1
 
 [scope plain]
 rule = requests fixed-window 5/1h
+
+[scope polite]
+min_delay = 1s
+override_max = 1
+lease_ttl = 30s
 """
 
 HOUR = 3600000
@@ -103,6 +108,20 @@ class LocalOverrideTest(unittest.TestCase):
         r = self.c.request(acquire_req("crawl", "h", timeout_ms=1500))
         self.assertTrue(r["ok"], r)
         self.assertLess(time.monotonic() - t0, 0.9)
+
+    def test_held_lease_retry_after_is_the_override_min_delay(self):
+        # a try while the key's lease is held: the earliest admission is its
+        # release plus the key's min_delay, the override's 5 s, not the conf's 1 s
+        self.assertTrue(ovr(self.c, "polite", "h", min_delay_ms=5000)["ok"])
+        self.assertTrue(self.c.request(acquire_req("polite", "h", timeout_ms=0))["ok"])
+        ref = self.c.request(acquire_req("polite", "h", timeout_ms=0))
+        self.assertEqual((ref["ok"], ref["error"], ref["rule"]), (False, "limited", "min_delay"),
+                         ref)
+        self.assertEqual(ref["retry_after_ms"], 5000, ref)
+        # a key without an override keeps the conf's
+        self.assertTrue(self.c.request(acquire_req("polite", "g", timeout_ms=0))["ok"])
+        ref = self.c.request(acquire_req("polite", "g", timeout_ms=0))
+        self.assertEqual(ref["retry_after_ms"], 1000, ref)
 
     def test_scope_without_override_max(self):
         r = ovr(self.c, "plain", "p", rules={"0": 1})
@@ -174,6 +193,17 @@ class RedisOverrideTest(unittest.TestCase):
         since = (time.monotonic() - released) * 1000
         self.assertEqual((ref["ok"], ref["rule"]), (False, "min_delay"), ref)
         self.assertTrue(600 - since - 100 < ref["retry_after_ms"] <= 600, (ref, since))
+
+    def test_held_lease_retry_after_is_the_override_min_delay(self):
+        # set through A, the lease held through A, the try through B (which
+        # learns the override from its own acquire's reply) and through A
+        self.assertTrue(ovr(self.ca, "polite", "h", min_delay_ms=5000)["ok"])
+        self.assertTrue(self.ca.request(acquire_req("polite", "h", timeout_ms=0))["ok"])
+        for c in (self.cb, self.ca):
+            ref = c.request(acquire_req("polite", "h", timeout_ms=0))
+            self.assertEqual((ref["ok"], ref["rule"], ref["backend"]),
+                             (False, "min_delay", "redis"), ref)
+            self.assertEqual(ref["retry_after_ms"], 5000, ref)
 
     def test_fallback_keeps_what_redis_said(self):
         self.assertTrue(ovr(self.ca, "api", "f", rules={"0": 1})["ok"])

@@ -712,6 +712,10 @@ static const struct {
 	  "t.conf:3: class c: class \"c\" already defined at line 2\n" },
 	{ "[scope a]\nclass c = r r\n", "t.conf:2: class c: rule \"r\" listed twice\n" },
 	{ "[scope a]\nclass c = floor=2 r\n", "t.conf:2: class c: floor=N must come last\n" },
+	{ "[scope a]\nclass c = floor=150%\n", "t.conf:2: class c: floor \"150%\": must be at most "
+					       "100% (want floor=P%, 0 <= P < 100)\n" },
+	{ "[scope a]\nclass c = floor=%\n",
+	  "t.conf:2: class c: floor \"%\": empty value (want floor=P%, 0 <= P < 100)\n" },
 	{ "[scope a]\nrule r = requests 10/1s\nclass c = r floor=10\n",
 	  "t.conf:3: class c: floor=10 leaves nothing of rule r (10)\n" },
 	{ "[scope a]\nrule r = requests 10/1s burst=30\nclass c = r floor=10\nclass d = r "

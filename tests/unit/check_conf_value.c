@@ -140,6 +140,34 @@ static const char *octal64(const char *s, int64_t *out)
 	return e;
 }
 
+/* A percentage in millionths, exact: a whole or decimal 0..100, 4 decimals at most. */
+static const struct int_vec pct_vecs[] = {
+	{ "10", 100000, NULL },
+	{ "0", 0, NULL },
+	{ "100", 1000000, NULL },
+	{ "12.5", 125000, NULL },
+	{ "0.0001", 1, NULL },
+	{ "99.9999", 999999, NULL },
+	{ "007.50", 75000, NULL },
+	{ "100.0000", 1000000, NULL },
+	{ "100.0001", 0, "must be at most 100%" },
+	{ "150", 0, "must be at most 100%" },
+	{ "99999999999999999999", 0, "must be at most 100%" },
+	{ "1.23456", 0, "at most 4 decimals" },
+	{ "", 0, "empty value" },
+	{ "1.", 0, "not a percentage" },
+	{ ".5", 0, "not a percentage" },
+	{ "-5", 0, "not a percentage" },
+	{ "5x", 0, "not a percentage" },
+	{ "5%", 0, "not a percentage" },
+};
+
+START_TEST(test_percent)
+{
+	check_int_row(&pct_vecs[_i], cv_percent_ppm);
+}
+END_TEST
+
 START_TEST(test_octal)
 {
 	check_int_row(&octal_vecs[_i], octal64);
@@ -425,6 +453,25 @@ START_TEST(test_class)
 	ck_assert_uint_eq(c.nnames, 0);
 	cv_class_clear(&c);
 
+	ck_assert_ptr_null(cv_class("a b floor=10%", &c, err, sizeof(err)));
+	ck_assert_uint_eq(c.nnames, 2);
+	ck_assert_int_eq(c.floor, 0);
+	ck_assert_int_eq(c.floor_ppm, 100000);
+	cv_class_clear(&c);
+	ck_assert_int_eq(c.floor_ppm, 0);
+
+	ck_assert_str_eq(cv_class("a floor=150%", &c, err, sizeof(err)),
+			 "floor \"150%\": must be at most 100% (want floor=P%, 0 <= P < 100)");
+	ck_assert_ptr_null(c.names);
+	ck_assert_str_eq(cv_class("a floor=%", &c, err, sizeof(err)),
+			 "floor \"%\": empty value (want floor=P%, 0 <= P < 100)");
+	ck_assert_str_eq(cv_class("a floor=100%", &c, err, sizeof(err)),
+			 "floor=100% leaves nothing of any rule (want below 100%)");
+	ck_assert_str_eq(
+	    cv_class("a floor=12345678901234567%", &c, err, sizeof(err)),
+	    "floor \"12345678901234567%\": not a percentage (want floor=P%, 0 <= P < 100)");
+	ck_assert_str_eq(cv_class("a floor=10% b", &c, err, sizeof(err)), "floor=N must come last");
+
 	ck_assert_str_eq(cv_class("a floor=5 b", &c, err, sizeof(err)), "floor=N must come last");
 	ck_assert_ptr_null(c.names);
 	ck_assert_str_eq(cv_class("a a", &c, err, sizeof(err)), "rule \"a\" listed twice");
@@ -449,6 +496,7 @@ static Suite *conf_value_suite(void)
 	tcase_add_loop_test(tc, test_size, 0, N(size_vecs));
 	tcase_add_loop_test(tc, test_int, 0, N(int_vecs));
 	tcase_add_loop_test(tc, test_octal, 0, N(octal_vecs));
+	tcase_add_loop_test(tc, test_percent, 0, N(pct_vecs));
 	tcase_add_test(tc, test_double);
 	tcase_add_test(tc, test_bool);
 	tcase_add_test(tc, test_hostport);

@@ -131,7 +131,9 @@ START_TEST(test_vector)
 		ck_assert_msg(op != NULL, "%s: no op", what);
 		if (strcmp(op, "check") == 0) {
 			const json_t *exp = json_object_get(step, "expect");
-			int64_t cost = jint(step, "cost", 1), fl = jint(step, "floor", 0);
+			int64_t cost = jint(step, "cost", 1);
+			int64_t fl = strat_floor_units(&p, jint(step, "floor", 0),
+						       jint(step, "floor_ppm", 0));
 			struct strat_state before = st;
 			struct strat_result r = strat_check(&st, &p, now, cost, fl);
 
@@ -152,6 +154,11 @@ START_TEST(test_vector)
 				      "%s: state {%lld,%lld,%lld}, want {%lld,%lld,%lld}", what,
 				      (long long)st.a, (long long)st.b, (long long)st.t,
 				      (long long)want.a, (long long)want.b, (long long)want.t);
+		} else if (strcmp(op, "floor") == 0) {
+			int64_t fl = strat_floor_units(&p, jint(step, "floor", 0),
+						       jint(step, "floor_ppm", 0));
+			ck_assert_msg(fl == jint(step, "expect", -1), "%s: floor %lld, want %lld",
+				      what, (long long)fl, (long long)jint(step, "expect", -1));
 		} else if (strcmp(op, "ttl") == 0) {
 			ck_assert_msg(strat_ttl_ms(&p) == jint(step, "expect", -1), "%s: ttl %lld",
 				      what, (long long)strat_ttl_ms(&p));
