@@ -3,7 +3,7 @@
 The check passes on this tree, and fails, with a `file:line: what` line, on
 a copy of the daemon's sources where one file includes a header of a layer
 above its own, where an allowed upward include is gone, where a file sits in
-a folder of no layer, or includes a header that is nowhere.
+a folder of no layer, or includes a header that is nowhere or in two folders.
 """
 
 import os
@@ -107,6 +107,16 @@ class LayersTest(unittest.TestCase):
         rc, _out, err = run_check(self.tmp)
         self.assertEqual(rc, 1, err)
         self.assertIn('daemon/ops/ops.c:%d: includes "nosuch.h", found in no layer' % n, err)
+
+    def test_a_header_in_two_folders_is_ambiguous(self):
+        # Headers are included by name: a second log.h makes every include of it a guess.
+        shutil.copy(self.path("daemon/base/log.h"), self.path("daemon/queue/log.h"))
+        rc, _out, err = run_check(self.tmp)
+        self.assertEqual(rc, 1, err)
+        self.assertRegex(err, r'daemon/conf/confwatch.c:\d+: includes "log.h", which is in '
+                              r'daemon/base and daemon/queue: ambiguous')
+        # A file next to it finds its neighbour first, as the compiler does.
+        self.assertNotIn("daemon/queue/waitq.c", err)
 
     def test_a_malformed_layers_file_is_refused(self):
         with open(self.path("daemon/LAYERS"), "a", encoding="utf-8") as f:
