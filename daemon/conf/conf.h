@@ -245,6 +245,7 @@ static inline int64_t conf_class_floor(const struct conf_class *cls, const struc
 #define PLAN_WHICH_QUOTA      (-5)
 #define PLAN_WHICH_STALE      (-6) /* Redis only: the script ran after its deadline */
 #define PLAN_WHICH_SERIALIZED (-7) /* min_delay, one at a time: a lease is held */
+#define PLAN_WHICH_OWNER      (-8) /* fallback: another pod serves the key's one at a time */
 
 /* Static names of the settings a refusal can name. */
 #define PLAN_RULE_PENALTY	 "penalty"
@@ -253,6 +254,7 @@ static inline int64_t conf_class_floor(const struct conf_class *cls, const struc
 #define PLAN_RULE_MAX_CONCURRENT "max_concurrent"
 #define PLAN_RULE_MAX_WAITERS	 "max_waiters"
 #define PLAN_RULE_QUEUE		 "queue" /* a try behind waiters that have not been decided yet */
+#define PLAN_RULE_OWNER		 "fallback_owner"
 
 /* conf_plan_which_rule - the text a refusal by `which` names (conf-owned or static). */
 const char *conf_plan_which_rule(const struct conf_scope *cs, long which);

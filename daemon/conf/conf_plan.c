@@ -127,6 +127,7 @@ const char *conf_plan_which_rule(const struct conf_scope *cs, long which)
 	case PLAN_WHICH_MIN_DELAY:
 	case PLAN_WHICH_SERIALIZED: return PLAN_RULE_MIN_DELAY;
 	case PLAN_WHICH_CLUSTER: return PLAN_RULE_CLUSTER;
+	case PLAN_WHICH_OWNER: return PLAN_RULE_OWNER;
 	case PLAN_WHICH_QUOTA: return cs->quota_text;
 	default: return which >= 0 && (size_t)which < cs->nrules ? cs->rules[which].text : "redis";
 	}
@@ -135,6 +136,7 @@ const char *conf_plan_which_rule(const struct conf_scope *cs, long which)
 bool conf_plan_which_slot(const struct conf_scope *cs, long which)
 {
 	return which == PLAN_WHICH_CLUSTER || which == PLAN_WHICH_SERIALIZED ||
+	       which == PLAN_WHICH_OWNER ||
 	       (which >= 0 && (size_t)which < cs->nrules &&
 		cs->rules[which].meter == METER_CONCURRENCY);
 }

@@ -64,6 +64,61 @@ void eng_merge_end(struct eng_res *res)
 		res->rule = res->shadow_rule;
 }
 
+struct lim_share eng_key_share(struct admitd *ad, const struct kq *kq)
+{
+	struct lim_share sh = backend_share(ad->redis, kq->sc->cs);
+	uint64_t h = 14695981039346656037ULL; /* FNV-1a over "scope\0key" */
+	const char *p;
+
+	if (sh.div <= 1.0)
+		return sh; /* nothing divided: no turn to take */
+	for (p = kq->sc->cs->name; *p != '\0'; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+	h *= 1099511628211ULL;
+	for (p = kq->key; *p != '\0'; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+	sh.turn = (int64_t)(h >> 33);
+	return sh;
+}
+
+/*
+ * A fallback decision of kq's state under share sh: the share in force now
+ * (Redis failing while the pool is up counts as down since now), and, when
+ * the backend was born while Redis was unreachable, the state spent once as
+ * of its birth (lim_spend_share): what this pod admitted before it was
+ * born, restarted during the outage, is not known here.
+ */
+static struct lim_share eng_fb_share(struct admitd *ad, struct kq *kq, int64_t now)
+{
+	struct lim_share sh = eng_key_share(ad, kq);
+	struct lim_state *st = kq_lim(kq);
+	int64_t born = 0;
+	uint32_t gen = backend_born_down(ad->redis, &born);
+
+	if (sh.out_since == 0)
+		sh.out_since = now;
+	if (gen != 0 && st != NULL && st->spent_gen != gen) {
+		lim_spend_share(st, kq->sc->cs, sh, born);
+		st->spent_gen = gen;
+	}
+	return sh;
+}
+
+/*
+ * kq, another pod's serialized key, was refused here in fallback: once Redis
+ * answers, its pacing there starts at min_delay from now (backend_owe_pace),
+ * which keeps this pod off the key while the owner may still hold a lease
+ * its fallback granted and has not booked in Redis yet.
+ */
+static void eng_owner_paced(struct admitd *ad, struct kq *kq, struct lim_share sh, int64_t now)
+{
+	const struct conf_scope *cs = kq->sc->cs;
+
+	if (ad->redis != NULL)
+		backend_owe_pace(ad->redis, kq,
+				 now + lim_min_delay(cs, lim_key_share(kq_lim(kq), cs, sh, now)));
+}
+
 /* What the targets' tightest limit allows now, from the in-process state. */
 static void eng_left_local(struct eng_res *res, const struct target_rt *t, size_t nt,
 			   const struct lim_share *div, int64_t now)
@@ -94,8 +149,7 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 				      .reserve = reserve,
 				      .nreserve = nreserve };
 		struct lim_state *st = kq_lim(t[i].kq);
-		div[i] =
-		    via == VIA_FALLBACK ? backend_share(ad->redis, t[i].kq->sc->cs) : LIM_WHOLE;
+		div[i] = via == VIA_FALLBACK ? eng_fb_share(ad, t[i].kq, now) : LIM_WHOLE;
 		if (st == NULL) {
 			res.admitted = false;
 			res.unavailable = true;
@@ -103,6 +157,8 @@ struct eng_res eng_local(struct admitd *ad, struct target_rt *t, size_t nt, int6
 			return res;
 		}
 		d[i] = lim_check(st, t[i].kq->sc->cs, div[i], now, &rq);
+		if (d[i].which == PLAN_WHICH_OWNER)
+			eng_owner_paced(ad, t[i].kq, div[i], now);
 		if (!d[i].admitted && d[i].share_short && !t[i].kq->sc->cs->shadow)
 			res.share_short = true;
 		eng_merge(&res, t[i].kq, d[i].admitted, d[i].retry_after_ms, d[i].rule, d[i].slot,
@@ -290,9 +346,8 @@ void eng_release(struct lease *l, const struct meter_tokens *tokens, size_t ntok
 	for (i = 0; i < l->nt; i++) {
 		struct kq *kq = l->t[i].kq;
 		eng_refused_forget(kq); /* a release may refund: Redis is asked again */
-		lim_release_settle(kq_lim(kq), kq->sc->cs, backend_share(l->ad->redis, kq->sc->cs),
-				   now, l->id, l->t[i].cls, tokens, ntokens, l->reserve,
-				   l->nreserve);
+		lim_release_settle(kq_lim(kq), kq->sc->cs, eng_key_share(l->ad, kq), now, l->id,
+				   l->t[i].cls, tokens, ntokens, l->reserve, l->nreserve);
 	}
 }
 
@@ -314,7 +369,7 @@ void eng_mirror(struct lease *l)
 		/* This pod's own admissions count against its fallback share:
 		 * if Redis goes away now, the share left is what it has not
 		 * spent of this window (booked as the fallback would book it). */
-		if (!lim_book(st, cs, backend_share(l->ad->redis, cs), now, &rq, NULL))
+		if (!lim_book(st, cs, eng_key_share(l->ad, l->t[i].kq), now, &rq, NULL))
 			log_ratelimited(LOG_SLOT_FALLBACK, 1000,
 					"cannot mirror a Redis admission: out of memory",
 					"scope=%s", cs->name);

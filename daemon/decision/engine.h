@@ -108,6 +108,13 @@ void eng_acquire_batch(struct admitd *ad, struct waiter *const *ws, size_t n, en
 void eng_release(struct lease *l, const struct meter_tokens *tokens, size_t ntokens);
 
 /*
+ * eng_key_share - this pod's fallback share of kq's limits (backend_share),
+ * with the key's turn: its hash, which spreads the remainders of the shares
+ * and the owners of serialized keys across the ranked pods.
+ */
+struct lim_share eng_key_share(struct admitd *ad, const struct kq *kq);
+
+/*
  * eng_mirror - a lease granted through Redis is also entered in the
  * in-process lease set of each key that tracks leases, so that the
  * fallback counts what this daemon holds whichever backend booked it.

@@ -34,8 +34,17 @@ int64_t lim_share_of(int64_t v, struct lim_share sh)
 	if (sh.div <= 1.0 || v <= 0)
 		return v;
 	if ((double)n == sh.div && sh.rank >= 0)
-		return v / n + (sh.rank % n < v % n ? 1 : 0);
+		return v / n + (((sh.rank - sh.turn % n) % n + n) % n < v % n ? 1 : 0);
 	return (int64_t)((double)v / sh.div);
+}
+
+bool lim_owner(struct lim_share sh)
+{
+	if (sh.div <= 1.0)
+		return true;
+	if (sh.rank < 0 || sh.pods < 1)
+		return false;
+	return ((sh.rank - sh.turn % sh.pods) % sh.pods + sh.pods) % sh.pods == 0;
 }
 
 int64_t lim_ovr_cap(int64_t v, int64_t milli)
@@ -122,7 +131,8 @@ int64_t lim_min_delay(const struct conf_scope *cs, struct lim_share sh)
 
 	if (sh.ov != NULL)
 		d = lim_ovr_delay(d, sh.ov->min_delay_ms, sh.ov_milli);
-	return sh.div <= 1.0 ? d : (int64_t)((double)d * sh.div);
+	/* a serialized key has one pod serving it in fallback: its whole pace */
+	return sh.div <= 1.0 || lim_serialized(cs) ? d : (int64_t)((double)d * sh.div);
 }
 
 bool lim_override(struct lim_state *st, const struct conf_scope *cs, int64_t until,
@@ -271,6 +281,7 @@ void lim_state_carry(struct lim_state *dst, const struct conf_scope *ncs, struct
 
 	dst->penalty_until = src->penalty_until;
 	dst->last_ms = src->last_ms;
+	dst->spent_gen = src->spent_gen;
 	dst->ad = src->ad; /* clamped into the new range when read */
 	if (src->ov != NULL && ocs->nrules == ncs->nrules) { /* rules by position, as in Redis */
 		dst->ov = src->ov;
@@ -364,6 +375,29 @@ static void lim_refuse(struct lim_decision *d, const struct conf_scope *cs, int6
 	}
 }
 
+/*
+ * A serialized key in fallback: only its owner serves it (a wait for the
+ * others, which polls, so that the next try after Redis is back asks Redis).
+ * The owner itself waits until no lease another pod took through Redis
+ * before the outage can still be held: lease_ttl after Redis stopped
+ * answering, unless this pod's own release pushed the pacing past that
+ * instant (then Redis admitted nobody after it), it holds a lease itself,
+ * or the last heartbeat counted it alone.
+ */
+static void lim_check_owner(struct lim_decision *d, struct lim_state *st,
+			    const struct conf_scope *cs, struct lim_share sh, int64_t now)
+{
+	int64_t end = sh.out_since + cs->lease_ttl_ms, w = cs->concurrency_retry_ms;
+
+	if (!lim_owner(sh)) {
+		lim_refuse(d, cs, w, PLAN_WHICH_OWNER);
+		return;
+	}
+	if (sh.pods == 1 || st->nleases > 0 || st->next_at >= sh.out_since || now >= end)
+		return;
+	lim_refuse(d, cs, end - now < w ? end - now : w, PLAN_WHICH_SERIALIZED);
+}
+
 struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 			      struct lim_share sh, int64_t now, const struct lim_req *rq)
 {
@@ -376,6 +410,8 @@ struct lim_decision lim_check(struct lim_state *st, const struct conf_scope *cs,
 		lim_refuse(&d, cs, st->penalty_until - now, PLAN_WHICH_PENALTY);
 	if (lim_serialized(cs) && st->nleases > 0)
 		lim_refuse(&d, cs, lim_lease_wait(st, cs, now), PLAN_WHICH_SERIALIZED);
+	if (lim_serialized(cs) && sh.out_since > 0)
+		lim_check_owner(&d, st, cs, sh, now);
 	if (now < st->next_at)
 		lim_refuse(&d, cs, st->next_at - now, PLAN_WHICH_MIN_DELAY);
 	/* Never passing is judged against the whole limit: a share too small
@@ -586,6 +622,35 @@ bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, struc
 		}
 	}
 	return held;
+}
+
+void lim_spend_share(struct lim_state *st, const struct conf_scope *cs, struct lim_share sh,
+		     int64_t at)
+{
+	int64_t q;
+	size_t i;
+
+	if (st->last_ms > at)
+		at = st->last_ms; /* never book before what the counters hold */
+	sh = lim_key_share(st, cs, sh, at);
+	lim_purge(st, cs, at);
+	if (st->quota_n > 0 && lim_quota_at(st, st->quota_n - 1) > at)
+		at = lim_quota_at(st, st->quota_n - 1); /* the ring stays in order */
+	q = lim_share_of(cs->quota, sh);
+	if (cs->quota > 0 && (int64_t)st->quota_n < q)
+		(void)lim_quota_push(st, at, q - (int64_t)st->quota_n); /* OOM: less spent */
+	for (i = 0; i < cs->nrules && i < st->nrules; i++) {
+		struct strat_params p = lim_rule_params(&cs->rules[i], sh);
+		int64_t left;
+		if (cs->rules[i].meter == METER_CONCURRENCY || p.amount == 0 || p.burst == 0)
+			continue;
+		if ((left = strat_left(&st->rules[i], &p, at, 0)) > 0)
+			strat_book(&st->rules[i], &p, at, left);
+	}
+	if (cs->cluster_concurrency > 0 && cs->min_delay_ms > 0 &&
+	    at + lim_min_delay(cs, sh) > st->next_at)
+		st->next_at = at + lim_min_delay(cs, sh);
+	st->last_ms = at;
 }
 
 void lim_penalize(struct lim_state *st, int64_t now, int64_t delay_ms)

@@ -18,7 +18,11 @@
  * by rank, so that the shares of D pods add up to L exactly; without a
  * rank (no heartbeat seen, or a divisor that is not a whole number) it is
  * rounded down. A share may be 0: that pod then refuses with a wait, never
- * with "exceeds". min_delay is multiplied by D.
+ * with "exceeds". Which pods take the remainders turns with the key (`turn`,
+ * its hash), so that one pod does not take them for every key. min_delay
+ * is multiplied by D, except a serialized key's (one at a time): one pod,
+ * its owner, serves it in fallback (lim_owner), at the whole pace, and the
+ * others refuse with a wait (`fallback_owner`).
  */
 
 #ifndef ADMITD_LIMITER_H
@@ -43,11 +47,25 @@ struct lim_share {
 	/* the key's override in force (NULL: none), and its scope's override_milli */
 	const struct lim_ovr *ov;
 	int64_t ov_milli;
+	/* the key's place in the rotation of remainders and owners (its hash,
+	 * >= 0; eng_key_share), and the pods the heartbeat ranked (0: unknown) */
+	int64_t turn, pods;
+	/* deciding in fallback: since when Redis has not answered (mono ms);
+	 * 0: not in fallback */
+	int64_t out_since;
 };
 #define LIM_WHOLE ((struct lim_share){ .div = 1.0, .rank = -1 })
 
 /* lim_share_of - this pod's share of a limit v (see above). */
 int64_t lim_share_of(int64_t v, struct lim_share sh);
+
+/*
+ * lim_owner - does this pod serve a serialized key under sh? Always with the
+ * whole limit; in fallback, the one ranked pod whose rank is the key's turn
+ * modulo the pods ranked; never without a rank (a pod born in the outage
+ * that is not told it is alone: fallback_pods above 1).
+ */
+bool lim_owner(struct lim_share sh);
 
 struct lim_lease {
 	char id[LEASE_NONCE_LEN + 1];
@@ -91,6 +109,7 @@ struct lim_state {
 	struct adapt_state ad; /* adaptive scopes: the key's learned amount */
 	struct lim_ovr *ov;    /* the key's override (owned); NULL: none */
 	uint32_t nrules;
+	uint32_t spent_gen; /* the backend born in an outage that lim_spend_share spent it for */
 	struct strat_state rules[]; /* one per conf rule, same index */
 };
 
@@ -232,6 +251,17 @@ bool lim_release_settle(struct lim_state *st, const struct conf_scope *cs, struc
 			int64_t now, const char *lease_id, const struct conf_class *cls,
 			const struct meter_tokens *tokens, size_t ntokens,
 			const struct meter_tokens *reserve, size_t nreserve);
+
+/*
+ * lim_spend_share - take the whole of this pod's share sh at `at`, as if it
+ * had been admitted then: the quota window and every rate rule's counter
+ * are spent (a bucket empty, a window full) and send-spaced pacing starts.
+ * What a fallback born while Redis was unreachable starts from: it cannot
+ * know what it admitted before (a restarted pod), so it admits only what
+ * its share earns from `at` on. Leases are not made up (see docs/outages.md).
+ */
+void lim_spend_share(struct lim_state *st, const struct conf_scope *cs, struct lim_share sh,
+		     int64_t at);
 
 /* lim_penalize - hold the key until now + delay_ms; never shortens a hold. */
 void lim_penalize(struct lim_state *st, int64_t now, int64_t delay_ms);

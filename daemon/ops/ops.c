@@ -551,7 +551,7 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 	const struct conf_scope *cs = p->kq->sc->cs;
 	struct preply *r = preply_new(p->id, true);
 	struct lim_share div = adrt_inspect_share(
-	    cs, in, in->via == VIA_FALLBACK ? backend_share(p->kq->sc->ad->redis, cs) : LIM_WHOLE);
+	    cs, in, in->via == VIA_FALLBACK ? eng_key_share(p->kq->sc->ad, p->kq) : LIM_WHOLE);
 	const struct conf_plan *pl = conf_plan_of(cs, p->cls);
 	size_t k;
 

@@ -106,6 +106,11 @@ static void waitq_remove(struct waiter *w)
 	"redis is down, and this pod's fallback share of the limit (the limit divided among " \
 	"the pods alive, so that the shares add up to it) is too small for the request now"
 
+/* Why a pod refused a serialized key in fallback: another pod serves it. */
+#define WAITQ_OWNER_MSG                                                                       \
+	"redis is down, and another pod serves this key's one request at a time until it is " \
+	"back (each key has one owner among the pods alive, by the key's hash)"
+
 /*
  * "target": which of w's targets refused it (its limit decided): the index
  * into the request's targets, its scope and key. The first target when the
@@ -199,6 +204,8 @@ static void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, con
 		  (long long)(clock_mono_ms() - w->start_ms));
 	if (w->conn == NULL)
 		return;
+	if (rule != NULL && strcmp(rule, PLAN_RULE_OWNER) == 0)
+		msg = WAITQ_OWNER_MSG;
 	r = preply_error(w->id, e, msg);
 	if (retry_ms > 0 ||
 	    (retry_ms == 0 && (e == ADMIT_E_LIMITED || e == ADMIT_E_BUDGET_EXCEEDED)))

@@ -8,8 +8,10 @@
  * Owns: the bufferevent (plain or TLS), the reply reader, and the FIFO of
  * what was sent and awaits a reply (a tag and a kind per command, opaque
  * to it). Knows nothing of handshakes, scripts or topology: the owner
- * (rpool.c) drives those. Commands queued in one loop pass leave in one
- * write; every reply read in one read is parsed and delivered in a batch.
+ * (a pool node's connection, rpool_node.c, or the topology's control
+ * connection, rtopo.c) drives those. Commands queued in one loop pass leave
+ * in one write; every reply read in one read is parsed and delivered in a
+ * batch.
  *
  * Callbacks (owner's functions, with the owner pointer given at creation):
  *   on_reply(owner, kind, tag, v): the reply to a queued command, in
@@ -25,7 +27,7 @@
 #ifndef ADMITD_RCONN_H
 #define ADMITD_RCONN_H
 
-#include "rpool.h"
+#include "resp.h"
 
 #include <stdbool.h>
 #include <stddef.h>

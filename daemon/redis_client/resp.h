@@ -14,10 +14,20 @@
 #ifndef ADMITD_RESP_H
 #define ADMITD_RESP_H
 
-#include "rpool.h"
-
 #include <stdbool.h>
 #include <stddef.h>
+
+enum rval_type { RV_NIL = 0, RV_INT, RV_STR, RV_STATUS, RV_ERR, RV_ARR };
+
+/* An owned copy of a Redis reply (rpool's callers see it only during their callback). */
+struct rval {
+	enum rval_type type;
+	long long i; /* RV_INT */
+	char *s;     /* RV_STR, RV_STATUS, RV_ERR: NUL-terminated */
+	size_t len;
+	size_t n; /* RV_ARR */
+	struct rval *a;
+};
 
 struct resp_reader;
 

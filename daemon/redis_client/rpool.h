@@ -31,6 +31,8 @@
 #ifndef ADMITD_RPOOL_H
 #define ADMITD_RPOOL_H
 
+#include "resp.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,18 +45,6 @@ enum rp_status {
 	RP_TIMEOUT,  /* no answer within timeout_ms */
 	RP_CONN,     /* connection lost or none ready */
 	RP_SHUTDOWN, /* the pool is being freed */
-};
-
-enum rval_type { RV_NIL = 0, RV_INT, RV_STR, RV_STATUS, RV_ERR, RV_ARR };
-
-/* An owned copy of a Redis reply; valid only during the callback. */
-struct rval {
-	enum rval_type type;
-	long long i; /* RV_INT */
-	char *s;     /* RV_STR, RV_STATUS, RV_ERR: NUL-terminated */
-	size_t len;
-	size_t n; /* RV_ARR */
-	struct rval *a;
 };
 
 struct rpool_conf {

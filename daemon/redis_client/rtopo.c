@@ -4,11 +4,12 @@
 
 /*
  * rtopo.c - which nodes the pool uses: the master named by Sentinels, or
- * the masters of a Redis Cluster's slot map (see rpool_int.h).
+ * the masters of a Redis Cluster's slot map (see rtopo.h).
  *
  * Owns: the control connection (to one sentinel, or to one cluster node),
- * its reconnect timer, and the decisions that change p->master or
- * p->slots. Data connections stay rpool.c's.
+ * its reconnect timer, and when to ask again. What it learns goes to its
+ * owner through struct rtopo_ops (the pool's rpool_map.c applies it); it
+ * never sees the pool's nodes or data connections.
  *
  * Sentinel: the control connection asks SENTINEL get-master-addr-by-name
  * and then SUBSCRIBEs to +switch-master on the same connection, so a
@@ -29,16 +30,18 @@
  * (or redis_timeout, when longer) is asked of the next node.
  *
  * Nothing here runs user code; the changes that come from inside a
- * connection callback (topo_stale, topo_node_lost) are acted on from the
+ * connection callback (rtopo_stale, rtopo_node_lost) are acted on from the
  * kick event, outside it.
  */
 
-#include "rpool_int.h"
+#include "rtopo.h"
 
 #include "clock.h"
 #include "log.h"
 #include "rconn.h"
 #include "resp.h"
+#include "rutil.h"
+#include "slot.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -57,8 +60,10 @@
 
 enum { KC_AUTH = 1, KC_ADDR, KC_SUB, KC_SLOTS, KC_PING };
 
-struct rp_topo_ctl {
-	struct rpool *p;
+struct rtopo {
+	struct rtopo_conf conf;
+	const struct rtopo_ops *ops;
+	void *owner;
 	struct rconn *rc;
 	bool ready;		       /* SENTINEL: subscribed; CLUSTER: a map read */
 	bool slots_pending;	       /* CLUSTER SLOTS sent, no reply yet */
@@ -75,9 +80,12 @@ struct rp_topo_ctl {
 	int64_t backoff_ms;
 	int64_t last_ask_ms;
 	int64_t failover_until; /* SENTINEL: moving to a selected replica until then */
+	uint64_t rng;		/* jitter */
+	bool map_read;		/* CLUSTER: a map was applied once (logged) */
+	bool freeing;		/* rtopo_free in progress */
 };
 
-static void ctl_connect(struct rp_topo_ctl *t);
+static void ctl_connect(struct rtopo *t);
 static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v);
 static void ctl_on_push(void *owner, struct rval *v);
 static void ctl_on_event(void *owner, bool up, const char *why);
@@ -88,24 +96,23 @@ static const struct rconn_ops ctl_ops = {
 	.on_event = ctl_on_event,
 };
 
-static const char *topo_what(const struct rpool *p)
+static const char *topo_what(const struct rtopo *t)
 {
-	return p->topo == TOPO_SENTINEL ? "sentinel" : "cluster node";
+	return t->conf.kind == RTOPO_SENTINEL ? "sentinel" : "cluster node";
 }
 
 /* Close the control connection; reconnect after a (jittered) backoff. */
-static void ctl_drop(struct rp_topo_ctl *t, const char *why, bool next_address, bool at_once)
+static void ctl_drop(struct rtopo *t, const char *why, bool next_address, bool at_once)
 {
-	struct rpool *p = t->p;
 	struct rconn *rc = t->rc;
 	int64_t d = t->backoff_ms, half = d / 2;
 	struct timeval tv;
 
 	if (rc != NULL) {
-		if (!p->freeing && why != NULL)
+		if (!t->freeing && why != NULL)
 			log_ratelimited(LOG_SLOT_REDIS_CONN, 1000,
 					"redis control connection closed", "%s=%s:%d reason=\"%s\"",
-					topo_what(p), t->host, t->port, why);
+					topo_what(t), t->host, t->port, why);
 		t->rc = NULL;
 		rconn_free(rc);
 	}
@@ -114,92 +121,85 @@ static void ctl_drop(struct rp_topo_ctl *t, const char *why, bool next_address, 
 	t->ping_pending = false;
 	evtimer_del(t->timer);
 	evtimer_del(t->ping);
-	if (p->freeing)
+	if (t->freeing)
 		return;
 	if (next_address)
 		t->tries++;
 	if (at_once) {
 		d = 0;
 	} else {
-		d = half + (int64_t)(rp_rand(p) % (uint64_t)(d - half + 1));
-		t->backoff_ms =
-		    t->backoff_ms * 2 > p->backoff_max_ms ? p->backoff_max_ms : t->backoff_ms * 2;
+		d = half + (int64_t)(rutil_rand(&t->rng) % (uint64_t)(d - half + 1));
+		t->backoff_ms = t->backoff_ms * 2 > t->conf.backoff_max_ms ? t->conf.backoff_max_ms
+									   : t->backoff_ms * 2;
 	}
-	tv = ms_to_tv(d);
+	tv = rutil_tv(d);
 	evtimer_add(t->timer, &tv);
 }
 
 /* The address of the next attempt: masters of the map first, then seeds. */
-static void ctl_pick(struct rp_topo_ctl *t, const char **host, int *port)
+static void ctl_pick(struct rtopo *t, const char **host, int *port)
 {
-	struct rpool *p = t->p;
+	const struct redis_url *url = t->conf.url;
 	size_t known = 0, k;
 
-	if (p->topo == TOPO_CLUSTER)
-		for (struct rp_node *n = p->nodes; n != NULL; n = n->next)
-			known += n->active && n->slots > 0;
-	k = t->tries % (known + p->url.nhosts);
+	if (t->conf.kind == RTOPO_CLUSTER)
+		known = t->ops->master_addr(t->owner, 0, host, port);
+	k = t->tries % (known + url->nhosts);
 	if (k >= known) {
-		*host = p->url.hosts[k - known].host;
-		*port = p->url.hosts[k - known].port;
+		*host = url->hosts[k - known].host;
+		*port = url->hosts[k - known].port;
 		return;
 	}
-	for (struct rp_node *n = p->nodes; n != NULL; n = n->next)
-		if (n->active && n->slots > 0 && k-- == 0) {
-			*host = n->host;
-			*port = n->port;
-			return;
-		}
+	t->ops->master_addr(t->owner, k, host, port);
 }
 
-static bool ctl_send_slots(struct rp_topo_ctl *t)
+static bool ctl_send_slots(struct rtopo *t)
 {
 	if (t->rc == NULL || t->slots_pending)
 		return true;
 	t->last_ask_ms = clock_mono_ms();
 	t->stale = false;
-	if (!rp_send_argv(t->rc, 2, (const char *[]){ "CLUSTER", "SLOTS" }, KC_SLOTS, NULL))
+	if (!rutil_send_argv(t->rc, 2, (const char *[]){ "CLUSTER", "SLOTS" }, KC_SLOTS, NULL))
 		return false;
 	t->slots_pending = true;
 	return true;
 }
 
-static void ctl_connect(struct rp_topo_ctl *t)
+static void ctl_connect(struct rtopo *t)
 {
-	struct rpool *p = t->p;
-	struct timeval tv = ms_to_tv(p->timeout_ms);
+	const struct rtopo_conf *cf = &t->conf;
+	struct timeval tv = rutil_tv(cf->timeout_ms);
 	const char *host = NULL, *pass;
 	char err[200];
 	bool ok = true;
 
 	ctl_pick(t, &host, &t->port);
 	snprintf(t->host, sizeof(t->host), "%s", host);
-	t->rc = rconn_new(p->base, t->host, t->port, NULL, p->url.tls ? p->tls : NULL, &ctl_ops, t,
-			  err, sizeof(err));
+	t->rc = rconn_new(cf->base, t->host, t->port, NULL, cf->tls, &ctl_ops, t, err, sizeof(err));
 	if (t->rc == NULL) {
 		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis connect failed", "%s=%s:%d err=\"%s\"",
-				topo_what(p), t->host, t->port, err);
+				topo_what(t), t->host, t->port, err);
 		ctl_drop(t, NULL, true, false);
 		return;
 	}
 	t->last_ask_ms = clock_mono_ms();
 	evtimer_add(t->timer, &tv);
-	pass = p->topo == TOPO_SENTINEL ? p->sentinel_password : p->password;
+	pass = cf->kind == RTOPO_SENTINEL ? cf->sentinel_password : cf->password;
 	if (pass != NULL) {
-		if (p->topo == TOPO_CLUSTER && p->user != NULL)
-			ok = rp_send_argv(t->rc, 3, (const char *[]){ "AUTH", p->user, pass },
-					  KC_AUTH, NULL);
+		if (cf->kind == RTOPO_CLUSTER && cf->user != NULL)
+			ok = rutil_send_argv(t->rc, 3, (const char *[]){ "AUTH", cf->user, pass },
+					     KC_AUTH, NULL);
 		else
-			ok =
-			    rp_send_argv(t->rc, 2, (const char *[]){ "AUTH", pass }, KC_AUTH, NULL);
+			ok = rutil_send_argv(t->rc, 2, (const char *[]){ "AUTH", pass }, KC_AUTH,
+					     NULL);
 	}
-	if (p->topo == TOPO_SENTINEL) {
-		const char *ask[3] = { "SENTINEL", "get-master-addr-by-name", p->url.master };
+	if (cf->kind == RTOPO_SENTINEL) {
+		const char *ask[3] = { "SENTINEL", "get-master-addr-by-name", cf->url->master };
 		/* One reply is waited for; the second channel's confirmation
 		 * comes as a push and is ignored. */
 		const char *sub[3] = { "SUBSCRIBE", "+switch-master", "+selected-slave" };
-		ok = ok && rp_send_argv(t->rc, 3, ask, KC_ADDR, NULL) &&
-		     rp_send_argv(t->rc, 3, sub, KC_SUB, NULL);
+		ok = ok && rutil_send_argv(t->rc, 3, ask, KC_ADDR, NULL) &&
+		     rutil_send_argv(t->rc, 3, sub, KC_SUB, NULL);
 	} else {
 		t->stale = false;
 		ok = ok && ctl_send_slots(t);
@@ -210,7 +210,7 @@ static void ctl_connect(struct rp_topo_ctl *t)
 
 static void ctl_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct rp_topo_ctl *t = arg;
+	struct rtopo *t = arg;
 
 	(void)fd;
 	(void)what;
@@ -223,9 +223,9 @@ static void ctl_timer_cb(evutil_socket_t fd, short what, void *arg)
 /* ---- Sentinel ---- */
 
 /* The PING interval, which is also the deadline of its answer. */
-static struct timeval ping_tv(const struct rpool *p)
+static struct timeval ping_tv(const struct rtopo *t)
 {
-	return ms_to_tv(p->timeout_ms > RT_PING_MS ? p->timeout_ms : RT_PING_MS);
+	return rutil_tv(t->conf.timeout_ms > RT_PING_MS ? t->conf.timeout_ms : RT_PING_MS);
 }
 
 /*
@@ -235,8 +235,8 @@ static struct timeval ping_tv(const struct rpool *p)
  */
 static void ctl_ping_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct rp_topo_ctl *t = arg;
-	struct timeval tv = ping_tv(t->p);
+	struct rtopo *t = arg;
+	struct timeval tv = ping_tv(t);
 
 	(void)fd;
 	(void)what;
@@ -249,7 +249,7 @@ static void ctl_ping_cb(evutil_socket_t fd, short what, void *arg)
 		ctl_drop(t, "no answer to PING", true, true);
 		return;
 	}
-	if (!rp_send_argv(t->rc, 1, (const char *[]){ "PING" }, KC_PING, NULL)) {
+	if (!rutil_send_argv(t->rc, 1, (const char *[]){ "PING" }, KC_PING, NULL)) {
 		ctl_drop(t, "cannot send PING", true, false);
 		return;
 	}
@@ -257,32 +257,8 @@ static void ctl_ping_cb(evutil_socket_t fd, short what, void *arg)
 	evtimer_add(t->ping, &tv);
 }
 
-/* The master is at host:port from now on. */
-static void sentinel_use(struct rpool *p, const char *host, int port, const char *why)
+static void sentinel_addr_reply(struct rtopo *t, const struct rval *v)
 {
-	struct rp_node *n = node_get(p, host, port), *old = p->master;
-
-	if (n == NULL)
-		return;
-	if (n == old) {
-		node_activate(n);
-		return;
-	}
-	if (old != NULL)
-		log_warn("redis master changed", "from=%s to=%s reason=%s", old->name, n->name,
-			 why);
-	else
-		log_info("redis master found", "master=%s reason=%s", n->name, why);
-	p->master = n;
-	node_activate(n);
-	if (old != NULL)
-		node_deactivate(old, "no longer the master");
-	run_schedule(p);
-}
-
-static void sentinel_addr_reply(struct rp_topo_ctl *t, const struct rval *v)
-{
-	struct rpool *p = t->p;
 	const char *msg, *fix;
 	char buf[200];
 	long port;
@@ -296,20 +272,21 @@ static void sentinel_addr_reply(struct rp_topo_ctl *t, const struct rval *v)
 			 * until the replica is reconfigured: keep the selected one. */
 			if (clock_mono_ms() < t->failover_until)
 				return;
-			sentinel_use(p, v->a[0].s, (int)port, "sentinel");
+			t->ops->use_master(t->owner, v->a[0].s, (int)port, "sentinel");
 			return;
 		}
 	}
-	if (rp_auth_refusal(p, v, true, &msg, &fix)) {
+	if (rutil_auth_refusal(v, true, t->conf.sentinel_password != NULL, &msg, &fix)) {
 		log_ratelimited(LOG_SLOT_REDIS, 1000, msg, "sentinel=%s:%d fix=\"%s\" err=\"%s\"",
-				t->host, t->port, fix, log_safe(v->s, buf, sizeof(buf)));
+				t->host, t->port, fix, rutil_log_safe(v->s, buf, sizeof(buf)));
 		ctl_drop(t, NULL, true, false);
 		return;
 	}
 	log_ratelimited(LOG_SLOT_REDIS, 1000, "sentinel does not name the master",
 			"sentinel=%s:%d master=\"%s\" reply=\"%s\"", t->host, t->port,
-			log_safe(p->url.master, buf, 64),
-			v->type == RV_ERR ? log_safe(v->s, buf + 64, sizeof(buf) - 64) : "nil");
+			rutil_log_safe(t->conf.url->master, buf, 64),
+			v->type == RV_ERR ? rutil_log_safe(v->s, buf + 64, sizeof(buf) - 64)
+					  : "nil");
 	ctl_drop(t, NULL, true, false);
 }
 
@@ -326,8 +303,8 @@ static void sentinel_addr_reply(struct rp_topo_ctl *t, const struct rval *v)
  */
 static void ctl_on_push(void *owner, struct rval *v)
 {
-	struct rp_topo_ctl *t = owner;
-	struct rpool *p = t->p;
+	struct rtopo *t = owner;
+	const char *master = t->conf.url->master;
 	char name[REDIS_URL_NAME_MAX], oh[REDIS_URL_HOST_MAX], nh[REDIS_URL_HOST_MAX];
 	char kind[16], id[REDIS_URL_HOST_MAX + 8], at[2];
 	int op, np;
@@ -339,40 +316,34 @@ static void ctl_on_push(void *owner, struct rval *v)
 	}
 	if (strcmp(v->a[1].s, "+switch-master") == 0 &&
 	    sscanf(v->a[2].s, "%127s %255s %d %255s %d", name, oh, &op, nh, &np) == 5 &&
-	    strcmp(name, p->url.master) == 0 && np > 0 && np <= 65535) {
+	    strcmp(name, master) == 0 && np > 0 && np <= 65535) {
 		t->failover_until = 0;
-		sentinel_use(p, nh, np, "switch-master");
+		t->ops->use_master(t->owner, nh, np, "switch-master");
 	} else if (strcmp(v->a[1].s, "+selected-slave") == 0 &&
 		   sscanf(v->a[2].s, "%15s %263s %255s %d %1s %127s", kind, id, nh, &np, at,
 			  name) == 6 &&
-		   strcmp(at, "@") == 0 && strcmp(name, p->url.master) == 0 && np > 0 &&
-		   np <= 65535) {
+		   strcmp(at, "@") == 0 && strcmp(name, master) == 0 && np > 0 && np <= 65535) {
 		log_warn("redis failover: a replica was selected; no writes to the old master",
 			 "replica=%s:%d", nh, np);
 		t->failover_until = clock_mono_ms() + RT_FAILOVER_MS;
-		sentinel_use(p, nh, np, "selected-slave");
+		t->ops->use_master(t->owner, nh, np, "selected-slave");
 	}
 	rval_free(v);
 }
 
 /* ---- Cluster ---- */
 
-struct range {
-	long start, end;
-	struct rp_node *n;
-};
-
 /*
- * A CLUSTER SLOTS reply into the map: NULL when applied, else why it is
- * unusable (malformed, empty, OOM; the map is then unchanged). A valid map
- * has at most SLOT_COUNT ranges (one a slot); any count up to that is
- * taken, since years of resharding leave many small ranges.
+ * A CLUSTER SLOTS reply into a map handed to the owner: NULL when applied,
+ * else why it is unusable (malformed, empty, OOM; the map is then
+ * unchanged). A valid map has at most SLOT_COUNT ranges (one a slot); any
+ * count up to that is taken, since years of resharding leave many small
+ * ranges.
  */
-static const char *cluster_apply(struct rp_topo_ctl *t, const struct rval *v)
+static const char *cluster_apply(struct rtopo *t, const struct rval *v)
 {
-	struct rpool *p = t->p;
-	struct range *r;
-	const char *why = "malformed range";
+	struct rtopo_range *r;
+	const char *why = NULL;
 	size_t nr = 0;
 
 	if (v->type != RV_ARR || v->n == 0)
@@ -384,7 +355,6 @@ static const char *cluster_apply(struct rp_topo_ctl *t, const struct rval *v)
 		return "out of memory";
 	for (size_t i = 0; i < v->n; i++) {
 		const struct rval *e = &v->a[i], *m;
-		const char *host;
 		if (e->type != RV_ARR || e->n < 3 || e->a[0].type != RV_INT ||
 		    e->a[1].type != RV_INT || e->a[2].type != RV_ARR || e->a[2].n < 2)
 			goto bad;
@@ -395,47 +365,31 @@ static const char *cluster_apply(struct rp_topo_ctl *t, const struct rval *v)
 		if (e->a[0].i < 0 || e->a[1].i >= SLOT_COUNT || e->a[0].i > e->a[1].i)
 			goto bad;
 		/* An empty or unknown endpoint: the node we asked. */
-		host = m->a[0].len == 0 || strcmp(m->a[0].s, "?") == 0 ? t->host : m->a[0].s;
+		r[nr].host = m->a[0].len == 0 || strcmp(m->a[0].s, "?") == 0 ? t->host : m->a[0].s;
 		r[nr].start = e->a[0].i;
 		r[nr].end = e->a[1].i;
-		r[nr].n = node_get(p, host, (int)m->a[1].i);
-		if (r[nr].n == NULL) {
-			why = "out of memory";
-			goto bad;
-		}
+		r[nr].port = (int)m->a[1].i;
 		nr++;
 	}
-	for (struct rp_node *n = p->nodes; n != NULL; n = n->next)
-		n->slots = 0;
-	memset(p->slots, 0, SLOT_COUNT * sizeof(*p->slots));
-	for (size_t i = 0; i < nr; i++) {
-		for (long s = r[i].start; s <= r[i].end; s++)
-			p->slots[s] = r[i].n;
-		r[i].n->slots += (int)(r[i].end - r[i].start + 1);
-	}
+	why = t->ops->apply_map(t->owner, r, nr);
 	free(r);
-	for (struct rp_node *n = p->nodes; n != NULL; n = n->next) {
-		if (n->slots > 0)
-			node_activate(n);
-		else if (n->active)
-			node_deactivate(n, "owns no slot");
-	}
-	if (!p->map_known)
+	if (why != NULL)
+		return why;
+	if (!t->map_read)
 		log_info("redis cluster slot map read", "node=%s:%d ranges=%zu", t->host, t->port,
 			 nr);
-	p->map_known = true;
-	run_schedule(p);
+	t->map_read = true;
 	return NULL;
 bad:
 	free(r);
-	return why;
+	return "malformed range";
 }
 
 static void ctl_tick_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct rp_topo_ctl *t = arg;
-	struct timeval tv = ms_to_tv(RT_REFRESH_MS);
-	int64_t wait = t->p->timeout_ms;
+	struct rtopo *t = arg;
+	struct timeval tv = rutil_tv(RT_REFRESH_MS);
+	int64_t wait = t->conf.timeout_ms;
 
 	(void)fd;
 	(void)what;
@@ -456,8 +410,8 @@ static void ctl_tick_cb(evutil_socket_t fd, short what, void *arg)
 
 static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v)
 {
-	struct rp_topo_ctl *t = owner;
-	struct rpool *p = t->p;
+	struct rtopo *t = owner;
+	bool sentinel = t->conf.kind == RTOPO_SENTINEL;
 	const char *why, *msg, *fix;
 	char buf[200];
 
@@ -467,14 +421,17 @@ static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v)
 		return;
 	}
 	if (v->type == RV_ERR && kind != KC_ADDR) {
-		if (rp_auth_refusal(p, v, p->topo == TOPO_SENTINEL, &msg, &fix))
+		if (rutil_auth_refusal(v, sentinel,
+				       (sentinel ? t->conf.sentinel_password : t->conf.password) !=
+					   NULL,
+				       &msg, &fix))
 			log_ratelimited(LOG_SLOT_REDIS, 1000, msg, "%s=%s:%d fix=\"%s\" err=\"%s\"",
-					topo_what(p), t->host, t->port, fix,
-					log_safe(v->s, buf, sizeof(buf)));
+					topo_what(t), t->host, t->port, fix,
+					rutil_log_safe(v->s, buf, sizeof(buf)));
 		else
 			log_ratelimited(LOG_SLOT_REDIS, 1000, "redis control request failed",
-					"%s=%s:%d err=\"%s\"", topo_what(p), t->host, t->port,
-					log_safe(v->s, buf, sizeof(buf)));
+					"%s=%s:%d err=\"%s\"", topo_what(t), t->host, t->port,
+					rutil_log_safe(v->s, buf, sizeof(buf)));
 		rval_free(v);
 		ctl_drop(t, NULL, true, false);
 		return;
@@ -482,9 +439,9 @@ static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v)
 	switch (kind) {
 	case KC_ADDR: sentinel_addr_reply(t, v); break;
 	case KC_SUB: {
-		struct timeval tv = ping_tv(p);
+		struct timeval tv = ping_tv(t);
 		t->ready = true;
-		t->backoff_ms = p->backoff_min_ms;
+		t->backoff_ms = t->conf.backoff_min_ms;
 		evtimer_del(t->timer);
 		evtimer_add(t->ping, &tv);
 		log_info("sentinel subscribed", "sentinel=%s:%d", t->host, t->port);
@@ -510,10 +467,10 @@ static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v)
 			break;
 		}
 		t->ready = true;
-		t->backoff_ms = p->backoff_min_ms;
+		t->backoff_ms = t->conf.backoff_min_ms;
 		evtimer_del(t->timer);
 		if (t->stale) {
-			struct timeval tv = ms_to_tv(RT_MIN_GAP_MS);
+			struct timeval tv = rutil_tv(RT_MIN_GAP_MS);
 			event_add(t->kick, &tv);
 		}
 		break;
@@ -524,7 +481,7 @@ static void ctl_on_reply(void *owner, int kind, void *tag, struct rval *v)
 
 static void ctl_on_event(void *owner, bool up, const char *why)
 {
-	struct rp_topo_ctl *t = owner;
+	struct rtopo *t = owner;
 
 	if (!up)
 		ctl_drop(t, why, true, false);
@@ -533,26 +490,19 @@ static void ctl_on_event(void *owner, bool up, const char *why)
 /* Act on stale/lost: ask again (at most once per RT_MIN_GAP_MS). */
 static void ctl_kick_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct rp_topo_ctl *t = arg;
-	struct rpool *p = t->p;
+	struct rtopo *t = arg;
 	int64_t gap = clock_mono_ms() - t->last_ask_ms;
 
 	(void)fd;
 	(void)what;
 	if (gap < RT_MIN_GAP_MS) {
-		struct timeval tv = ms_to_tv(RT_MIN_GAP_MS - gap);
+		struct timeval tv = rutil_tv(RT_MIN_GAP_MS - gap);
 		event_add(t->kick, &tv);
 		return;
 	}
-	if (p->topo == TOPO_SENTINEL) {
-		if (t->drop_master && p->master != NULL)
-			for (int i = 0; i < p->master->nconns; i++)
-				if (p->master->conns[i].state == CS_READY) {
-					/* a demoted master: reconnect, and ROLE checks it */
-					node_deactivate(p->master, "not writable");
-					node_activate(p->master);
-					break;
-				}
+	if (t->conf.kind == RTOPO_SENTINEL) {
+		if (t->drop_master)
+			t->ops->recheck_master(t->owner); /* a demoted master: ROLE checks it */
 		t->drop_master = false;
 		t->last_ask_ms = clock_mono_ms();
 		if (t->rc != NULL)
@@ -565,7 +515,7 @@ static void ctl_kick_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-static void ctl_kick(struct rp_topo_ctl *t)
+static void ctl_kick(struct rtopo *t)
 {
 	struct timeval tv = { 0, 0 };
 
@@ -574,59 +524,10 @@ static void ctl_kick(struct rp_topo_ctl *t)
 		evtimer_add(t->kick, &tv);
 }
 
-/* ---- rpool.c's interface ---- */
+/* ---- the owner's interface ---- */
 
-bool topo_start(struct rpool *p)
+static void ctl_free(struct rtopo *t)
 {
-	struct rp_topo_ctl *t = calloc(1, sizeof(*t));
-	struct timeval tv = ms_to_tv(RT_REFRESH_MS);
-
-	if (t == NULL)
-		return false;
-	p->ctl = t;
-	t->p = p;
-	t->backoff_ms = p->backoff_min_ms;
-	t->timer = evtimer_new(p->base, ctl_timer_cb, t);
-	t->kick = evtimer_new(p->base, ctl_kick_cb, t);
-	t->tick = evtimer_new(p->base, ctl_tick_cb, t);
-	t->ping = evtimer_new(p->base, ctl_ping_cb, t);
-	if (t->timer == NULL || t->kick == NULL || t->tick == NULL || t->ping == NULL)
-		return false;
-	if (p->topo == TOPO_CLUSTER && evtimer_add(t->tick, &tv) != 0)
-		return false;
-	ctl_connect(t);
-	return true;
-}
-
-/* SENTINEL: waiting for the selected replica's promotion (nothing to ask). */
-static bool failing_over(const struct rpool *p)
-{
-	return p->topo == TOPO_SENTINEL && clock_mono_ms() < p->ctl->failover_until;
-}
-
-void topo_node_lost(struct rpool *p, struct rp_node *n)
-{
-	(void)n;
-	if (p->ctl != NULL && !failing_over(p))
-		ctl_kick(p->ctl);
-}
-
-void topo_stale(struct rpool *p)
-{
-	if (p->ctl == NULL || failing_over(p))
-		return;
-	if (p->topo == TOPO_SENTINEL)
-		p->ctl->drop_master = true;
-	ctl_kick(p->ctl);
-}
-
-void topo_free(struct rpool *p)
-{
-	struct rp_topo_ctl *t = p->ctl;
-
-	if (t == NULL)
-		return;
-	p->ctl = NULL;
 	if (t->rc != NULL)
 		rconn_free(t->rc);
 	if (t->timer != NULL)
@@ -638,4 +539,58 @@ void topo_free(struct rpool *p)
 	if (t->ping != NULL)
 		event_free(t->ping);
 	free(t);
+}
+
+struct rtopo *rtopo_new(const struct rtopo_conf *conf, const struct rtopo_ops *ops, void *owner)
+{
+	struct rtopo *t = calloc(1, sizeof(*t));
+	struct timeval tv = rutil_tv(RT_REFRESH_MS);
+
+	if (t == NULL)
+		return NULL;
+	t->conf = *conf;
+	t->ops = ops;
+	t->owner = owner;
+	t->rng = rutil_seed(t);
+	t->backoff_ms = conf->backoff_min_ms;
+	t->timer = evtimer_new(conf->base, ctl_timer_cb, t);
+	t->kick = evtimer_new(conf->base, ctl_kick_cb, t);
+	t->tick = evtimer_new(conf->base, ctl_tick_cb, t);
+	t->ping = evtimer_new(conf->base, ctl_ping_cb, t);
+	if (t->timer == NULL || t->kick == NULL || t->tick == NULL || t->ping == NULL ||
+	    (conf->kind == RTOPO_CLUSTER && evtimer_add(t->tick, &tv) != 0)) {
+		ctl_free(t);
+		return NULL;
+	}
+	ctl_connect(t);
+	return t;
+}
+
+/* SENTINEL: waiting for the selected replica's promotion (nothing to ask). */
+static bool failing_over(const struct rtopo *t)
+{
+	return t->conf.kind == RTOPO_SENTINEL && clock_mono_ms() < t->failover_until;
+}
+
+void rtopo_node_lost(struct rtopo *t)
+{
+	if (t != NULL && !failing_over(t))
+		ctl_kick(t);
+}
+
+void rtopo_stale(struct rtopo *t)
+{
+	if (t == NULL || failing_over(t))
+		return;
+	if (t->conf.kind == RTOPO_SENTINEL)
+		t->drop_master = true;
+	ctl_kick(t);
+}
+
+void rtopo_free(struct rtopo *t)
+{
+	if (t == NULL)
+		return;
+	t->freeing = true;
+	ctl_free(t);
 }

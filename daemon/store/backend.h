@@ -118,6 +118,15 @@ int64_t backend_last_due(const struct backend *b);
 void backend_penalize(struct backend *b, struct kq *kq, int64_t delay_ms);
 
 /*
+ * backend_owe_pace - the fallback refused kq as another pod's serialized key
+ * (fallback_owner): the pacing in Redis is pushed to `until` when it
+ * answers again, before this pod serves from it, so that this pod does not
+ * go through Redis on the key while the owner may still hold a lease its
+ * fallback granted and has not booked there yet.
+ */
+void backend_owe_pace(struct backend *b, struct kq *kq, int64_t until);
+
+/*
  * backend_owe - the fallback admitted on kq (class cls, cost, reservation):
  * it is written back to Redis, exactly once, when Redis answers again, and
  * Redis serves this pod's acquires only after it is.
@@ -141,7 +150,8 @@ bool backend_override(struct backend *b, struct kq *kq, int64_t ttl_ms, int64_t 
 
 /*
  * backend_share - this pod's fallback share of cs's limits now (LIM_WHOLE
- * when b is NULL): the divisor, and the rank the last heartbeat gave.
+ * when b is NULL): the divisor, the rank the last heartbeat gave and the
+ * pods it ranked, and while Redis is down, since when.
  */
 struct lim_share backend_share(const struct backend *b, const struct conf_scope *cs);
 
@@ -160,6 +170,15 @@ struct lim_share backend_share(const struct backend *b, const struct conf_scope 
  * not ranked yet (as before: at the turn).
  */
 int64_t backend_turn_delay(const struct backend *b, int64_t turn_mono, int64_t window_ms);
+
+/*
+ * backend_born_down - a backend born while Redis was unreachable: made (at
+ * daemon start, or by a reload that made a new backend) and not yet once
+ * connected. Then its generation (nonzero, one per backend made) and
+ * *born_ms, when it was made (mono ms); else 0 (it has been up: it saw what
+ * this pod admitted through Redis since).
+ */
+uint32_t backend_born_down(const struct backend *b, int64_t *born_ms);
 
 /*
  * backend_status - add the backend's counters to a status reply: a "redis"

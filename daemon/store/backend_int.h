@@ -113,6 +113,8 @@ struct backend {
 	uint64_t reconciled, rebooked, dropped;
 	uint64_t beats; /* heartbeats answered */
 	bool was_up;	/* up at least once: a later up is a return */
+	uint32_t gen;	/* one per backend made (backend_born_down) */
+	int64_t born_ms;
 	/* Single-target acquires of this loop pass, by pool connection, sent
 	 * as one call per connection when the pass ends (rb_xb_*). */
 	struct rb_xb **xb; /* nxb of them; NULL: every acquire its own call */

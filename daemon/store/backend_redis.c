@@ -513,8 +513,12 @@ struct lim_share backend_share(const struct backend *b, const struct conf_scope 
 
 	if (b == NULL)
 		return sh;
-	if (b->beats > 0) /* ranked by the last heartbeat, whatever the divisor */
+	if (b->beats > 0) { /* ranked by the last heartbeat, whatever the divisor */
 		sh.rank = b->pod_rank;
+		sh.pods = b->pods_seen;
+	}
+	if (!b->up)
+		sh.out_since = b->since_ms > 0 ? b->since_ms : 1;
 	if (cs->fallback_divisor_auto && b->beats == 0) /* the fleet not seen yet */
 		sh.div = (double)b->ad->conf->fallback_pods;
 	else if (cs->fallback_divisor_auto)
@@ -542,6 +546,14 @@ int64_t backend_turn_delay(const struct backend *b, int64_t turn_mono, int64_t w
 	if (slot <= 0 || turn < 0)
 		return 0;
 	return (turn + b->pod_rank) % n * slot;
+}
+
+uint32_t backend_born_down(const struct backend *b, int64_t *born_ms)
+{
+	if (b == NULL || b->was_up)
+		return 0;
+	*born_ms = b->born_ms;
+	return b->gen;
 }
 
 /*
@@ -659,6 +671,7 @@ struct backend *backend_new(struct admitd *ad)
 	struct timeval hb = { 0, RB_HEARTBEAT_MS * 1000 };
 	char err[256] = "";
 	char host[48] = "pod";
+	static uint32_t gens; /* backends made: their generations */
 
 	if (b == NULL)
 		return NULL;
@@ -667,7 +680,8 @@ struct backend *backend_new(struct admitd *ad)
 	TAILQ_INIT(&b->queue);
 	TAILQ_INIT(&b->owing);
 	TAILQ_INIT(&b->sending);
-	b->since_ms = clock_mono_ms();
+	b->since_ms = b->born_ms = clock_mono_ms();
+	b->gen = ++gens != 0 ? gens : ++gens;
 	b->s_acquire = script_index("acquire");
 	b->s_release = script_index("release");
 	b->s_penalize = script_index("penalize");

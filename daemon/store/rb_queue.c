@@ -713,6 +713,14 @@ void backend_owe(struct backend *b, struct kq *kq, const struct conf_class *cls,
 		o->next_at = eng_fb_next_at(kq);
 }
 
+void backend_owe_pace(struct backend *b, struct kq *kq, int64_t until)
+{
+	struct rb_owe *o;
+
+	if (!b->closing && (o = rb_owe_of(b, kq->sc->cs, kq->key)) != NULL && until > o->next_at)
+		o->next_at = until;
+}
+
 void rb_owe_penalty(struct backend *b, struct kq *kq, int64_t until)
 {
 	struct rb_owe *o = rb_owe_of(b, kq->sc->cs, kq->key);

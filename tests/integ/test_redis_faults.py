@@ -315,11 +315,17 @@ class ErrorReplyTest(FaultCase):
     def test_fail_modes_while_redis_down(self):
         conf = ("[scope closed]\nquota = 100/1s\nfail_mode = closed\n\n"
                 "[scope open]\nquota = 1/1h\nfail_mode = open\n\n"
-                "[scope fb]\nquota = 2/1h\n")
+                "[scope fb]\nquota = 2/1s\n")
         # Redis never started: nothing listens on its socket.
         with Pods(conf, n=1, start_redis=False) as cl:
             d = cl.daemons[0]
             self.assertEqual(status(d)["backend"], "fallback")
+            # born while Redis is unreachable, the fallback's share starts
+            # spent: a window later it is there again
+            r = self.probe(d, "fb", 1)[0]
+            self.assertEqual((r.get("ok"), r.get("rule"), r.get("backend")),
+                             (False, "quota 2/1s", "fallback"), r)
+            time.sleep(r["retry_after_ms"] / 1000.0 + 0.05)
             for r in self.probe(d, "closed", 3):
                 self.assertEqual(r.get("error"), "unavailable", r)
             for r in self.probe(d, "open", 5):  # quota 1/1h, and all 5 go
@@ -335,9 +341,17 @@ class StartupTest(FaultCase):
         conf = "[scope q]\nquota = 1000/1s\n"
         with Pods(conf, n=1, start_redis=False) as cl:
             d = cl.daemons[0]
+            # Born while Redis is unreachable, its fallback starts with the
+            # window spent (a restart cannot know what it admitted before);
+            # then, for a second (the reconnect backoff grows to its 1 s
+            # cap), it serves from the fallback.
+            with d.connect() as c:
+                r = c.request(acquire_req("q", "k", timeout_ms=0))
+                self.assertEqual((r.get("ok"), r.get("rule"), r.get("backend")),
+                                 (False, "quota 1000/1s", "fallback"), r)
+                self.assertLessEqual(r["retry_after_ms"], 1000, r)
+                time.sleep(r["retry_after_ms"] / 1000.0 + 0.05)
             t0 = now()
-            # For a second (the reconnect backoff grows to its 1 s cap) it
-            # serves from the fallback.
             with d.connect() as c:
                 while now() < t0 + 1.0:
                     r = c.request(acquire_req("q", "k", timeout_ms=0))

@@ -54,6 +54,9 @@ quota = 3/1h
 [scope closed]
 quota = 3/1h
 fail_mode = closed
+
+[scope qs]
+quota = 3/2s
 """
 
 
@@ -186,8 +189,12 @@ class TlsRefusedTest(TlsCase):
         d = p.daemons[0]
         t0 = now()
         with d.connect() as c:
-            # fallback: quota 3/1h in process, then limited by it.
-            got = [c.request(acquire_req("q", "k", timeout_ms=0)) for _ in range(5)]
+            # fallback: born while Redis is unreachable, its share starts
+            # spent (quota 3/2s in process); a window later 3, then limited.
+            r = c.request(acquire_req("qs", "k", timeout_ms=0))
+            self.assertEqual((r.get("error"), r.get("backend")), ("limited", "fallback"), r)
+            time.sleep(r["retry_after_ms"] / 1000.0 + 0.05)
+            got = [c.request(acquire_req("qs", "k", timeout_ms=0)) for _ in range(5)]
             for r in got[:3]:
                 self.assertIs(r.get("ok"), True, r)
                 self.assertEqual(r.get("backend"), "fallback", r)
@@ -197,11 +204,11 @@ class TlsRefusedTest(TlsCase):
             r = c.request(acquire_req("closed", "k", timeout_ms=0))
             self.assertEqual(r.get("error"), "unavailable", r)
             # ... and stays so: retried connections are refused too.
-            while now() < t0 + 1.5:
+            while now() < t0 + 3.5:
                 self.assertEqual(status(d)["backend"], "fallback")
                 time.sleep(0.1)
         self.assertEqual(admitd_commands(srv), {}, "a command ran over a refused connection")
-        self.assertEqual(srv.command("EXISTS", key_name("admitd", "q", "k", "q")), 0)
+        self.assertEqual(srv.command("EXISTS", key_name("admitd", "qs", "k", "q")), 0)
         # Logged, with why: the verification failed, for this reason.
         log = d.stderr_text().lower()
         self.assertIn("certificate verify failed", log)
