@@ -324,7 +324,11 @@ class KeyTableOverrideTest(unittest.TestCase):
         r = self.c.request(acquire_req("api", "new", timeout_ms=0))
         self.assertTrue(r.get("ok"), r)
         st = status(self.c)
-        self.assertEqual((st["keys"], st["key_evictions"]), (100, 1), st)
+        # The ended override's key made the room: evicted for "new", or
+        # freed just before by the idle sweep (its state is a fresh key's
+        # once the override has ended), whichever came first.
+        self.assertEqual(st["keys"], 100, st)
+        self.assertIn(st["key_evictions"], (0, 1), st)
         self.assertInForce(["o%d" % i for i in range(99)])
 
 
