@@ -86,6 +86,16 @@ struct backend {
 	int64_t since_ms;
 	int64_t pods_seen; /* from the last heartbeat while up */
 	int64_t pod_rank;  /* ... and this pod's rank among them (heartbeat.lua) */
+	/*
+	 * The fleet a fallback divides by and ranks in (backend_share while
+	 * down): the last heartbeat's, except one answered while down or within
+	 * RB_POD_WINDOW_MS of Redis's return, before every live pod has beaten
+	 * again (it may count this pod alone): that one does not replace it, so
+	 * a pod whose Redis flaps at its return keeps the view the others keep.
+	 */
+	int64_t fb_pods, fb_rank;
+	bool fb_ranked;
+	int64_t back_ms;   /* when Redis last came back after an outage (mono ms), or 0 */
 	int64_t offset_ms; /* Redis TIME minus clock_mono_ms, from the last reply */
 	bool offset_known;
 	char pod_id[64];

@@ -377,6 +377,8 @@ static void rb_state_cb(void *arg, bool up)
 		return;
 	}
 	log_info("redis is up: limits are shared", "redis=\"%s\"", b->url_log);
+	if (b->was_up) /* a return: the pods' beats may have lapsed meanwhile */
+		b->back_ms = b->since_ms;
 	if (rpool_clock(b->pool, &b->offset_ms))
 		b->offset_known = true;
 	/* The pods alive, at once, not a beat later; then what Redis is owed. */
@@ -466,6 +468,12 @@ static void rb_hb_reply(void *arg, enum rp_status st, const struct rval *reply)
 	    reply->a[3].type == RV_INT && reply->a[3].i >= 0 && reply->a[3].i < reply->a[0].i) {
 		b->pods_seen = reply->a[0].i;
 		b->pod_rank = reply->a[3].i;
+		if (!b->fb_ranked || (b->up && (b->back_ms == 0 || clock_mono_ms() - b->back_ms >=
+								       RB_POD_WINDOW_MS))) {
+			b->fb_pods = b->pods_seen;
+			b->fb_rank = b->pod_rank;
+			b->fb_ranked = true;
+		}
 		rb_saw_time(b, reply->a[1].i);
 		/* This pod was registered a beat ago and is not now: Redis lost
 		 * its data (restarted empty, flushed, failed over) and with it
@@ -510,19 +518,23 @@ static void rb_hb_cb(evutil_socket_t fd UNUSED, short what, void *arg)
 struct lim_share backend_share(const struct backend *b, const struct conf_scope *cs)
 {
 	struct lim_share sh = LIM_WHOLE;
+	bool ranked;
+	int64_t pods;
 
 	if (b == NULL)
 		return sh;
-	if (b->beats > 0) { /* ranked by the last heartbeat, whatever the divisor */
-		sh.rank = b->pod_rank;
-		sh.pods = b->pods_seen;
+	ranked = b->up ? b->beats > 0 : b->fb_ranked;
+	pods = b->up ? b->pods_seen : b->fb_pods;
+	if (ranked) { /* ranked by the last heartbeat, whatever the divisor */
+		sh.rank = b->up ? b->pod_rank : b->fb_rank;
+		sh.pods = pods;
 	}
 	if (!b->up)
 		sh.out_since = b->since_ms > 0 ? b->since_ms : 1;
-	if (cs->fallback_divisor_auto && b->beats == 0) /* the fleet not seen yet */
+	if (cs->fallback_divisor_auto && !ranked) /* the fleet not seen yet */
 		sh.div = (double)b->ad->conf->fallback_pods;
 	else if (cs->fallback_divisor_auto)
-		sh.div = b->pods_seen > 1 ? (double)b->pods_seen : 1.0;
+		sh.div = pods > 1 ? (double)pods : 1.0;
 	else
 		sh.div = cs->fallback_divisor < 1.0 ? 1.0 : cs->fallback_divisor;
 	return sh;
