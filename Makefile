@@ -17,8 +17,14 @@ VERSION  := 0.1.0
 PKGS      = libevent libevent_openssl openssl hiredis jansson inih
 WARN      = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wwrite-strings -Wformat=2 -Wvla -Wno-format-nonliteral
+# The daemon's folders, one per layer, bottom to top (daemon/LAYERS says what
+# each owns and may include; `make layers` checks it). Headers are included
+# by name, so every folder is on the include path.
+DAEMON_DIRS = daemon/base daemon/strategy daemon/redis_client daemon/conf daemon/wire \
+            daemon/limiter daemon/store daemon/decision daemon/queue daemon/ops daemon/front daemon
+DAEMON_INC  = $(addprefix -I,$(DAEMON_DIRS))
 BASE_CFLAGS = -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -MMD -MP -fPIC \
-            -Idaemon -Idaemon/strategy -Idaemon/redis -Iproto -DADMITD_VERSION='"$(VERSION)"' \
+            $(DAEMON_INC) -Iproto -DADMITD_VERSION='"$(VERSION)"' \
             $(shell pkg-config --cflags $(PKGS))
 BASE_LDLIBS = $(shell pkg-config --libs $(PKGS)) -lm
 
@@ -30,8 +36,8 @@ endif
 ALL_CFLAGS  = $(BASE_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS = $(BASE_LDFLAGS) $(LDFLAGS)
 
-DAEMON_SRCS := $(filter-out daemon/main.c daemon/scripts_gen.c, \
-               $(wildcard daemon/*.c daemon/strategy/*.c daemon/redis/*.c)) daemon/scripts_gen.c
+DAEMON_SRCS := $(filter-out daemon/main.c daemon/store/scripts_gen.c, \
+               $(wildcard $(addsuffix /*.c,$(DAEMON_DIRS)))) daemon/store/scripts_gen.c
 DAEMON_OBJS := $(DAEMON_SRCS:.c=.o)
 LUA_SRCS    := $(sort $(wildcard scripts/*.lua scripts/lib/*.lua))
 
@@ -42,7 +48,7 @@ CHECK_LIBS  := $(shell pkg-config --libs check)
 DEPS := $(DAEMON_OBJS:.o=.d) daemon/main.d $(CHECK_SRCS:.c=.d)
 
 .PHONY: all run test test-unit test-integ test-client valgrind clean install install-python \
-        format format-check lint bench readme-check chaos
+        format format-check lint bench readme-check chaos layers
 all: daemon/admitd
 
 # Build everything and run admitd in the foreground on the example conf
@@ -57,8 +63,8 @@ daemon/libadmitd.a: $(DAEMON_OBJS)
 daemon/admitd: daemon/main.o daemon/libadmitd.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(BASE_LDLIBS)
 
-daemon/scripts_gen.c: daemon/gen_scripts.sh $(LUA_SRCS)
-	sh daemon/gen_scripts.sh $(LUA_SRCS) > $@.tmp && mv $@.tmp $@
+daemon/store/scripts_gen.c: daemon/store/gen_scripts.sh $(LUA_SRCS)
+	sh daemon/store/gen_scripts.sh $(LUA_SRCS) > $@.tmp && mv $@.tmp $@
 
 %.o: %.c
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
@@ -100,9 +106,16 @@ chaos: all
 readme-check:
 	$(PYTHON) -m unittest tests.integ.test_doc_links
 
+# The daemon's layers run one way (daemon/LAYERS): no file includes a header
+# of a layer above its own, but for the debt listed there. Then the check's
+# own test (it must fail on a wrong include).
+layers:
+	$(PYTHON) tests/tools/layers.py
+	$(PYTHON) -m unittest tests.integ.test_layers
+
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
-	  --suppress=missingIncludeSystem --inline-suppr -Idaemon -Idaemon/strategy -Idaemon/redis -Iproto \
+	  --suppress=missingIncludeSystem --inline-suppr $(DAEMON_INC) -Iproto \
 	  daemon proto $(wildcard client/*.c)
 
 # make install [PREFIX=/usr/local] [DESTDIR=...]: the daemon, the example
@@ -135,8 +148,8 @@ install-python:
 	  $(DESTDIR)$(PYTHON_SITEDIR)/admit/
 
 clean:
-	rm -f daemon/admitd daemon/libadmitd.a daemon/scripts_gen.c daemon/*.o daemon/*.d \
-	  daemon/strategy/*.o daemon/strategy/*.d daemon/redis/*.o daemon/redis/*.d $(CHECK_BINS) tests/unit/*.d
+	rm -f daemon/admitd daemon/libadmitd.a daemon/store/scripts_gen.c \
+	  $(addsuffix /*.o,$(DAEMON_DIRS)) $(addsuffix /*.d,$(DAEMON_DIRS)) $(CHECK_BINS) tests/unit/*.d
 	rm -rf tests/integ/__pycache__
 
 -include $(DEPS)

@@ -434,9 +434,6 @@ void ops_dispatch(struct conn *c, const char *line, size_t len);
 /* ops_conn_closed - c goes away: the replies owed to it are dropped. */
 void ops_conn_closed(struct conn *c);
 
-/* util */
-uint64_t rand_u64(void);
-
 /* meter_tokens_dup - an owned copy of n token counts (one allocation sized to
  * them, names included; free() it); NULL when n is 0 or memory runs out,
  * with *nout the count kept (0 then). */

@@ -1,10 +1,10 @@
 # mk/fuzz.mk - `make fuzz`: the protocol codec under libFuzzer;
 # `make fuzz-lease`: the lease handle decoder (tests/fuzz/fuzz_lease_id.c,
-# built from daemon/lease_id.c alone, seeded with handles of every shape).
+# built from daemon/wire/lease_id.c alone, seeded with handles of every shape).
 #
-# tests/fuzz/fuzz_proto is built with clang from daemon/proto.c and proto_fast.c alone (the
-# codec needs nothing else but jansson), with -fsanitize=fuzzer,address,undefined,
-# and run for FUZZ_TIME seconds over a corpus seeded from every "send" of
+# tests/fuzz/fuzz_proto is built with clang from daemon/wire/proto.c and proto_fast.c (the
+# codec needs nothing else but daemon/strategy/adaptive.c and jansson), with
+# -fsanitize=fuzzer,address,undefined, and run for FUZZ_TIME seconds over a corpus seeded from every "send" of
 # proto/vectors/*.jsonl. The corpus grows in build/fuzz/corpus (kept between
 # runs); a crashing input is written to build/fuzz/ and fails the target.
 #
@@ -18,8 +18,9 @@ FUZZ_ARGS   ?=
 FUZZ_DIR    := build/fuzz
 FUZZ_CORPUS := $(FUZZ_DIR)/corpus
 FUZZ_BIN    := tests/fuzz/fuzz_proto
-FUZZ_SRCS   := tests/fuzz/fuzz_proto.c daemon/proto.c daemon/proto_fast.c
-FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -Idaemon -Iproto \
+FUZZ_SRCS   := tests/fuzz/fuzz_proto.c daemon/wire/proto.c daemon/wire/proto_fast.c \
+               daemon/strategy/adaptive.c
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) $(DAEMON_INC) -Iproto \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
                -fno-omit-frame-pointer $(shell pkg-config --cflags jansson)
 FUZZ_LIBS   := $(shell pkg-config --libs jansson)
@@ -37,9 +38,9 @@ FUZZ_SEED_PY := import json,os,sys; d=sys.argv[1]; \
 FUZZ_LEASE_BIN    := tests/fuzz/fuzz_lease_id
 FUZZ_LEASE_CORPUS := $(FUZZ_DIR)/lease-corpus
 
-$(FUZZ_LEASE_BIN): tests/fuzz/fuzz_lease_id.c daemon/lease_id.c daemon/lease_id.h
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -Idaemon/strategy $(CFLAGS) $(LDFLAGS) -o $@ \
-	  tests/fuzz/fuzz_lease_id.c daemon/lease_id.c
+$(FUZZ_LEASE_BIN): tests/fuzz/fuzz_lease_id.c daemon/wire/lease_id.c daemon/wire/lease_id.h
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ \
+	  tests/fuzz/fuzz_lease_id.c daemon/wire/lease_id.c
 
 # Seeds: real handles (one target, several, a class, reservations).
 FUZZ_LEASE_SEED_PY := import base64,os,sys; d=sys.argv[1]; \
@@ -59,7 +60,7 @@ fuzz-lease: $(FUZZ_LEASE_BIN)
 
 fuzz-build: $(FUZZ_BIN)
 
-$(FUZZ_BIN): $(FUZZ_SRCS) daemon/proto.h proto/admit_proto.h
+$(FUZZ_BIN): $(FUZZ_SRCS) daemon/wire/proto.h proto/admit_proto.h
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(FUZZ_SRCS) $(FUZZ_LIBS)
 
 $(FUZZ_DIR)/seed.stamp: $(FUZZ_VECTORS) mk/fuzz.mk

@@ -10,14 +10,15 @@
 # (or `make clean && make SANITIZE=1 test`, which rebuilds everything sanitized).
 # Under valgrind: VALGRIND=1 python3 -m unittest tests.integ.test_rpool -v
 
-RPOOL_DRIVE_OBJS := $(patsubst %.c,%.o,$(wildcard daemon/redis/*.c)) daemon/log.o daemon/clock.o
+RPOOL_DRIVE_OBJS := $(patsubst %.c,%.o,$(wildcard daemon/redis_client/*.c)) daemon/base/log.o \
+		    daemon/base/clock.o
 RPOOL_DRIVE_SRCS := tests/tools/rpool_drive.c $(RPOOL_DRIVE_OBJS:.o=.c)
 
 tests/tools/rpool_drive: tests/tools/rpool_drive.c $(RPOOL_DRIVE_OBJS)
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(RPOOL_DRIVE_OBJS) $(BASE_LDLIBS)
 
-tests/tools/rpool_drive.asan: $(RPOOL_DRIVE_SRCS) $(wildcard daemon/redis/*.h) daemon/log.h \
-		daemon/clock.h
+tests/tools/rpool_drive.asan: $(RPOOL_DRIVE_SRCS) $(wildcard daemon/redis_client/*.h) \
+		daemon/base/log.h daemon/base/clock.h
 	$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=all -fno-omit-frame-pointer -o $@ $(RPOOL_DRIVE_SRCS) \
 	  $(BASE_LDLIBS)

@@ -1,7 +1,7 @@
 -- admitd acquire: one call per acquire attempt for one (scope, key).
 --
 -- Checks every limit of the scope that applies to the request and books all
--- of them, or nothing (mirrors daemon/limiter.c lim_check + lim_book, in the
+-- of them, or nothing (mirrors daemon/limiter/limiter.c lim_check + lim_book, in the
 -- same order, with the same tie rule: the longest wait names the refusal).
 -- The clock is Redis TIME, read once.
 --

@@ -1,7 +1,7 @@
 -- admitd release: one call per release (or rollback, reconcile, rebook) of a
 -- lease on one (scope, key).
 --
--- Mirrors daemon/limiter.c lim_release. Modes:
+-- Mirrors daemon/limiter/limiter.c lim_release. Modes:
 --   release    the lease leaves the in-flight set; when it was still in
 --              flight and the scope paces from completion (serialized, or
 --              cluster_concurrency 1), next_at moves to completion +

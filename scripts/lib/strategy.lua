@@ -3,7 +3,7 @@
 -- same state layout, same results; tests/vectors/strategy/*.jsonl is the
 -- contract both are tested against).
 --
--- Prepended by daemon/gen_scripts.sh to every top-level script, and Redis
+-- Prepended by daemon/store/gen_scripts.sh to every top-level script, and Redis
 -- forbids globals in scripts, so everything here is local. The API:
 --   strat_check(st, p, now, cost, floor) -> allowed (boolean), retry_after_ms
 --   strat_book(st, p, now, amount)       mutates st

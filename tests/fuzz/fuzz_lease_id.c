@@ -1,6 +1,6 @@
 /*
  * fuzz_lease_id.c - libFuzzer target for the lease handle decoder
- * (daemon/lease_id.c), the bytes a client sends back in a release.
+ * (daemon/wire/lease_id.c), the bytes a client sends back in a release.
  *
  * An input is one handle. When lease_id_parse takes it, it must be in the
  * one canonical form: lease_id_format of what was parsed gives the same

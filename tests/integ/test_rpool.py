@@ -1,4 +1,4 @@
-"""test_rpool.py - the Redis pool (daemon/rpool.c) against real redis-servers.
+"""test_rpool.py - the Redis pool (daemon/redis_client/rpool.c) against real redis-servers.
 
 Drives tests/tools/rpool_drive (built by `make tests/tools/rpool_drive`, a
 prerequisite of test-integ) line by line over stdin and reads one line per

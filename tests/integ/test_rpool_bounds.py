@@ -35,7 +35,7 @@ redis_timeout = %s
 quota = 5/1s
 """ % ("10s" if VALGRIND else "6s" if _asan_build() else "2s")
 
-RESP_MAX_BYTES = 32 << 20  # daemon/redis/resp.h
+RESP_MAX_BYTES = 32 << 20  # daemon/redis_client/resp.h
 POOL = 2  # redis_pool's default: connections that may each hold one reply
 STREAM_CAP = 256 << 20  # the fake gives up streaming here (1 GB announced)
 BASE = 24 << 20  # the daemon's own peak, with room

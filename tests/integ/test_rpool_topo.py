@@ -1,6 +1,6 @@
 """test_rpool_topo.py - the Redis client over TLS, a Redis Cluster and Sentinel.
 
-The pool itself (daemon/redis/) driven by tests/tools/rpool_drive, as in
+The pool itself (daemon/redis_client/) driven by tests/tools/rpool_drive, as in
 test_rpool.py, against real redis-servers started here on loopback:
   - TLS: redis-server --tls-port with a CA, server and client certificates
     made by the test (openssl CLI); a wrong CA, a wrong name and a client

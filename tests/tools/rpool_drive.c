@@ -3,7 +3,7 @@
  */
 
 /*
- * rpool_drive.c - drive daemon/rpool.c from a script on stdin, for tests.
+ * rpool_drive.c - drive daemon/redis_client/rpool.c from a script on stdin, for tests.
  *
  *   rpool_drive [-n POOL] [-t TIMEOUT_MS] [-u USER] [-b MIN_MS:MAX_MS] URL [SCRIPT.lua...]
  *

@@ -1,6 +1,6 @@
 /*
  * check_conf_value.c - unit tests for the pure value parsers of
- * daemon/conf_value.c: durations, sizes, octal modes, numbers, booleans,
+ * daemon/conf/conf_value.c: durations, sizes, octal modes, numbers, booleans,
  * Q/W rates, rule lines and class lines, with their edge cases (overflow,
  * trailing garbage, signs, missing units).
  */

@@ -1,5 +1,5 @@
 /*
- * check_htab.c - unit tests for daemon/htab.c: put/get/del/replace, keys
+ * check_htab.c - unit tests for daemon/base/htab.c: put/get/del/replace, keys
  * copied (the caller's buffer may change), growth and shrink over 10k keys
  * with every key still reachable, and htab_each deleting the entry it is
  * given while the walk goes on.

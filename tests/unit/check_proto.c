@@ -1,5 +1,5 @@
 /*
- * check_proto.c - unit tests for daemon/proto.c, the codec.
+ * check_proto.c - unit tests for daemon/wire/proto.c, the codec.
  *
  * Decoding is table-driven: every op, every field's type and range errors
  * (the message must name the field), malformed JSON (trailing garbage,

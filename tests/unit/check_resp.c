@@ -3,7 +3,7 @@
  */
 
 /*
- * check_resp.c - unit tests for the wire codec (daemon/redis/resp.c): the
+ * check_resp.c - unit tests for the wire codec (daemon/redis_client/resp.c): the
  * bytes a command is formatted to, replies fed one byte at a time and in
  * batches, every reply type, a protocol error, the error-word test the
  * pool routes on (MOVED, ASK, TRYAGAIN, NOSCRIPT), and the bounds on one

@@ -1,7 +1,7 @@
 """gen.py - writes override.jsonl: the override arithmetic's contract.
 
 Each line is one call of the arithmetic that bounds a key's override
-(daemon/limiter.c lim_ovr_*, scripts/lib/override.lua ovr_*) with its
+(daemon/limiter/limiter.c lim_ovr_*, scripts/lib/override.lua ovr_*) with its
 expected result, computed here in exact rational arithmetic (Fraction), a
 third way of writing the same rules:
   cap(v, milli)       the loosest amount an override may give a rule of amount v:

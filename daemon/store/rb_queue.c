@@ -14,7 +14,6 @@
 
 #include "backend_int.h"
 
-#include "adaptive_rt.h"
 #include "clock.h"
 #include "htab.h"
 #include "lease_id.h"

@@ -19,9 +19,17 @@
 #ifndef ADMITD_ADAPTIVE_RT_H
 #define ADMITD_ADAPTIVE_RT_H
 
-#include "admitd.h"
+#include "limiter.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 struct eng_insp;
+struct kq;
+struct lease;
+struct preply;
+struct scope_rt;
 
 /* adrt_sends - does a release of l carry an outcome that an adaptive target moves on? */
 bool adrt_sends(const struct lease *l);

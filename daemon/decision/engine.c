@@ -21,6 +21,13 @@
 #include <event2/event.h>
 #include <stdlib.h>
 
+const char *via_name(enum via v)
+{
+	static const char *const names[] = { "local", "redis", "fallback" };
+
+	return names[v];
+}
+
 void eng_merge(struct eng_res *res, struct kq *kq, bool admitted, int64_t retry, const char *rule,
 	       bool slot, int64_t limit)
 {

@@ -29,13 +29,6 @@ struct op_entry {
 	void (*handler)(struct conn *c, struct request *rq);
 };
 
-const char *via_name(enum via v)
-{
-	static const char *const names[] = { "local", "redis", "fallback" };
-
-	return names[v];
-}
-
 static void ops_error(struct conn *c, const struct request *rq, enum admit_err e, const char *msg)
 {
 	conn_send_reply(c, preply_error(rq->id, e, msg));

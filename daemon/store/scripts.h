@@ -3,8 +3,8 @@
  */
 
 /*
- * scripts.h - the Lua scripts embedded at build time (daemon/scripts_gen.c,
- * generated from the scripts/ directory by daemon/gen_scripts.sh).
+ * scripts.h - the Lua scripts embedded at build time (daemon/store/scripts_gen.c,
+ * generated from the scripts/ directory by daemon/store/gen_scripts.sh).
  *
  * script_sources[i] is the full text of scripts/<script_names[i]>.lua with
  * every scripts/lib/ file prepended; both arrays end with NULL.

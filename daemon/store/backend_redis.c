@@ -40,11 +40,10 @@
  * this daemon holds is booked there again (rebook).
  */
 
-#include "adaptive_rt.h"
-
 #include "clock.h"
 #include "lease_id.h"
 #include "log.h"
+#include "rand.h"
 #include "redis_url.h"
 #include "rpool.h"
 #include "scripts.h"

@@ -31,6 +31,7 @@
 #include "clock.h"
 #include "engine.h"
 #include "log.h"
+#include "rand.h"
 
 #include <event2/event.h>
 #include <stdio.h>
