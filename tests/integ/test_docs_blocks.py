@@ -62,6 +62,7 @@ import time
 import unittest
 import urllib.request
 
+from . import harness
 from .harness import REPO, Admitd, admitd_bin, free_tcp_port
 from .test_readme import line_pattern
 
@@ -613,8 +614,10 @@ class DocsBlocksTest(unittest.TestCase):
         exe = os.path.join(self.tmp, "block")
         with open(p, "w") as f:
             f.write(src)
-        cc = subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror",
-                             "-I" + os.path.join(REPO, "client"), "-I" + os.path.join(REPO, "proto"),
+        # libadmit.a of a SANITIZE=1 build needs the sanitizers' runtime
+        san = ["-fsanitize=address,undefined"] if harness._asan_build() else []
+        cc = subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror"] + san +
+                            ["-I" + os.path.join(REPO, "client"), "-I" + os.path.join(REPO, "proto"),
                              "-o", exe, p, os.path.join(REPO, "client/libadmit.a"), "-ljansson", "-lm"],
                             capture_output=True, text=True, timeout=60)
         self.assertEqual(cc.returncode, 0, cc.stderr)
