@@ -7,9 +7,9 @@
  *
  * Owns: allocating and freeing a key's state, carrying its counters across
  * a reload (lim_state_carry: an unchanged rule keeps its counter, a resized
- * one goes on), dropping what time made irrelevant (lim_purge), and reading
- * it for views, status and idleness (lim_view, lim_spent, lim_reset,
- * lim_idle).
+ * one goes on), dropping what time made irrelevant (lim_purge), reading it
+ * for views, status and idleness (lim_view, lim_spent, lim_idle), and
+ * resetting it (lim_reset).
  */
 
 #include "limiter.h"

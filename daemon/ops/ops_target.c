@@ -7,8 +7,9 @@
  *
  * Owns: ops_targets, where requests meet the conf (unknown scope, class,
  * missing key, a reservation of a meter nothing counts, an acquire without a
- * lease where the scope needs one) and become pinned keys, and the refusal
- * of a token meter no rule counts (ops_meter_unknown, ops_meter_error).
+ * lease where the scope needs one) and become key tables with their class
+ * and cost (struct target_rt), and the refusal of a token meter no rule
+ * counts (ops_meter_unknown, ops_meter_error).
  */
 
 #include "ops_int.h"
