@@ -1,5 +1,5 @@
 /*
- * fuzz_proto.c - libFuzzer target for the protocol codec (daemon/wire/proto.c).
+ * fuzz_proto.c - libFuzzer target for the protocol codec (daemon/wire/proto*.c).
  *
  * One input is one request line, capped at the default max_line as conn.c
  * would cap it. It is decoded; a decoded request's id is echoed through the
