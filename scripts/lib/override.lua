@@ -1,6 +1,6 @@
 -- scripts/lib/override.lua - a key's override (the override op), in Lua for
 -- Redis: its own min_delay and rule amounts until a Redis time. A
--- line-for-line mirror of the lim_ovr_* arithmetic of daemon/limiter/limiter.c
+-- line-for-line mirror of the lim_ovr_* arithmetic of daemon/limiter/limiter_share.c
 -- (same names without the lim_ prefix, same results;
 -- tests/vectors/override/override.jsonl is the contract both are tested
 -- against).

@@ -1,5 +1,5 @@
 /*
- * check_limiter.c - unit tests for daemon/limiter/limiter.c with explicit `now`.
+ * check_limiter.c - unit tests for daemon/limiter/ (the decision, shares, state, left) with explicit `now`.
  *
  * Each test loads one [scope t] through conf_load_string and drives a
  * lim_state through check/book/release/penalize at chosen instants:
