@@ -8,12 +8,17 @@
  * the functions one room calls in another. Not a public interface (that is
  * backend.h); only backend_redis.c and the rb_*.c files include it.
  *
- * Owns: no code. The rooms: backend_redis.c (the state, the calls every
- * room makes, failures, penalize, inspect/reset/override, health and the
- * heartbeat), rb_args.c (a plan to KEYS and ARGV), rb_acquire.c (acquire
- * calls, batched across keys and for a hot key, their replies and
- * rollbacks), rb_ahead.c (units booked ahead for a hot key) and rb_queue.c (releases, reconciliations, rebooks, the outage
- * queue and the write-back of what the fallback admitted).
+ * Owns: no code. The rooms: backend_redis.c (the state's life, the calls
+ * every room makes, failures, penalize), rb_health.c (up or down, the
+ * heartbeat, the divisor and the fallback's share), rb_status.c (what
+ * `status` reads), rb_operator.c (inspect/reset/override), rb_args.c (a
+ * plan to KEYS and ARGV), rb_acquire.c and rb_xbatch.c (acquire calls of
+ * one waiter, batched across keys and for a hot key, their replies and
+ * rollbacks; what they share is in rb_acquire.h), rb_ahead.c (units booked
+ * ahead for a hot key), rb_rel.c (one release.lua call of a lease),
+ * rb_release.c (releases), rb_rebook.c (reconciliations and rebooks),
+ * rb_queue.c (the outage queue) and rb_writeback.c (the write-back of what
+ * the fallback admitted).
  */
 
 #ifndef ADMITD_BACKEND_INT_H
@@ -290,7 +295,7 @@ void rb_release_args(struct rargs *a, const struct backend *b, const struct be_t
 		     const char *lease_id, enum rb_mode mode, int64_t cost,
 		     const struct rb_settle *se, int64_t x1, int64_t x2, size_t *nkeys);
 
-/* rb_acquire.c: acquires of different keys, one call per connection and loop pass */
+/* rb_xbatch.c: acquires of different keys, one call per connection and loop pass */
 bool rb_xb_init(struct backend *b);
 void rb_xb_free(struct backend *b);
 void rb_xb_flush(struct backend *b);
@@ -313,21 +318,39 @@ void rb_ahead_count(struct lim_left *left, int64_t held); /* left counts what is
 bool rb_ahead_init(struct backend *b);
 void rb_ahead_free_all(struct backend *b);
 
-/* rb_queue.c: releases, reconciliations, rebooks, the queue, the write-back */
-bool rb_queue_init(struct backend *b);
-void rb_queue_free(struct backend *b);
+/* rb_rel.c: one release.lua call of one lease on its targets */
 struct rb_rel *rb_rel_new(struct backend *b, enum rb_mode mode, enum rb_op op, const char *nonce);
 bool rb_rel_target(struct rb_rel *r, const struct conf_scope *cs, const struct conf_class *cls,
 		   const char *key);
 bool rb_rel_send(struct rb_rel *r);
 void rb_rel_free(struct rb_rel *r);
+
+/* rb_release.c: a lease's record of the targets that need a call */
+struct rb_rel *rb_rel_of(struct backend *b, const struct lease *l, enum rb_mode mode,
+			 enum rb_op op);
+
+/* rb_queue.c: what Redis could not take yet */
+bool rb_queue_init(struct backend *b);
+void rb_queue_free(struct backend *b);
 void rb_queue(struct backend *b, struct rb_rel *r, int64_t not_before);
 void rb_queue_run(struct backend *b, bool all_due);
+
+/* rb_rebook.c: reconciliations and rebooks */
 void rb_reconcile(struct backend *b, const struct waiter *w, const bool *which, const char *nonce,
 		  int64_t after);
 void rb_rebook_all(struct backend *b, const char *why);
+void rb_rebooked(struct rb_rel *r); /* a rebook answered (rb_rel.c) */
+
+/* rb_writeback.c: what the fallback admitted, charged to Redis */
+bool rb_wb_init(struct backend *b);
+void rb_wb_free(struct backend *b);
 void rb_writeback(struct backend *b);
 void rb_writeback_owed(struct backend *b);
 void rb_owe_penalty(struct backend *b, struct kq *kq, int64_t until);
+
+/* rb_health.c: what backend_new hands the pool and the heartbeat's timer */
+void rb_state_cb(void *arg, bool up);
+void rb_node_up_cb(void *arg, const char *node);
+void rb_hb_cb(evutil_socket_t fd, short what, void *arg);
 
 #endif

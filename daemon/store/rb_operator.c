@@ -1,0 +1,191 @@
+/*
+ * admitd - per-pod admission control and rate limiting.
+ */
+
+/*
+ * rb_operator.c - the Redis backend's operator calls.
+ *
+ * Owns: inspect (what Redis holds for a key), reset (its state deleted) and
+ * override (a temporary limit set in Redis), each one script call whose
+ * reply answers the operator through the engine's callback.
+ */
+
+#include "backend_int.h"
+
+#include "rpool.h"
+
+#include <stdlib.h>
+
+/* ---- operator calls: inspect, reset ---- */
+
+struct rb_op_ctx {
+	struct backend *b;
+	struct kq *kq;
+	const struct conf_scope *cs; /* kq's scope's conf when sent (a reload may replace it) */
+	const struct conf_class *cls;
+	eng_insp_cb *insp_cb;
+	eng_reset_cb *reset_cb;
+	enum rb_op op; /* reset_cb's: RB_OP_RESET or RB_OP_OVERRIDE */
+	void *arg;
+};
+
+static void rb_inspect_cb(void *arg, enum rp_status st, const struct rval *reply)
+{
+	struct rb_op_ctx *x = arg;
+	const struct conf_scope *cs = x->cs;
+	const struct conf_plan *pl = conf_plan_of(cs, x->cls);
+	struct strat_state *rules = NULL;
+	struct lim_ovr *ov = NULL;
+	size_t i, j, nov = cs->override_milli > 0 ? 2 + pl->nrules : 0;
+	struct eng_insp in = { .via = VIA_REDIS };
+	bool ok;
+
+	if (cs != x->kq->sc->cs) {
+		/* A reload replaced the scope while the call was out: the reply is
+		 * laid out for rules the caller no longer has. */
+		eng_inspect_local(x->kq, VIA_FALLBACK, x->insp_cb, x->arg);
+		goto out;
+	}
+	rules = calloc(cs->nrules ? cs->nrules : 1, sizeof(*rules));
+	ok =
+	    rules != NULL && st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n >= 6;
+
+	for (i = 0; ok && i < reply->n; i++)
+		ok = reply->a[i].type == RV_INT;
+	ok = ok && reply->n == 10 + 3 * pl->nrules + nov;
+	if (!ok) {
+		if (st != RP_SHUTDOWN)
+			rb_failed(x->b, RB_OP_INSPECT, st, reply);
+		eng_inspect_local(x->kq, VIA_FALLBACK, x->insp_cb, x->arg);
+		goto out;
+	}
+	in.now = reply->a[0].i;
+	in.next_at = reply->a[1].i;
+	in.penalty_until = reply->a[2].i;
+	in.leases = reply->a[3].i;
+	in.quota_used = reply->a[4].i;
+	in.quota_oldest = reply->a[5].i;
+	for (i = 0, j = 6; i < pl->nrules; i++, j += 3) {
+		rules[pl->rules[i]].a = reply->a[j].i;
+		rules[pl->rules[i]].b = reply->a[j + 1].i;
+		rules[pl->rules[i]].t = reply->a[j + 2].i;
+	}
+	in.rules = rules;
+	/* the adaptive hash: amt, td, tc, tl, then the override */
+	in.ad = (struct adapt_state){ reply->a[j].i, reply->a[j + 1].i, reply->a[j + 2].i,
+				      reply->a[j + 3].i };
+	j += 4;
+	if (nov > 0 && reply->a[j].i > 0 &&
+	    (ov = calloc(1, sizeof(*ov) + (cs->nrules + 1) * sizeof(ov->amount[0]))) != NULL) {
+		ov->until = reply->a[j].i;
+		ov->min_delay_ms = reply->a[j + 1].i;
+		ov->nrules = (uint32_t)cs->nrules;
+		for (i = 0; i < pl->nrules; i++)
+			ov->amount[pl->rules[i]] = reply->a[j + 2 + i].i;
+		in.ov = ov;
+	}
+	x->insp_cb(x->arg, &in);
+out:
+	free(ov);
+	free(rules);
+	free(x);
+}
+
+bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *cls,
+		     eng_insp_cb *cb, void *arg)
+{
+	const struct conf_scope *cs = kq->sc->cs;
+	const struct conf_plan *pl = conf_plan_of(cs, cls);
+	struct rb_op_ctx *x = calloc(1, sizeof(*x));
+	struct rargs a = { 0 };
+	size_t nkeys, i;
+	bool ok = false;
+
+	if (b->closing || !b->up || !rpool_up(b->pool) || x == NULL)
+		goto out;
+	nkeys = rb_keys(&a, b, cs, kq->key, pl);
+	if (cs->penalty_rule >= 0) {
+		rb_penalty_key(&a, b, cs, kq->key);
+		nkeys++;
+	}
+	rargs_int(&a, cs->quota > 0 ? cs->quota_window_ms : 0);
+	rargs_int(&a, (int64_t)pl->nrules);
+	if (cs->override_milli > 0) { /* its override too, by the rules' indexes */
+		rargs_int(&a, 1);
+		for (i = 0; i < pl->nrules; i++)
+			rargs_int(&a, (int64_t)pl->rules[i]);
+	}
+	*x =
+	    (struct rb_op_ctx){ .b = b, .kq = kq, .cs = cs, .cls = cls, .insp_cb = cb, .arg = arg };
+	ok = !a.oom && rb_eval(b, cs, kq->key, b->s_inspect, &a, nkeys, rb_inspect_cb, x) == 0;
+	if (ok)
+		b->calls[RB_OP_INSPECT]++;
+out:
+	if (!ok)
+		free(x);
+	rargs_clear(&a);
+	return ok;
+}
+
+static void rb_reset_cb(void *arg, enum rp_status st, const struct rval *reply)
+{
+	struct rb_op_ctx *x = arg;
+	bool ok = st == RP_OK && reply != NULL && reply->type == RV_INT;
+
+	if (!ok && st != RP_SHUTDOWN)
+		rb_failed(x->b, x->op, st, reply);
+	x->reset_cb(x->arg, ok ? VIA_REDIS : VIA_FALLBACK, ok);
+	free(x);
+}
+
+bool backend_reset(struct backend *b, struct kq *kq, eng_reset_cb *cb, void *arg)
+{
+	struct rb_op_ctx *x = calloc(1, sizeof(*x));
+	struct rargs a = { 0 };
+	bool ok = false;
+
+	if (b->closing || !b->up || !rpool_up(b->pool) || x == NULL)
+		goto out;
+	rb_key(&a, b, kq->sc->cs, kq->key, "s", -1);
+	if (kq->sc->cs->penalty_rule >= 0)
+		rb_penalty_key(&a, b, kq->sc->cs, kq->key);
+	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .op = RB_OP_RESET, .reset_cb = cb, .arg = arg };
+	ok = !a.oom && rb_eval(b, kq->sc->cs, kq->key, b->s_reset, &a, a.n, rb_reset_cb, x) == 0;
+	if (ok)
+		b->calls[RB_OP_RESET]++;
+out:
+	if (!ok)
+		free(x);
+	rargs_clear(&a);
+	return ok;
+}
+
+bool backend_override(struct backend *b, struct kq *kq, int64_t ttl_ms, int64_t min_delay_ms,
+		      const int64_t *amount, eng_reset_cb *cb, void *arg)
+{
+	const struct conf_scope *cs = kq->sc->cs;
+	struct rb_op_ctx *x = calloc(1, sizeof(*x));
+	struct rargs a = { 0 };
+	bool ok = false;
+	size_t i;
+
+	if (b->closing || !b->up || !rpool_up(b->pool) || x == NULL)
+		goto out;
+	rb_key(&a, b, cs, kq->key, "a", -1);
+	rargs_int(&a, ttl_ms);
+	rargs_int(&a, min_delay_ms);
+	rargs_int(&a, (int64_t)cs->nrules);
+	for (i = 0; i < cs->nrules; i++)
+		rargs_int(&a, amount != NULL ? amount[i] : 0);
+	*x = (struct rb_op_ctx){
+		.b = b, .kq = kq, .op = RB_OP_OVERRIDE, .reset_cb = cb, .arg = arg
+	};
+	ok = !a.oom && rb_eval(b, cs, kq->key, b->s_override, &a, 1, rb_reset_cb, x) == 0;
+	if (ok)
+		b->calls[RB_OP_OVERRIDE]++;
+out:
+	if (!ok)
+		free(x);
+	rargs_clear(&a);
+	return ok;
+}
