@@ -883,7 +883,7 @@ def start_pods(test, conf, deploy, n=1, extra="", keep=(), wait=True):
     def stop():
         failed = has_failed(test)
         if failed:
-            for x in keep():
+            for x in (keep() if callable(keep) else keep):
                 x.tmp.keep()
         p.cleanup(failed)
 

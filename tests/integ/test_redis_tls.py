@@ -56,8 +56,11 @@ quota = 3/1h
 fail_mode = closed
 
 [scope qs]
-quota = 3/2s
-"""
+quota = 3/%s
+""" % ("20s" if harness.VALGRIND else "2s")
+# qs: a daemon refused its Redis is born in the outage, its share spent for
+# a window; under valgrind its start alone can outlast 2 s (the suite saw
+# the first acquire admitted), so the window is longer there.
 
 
 def admitd_commands(server):
@@ -187,10 +190,9 @@ class TlsRefusedTest(TlsCase):
         """reasons: words one of which the logged refusal must give."""
         p = self.pods(srv, **kw)
         d = p.daemons[0]
-        t0 = now()
         with d.connect() as c:
             # fallback: born while Redis is unreachable, its share starts
-            # spent (quota 3/2s in process); a window later 3, then limited.
+            # spent (quota 3 a window in process); a window later 3, then limited.
             r = c.request(acquire_req("qs", "k", timeout_ms=0))
             self.assertEqual((r.get("error"), r.get("backend")), ("limited", "fallback"), r)
             time.sleep(r["retry_after_ms"] / 1000.0 + 0.05)
@@ -204,7 +206,8 @@ class TlsRefusedTest(TlsCase):
             r = c.request(acquire_req("closed", "k", timeout_ms=0))
             self.assertEqual(r.get("error"), "unavailable", r)
             # ... and stays so: retried connections are refused too.
-            while now() < t0 + 3.5:
+            stay = now() + 1.5
+            while now() < stay:
                 self.assertEqual(status(d)["backend"], "fallback")
                 time.sleep(0.1)
         self.assertEqual(admitd_commands(srv), {}, "a command ran over a refused connection")
