@@ -48,7 +48,8 @@ struct target_rt {
 	int64_t cost;
 };
 
-/* waiter: waitq.c. An acquire from a connection, queued on its first target's kq. */
+/* waiter: waitq.c. An acquire from a connection, queued on its first target's kq
+ * (one list in arrival order; the first waiter of each class is that class's head). */
 struct waiter {
 	TAILQ_ENTRY(waiter) kq_link;
 	TAILQ_ENTRY(waiter) conn_link;
@@ -63,12 +64,14 @@ struct waiter {
 	int64_t deadline_ms;
 	struct event deadline_ev; /* in place: no timer is made per request */
 	bool deadline_set;
-	const char *last_rule;		    /* the rule of the last refusal, for `timeout` */
-	const struct kq *refused_by;	    /* ... and the target it came from */
-	struct lim_left left;		    /* the tightest limit at the last decision */
-	bool decided;			    /* a limiter has answered for it at least once */
-	bool inflight;			    /* a decision for it is out (alone or batched) */
-	bool canceled;			    /* its client canceled it: an admission is undone */
+	const char *last_rule;	     /* the rule of the last refusal, for `timeout` */
+	const struct kq *refused_by; /* ... and the target it came from */
+	struct lim_left left;	     /* the tightest limit at the last decision */
+	bool decided;		     /* a limiter has answered for it at least once */
+	bool inflight;		     /* a decision for it is out (alone or batched) */
+	bool canceled;		     /* its client canceled it: an admission is undone */
+	int64_t
+	    wake_at; /* its class's head, asleep on a refusal: asks again then (mono ms); 0: due */
 	enum via last_via;		    /* ... and which one, for the refusal's "backend" */
 	char lease_id[LEASE_NONCE_LEN + 1]; /* booked under this id when admitted */
 	struct meter_tokens *reserve;	    /* tokens reserved up front, owned (names too) */
@@ -142,11 +145,11 @@ struct kq {
 	struct event *retry_ev; /* the head's next attempt */
 	struct eng_refused *refused; /* a refusal Redis gave, kept until it can pass (engine.c) */
 	struct rb_ahead *ahead;	     /* units booked ahead in Redis (rb_ahead.c) */
-	int64_t wake_at;	     /* when retry_ev fires; 0 when not armed */
-	uint16_t lim_cap;	     /* rules the state inline in the entry has room for */
-	bool lim_ext;		     /* lim is a separate allocation (a reload added rules) */
-	bool slot_wait;		     /* the head waits for a lease slot (a release may end it) */
-	bool busy;		     /* a backend decision for the head is in flight */
+	int64_t wake_at;  /* when retry_ev fires (the earliest head's wake); 0: not armed */
+	uint16_t lim_cap; /* rules the state inline in the entry has room for */
+	bool lim_ext;	  /* lim is a separate allocation (a reload added rules) */
+	bool slot_wait;	  /* a head waits for a lease slot (a release may end it) */
+	bool busy;	  /* a backend decision for the head is in flight */
 	bool in_pump;
 	bool kept; /* idle, on ad->kept_keys: eviction passed it over for its override */
 };

@@ -56,6 +56,7 @@ struct conf_class {
 	size_t *rules;	   /* indexes into conf_scope.rules (named rules only) */
 	int64_t floor;	   /* units of each of its rules it may not take; 0 = none */
 	int64_t floor_ppm; /* or millionths of each rule's own capacity (floor=P%); 0 = none */
+	int priority;	   /* priority=N: a higher class's waiters are served first; default 0 */
 	int line;
 };
 

@@ -80,9 +80,11 @@ const char *conf_set_class(struct conf_ctx *x, const struct conf_key *k, void *b
 	if ((nc = realloc(s->classes, (s->nclasses + 1) * sizeof(*nc))) == NULL)
 		goto oom;
 	s->classes = nc;
-	s->classes[s->nclasses] = (struct conf_class){
-		.name = name, .floor = cv.floor, .floor_ppm = cv.floor_ppm, .line = x->lineno
-	};
+	s->classes[s->nclasses] = (struct conf_class){ .name = name,
+						       .floor = cv.floor,
+						       .floor_ppm = cv.floor_ppm,
+						       .priority = (int)cv.priority,
+						       .line = x->lineno };
 	ps->pend[s->nclasses++] = cv;
 	return NULL;
 oom:

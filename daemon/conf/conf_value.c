@@ -495,10 +495,30 @@ static const char *cv_class_floor(const char *v, struct cv_class *c, char *err, 
 	return NULL;
 }
 
+/* priority=N (the text after "priority=") into c. */
+static const char *cv_class_priority(const char *v, struct cv_class *c, char *err, size_t errlen)
+{
+	const char *e;
+	int64_t n;
+	bool neg = v[0] == '-';
+
+	if ((e = cv_int(neg ? v + 1 : v, &n)) != NULL)
+		return cv_errf(err, errlen, "priority \"%s\": %s (want %d..%d)", v, e,
+			       CV_PRIORITY_MIN, CV_PRIORITY_MAX);
+	if (neg)
+		n = -n;
+	if (n < CV_PRIORITY_MIN || n > CV_PRIORITY_MAX)
+		return cv_errf(err, errlen, "priority \"%s\": out of range (want %d..%d)", v,
+			       CV_PRIORITY_MIN, CV_PRIORITY_MAX);
+	c->priority = n;
+	return NULL;
+}
+
 const char *cv_class(const char *s, struct cv_class *c, char *err, size_t errlen)
 {
 	char *buf = cv_normalise(s), *p, *next;
 	const char *e = NULL;
+	bool seen_floor = false, seen_prio = false;
 
 	memset(c, 0, sizeof(*c));
 	if (buf == NULL)
@@ -507,10 +527,24 @@ const char *cv_class(const char *s, struct cv_class *c, char *err, size_t errlen
 		if ((next = strchr(p, ' ')) != NULL)
 			*next++ = '\0';
 		if (strncmp(p, "floor=", 6) == 0) {
-			if (next != NULL)
-				e = cv_errf(err, errlen, "floor=N must come last");
+			if (seen_floor)
+				e = cv_errf(err, errlen, "floor= given twice");
 			else
 				e = cv_class_floor(p + 6, c, err, errlen);
+			seen_floor = true;
+			continue;
+		}
+		if (strncmp(p, "priority=", 9) == 0) {
+			if (seen_prio)
+				e = cv_errf(err, errlen, "priority= given twice");
+			else
+				e = cv_class_priority(p + 9, c, err, errlen);
+			seen_prio = true;
+			continue;
+		}
+		if (seen_floor || seen_prio) {
+			e = cv_errf(err, errlen,
+				    "floor= and priority= must come after the rule names");
 			continue;
 		}
 		if (!cv_name_ok(p)) {

@@ -92,13 +92,18 @@ char *cv_normalise(const char *s);
  */
 const char *cv_rule(const char *s, struct conf_rule *r, char *err, size_t errlen);
 
-/* The parsed form of "RULENAME... [floor=N | floor=P%]"; names are malloc'd. */
+/* The parsed form of "RULENAME... [floor=N | floor=P%] [priority=N]"; names are malloc'd. */
 struct cv_class {
 	char **names;
 	size_t nnames;
 	int64_t floor;	   /* floor=N: units */
 	int64_t floor_ppm; /* floor=P%: millionths of each rule's capacity; 0: none */
+	int64_t priority;  /* priority=N: CV_PRIORITY_MIN..CV_PRIORITY_MAX; 0: none given */
 };
+
+/* The range of a class's priority=N (higher is served first). */
+#define CV_PRIORITY_MIN (-1000)
+#define CV_PRIORITY_MAX 1000
 
 /*
  * cv_percent_ppm - parse "P" (the part of "P%" before the sign), a whole
@@ -109,8 +114,9 @@ const char *cv_percent_ppm(const char *s, int64_t *ppm);
 
 /*
  * cv_class - parse a class value: zero or more rule names (each a valid,
- * distinct name) and an optional trailing floor=N (0..10^9) or floor=P%
- * (0 <= P < 100, at most 4 decimals). Same error convention as cv_rule; on
+ * distinct name), then, in either order and each at most once, an optional
+ * floor=N (0..10^9) or floor=P% (0 <= P < 100, at most 4 decimals) and an
+ * optional priority=N (CV_PRIORITY_MIN..CV_PRIORITY_MAX). Same error convention as cv_rule; on
  * error *c is left empty.
  */
 const char *cv_class(const char *s, struct cv_class *c, char *err, size_t errlen);

@@ -3,15 +3,23 @@
  */
 
 /*
- * waitq.c - FIFO queues of acquires waiting for one (scope, key).
+ * waitq.c - queues of acquires waiting for one (scope, key), FIFO per class.
  *
  * Owns: struct waiter records, their deadline timers, and each kq's retry
  * timer. Does not own the connection a waiter came from (conn.c) nor the
  * lease it gets (lease.c).
  *
- * Only the head of a queue asks the limiter; the others sleep until they
- * become the head or their deadline passes, so a thousand local waiters are
- * one poll, not a thousand. A refusal says how long to wait: the head sleeps
+ * A key's waiters are one list in arrival order; the first waiter of each
+ * class is that class's head. Only heads ask the limiter; the others sleep
+ * until they become the head or their deadline passes, so a thousand local
+ * waiters of a class are one poll, not a thousand. Heads are asked in class
+ * priority order (priority=N, higher first), then by arrival. A head
+ * refused by a limit another class is held to as well (an unnamed rule, a
+ * named rule both list, with the other's floor no lower; max_concurrent,
+ * pacing, a penalty) holds back that class's heads behind it in that order:
+ * a freed unit goes to it first. A head refused by its own class (its
+ * floor, a named rule the other does not list) or by another target's key
+ * holds back no other class. A refusal says how long to wait: the head sleeps
  * that long (stretched by the scope's jitter; after a fixed or session
  * window's turn, plus its pod's slot: backend_turn_delay) and asks again,
  * unless the wait is longer than what is left of its budget, in which case
@@ -43,9 +51,110 @@ static bool waitq_send_batch(struct kq *kq, struct waiter *w);
 /* Waiters of one hot key decided in one Redis call, at most. */
 #define WAITQ_BATCH 16
 
-static struct waiter *waitq_head(struct kq *kq)
+/* The most class heads of one key a pass looks at (more classes wait their turn). */
+#define WAITQ_HEADS 64
+
+/* A key's class heads, in the order they are asked. */
+struct waitq_heads {
+	struct waiter *w[WAITQ_HEADS];
+	size_t n;
+};
+
+static int waitq_prio(const struct waiter *w)
 {
-	return TAILQ_FIRST(&kq->waiters);
+	return w->t[0].cls != NULL ? w->t[0].cls->priority : 0;
+}
+
+/*
+ * The first waiter of each class queued on kq, higher priority first, then
+ * by arrival. The walk ends once every class of the scope has its head: one
+ * step when the scope has no classes.
+ */
+static void waitq_heads(struct kq *kq, struct waitq_heads *h)
+{
+	size_t want = kq->sc->cs->nclasses + 1, i, j;
+	struct waiter *x;
+
+	h->n = 0;
+	TAILQ_FOREACH (x, &kq->waiters, kq_link) {
+		for (i = 0; i < h->n && h->w[i]->t[0].cls != x->t[0].cls; i++)
+			;
+		if (i < h->n)
+			continue;
+		for (j = h->n; j > 0 && waitq_prio(h->w[j - 1]) < waitq_prio(x); j--)
+			h->w[j] = h->w[j - 1];
+		h->w[j] = x;
+		if (++h->n == WAITQ_HEADS || h->n == want)
+			break;
+	}
+}
+
+/* The head of w's class on its key: the first waiter of that class. */
+static struct waiter *waitq_class_head(const struct waiter *w)
+{
+	struct waiter *x;
+
+	TAILQ_FOREACH (x, &w->t[0].kq->waiters, kq_link)
+		if (x->t[0].cls == w->t[0].cls)
+			return x;
+	return NULL;
+}
+
+/*
+ * Does head x, refused before, hold back head y of another class asked
+ * after it? Yes when the limit that refused x holds y too, and y's floor
+ * on it is no lower than x's (x was not refused for a floor only it keeps);
+ * a refusal by a setting (pacing, a penalty, max_concurrent, a quota)
+ * holds every class. No when another target's key refused x, or a named
+ * rule y does not list.
+ */
+static bool waitq_blocks(const struct waiter *x, const struct waiter *y)
+{
+	const struct kq *kq = x->t[0].kq;
+	const struct conf_scope *cs = kq->sc->cs;
+	const struct conf_plan *pl;
+	struct strat_params p;
+	size_t r, k;
+
+	if (x->last_rule == NULL || (x->refused_by != NULL && x->refused_by != kq))
+		return false;
+	for (r = 0; r < cs->nrules && cs->rules[r].text != x->last_rule; r++)
+		;
+	if (r == cs->nrules)
+		return true; /* a setting: every class is held to it */
+	pl = conf_plan_of(cs, y->t[0].cls);
+	for (k = 0; k < pl->nrules && pl->rules[k] != r; k++)
+		;
+	if (k == pl->nrules)
+		return false;
+	p = conf_rule_params(&cs->rules[r]);
+	return conf_class_floor(y->t[0].cls, &p) >= conf_class_floor(x->t[0].cls, &p);
+}
+
+/* The head ordered before h->w[i] that holds it back, or NULL. */
+static struct waiter *waitq_blocker(const struct waitq_heads *h, size_t i)
+{
+	size_t j;
+
+	for (j = 0; j < i; j++)
+		if (waitq_blocks(h->w[j], h->w[i]))
+			return h->w[j];
+	return NULL;
+}
+
+/* What w waits behind: its class's head, else a head that holds that one back. */
+static struct waiter *waitq_behind(struct waiter *w)
+{
+	struct waiter *ch = waitq_class_head(w);
+	struct waitq_heads h;
+	size_t i;
+
+	if (ch != NULL && ch != w)
+		return ch;
+	waitq_heads(w->t[0].kq, &h);
+	for (i = 0; i < h.n && h.w[i] != w; i++)
+		;
+	return i < h.n ? waitq_blocker(&h, i) : NULL;
 }
 
 /* Is target i the first of w's targets in its scope (counted once a scope)? */
@@ -87,10 +196,7 @@ static void waitq_remove(struct waiter *w)
 		if (waitq_first_of_scope(w, i))
 			w->t[i].kq->sc->waiting--;
 	}
-	if (waitq_head(kq) == w && kq->retry_ev != NULL) {
-		event_del(kq->retry_ev);
-		kq->wake_at = 0;
-	}
+	/* kq's timer may stay armed for w: it then finds no head due, and is set again */
 	TAILQ_REMOVE(&kq->waiters, w, kq_link);
 	kq->nwait--;
 	waitq_unlink_conn(w);
@@ -303,18 +409,22 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 
 /*
  * What kept w waiting, for its `timeout`: its own last refusal; else (it
- * never reached the head) what keeps the head waiting; else the queue.
+ * never reached the head) what keeps its class's head waiting, or the head
+ * of another class that holds it back; else the queue.
  */
 static const char *waitq_blame(struct waiter *w)
 {
-	struct waiter *head = waitq_head(w->t[0].kq);
+	struct waiter *by;
 
 	if (w->last_rule != NULL)
 		return w->last_rule;
 	w->refused_by = NULL;
-	if (head != NULL && head->last_rule != NULL) {
-		w->refused_by = head->refused_by;
-		return head->last_rule;
+	by = waitq_behind(w);
+	if (by != NULL && by->last_rule == NULL) /* a head not asked yet: what holds it */
+		by = waitq_behind(by);
+	if (by != NULL && by->last_rule != NULL) {
+		w->refused_by = by->refused_by;
+		return by->last_rule;
 	}
 	return PLAN_RULE_QUEUE;
 }
@@ -336,7 +446,7 @@ static void waitq_deadline_cb(evutil_socket_t fd UNUSED, short what UNUSED, void
 {
 	struct waiter *w = arg;
 	struct kq *kq = w->t[0].kq;
-	bool was_head = waitq_head(kq) == w;
+	bool was_head = waitq_class_head(w) == w;
 	int64_t now = clock_mono_ms();
 
 	/* libevent times from the loop's cached clock, which can be a few ms
@@ -359,20 +469,49 @@ static void waitq_deadline_cb(evutil_socket_t fd UNUSED, short what UNUSED, void
 		waitq_pump(kq);
 }
 
+static void waitq_arm_retry(struct kq *kq, int64_t now, int64_t wait_ms);
+
+/*
+ * The heads whose wait is over (libevent's clock may run a few ms behind
+ * ours: what the timer was set for counts as passed) ask again; the timer
+ * is set again for the earliest of those still asleep.
+ */
 static void waitq_retry_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 {
 	struct kq *kq = arg;
+	int64_t now = clock_mono_ms(), upto = kq->wake_at > now ? kq->wake_at : now, next = 0;
+	struct waitq_heads h;
+	size_t i;
 
 	kq->wake_at = 0;
+	waitq_heads(kq, &h);
+	for (i = 0; i < h.n; i++) {
+		struct waiter *x = h.w[i];
+		if (x->wake_at <= upto)
+			x->wake_at = 0;
+		else if (next == 0 || x->wake_at < next)
+			next = x->wake_at;
+	}
+	if (next != 0)
+		waitq_arm_retry(kq, now, next - now);
 	waitq_pump(kq);
 }
 
-/* How long a waiter arriving now would wait behind the queue, for `limited`. */
-static int64_t waitq_queue_wait(struct kq *kq, int64_t now)
+/* How long w, refused behind by (or NULL), would wait, for `limited`. */
+static int64_t waitq_queue_wait(const struct waiter *by, const struct kq *kq, int64_t now)
 {
-	if (kq->wake_at > now)
+	if (by != NULL && by->wake_at > now)
+		return by->wake_at - now;
+	if (by != NULL && kq->wake_at > now)
 		return kq->wake_at - now;
 	return kq->sc->cs->concurrency_retry_ms;
+}
+
+/* Refuse try w, which may not go before by (a waiter ahead of it, or NULL). */
+static void waitq_try_behind(struct waiter *w, struct waiter *by, int64_t now)
+{
+	waitq_fail(w, ADMIT_E_LIMITED, waitq_queue_wait(by, w->t[0].kq, now), waitq_blame(w), NULL);
+	waitq_remove(w);
 }
 
 void waitq_add(struct waiter *w)
@@ -394,10 +533,10 @@ void waitq_add(struct waiter *w)
 	kq->nwait++;
 	if (w->conn != NULL)
 		TAILQ_INSERT_TAIL(&w->conn->waiters, w, conn_link);
-	if (w->try_only && kq->nwait > 1) {
-		/* Others are waiting first: a try never jumps the queue. */
-		waitq_fail(w, ADMIT_E_LIMITED, waitq_queue_wait(kq, now), waitq_blame(w), NULL);
-		waitq_remove(w);
+	if (w->try_only && waitq_class_head(w) != w) {
+		/* Others of its class are waiting first: a try never jumps its
+		 * class's queue (another class's waiters: see waitq_pump). */
+		waitq_try_behind(w, waitq_class_head(w), now);
 		return;
 	}
 	if (!w->try_only && too_many) {
@@ -452,18 +591,87 @@ static void waitq_arm_retry(struct kq *kq, int64_t now, int64_t wait_ms)
 	kq->wake_at = now + wait_ms;
 }
 
+/* Head w sleeps wait_ms (at least 1) on a refusal; kq's timer wakes the earliest
+ * head (waitq_retry_cb), and nothing else but waitq_wake_all wakes it. */
+static void waitq_sleep(struct kq *kq, struct waiter *w, int64_t now, int64_t wait_ms)
+{
+	if (wait_ms < 1)
+		wait_ms = 1;
+	w->wake_at = now + wait_ms;
+	if (kq->wake_at == 0 || kq->wake_at > w->wake_at)
+		waitq_arm_retry(kq, now, wait_ms);
+}
+
+/* kq's timer was stopped (a release, a reload, an override): every head asks now. */
+static void waitq_wake_all(struct kq *kq)
+{
+	struct waitq_heads h;
+	size_t i;
+
+	waitq_heads(kq, &h);
+	for (i = 0; i < h.n; i++)
+		h.w[i]->wake_at = 0;
+	kq->slot_wait = false;
+}
+
+static bool waitq_in(struct waiter *const *set, size_t n, const struct waiter *w)
+{
+	while (n > 0)
+		if (set[--n] == w)
+			return true;
+	return false;
+}
+
+/*
+ * The next head of kq to ask now: the first, in priority then arrival
+ * order, that is not asleep (its timer has not fired: asked at most once a
+ * pass), not waiting for a release of this key (held), and
+ * not held back by a head before it. A try held back is refused on the way
+ * (*gone: start again).
+ */
+static struct waiter *waitq_next(struct kq *kq, struct waiter *const *held, size_t nheld,
+				 int64_t now, bool *gone)
+{
+	struct waitq_heads h;
+	size_t i;
+
+	*gone = false;
+	waitq_heads(kq, &h);
+	for (i = 0; i < h.n; i++) {
+		struct waiter *x = h.w[i], *by = waitq_blocker(&h, i);
+		if (by != NULL && x->try_only) {
+			waitq_try_behind(x, by, now);
+			*gone = true;
+			return NULL;
+		}
+		if (by == NULL && x->wake_at == 0 && !waitq_in(held, nheld, x))
+			return x;
+	}
+	return NULL;
+}
+
 void waitq_pump(struct kq *kq)
 {
+	struct waiter *held[WAITQ_HEADS];
+	size_t nheld = 0;
+
 	if (kq->in_pump)
 		return;
 	kq->in_pump = true;
-	while (!kq->busy && !TAILQ_EMPTY(&kq->waiters) && kq->wake_at == 0) {
-		struct waiter *w = waitq_head(kq);
+	if (kq->wake_at == 0)
+		waitq_wake_all(kq);
+	while (!kq->busy && !TAILQ_EMPTY(&kq->waiters)) {
+		int64_t now = clock_mono_ms();
+		bool gone, own = true;
+		struct waiter *w = waitq_next(kq, held, nheld, now, &gone);
 		char full[256];
 		const char *rule = NULL;
-		bool own = true;
 		size_t i;
 
+		if (gone)
+			continue;
+		if (w == NULL)
+			break;
 		if (lease_full(kq->sc->ad, full, sizeof(full))) {
 			waitq_fail(w, ADMIT_E_UNAVAILABLE, 0, NULL, full);
 			waitq_remove(w);
@@ -478,8 +686,12 @@ void waitq_pump(struct kq *kq)
 				continue;
 			}
 			if (!own)
-				waitq_arm_retry(kq, clock_mono_ms(), retry);
-			break; /* own key: the next release of it pumps this queue */
+				waitq_sleep(kq, w, now, retry);
+			else if (nheld < WAITQ_HEADS) /* the next release of it pumps this queue */
+				held[nheld++] = w;
+			else
+				break;
+			continue;
 		}
 		lease_make_id(w->lease_id);
 		kq->busy = true;
@@ -605,9 +817,10 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 			wait = w->deadline_ms - now + (res->slot_wait ? 1 : 0); /* a slot
 			* wait ends at the deadline */
 		w->last_rule = res->rule;
-		/* A wait for a lease slot can end early, at a release here. */
-		kq->slot_wait = res->slot_wait;
-		waitq_arm_retry(kq, now, wait < 1 ? 1 : wait);
+		/* A wait for a lease slot can end early, at a release here (any
+		 * head's: it stays set until every head has asked again). */
+		kq->slot_wait = res->slot_wait || (kq->slot_wait && kq->sc->cs->nclasses > 0);
+		waitq_sleep(kq, w, now, wait);
 	}
 }
 
@@ -698,6 +911,8 @@ static bool waitq_send_batch(struct kq *kq, struct waiter *w)
 
 	ws[0] = w;
 	for (x = TAILQ_NEXT(w, kq_link); x != NULL && n < WAITQ_BATCH; x = TAILQ_NEXT(x, kq_link)) {
+		if (x->t[0].cls != w->t[0].cls)
+			continue; /* another class's queue */
 		if (!waitq_batchable(w, x, 0))
 			break;
 		lease_make_id(x->lease_id);
@@ -714,7 +929,7 @@ static bool waitq_send_batch(struct kq *kq, struct waiter *w)
 void waitq_cancel(struct waiter *w)
 {
 	struct kq *kq = w->t[0].kq;
-	bool was_head = waitq_head(kq) == w;
+	bool was_head = waitq_class_head(w) == w;
 
 	if (w->conn != NULL)
 		kq->sc->canceled++;
@@ -757,7 +972,7 @@ void waitq_abort(struct waiter *w, enum admit_err e, const char *msg)
 void waitq_free_kq(struct kq *kq)
 {
 	while (!TAILQ_EMPTY(&kq->waiters)) {
-		struct waiter *w = waitq_head(kq);
+		struct waiter *w = TAILQ_FIRST(&kq->waiters);
 		kq->busy = false;
 		waitq_remove(w);
 	}
