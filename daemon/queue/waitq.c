@@ -76,7 +76,7 @@ static void waitq_heads(struct kq *kq, struct waitq_heads *h)
 	struct waiter *x;
 
 	h->n = 0;
-	TAILQ_FOREACH (x, &kq->waiters, kq_link) {
+	for (x = TAILQ_FIRST(&kq->waiters); x != NULL; x = TAILQ_NEXT(x, kq_link)) {
 		for (i = 0; i < h->n && h->w[i]->t[0].cls != x->t[0].cls; i++)
 			;
 		if (i < h->n)
@@ -94,7 +94,7 @@ static struct waiter *waitq_class_head(const struct waiter *w)
 {
 	struct waiter *x;
 
-	TAILQ_FOREACH (x, &w->t[0].kq->waiters, kq_link)
+	for (x = TAILQ_FIRST(&w->t[0].kq->waiters); x != NULL; x = TAILQ_NEXT(x, kq_link))
 		if (x->t[0].cls == w->t[0].cls)
 			return x;
 	return NULL;

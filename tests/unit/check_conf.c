@@ -435,9 +435,9 @@ START_TEST(test_classes)
 			      "rule prio = requests token-bucket 10/1s burst=10\n"
 			      "rule main = requests token-bucket 60/1m\n"
 			      "rule = concurrency 8\n"
-			      "class priority = prio\n"
+			      "class priority = prio priority=1000\n"
 			      "class main = main\n"
-			      "class free =\n"
+			      "class free = priority=-1000\n"
 			      "default_class = main\n");
 	const struct conf_scope *s;
 	const struct conf_class *cl;
@@ -462,8 +462,12 @@ START_TEST(test_classes)
 	ck_assert_uint_eq(cl->nrules, 1);
 	ck_assert_uint_eq(cl->rules[0], 0);
 	ck_assert_int_eq(cl->floor, 0);
+	ck_assert_int_eq(cl->priority, 1000);
+	ck_assert_int_eq(conf_class_find(s, "main")->priority, 0); /* the default */
+	ck_assert_int_eq(conf_class_find(s, "background")->priority, 0);
 	cl = conf_class_find(s, "free");
 	ck_assert_uint_eq(cl->nrules, 0);
+	ck_assert_int_eq(cl->priority, -1000);
 	ck_assert_ptr_null(conf_class_find(s, "nope"));
 	conf_free(c);
 }
@@ -711,7 +715,21 @@ static const struct {
 	{ "[scope a]\nclass c =\nclass c =\n",
 	  "t.conf:3: class c: class \"c\" already defined at line 2\n" },
 	{ "[scope a]\nclass c = r r\n", "t.conf:2: class c: rule \"r\" listed twice\n" },
-	{ "[scope a]\nclass c = floor=2 r\n", "t.conf:2: class c: floor=N must come last\n" },
+	{ "[scope a]\nclass c = floor=2 r\n",
+	  "t.conf:2: class c: floor= and priority= must come after the rule names\n" },
+	{ "[scope a]\nclass c = priority=2 r\n",
+	  "t.conf:2: class c: floor= and priority= must come after the rule names\n" },
+	{ "[scope a]\nclass c = priority=1001\n",
+	  "t.conf:2: class c: priority \"1001\": out of range (want -1000..1000)\n" },
+	{ "[scope a]\nclass c = priority=-1001\n",
+	  "t.conf:2: class c: priority \"-1001\": out of range (want -1000..1000)\n" },
+	{ "[scope a]\nclass c = priority=high\n",
+	  "t.conf:2: class c: priority \"high\": not a number (want -1000..1000)\n" },
+	{ "[scope a]\nclass c = priority=\n",
+	  "t.conf:2: class c: priority \"\": empty value (want -1000..1000)\n" },
+	{ "[scope a]\nclass c = priority=1 priority=2\n",
+	  "t.conf:2: class c: priority= given twice\n" },
+	{ "[scope a]\nclass c = floor=1 floor=2\n", "t.conf:2: class c: floor= given twice\n" },
 	{ "[scope a]\nclass c = floor=150%\n", "t.conf:2: class c: floor \"150%\": must be at most "
 					       "100% (want floor=P%, 0 <= P < 100)\n" },
 	{ "[scope a]\nclass c = floor=%\n",

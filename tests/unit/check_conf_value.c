@@ -447,7 +447,28 @@ START_TEST(test_class)
 	ck_assert_ptr_null(cv_class("", &c, err, sizeof(err)));
 	ck_assert_uint_eq(c.nnames, 0);
 	ck_assert_int_eq(c.floor, 0);
+	ck_assert_int_eq(c.priority, 0);
 	cv_class_clear(&c);
+
+	/* priority=N and floor= after the names, in either order */
+	ck_assert_ptr_null(cv_class("main priority=-7 floor=3", &c, err, sizeof(err)));
+	ck_assert_uint_eq(c.nnames, 1);
+	ck_assert_int_eq(c.priority, -7);
+	ck_assert_int_eq(c.floor, 3);
+	cv_class_clear(&c);
+	ck_assert_ptr_null(cv_class("main floor=10% priority=1000", &c, err, sizeof(err)));
+	ck_assert_int_eq(c.priority, 1000);
+	ck_assert_int_eq(c.floor_ppm, 100000);
+	cv_class_clear(&c);
+	ck_assert_str_eq(cv_class("main priority=1001", &c, err, sizeof(err)),
+			 "priority \"1001\": out of range (want -1000..1000)");
+	ck_assert_ptr_null(c.names);
+	ck_assert_str_eq(
+	    cv_class("priority=5x", &c, err, sizeof(err)),
+	    "priority \"5x\": trailing characters after the number (want -1000..1000)");
+	ck_assert_str_eq(cv_class("priority=3 main", &c, err, sizeof(err)),
+			 "floor= and priority= must come after the rule names");
+	ck_assert_ptr_null(c.names);
 
 	ck_assert_ptr_null(cv_class("floor=0", &c, err, sizeof(err)));
 	ck_assert_uint_eq(c.nnames, 0);
@@ -470,9 +491,11 @@ START_TEST(test_class)
 	ck_assert_str_eq(
 	    cv_class("a floor=12345678901234567%", &c, err, sizeof(err)),
 	    "floor \"12345678901234567%\": not a percentage (want floor=P%, 0 <= P < 100)");
-	ck_assert_str_eq(cv_class("a floor=10% b", &c, err, sizeof(err)), "floor=N must come last");
+	ck_assert_str_eq(cv_class("a floor=10% b", &c, err, sizeof(err)),
+			 "floor= and priority= must come after the rule names");
 
-	ck_assert_str_eq(cv_class("a floor=5 b", &c, err, sizeof(err)), "floor=N must come last");
+	ck_assert_str_eq(cv_class("a floor=5 b", &c, err, sizeof(err)),
+			 "floor= and priority= must come after the rule names");
 	ck_assert_ptr_null(c.names);
 	ck_assert_str_eq(cv_class("a a", &c, err, sizeof(err)), "rule \"a\" listed twice");
 	ck_assert_ptr_null(c.names);
