@@ -261,6 +261,18 @@ static inline int64_t conf_class_floor(const struct conf_class *cls, const struc
 const char *conf_plan_which_rule(const struct conf_scope *cs, long which);
 
 /*
+ * conf_plan_holds_too - class x (NULL: none) was refused by the limit whose
+ * text is `rule` (conf_plan_which_rule's; NULL: none known): is class y held
+ * to it as well, so that y waits behind x for it? Yes for a setting (pacing,
+ * a penalty, a quota, max_concurrent: every class), and for a rule y applies
+ * with a floor on it no lower than x's. No for a rule y does not apply (a
+ * named rule of x's), or one where x keeps a higher floor (x may have been
+ * refused for its floor only), or no rule at all.
+ */
+bool conf_plan_holds_too(const struct conf_scope *cs, const struct conf_class *x, const char *rule,
+			 const struct conf_class *y);
+
+/*
  * conf_plan_which_slot - does a refusal by `which` wait for a lease slot?
  * Such a wait has no known end (a release ends it), so it is slept out and
  * ends in `timeout`, never in `budget_exceeded`.

@@ -141,9 +141,10 @@ const struct conf_key conf_scope_keys[] = {
 	  "applies only to classes listing NAME" },
 	{ "class", CT_CLASS, SCOPE_OFF(classes), NULL, 0, 0,
 	  CONF_F_REPEATABLE | CONF_F_ARG | CONF_F_ARG_REQUIRED,
-	  "`class NAME = RULENAME... [floor=N|floor=P%]`: the named rules this class is held to; "
-	  "floor=N leaves each rule's last N units to others, floor=P% the last P% of each rule's "
-	  "own capacity (rounded down)" },
+	  "`class NAME = RULENAME... [floor=N|floor=P%] [priority=N]`: the named rules this class "
+	  "is held to; floor=N leaves each rule's last N units to others, floor=P% the last P% of "
+	  "each rule's own capacity (rounded down); priority=N (-1000..1000, default 0): a key's "
+	  "waiters of a higher class are served first" },
 	{ "default_class", CT_NAME, SCOPE_OFF(default_class), NULL, 0, 0, 0,
 	  "class of a request that names none" },
 	{ "timeout", CT_DURATION, SCOPE_OFF(timeout_ms), "30s", 0, MS_HOUR, 0,

@@ -133,6 +133,27 @@ const char *conf_plan_which_rule(const struct conf_scope *cs, long which)
 	}
 }
 
+bool conf_plan_holds_too(const struct conf_scope *cs, const struct conf_class *x, const char *rule,
+			 const struct conf_class *y)
+{
+	const struct conf_plan *pl = conf_plan_of(cs, y);
+	struct strat_params p;
+	size_t r, k;
+
+	if (rule == NULL)
+		return false;
+	for (r = 0; r < cs->nrules && cs->rules[r].text != rule; r++)
+		;
+	if (r == cs->nrules)
+		return true; /* a setting: every class is held to it */
+	for (k = 0; k < pl->nrules && pl->rules[k] != r; k++)
+		;
+	if (k == pl->nrules)
+		return false;
+	p = conf_rule_params(&cs->rules[r]);
+	return conf_class_floor(y, &p) >= conf_class_floor(x, &p);
+}
+
 bool conf_plan_which_slot(const struct conf_scope *cs, long which)
 {
 	return which == PLAN_WHICH_CLUSTER || which == PLAN_WHICH_SERIALIZED ||

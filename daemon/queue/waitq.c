@@ -102,33 +102,16 @@ static struct waiter *waitq_class_head(const struct waiter *w)
 
 /*
  * Does head x, refused before, hold back head y of another class asked
- * after it? Yes when the limit that refused x holds y too, and y's floor
- * on it is no lower than x's (x was not refused for a floor only it keeps);
- * a refusal by a setting (pacing, a penalty, max_concurrent, a quota)
- * holds every class. No when another target's key refused x, or a named
- * rule y does not list.
+ * after it? When the limit that refused x holds y too (conf_plan_holds_too),
+ * and it was x's own key's, not another target's.
  */
 static bool waitq_blocks(const struct waiter *x, const struct waiter *y)
 {
 	const struct kq *kq = x->t[0].kq;
-	const struct conf_scope *cs = kq->sc->cs;
-	const struct conf_plan *pl;
-	struct strat_params p;
-	size_t r, k;
 
-	if (x->last_rule == NULL || (x->refused_by != NULL && x->refused_by != kq))
+	if (x->refused_by != NULL && x->refused_by != kq)
 		return false;
-	for (r = 0; r < cs->nrules && cs->rules[r].text != x->last_rule; r++)
-		;
-	if (r == cs->nrules)
-		return true; /* a setting: every class is held to it */
-	pl = conf_plan_of(cs, y->t[0].cls);
-	for (k = 0; k < pl->nrules && pl->rules[k] != r; k++)
-		;
-	if (k == pl->nrules)
-		return false;
-	p = conf_rule_params(&cs->rules[r]);
-	return conf_class_floor(y->t[0].cls, &p) >= conf_class_floor(x->t[0].cls, &p);
+	return conf_plan_holds_too(kq->sc->cs, x->t[0].cls, x->last_rule, y->t[0].cls);
 }
 
 /* The head ordered before h->w[i] that holds it back, or NULL. */

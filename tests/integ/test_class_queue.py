@@ -15,6 +15,7 @@ import unittest
 
 from .harness import Admitd, RedisServer, acquire_req
 from .redis_util import status, wait_backend
+from .test_reload import ReloadCase
 
 # 10 requests, one back every 10 s: batch may not take the last 5
 FLOOR_CONF = """
@@ -48,15 +49,16 @@ def _wait_for(cond, deadline_s, what):
         time.sleep(0.02)
 
 
-class FloorCase:
-    """An interactive request is not held back by a batch waiter refused by
-    its own floor. mode: "local", "redis" or "fallback"."""
+class DaemonCase:
+    """One daemon on CONF: in local mode, or on a real redis-server (mode
+    "redis"), or with that server stopped once the daemon is up ("fallback")."""
 
+    CONF = ""
     mode = "local"
 
     def setUp(self):
         self.rs = RedisServer().start() if self.mode != "local" else None
-        self.d = Admitd(FLOOR_CONF, redis_url=self.rs.url if self.rs else None).start()
+        self.d = Admitd(self.CONF, redis_url=self.rs.url if self.rs else None).start()
         self.conns = []
         if self.mode == "fallback":
             self.rs.stop()
@@ -73,6 +75,13 @@ class FloorCase:
         c = self.d.connect()
         self.conns.append(c)
         return c
+
+
+class FloorCase(DaemonCase):
+    """An interactive request is not held back by a batch waiter refused by
+    its own floor."""
+
+    CONF = FLOOR_CONF
 
     def batch_waits(self):
         """5 of 10 left (batch's floor), and a batch acquire waiting for more.
@@ -132,27 +141,10 @@ class TestFloorFallback(FloorCase, unittest.TestCase):
     mode = "fallback"
 
 
-class PrioCase:
+class PrioCase(DaemonCase):
     """priority=N on a key whose one slot is held."""
 
-    redis = False
-
-    def setUp(self):
-        self.rs = RedisServer().start() if self.redis else None
-        self.d = Admitd(PRIO_CONF, redis_url=self.rs.url if self.rs else None).start()
-        self.conns = []
-
-    def tearDown(self):
-        for c in self.conns:
-            c.close()
-        self.d.cleanup(failed=False)
-        if self.rs:
-            self.rs.cleanup(failed=False)
-
-    def conn(self):
-        c = self.d.connect()
-        self.conns.append(c)
-        return c
+    CONF = PRIO_CONF
 
     def waiting(self):
         return status(self.d)["scopes"]["q"]["waiting"]
@@ -199,11 +191,63 @@ class PrioCase:
 
 
 class TestPrioLocal(PrioCase, unittest.TestCase):
-    redis = False
+    mode = "local"
 
 
 class TestPrioRedis(PrioCase, unittest.TestCase):
-    redis = True
+    mode = "redis"
+
+
+RELOAD_BODY = """
+[scope q]
+rule = concurrency 1
+timeout = 60s
+class low = priority=%d
+class high = priority=10
+%s
+default_class = low
+"""
+
+
+class TestPrioReload(ReloadCase):
+    """A reload that changes a class's priority, or removes a class, while
+    waiters of both wait for the key's one slot."""
+
+    def queue_low_then_high(self):
+        c = self.conn()
+        r = self.acq(c, "q", "k", id="h")
+        self.assertTrue(r["ok"], r)
+        low, high = self.conn(), self.conn()
+        low.send(acquire_req("q", "k", **{"class": "low", "timeout_ms": 60000, "id": "L"}))
+        _wait_for(lambda: status(self.d)["scopes"]["q"]["waiting"] == 1, 10, "low waits")
+        high.send(acquire_req("q", "k", **{"class": "high", "timeout_ms": 60000, "id": "H"}))
+        _wait_for(lambda: status(self.d)["scopes"]["q"]["waiting"] == 2, 10, "high waits")
+        return c, r["lease"], low, high
+
+    def test_raised_priority_applies_to_waiters(self):
+        self.start(RELOAD_BODY % (0, "class peer ="))
+        c, lease, low, high = self.queue_low_then_high()
+        self.reload(RELOAD_BODY % (20, "class peer ="))
+        c.request({"op": "release", "lease": lease})
+        r = low.recv(timeout=10)  # low is above high now
+        self.assertTrue(r["ok"], r)
+        with self.assertRaises(TimeoutError):
+            high.recv(timeout=0.2)
+        c.request({"op": "release", "lease": r["lease"]}) if False else None
+        low.request({"op": "release", "lease": r["lease"]})
+        r = high.recv(timeout=10)
+        self.assertTrue(r["ok"], r)
+
+    def test_removed_class_leaves_the_others_queued(self):
+        self.start(RELOAD_BODY % (0, ""))
+        c, lease, low, high = self.queue_low_then_high()
+        self.reload(RELOAD_BODY.replace("class high = priority=10\n", "") % (0, ""))
+        r = high.recv(timeout=10)
+        self.assertEqual((r["ok"], r["error"]), (False, "bad_request"), r)
+        self.assertIn('no class "high"', r["message"])
+        c.request({"op": "release", "lease": lease})
+        r = low.recv(timeout=10)
+        self.assertTrue(r["ok"], r)
 
 
 if __name__ == "__main__":

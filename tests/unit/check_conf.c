@@ -428,6 +428,55 @@ START_TEST(test_rules_in_scope)
 }
 END_TEST
 
+/* Which refusals of one class hold another class's waiters back. */
+START_TEST(test_plan_holds_too)
+{
+	struct conf *c = load("[scope car]\n"
+			      "rule prio = requests token-bucket 10/1s burst=10\n"
+			      "rule main = requests token-bucket 60/1m\n"
+			      "rule = concurrency 8\n"
+			      "class priority = prio priority=5\n"
+			      "class main = main priority=10\n"
+			      "class background = main floor=20\n"
+			      "class same = main floor=20\n"
+			      "class lower = main floor=10\n"
+			      "class pct = main floor=50%\n"
+			      "default_class = main\n");
+	const struct conf_scope *s;
+	const char *prio, *main, *conc;
+
+	ck_assert_msg(c != NULL, "%s", errtext);
+	s = conf_scope_find(c, "car");
+	prio = s->rules[0].text;
+	main = s->rules[1].text;
+	conc = s->rules[2].text;
+#define CLS(n) conf_class_find(s, n)
+	/* refused for its floor: a class with a lower floor is not held back */
+	ck_assert(!conf_plan_holds_too(s, CLS("background"), main, CLS("main")));
+	ck_assert(!conf_plan_holds_too(s, CLS("background"), main, CLS("lower")));
+	/* ... one with the same floor or a higher one is */
+	ck_assert(conf_plan_holds_too(s, CLS("background"), main, CLS("same")));
+	ck_assert(conf_plan_holds_too(s, CLS("background"), main, CLS("pct"))); /* 30 of 60 */
+	ck_assert(!conf_plan_holds_too(s, CLS("pct"), main, CLS("background")));
+	/* refused with no floor: every class held to the rule waits too */
+	ck_assert(conf_plan_holds_too(s, CLS("main"), main, CLS("background")));
+	ck_assert(conf_plan_holds_too(s, CLS("main"), main, CLS("lower")));
+	/* a named rule of its own holds back no class that does not list it */
+	ck_assert(!conf_plan_holds_too(s, CLS("priority"), prio, CLS("main")));
+	ck_assert(!conf_plan_holds_too(s, CLS("main"), main, CLS("priority")));
+	/* an unnamed rule, a setting: every class */
+	ck_assert(conf_plan_holds_too(s, CLS("main"), conc, CLS("priority")));
+	ck_assert(conf_plan_holds_too(s, CLS("priority"), conc, CLS("background")));
+	ck_assert(conf_plan_holds_too(s, CLS("priority"), PLAN_RULE_MAX_CONCURRENT, CLS("main")));
+	ck_assert(conf_plan_holds_too(s, CLS("main"), PLAN_RULE_PENALTY, CLS("priority")));
+	/* no refusal known: nothing */
+	ck_assert(!conf_plan_holds_too(s, CLS("main"), NULL, CLS("priority")));
+	ck_assert_int_eq(CLS("main")->priority, 10);
+#undef CLS
+	conf_free(c);
+}
+END_TEST
+
 START_TEST(test_classes)
 {
 	struct conf *c = load("[scope car]\n"
@@ -1198,6 +1247,7 @@ static Suite *conf_suite(void)
 	tcase_add_test(tc, test_max_concurrent_raise);
 	tcase_add_test(tc, test_rules_in_scope);
 	tcase_add_test(tc, test_classes);
+	tcase_add_test(tc, test_plan_holds_too);
 	tcase_add_test(tc, test_plans);
 	tcase_add_test(tc, test_syntax_tolerance);
 	tcase_add_loop_test(tc, test_errors, 0, N(err_vecs));
