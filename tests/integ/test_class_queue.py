@@ -37,6 +37,7 @@ rule = concurrency 1
 class low =
 class high = priority=10
 class peer = priority=10
+class bottom = priority=-1
 default_class = low
 """
 
@@ -163,10 +164,13 @@ class PrioCase(DaemonCase):
             c.send(acquire_req("q", "k", **{"class": cls, "timeout_ms": 60000, "id": name}))
             pending[name] = c
             _wait_for(lambda: self.waiting() == n + 1, 10, "%s waits" % name)
-        # a try of the lowest class while higher ones wait for the slot
-        r = holder.request(acquire_req("q", "k", **{"class": "low", "timeout_ms": 0,
-                                                     "id": "try"}))
-        self.assertEqual((r["ok"], r["error"]), (False, "limited"), r)
+        # a try behind its own class's waiters, and one of a class with none
+        # waiting, but below classes that wait for the same slot: both refused
+        for cls in ("low", "bottom"):
+            r = holder.request(acquire_req("q", "k", **{"class": cls, "timeout_ms": 0,
+                                                         "id": "try"}))
+            self.assertEqual((r["ok"], r["error"], r["rule"]),
+                             (False, "limited", "concurrency 1"), r)
         order = []
         while pending:
             holder.request({"op": "release", "lease": lease})
