@@ -17,13 +17,13 @@ from .harness import Admitd, RedisServer, acquire_req
 from .redis_util import status, wait_backend
 from .test_reload import ReloadCase
 
-# 10 requests, one back every 10 s: batch may not take the last 5
+# 10 requests, one back every 20 s: batch may not take the last 5
 FLOOR_CONF = """
 [admitd]
 redis_timeout = 100ms
 
 [scope api]
-rule main = requests token-bucket 10/100s
+rule main = requests token-bucket 10/200s
 class interactive = main
 class batch = main floor=5
 default_class = interactive
@@ -93,7 +93,7 @@ class FloorCase(DaemonCase):
             self.assertTrue(r["ok"], r)
             self.assertEqual(r["backend"], self.mode, r)
         self.waiter = self.conn()
-        self.waiter.send(acquire_req("api", "k", **{"class": "batch", "timeout_ms": 30000,
+        self.waiter.send(acquire_req("api", "k", **{"class": "batch", "timeout_ms": 60000,
                                                      "detach": True, "id": "b"}))
         _wait_for(lambda: status(self.d)["scopes"]["api"]["waiting"] == 1, 10,
                   "the batch acquire waits for its floor")
