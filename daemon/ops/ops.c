@@ -24,15 +24,15 @@
 #include <string.h>
 
 struct op_entry {
-	void (*handler)(struct conn *c, struct request *rq);
+	void (*handler)(struct client *c, struct request *rq);
 };
 
-void ops_error(struct conn *c, const struct request *rq, enum admit_err e, const char *msg)
+void ops_error(struct client *c, const struct request *rq, enum admit_err e, const char *msg)
 {
-	conn_send_reply(c, preply_error(rq->id, e, msg));
+	client_reply(c, preply_error(rq->id, e, msg));
 }
 
-void ops_conn_closed(struct conn *c)
+void ops_conn_closed(struct client *c)
 {
 	while (!TAILQ_EMPTY(&c->pends)) {
 		struct op_pend *p = TAILQ_FIRST(&c->pends);
@@ -41,8 +41,17 @@ void ops_conn_closed(struct conn *c)
 	}
 }
 
+void ops_reload(struct client *c)
+{
+	struct op_pend *p;
+
+	TAILQ_FOREACH (p, &c->pends, conn_link)
+		if (p->kq != NULL && !p->kq->sc->retired && p->cls != NULL)
+			p->cls = conf_class_find(p->kq->sc->cs, p->cls->name);
+}
+
 /* A reply owed once the backend answers; NULL (after replying) on OOM. */
-struct op_pend *ops_pend(struct conn *c, struct request *rq)
+struct op_pend *ops_pend(struct client *c, struct request *rq)
 {
 	struct op_pend *p = calloc(1, sizeof(*p));
 
@@ -62,8 +71,8 @@ void ops_pend_done(struct op_pend *p, struct preply *r)
 {
 	if (p->conn != NULL) {
 		TAILQ_REMOVE(&p->conn->pends, p, conn_link);
-		conn_send_reply(p->conn, r);
-		conn_waiter_done(p->conn);
+		client_reply(p->conn, r);
+		client_waiter_done(p->conn);
 	} else {
 		preply_free(r);
 	}
@@ -95,7 +104,7 @@ static bool ops_same_id(const char *a, const char *b)
  * found one. Only this connection's waiters can be named: an id is the
  * client's own, not a handle on anyone else's wait.
  */
-static void op_cancel(struct conn *c, struct request *rq)
+static void op_cancel(struct client *c, struct request *rq)
 {
 	struct waiter *w, *found = NULL;
 	struct preply *r;
@@ -110,12 +119,12 @@ static void op_cancel(struct conn *c, struct request *rq)
 	}
 	r = preply_new(rq->id, true);
 	preply_bool(r, "found", found != NULL);
-	conn_send_reply(c, r);
+	client_reply(c, r);
 }
 
-static void op_ping(struct conn *c, struct request *rq)
+static void op_ping(struct client *c, struct request *rq)
 {
-	conn_send_reply(c, preply_new(rq->id, true));
+	client_reply(c, preply_new(rq->id, true));
 }
 
 /* Indexed by the op the codec decoded (proto.c owns the names). */
@@ -127,7 +136,7 @@ static const struct op_entry op_table[OP__COUNT] = {
 	[OP_OVERRIDE] = { op_override },
 };
 
-void ops_dispatch(struct conn *c, const char *line, size_t len)
+void ops_dispatch(struct client *c, const char *line, size_t len)
 {
 	struct request rq;
 	char msg[256];

@@ -23,11 +23,11 @@
  * by reload.c) until their last lease is released.
  */
 
-#include "admitd.h"
+#include "scope.h"
 
 #include "clock.h"
-#include "backend.h"
-#include "engine.h"
+#include "lease.h"
+#include "waitq.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -41,7 +41,7 @@
 #define KQ_SWEEP_SLICES 10
 #define KQ_SWEEP_MIN	64
 
-bool scopes_init(struct admitd *ad)
+bool scopes_init(struct rt *ad)
 {
 	size_t i;
 
@@ -77,7 +77,7 @@ static void scope_free_keys(struct scope_rt *sc)
 	sc->keys = NULL;
 }
 
-void scopes_free(struct admitd *ad)
+void scopes_free(struct rt *ad)
 {
 	size_t i;
 
@@ -93,7 +93,7 @@ void scopes_free(struct admitd *ad)
 	}
 }
 
-struct scope_rt *scope_find(struct admitd *ad, const char *name)
+struct scope_rt *scope_find(struct rt *ad, const char *name)
 {
 	size_t i;
 
@@ -111,7 +111,7 @@ static bool kq_idle_listed(const struct kq *kq)
 /* Free an idle kq and its table entry. */
 static void kq_free(struct kq *kq)
 {
-	struct admitd *ad = kq->sc->ad;
+	struct rt *ad = kq->sc->ad;
 
 	if (kq_idle_listed(kq))
 		kq_idle_out(kq);
@@ -125,7 +125,7 @@ static void kq_free(struct kq *kq)
  * to idle_keys (empty when this is called, so in the order they were
  * passed over), and kept_until becomes the earliest end of those left.
  */
-static void kq_kept_ended(struct admitd *ad, int64_t now)
+static void kq_kept_ended(struct rt *ad, int64_t now)
 {
 	struct kq *kq, *nx;
 	const struct lim_ovr *ov;
@@ -154,7 +154,7 @@ static void kq_kept_ended(struct admitd *ad, int64_t now)
  * back). In local mode the override is this kq's alone, so it stays, and
  * the new key is refused instead.
  */
-static struct kq *kq_victim(struct admitd *ad)
+static struct kq *kq_victim(struct rt *ad)
 {
 	int64_t now = clock_mono_ms();
 	const struct lim_ovr *ov;
@@ -179,7 +179,7 @@ static struct kq *kq_victim(struct admitd *ad)
 
 struct kq *kq_get(struct scope_rt *sc, const char *key, bool *full)
 {
-	struct admitd *ad = sc->ad;
+	struct rt *ad = sc->ad;
 	struct kq *kq = htab_get(sc->keys, key);
 	const char *kq_key;
 
@@ -255,7 +255,7 @@ static void kq_sweep_retired_one(void *arg UNUSED, const char *key UNUSED, void 
 }
 
 /* Free the retired scopes whose last key went. */
-static void kq_sweep_retired(struct admitd *ad)
+static void kq_sweep_retired(struct rt *ad)
 {
 	struct scope_rt **pp = &ad->retired;
 
@@ -273,7 +273,7 @@ static void kq_sweep_retired(struct admitd *ad)
 	}
 }
 
-void kq_sweep(struct admitd *ad)
+void kq_sweep(struct rt *ad)
 {
 	struct sweep_ctx sw = { .now = clock_mono_ms() };
 	size_t i;
@@ -297,7 +297,7 @@ static void kq_shutdown_cb(void *arg UNUSED, const char *key UNUSED, void *val)
 	waitq_shutdown(val);
 }
 
-void kq_shutdown_all(struct admitd *ad)
+void kq_shutdown_all(struct rt *ad)
 {
 	size_t i;
 
@@ -357,8 +357,7 @@ static void scope_swap_carry_kq(void *arg, const char *key UNUSED, void *val)
 		memcpy(kq_lim_inline(kq), dst, lim_state_size(p->ncs)); /* its arrays move too */
 	kq->lim_ext = ext;
 	kq->sc = p->sc;
-	eng_refused_forget(kq); /* decided under the old conf, whose strings go with it */
-	backend_ahead_drop(kq, true);
+	kq->sc->ad->dec->forget(kq); /* decided under the old conf, whose strings go with it */
 }
 
 static void scope_swap_repoint_kq(void *arg, const char *key UNUSED, void *val)
@@ -366,8 +365,7 @@ static void scope_swap_repoint_kq(void *arg, const char *key UNUSED, void *val)
 	struct kq *kq = val;
 
 	kq->sc = arg;
-	eng_refused_forget(kq); /* decided under the old conf */
-	backend_ahead_drop(kq, true);
+	kq->sc->ad->dec->forget(kq); /* decided under the old conf */
 }
 
 /* The class of the same name in cs (*gone set when there is none). */
@@ -506,7 +504,7 @@ static void scope_swap_free(struct scope_swap *p, size_t nold)
 }
 
 /* Everything that can fail, before anything changes. */
-static bool scope_swap_prepare(struct admitd *ad, struct scope_swap *p)
+static bool scope_swap_prepare(struct rt *ad, struct scope_swap *p)
 {
 	const struct conf *nc = p->nc;
 	size_t i, j, nmax = 1, size;
@@ -553,13 +551,11 @@ done:
 	return ok;
 }
 
-bool scopes_reload(struct admitd *ad, const struct conf *nc)
+bool scopes_reload(struct rt *ad, const struct conf *nc)
 {
 	struct scope_swap p = { .nc = nc };
 	struct scope_swap_walk rw = { .oc = ad->conf, .nc = nc };
 	struct scope_rt *r;
-	struct conn *c;
-	struct op_pend *pd;
 	size_t i, j, nold = ad->nscopes;
 
 	if (!scope_swap_prepare(ad, &p)) {
@@ -610,11 +606,6 @@ bool scopes_reload(struct admitd *ad, const struct conf *nc)
 	for (r = ad->retired; r != NULL; r = r->retired_next)
 		htab_each(r->keys, scope_swap_waiters, &rw);
 	htab_each(ad->leases, scope_swap_lease, NULL);
-	for (c = TAILQ_FIRST(&ad->conns); c != NULL; c = TAILQ_NEXT(c, link)) {
-		for (pd = TAILQ_FIRST(&c->pends); pd != NULL; pd = TAILQ_NEXT(pd, conn_link))
-			if (pd->kq != NULL && !pd->kq->sc->retired)
-				pd->cls = scope_swap_cls(pd->kq->sc->cs, pd->cls, NULL);
-	}
 	scope_swap_free(&p, nold);
 	return true;
 }
@@ -635,7 +626,7 @@ static void scope_wake_kq(void *arg UNUSED, const char *key UNUSED, void *val)
 	waitq_pump(kq);
 }
 
-void scopes_wake(struct admitd *ad)
+void scopes_wake(struct rt *ad)
 {
 	size_t i;
 
@@ -643,7 +634,7 @@ void scopes_wake(struct admitd *ad)
 		htab_each(ad->scopes[i].keys, scope_wake_kq, NULL);
 }
 
-bool scopes_points_into(const struct admitd *ad, const struct conf *c)
+bool scopes_points_into(const struct rt *ad, const struct conf *c)
 {
 	const struct scope_rt *r;
 

@@ -25,11 +25,11 @@
  * receive any more is released at once.
  */
 
-#include "admitd.h"
+#include "waitq.h"
 
-#include "backend.h"
 #include "clock.h"
-#include "engine.h"
+#include "lease.h"
+#include "scope.h"
 #include "log.h"
 #include "rand.h"
 
@@ -37,7 +37,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+const int64_t wait_hist_bounds_ms[WAIT_HIST_NBOUNDS] = {
+	0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
+};
+
 static void waitq_decided(void *arg, const struct eng_res *res);
+
+const char *via_name(enum via v)
+{
+	static const char *const names[] = { "local", "redis", "fallback" };
+
+	return names[v];
+}
 static bool waitq_send_batch(struct kq *kq, struct waiter *w);
 
 /* Waiters of one hot key decided in one Redis call, at most. */
@@ -67,13 +78,13 @@ static bool waitq_in_flight(struct waiter *w)
 /* w no longer belongs to its connection (answered, or the client left). */
 static void waitq_unlink_conn(struct waiter *w)
 {
-	struct conn *c = w->conn;
+	struct client *c = w->conn;
 
 	if (c == NULL)
 		return;
 	TAILQ_REMOVE(&c->waiters, w, conn_link);
 	w->conn = NULL;
-	conn_waiter_done(c);
+	client_waiter_done(c);
 }
 
 /* Remove w from its queue and its connection, and free it. */
@@ -217,7 +228,7 @@ static void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, con
 	waitq_put_left(r, w);
 	if (w->decided)
 		preply_str(r, "backend", via_name(w->last_via));
-	conn_send_reply(w->conn, r);
+	client_reply(w->conn, r);
 }
 
 /* No wait can admit w: it asks more than a limit holds. Answered at once. */
@@ -239,12 +250,12 @@ static void waitq_exceeds(struct waiter *w, const struct eng_res *res)
 	waitq_put_target(r, w);
 	waitq_put_left(r, w);
 	preply_str(r, "backend", via_name(res->via));
-	conn_send_reply(w->conn, r);
+	client_reply(w->conn, r);
 }
 
 static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now)
 {
-	struct admitd *ad = w->t[0].kq->sc->ad;
+	struct rt *ad = w->t[0].kq->sc->ad;
 	char full[256];
 	bool over = lease_full(ad, full, sizeof(full));
 	struct lease *l = lease_new(ad, w, res->via);
@@ -280,7 +291,7 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 		struct scope_rt *sc = w->t[i].kq->sc;
 		if (waitq_first_of_scope(w, i)) {
 			sc->wait_ms_total += (uint64_t)(now - w->start_ms);
-			metrics_wait_observe(sc->wait_hist, now - w->start_ms);
+			wait_hist_observe(sc->wait_hist, now - w->start_ms);
 			sc->admitted++;
 			if (res->via == VIA_FALLBACK)
 				sc->fallbacks++;
@@ -298,7 +309,7 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 		preply_bool(r, "shadow_limited", true);
 		preply_str(r, "rule", res->rule);
 	}
-	conn_send_reply(w->conn, r);
+	client_reply(w->conn, r);
 }
 
 /*
@@ -486,10 +497,10 @@ void waitq_pump(struct kq *kq)
 		w->inflight = true;
 		for (i = 0; i < w->nt; i++)
 			w->t[i].kq->pending++;
-		if (eng_can_batch(kq->sc->ad, w) && TAILQ_NEXT(w, kq_link) != NULL &&
+		if (kq->sc->ad->dec->can_batch(kq->sc->ad, w) && TAILQ_NEXT(w, kq_link) != NULL &&
 		    waitq_send_batch(kq, w))
 			continue;
-		eng_acquire(kq->sc->ad, w, w->lease_id, waitq_decided, w);
+		kq->sc->ad->dec->acquire(kq->sc->ad, w, w->lease_id, waitq_decided, w);
 	}
 	kq->in_pump = false;
 }
@@ -527,8 +538,8 @@ static int64_t waitq_turn_delay(const struct kq *kq, const struct eng_res *res, 
 		if (cs->rules[i].meter == METER_CONCURRENCY ||
 		    (p.kind != STRAT_FIXED_WINDOW && p.kind != STRAT_SESSION_WINDOW))
 			return 0;
-		return backend_turn_delay(kq->sc->ad->redis, now + res->retry_after_ms,
-					  p.window_ms);
+		return kq->sc->ad->dec->turn_delay(kq->sc->ad, now + res->retry_after_ms,
+						   p.window_ms);
 	}
 	return 0;
 }
@@ -582,7 +593,8 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 		/* min_delay from completion while a lease is held: the earliest
 		 * admission is its release plus min_delay (the key's override's,
 		 * when it has one), so a retry sooner can only be refused again. */
-		int64_t pace = eng_min_delay(waitq_by(w, res), res->via);
+		struct kq *by = waitq_by(w, res);
+		int64_t pace = by->sc->ad->dec->min_delay(by, res->via);
 		int64_t retry = res->retry_after_ms > pace ? res->retry_after_ms : pace;
 		waitq_fail(w, ADMIT_E_LIMITED, retry, res->rule,
 			   "a lease of this key is held, and min_delay counts from its release: "
@@ -707,7 +719,7 @@ static bool waitq_send_batch(struct kq *kq, struct waiter *w)
 	}
 	if (n == 1)
 		return false;
-	eng_acquire_batch(kq->sc->ad, ws, n, waitq_decided_batch, kq);
+	kq->sc->ad->dec->acquire_batch(kq->sc->ad, ws, n, waitq_decided_batch, kq);
 	return true;
 }
 
@@ -729,7 +741,7 @@ void waitq_cancel(struct waiter *w)
 
 void waitq_cancel_asked(struct waiter *w)
 {
-	conn_send_reply(w->conn, preply_error(w->id, ADMIT_E_CANCELED, NULL));
+	client_reply(w->conn, preply_error(w->id, ADMIT_E_CANCELED, NULL));
 	waitq_cancel(w);
 }
 
@@ -764,8 +776,7 @@ void waitq_free_kq(struct kq *kq)
 	if (kq->retry_ev != NULL)
 		event_free(kq->retry_ev);
 	kq->retry_ev = NULL;
-	eng_refused_forget(kq);
-	backend_ahead_drop(kq, true);
+	kq->sc->ad->dec->forget(kq);
 	if (kq->lim_ext) {
 		lim_state_free(kq_lim(kq));
 		kq->lim_ext = false;
