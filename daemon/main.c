@@ -24,6 +24,7 @@
 #include "scope.h"
 #include "sdnotify.h"
 #include "server.h"
+#include "waitq.h"
 
 #include <event2/event.h>
 #include <getopt.h>
@@ -170,7 +171,7 @@ static void admitd_signal_cb(evutil_socket_t sig, short what UNUSED, void *arg)
 	ad->rt.shutting_down = true;
 	server_free(ad->server);
 	ad->server = NULL;
-	kq_shutdown_all(&ad->rt);
+	waitq_shutdown_all(&ad->rt);
 	conn_close_all(&ad->conns);
 	event_add(ad->exit_ev, &drain);
 	if (ad->rt.nconns == 0)
@@ -270,6 +271,7 @@ int main(int argc, char **argv)
 	ad.conns.rt = &ad.rt;
 	ad.rt.dec = &eng_decider;
 	ad.rt.fleet = &backend_fleet;
+	ad.rt.slot_freed = waitq_slot_freed;
 	ad.conf_path = conf_path;
 	ad.socket_arg = socket_arg;
 	ad.redis_arg = admitd_redis_arg(redis_arg, &redis_on_cmdline);
@@ -381,6 +383,7 @@ out:
 	backend_free(ad.rt.redis);
 	ad.rt.redis = NULL;
 	reload_free_backends(&ad);
+	waitq_free_all(&ad.rt);
 	scopes_free(&ad.rt);
 	lease_free_all(&ad.rt);
 	reload_free(&ad);

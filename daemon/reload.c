@@ -32,7 +32,9 @@
 #include "confwatch.h"
 #include "log.h"
 #include "ops.h"
+#include "lease.h"
 #include "scope.h"
+#include "waitq.h"
 #include "sdnotify.h"
 #include "server.h"
 
@@ -224,6 +226,8 @@ void reload_run(struct admitd *ad, const char *why)
 		errpos = "out of memory";
 		goto refuse;
 	}
+	waitq_reload(&ad->rt, ad->rt.conf, nc);
+	lease_reload(&ad->rt);
 	for (c = TAILQ_FIRST(&ad->conns.list); c != NULL; c = TAILQ_NEXT(c, link))
 		ops_reload(&c->cl);
 	if (keys.redis) {
@@ -245,7 +249,7 @@ void reload_run(struct admitd *ad, const char *why)
 	/* not the URL: it may hold a password */
 	log_info("conf reloaded", "scopes=%zu restart_needed=%d backend=%s", ad->rt.nscopes,
 		 keys.restart, ad->rt.redis != NULL ? "redis" : "local");
-	scopes_wake(&ad->rt);
+	waitq_wake_all(&ad->rt);
 	reload_notify(ad);
 	return;
 refuse:

@@ -29,7 +29,12 @@ struct waiter;
 
 /* Which limiter made a decision; "backend" in replies. */
 enum via { VIA_LOCAL = 0, VIA_REDIS, VIA_FALLBACK };
-const char *via_name(enum via v);
+static inline const char *via_name(enum via v)
+{
+	static const char *const names[] = { "local", "redis", "fallback" };
+
+	return names[v];
+}
 
 struct eng_res {
 	bool admitted;

@@ -303,7 +303,7 @@ bool lease_full_msg(const struct rt *ad, char *msg, size_t len)
 	return true;
 }
 
-struct lease *lease_new(struct rt *ad, struct waiter *w, enum via via)
+struct lease *lease_new(struct rt *ad, const struct lease_of *of, enum via via)
 {
 	struct lease *l = calloc(1, sizeof(*l));
 	int64_t ttl = 0, now = clock_mono_ms();
@@ -311,15 +311,13 @@ struct lease *lease_new(struct rt *ad, struct waiter *w, enum via via)
 
 	if (l == NULL)
 		return NULL;
-	memcpy(l->id, w->lease_id, sizeof(l->id));
-	l->reserve = w->reserve; /* the waiter's reservation is the lease's now */
-	l->nreserve = w->nreserve;
-	w->reserve = NULL;
-	w->nreserve = 0;
+	memcpy(l->id, of->nonce, sizeof(l->id) - 1);
+	l->reserve = of->reserve;
+	l->nreserve = of->nreserve;
 	l->ad = ad;
 	l->via = via;
-	l->nt = w->nt;
-	memcpy(l->t, w->t, w->nt * sizeof(w->t[0]));
+	l->nt = of->nt;
+	memcpy(l->t, of->t, of->nt * sizeof(of->t[0]));
 	for (i = 0; i < l->nt; i++)
 		if (l->t[i].kq->sc->cs->lease_ttl_ms > ttl)
 			ttl = l->t[i].kq->sc->cs->lease_ttl_ms;
@@ -339,19 +337,34 @@ struct lease *lease_new(struct rt *ad, struct waiter *w, enum via via)
 		kq_hold(l->t[i].kq);
 		l->t[i].kq->sc->leases++;
 	}
-	if (via == VIA_REDIS)
-		l->ad->dec->mirror(l);
-	if (!w->detach && w->conn != NULL) {
-		l->conn = w->conn;
+	if (of->conn != NULL) {
+		l->conn = of->conn;
 		TAILQ_INSERT_TAIL(&l->conn->leases, l, conn_link);
 	}
 	return l;
 fail:
 	free(l->handle);
-	w->reserve = l->reserve; /* back to its owner */
-	w->nreserve = l->nreserve;
 	free(l);
 	return NULL;
+}
+
+/* A lease's targets in kept scopes: the class of the same name, or none
+ * (the unnamed rules) when it is gone. */
+static void lease_reload_one(void *arg UNUSED, const char *key UNUSED, void *val)
+{
+	struct lease *l = val;
+	size_t i;
+
+	for (i = 0; i < l->nt; i++)
+		if (!l->t[i].kq->sc->retired)
+			l->t[i].cls = l->t[i].cls != NULL
+					  ? conf_class_find(l->t[i].kq->sc->cs, l->t[i].cls->name)
+					  : NULL;
+}
+
+void lease_reload(struct rt *ad)
+{
+	htab_each(ad->leases, lease_reload_one, NULL);
 }
 
 void lease_release(struct lease *l, const struct proto_token *tokens, size_t ntokens)
@@ -392,20 +405,8 @@ static void lease_unslot(struct lease *l)
 		kq_unhold(l->t[i].kq);
 		l->t[i].kq->sc->leases--;
 	}
-	/*
-	 * A slot is free: the head may go now, not at its next poll. With Redis
-	 * only a head waiting for a slot is woken; one sleeping out a pacing or
-	 * budget wait would spend a round trip to hear the same answer.
-	 */
-	for (i = 0; i < l->nt; i++) {
-		struct kq *kq = l->t[i].kq;
-		if (kq->wake_at != 0 && kq->retry_ev != NULL &&
-		    (l->ad->redis == NULL || kq->slot_wait)) {
-			event_del(kq->retry_ev);
-			kq->wake_at = 0;
-		}
-		waitq_pump(kq);
-	}
+	for (i = 0; i < l->nt; i++)
+		l->ad->slot_freed(l->t[i].kq); /* the head may go now */
 }
 
 void lease_conn_closed(struct client *c)

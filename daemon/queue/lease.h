@@ -17,7 +17,7 @@
 #include "decider.h"
 #include "lease_id.h"
 #include "rt.h"
-#include "waitq.h"
+#include "scope.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -69,7 +69,25 @@ struct lease {
 	int outcome; /* enum adapt_outcome its release reports (ADAPT_NONE: none) */
 };
 
-struct lease *lease_new(struct rt *ad, struct waiter *w, enum via via);
+/* What an admitted acquire makes its lease of (lease_new). */
+struct lease_of {
+	const char *nonce; /* the id it was booked under (LEASE_NONCE_LEN) */
+	const struct target_rt *t;
+	size_t nt;
+	struct meter_tokens *reserve; /* the lease's once it is made (owned, then) */
+	size_t nreserve;
+	struct client *conn; /* NULL: detached */
+};
+
+/*
+ * lease_new - the lease of an admission through via: booked in the table,
+ * its slots held. NULL when memory runs out (of->reserve is still the
+ * caller's then). A lease booked through Redis is mirrored in process
+ * (dec->mirror) by the caller, once it owns the reservation.
+ */
+struct lease *lease_new(struct rt *ad, const struct lease_of *of, enum via via);
+/* lease_reload - after scopes_reload: each lease's classes are nc's. */
+void lease_reload(struct rt *ad);
 /*
  * lease_resolve - what a handle a client sent back names: a lease this
  * daemon issued and has not settled (returned, its own record: the

@@ -55,9 +55,12 @@ struct rt {
 	struct backend *redis;	       /* the Redis store; NULL in local mode */
 	const struct decider *dec;     /* the engine (decider.h) */
 	const struct eng_fleet *fleet; /* the store's fleet view (eng_local.h) */
-	size_t nconns;		       /* the front's connections, for `status` */
-	uint64_t reloads_ok;	       /* reloads applied: the conf's generation */
-	uint64_t reloads_error;	       /* reloads refused: the old conf kept running */
+	/* slot_freed - a lease of kq ended (lease.c calls it): the queue's head
+	 * may go now (waitq_slot_freed: the queue is above the leases). */
+	void (*slot_freed)(struct kq *kq);
+	size_t nconns;		/* the front's connections, for `status` */
+	uint64_t reloads_ok;	/* reloads applied: the conf's generation */
+	uint64_t reloads_error; /* reloads refused: the old conf kept running */
 	int64_t start_ms;
 	bool shutting_down;
 };

@@ -26,8 +26,7 @@
 #include "scope.h"
 
 #include "clock.h"
-#include "lease.h"
-#include "waitq.h"
+#include "decider.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -63,9 +62,32 @@ bool scopes_init(struct rt *ad)
 	return true;
 }
 
+/*
+ * What a kq holds besides its entry: its retry timer, what the deciders
+ * remember of it, its limiter state. Its waiters are gone by then (a swept
+ * or evicted kq has none; at exit waitq_free_all answered them). kq itself,
+ * its key and its limiter state live in its key table's entry
+ * (htab_put_inline).
+ */
+static void kq_free_parts(struct kq *kq)
+{
+	if (kq->retry_ev != NULL)
+		event_free(kq->retry_ev);
+	kq->retry_ev = NULL;
+	kq->sc->ad->dec->forget(kq);
+	if (kq->lim_ext) {
+		lim_state_free(kq_lim(kq));
+		kq->lim_ext = false;
+		/* what is left in the entry is an empty state: freeing it twice is a no-op */
+		memset((char *)kq + KQ_LIM_OFF, 0, sizeof(struct lim_state));
+	} else {
+		lim_state_clear(kq_lim(kq));
+	}
+}
+
 static void kq_free_cb(void *arg UNUSED, const char *key UNUSED, void *val)
 {
-	waitq_free_kq(val);
+	kq_free_parts(val);
 }
 
 static void scope_free_keys(struct scope_rt *sc)
@@ -115,7 +137,7 @@ static void kq_free(struct kq *kq)
 
 	if (kq_idle_listed(kq))
 		kq_idle_out(kq);
-	waitq_free_kq(kq);
+	kq_free_parts(kq);
 	ad->nkeys--;
 	htab_del(kq->sc->keys, kq->key); /* frees kq, which lives in the entry */
 }
@@ -292,19 +314,6 @@ void kq_sweep(struct rt *ad)
 	}
 }
 
-static void kq_shutdown_cb(void *arg UNUSED, const char *key UNUSED, void *val)
-{
-	waitq_shutdown(val);
-}
-
-void kq_shutdown_all(struct rt *ad)
-{
-	size_t i;
-
-	for (i = 0; i < ad->nscopes; i++)
-		htab_each(ad->scopes[i].keys, kq_shutdown_cb, NULL);
-}
-
 /* ---- reload ------------------------------------------------------------ */
 
 /* What scopes_reload prepares before it changes anything. */
@@ -369,120 +378,6 @@ static void scope_swap_repoint_kq(void *arg, const char *key UNUSED, void *val)
 }
 
 /* The class of the same name in cs (*gone set when there is none). */
-static const struct conf_class *scope_swap_cls(const struct conf_scope *cs,
-					       const struct conf_class *cls, bool *gone)
-{
-	const struct conf_class *n;
-
-	if (cls == NULL)
-		return NULL;
-	n = conf_class_find(cs, cls->name);
-	if (n == NULL && gone != NULL)
-		*gone = true;
-	return n;
-}
-
-/*
- * A waiter's last refusal names a rule: when the text is the old conf's,
- * the same text in the new one, or NULL (its timeout then blames the head
- * or the queue). Static names are kept.
- */
-static const char *scope_swap_rule_text(const struct conf *oc, const struct conf *nc, const char *s)
-{
-	size_t i, j;
-
-	if (s == NULL)
-		return NULL;
-	for (i = 0; i < oc->nscopes; i++) {
-		const struct conf_scope *o = &oc->scopes[i], *n;
-		bool ours = s == o->quota_text;
-
-		for (j = 0; !ours && j < o->nrules; j++)
-			ours = s == o->rules[j].text || s == o->rules[j].name;
-		if (!ours)
-			continue;
-		if ((n = conf_scope_find(nc, o->name)) == NULL)
-			return NULL;
-		if (n->quota_text != NULL && strcmp(n->quota_text, s) == 0)
-			return n->quota_text;
-		for (j = 0; j < n->nrules; j++) {
-			if (strcmp(n->rules[j].text, s) == 0)
-				return n->rules[j].text;
-			if (n->rules[j].name != NULL && strcmp(n->rules[j].name, s) == 0)
-				return n->rules[j].name;
-		}
-		return NULL;
-	}
-	return s;
-}
-
-struct scope_swap_walk {
-	const struct conf *oc, *nc;
-};
-
-/*
- * The waiters queued on one key: re-pointed at the new conf (a retired
- * scope's target keeps its class: that conf stays with it), and answered
- * when they cannot go on because a scope or class they name is gone. A
- * waiter whose client left is only waiting for its decision: re-pointed.
- */
-static void scope_swap_waiters(void *arg, const char *key UNUSED, void *val)
-{
-	struct scope_swap_walk *rw = arg;
-	struct kq *kq = val;
-	struct waiter *w, *nx;
-	char msg[200];
-
-	for (w = TAILQ_FIRST(&kq->waiters); w != NULL; w = nx) {
-		const char *gone_scope = NULL, *gone_class = NULL;
-		size_t i;
-
-		nx = TAILQ_NEXT(w, kq_link);
-		for (i = 0; i < w->nt; i++) {
-			struct scope_rt *sc = w->t[i].kq->sc;
-			const char *name = w->t[i].cls ? w->t[i].cls->name : "";
-			bool gone = false;
-
-			if (sc->retired) {
-				if (gone_scope == NULL)
-					gone_scope = sc->cs->name;
-				continue;
-			}
-			if (gone_class == NULL && w->t[i].cls != NULL &&
-			    conf_class_find(sc->cs, name) == NULL) {
-				snprintf(
-				    msg, sizeof(msg),
-				    "scope \"%s\" has no class \"%s\" since the conf was reloaded",
-				    sc->cs->name, name);
-				gone_class = msg;
-			}
-			w->t[i].cls = scope_swap_cls(sc->cs, w->t[i].cls, &gone);
-		}
-		w->last_rule = scope_swap_rule_text(rw->oc, rw->nc, w->last_rule);
-		w->left.nm = 0; /* its meters name the old conf: the next decision tells */
-		if (w->conn == NULL)
-			continue;
-		if (gone_scope != NULL) {
-			snprintf(msg, sizeof(msg),
-				 "no scope \"%s\" in the conf since it was reloaded", gone_scope);
-			waitq_abort(w, ADMIT_E_UNKNOWN_SCOPE, msg);
-		} else if (gone_class != NULL) {
-			waitq_abort(w, ADMIT_E_BAD_REQUEST, gone_class);
-		}
-	}
-}
-
-/* A lease's targets in kept scopes: the class of the same name, or none
- * (the unnamed rules) when it is gone. */
-static void scope_swap_lease(void *arg UNUSED, const char *key UNUSED, void *val)
-{
-	struct lease *l = val;
-	size_t i;
-
-	for (i = 0; i < l->nt; i++)
-		if (!l->t[i].kq->sc->retired)
-			l->t[i].cls = scope_swap_cls(l->t[i].kq->sc->cs, l->t[i].cls, NULL);
-}
 
 static void scope_swap_free(struct scope_swap *p, size_t nold)
 {
@@ -554,7 +449,6 @@ done:
 bool scopes_reload(struct rt *ad, const struct conf *nc)
 {
 	struct scope_swap p = { .nc = nc };
-	struct scope_swap_walk rw = { .oc = ad->conf, .nc = nc };
 	struct scope_rt *r;
 	size_t i, j, nold = ad->nscopes;
 
@@ -601,37 +495,8 @@ bool scopes_reload(struct rt *ad, const struct conf *nc)
 	/* override_max or the rules changed: which overrides are in force is
 	 * for the next eviction to look at again */
 	ad->kept_until = INT64_MIN;
-	for (i = 0; i < ad->nscopes; i++)
-		htab_each(ad->scopes[i].keys, scope_swap_waiters, &rw);
-	for (r = ad->retired; r != NULL; r = r->retired_next)
-		htab_each(r->keys, scope_swap_waiters, &rw);
-	htab_each(ad->leases, scope_swap_lease, NULL);
 	scope_swap_free(&p, nold);
 	return true;
-}
-
-static void scope_wake_kq(void *arg UNUSED, const char *key UNUSED, void *val)
-{
-	struct kq *kq = val;
-
-	if (TAILQ_EMPTY(&kq->waiters) || kq->busy)
-		return;
-	/* A head asleep on a refusal asks again now: a raised limit may admit it. */
-	if (kq->wake_at != 0 && kq->retry_ev != NULL && event_del(kq->retry_ev) != 0) {
-		log_warn("cannot wake a waiting key after the reload: it asks at its time",
-			 "scope=%s", kq->sc->cs->name);
-		return;
-	}
-	kq->wake_at = 0;
-	waitq_pump(kq);
-}
-
-void scopes_wake(struct rt *ad)
-{
-	size_t i;
-
-	for (i = 0; i < ad->nscopes; i++)
-		htab_each(ad->scopes[i].keys, scope_wake_kq, NULL);
 }
 
 bool scopes_points_into(const struct rt *ad, const struct conf *c)

@@ -58,6 +58,13 @@ struct kq {
 	bool kept; /* idle, on ad->kept_keys: eviction passed it over for its override */
 };
 
+/* One target of an acquire, resolved: key queue, class, cost. */
+struct target_rt {
+	struct kq *kq;
+	const struct conf_class *cls;
+	int64_t cost;
+};
+
 /* Where a kq's limiter state starts in its block (8-byte aligned). */
 #define KQ_LIM_OFF ((sizeof(struct kq) + 7) & ~(size_t)7)
 
@@ -163,23 +170,19 @@ static inline void kq_unhold(struct kq *kq)
 /* kq_sweep - free the kqs with nothing queued, held or remembered: one
  * slice of each scope's table per call (the whole table in ten calls). */
 void kq_sweep(struct rt *ad);
-/* kq_shutdown_all - answer every waiter `shutting_down`. */
-void kq_shutdown_all(struct rt *ad);
 /*
  * scopes_reload - nc's scopes replace the running ones (ad->conf is still
  * the old conf). A scope of the same name keeps its keys, their waiters,
  * leases and counters, and each key's limiter state where the limit did not
  * change (lim_state_carry); a new scope starts empty; a removed one is
  * retired: its waiters are answered unknown_scope, its leases stay
- * releasable. Waiters and leases are re-pointed at nc's classes (a waiter
- * whose class is gone is answered bad_request; the replies the ops owe are
- * theirs to re-point: ops_reload). false,
- * with nothing changed, when memory ran out. Call scopes_wake once ad->conf
+ * releasable. The waiters, leases and owed replies are their owners' to
+ * re-point once this returns true (waitq_reload, lease_reload, ops_reload).
+ * false,
+ * with nothing changed, when memory ran out. Call waitq_wake_all once ad->conf
  * is nc.
  */
 bool scopes_reload(struct rt *ad, const struct conf *nc) MUST_CHECK;
-/* scopes_wake - after a reload: every queue's head asks again now. */
-void scopes_wake(struct rt *ad);
 /* scopes_points_into - does a retired scope still use a scope of conf c? */
 bool scopes_points_into(const struct rt *ad, const struct conf *c);
 

@@ -14,9 +14,11 @@
 
 #include "client.h"
 #include "decider.h"
+#include "lease.h"
 #include "lease_id.h"
 #include "limiter.h"
 #include "proto.h"
+#include "scope.h"
 
 #include <event2/event_struct.h>
 #include <stdbool.h>
@@ -25,13 +27,6 @@
 
 struct conf_class;
 struct kq;
-
-/* One target of an acquire, resolved: key queue, class, cost. */
-struct target_rt {
-	struct kq *kq;
-	const struct conf_class *cls;
-	int64_t cost;
-};
 
 /* waiter: waitq.c. An acquire from a connection, queued on its first target's kq. */
 struct waiter {
@@ -76,8 +71,20 @@ void waitq_shutdown(struct kq *kq);
  * does, once it is done walking queues.
  */
 void waitq_abort(struct waiter *w, enum admit_err e, const char *msg);
-/* waitq_free_kq - free what kq owns (its waiters, timer, limiter state); kq
- * itself is its key table's entry, freed by htab_del or htab_free. */
-void waitq_free_kq(struct kq *kq);
+/*
+ * waitq_reload - after scopes_reload mapped the keys onto nc (the running
+ * conf is still oc): each waiter's classes and last refusal are re-pointed
+ * at nc, and a waiter whose scope or class is gone is answered
+ * (unknown_scope, bad_request). Call waitq_wake_all once nc runs.
+ */
+void waitq_reload(struct rt *ad, const struct conf *oc, const struct conf *nc);
+/* waitq_wake_all - after a reload: every queue's head asks again now. */
+void waitq_wake_all(struct rt *ad);
+/* waitq_shutdown_all - answer every waiter `shutting_down`. */
+void waitq_shutdown_all(struct rt *ad);
+/* waitq_free_all - at exit, before scopes_free: drop every waiter left. */
+void waitq_free_all(struct rt *ad);
+/* waitq_slot_freed - a lease of kq ended (rt->slot_freed): its head may go. */
+void waitq_slot_freed(struct kq *kq);
 
 #endif
