@@ -292,7 +292,7 @@ int64_t conf_token_charge(const struct conf_rule *r, const struct meter_tokens *
 int64_t conf_settle_charge(const struct conf_rule *r, const struct meter_tokens *tokens,
 			   size_t ntokens, const struct meter_tokens *reserve, size_t nreserve);
 
-/* Lookups: NULL when absent. */
+/* Lookups (conf_find.c): NULL when absent. */
 const struct conf_scope *conf_scope_find(const struct conf *c, const char *name);
 const struct conf_class *conf_class_find(const struct conf_scope *s, const char *name);
 

@@ -191,22 +191,6 @@ _Static_assert(sizeof(conf_admitd_keys) / sizeof(conf_admitd_keys[0]) - 1 == CON
 _Static_assert(sizeof(conf_scope_keys) / sizeof(conf_scope_keys[0]) - 1 == CONF_SCOPE_NKEYS,
 	       "CONF_SCOPE_NKEYS");
 
-void conf_fmt_duration(char *buf, size_t len, int64_t ms)
-{
-	static const struct {
-		int64_t ms;
-		const char *unit;
-	} u[] = { { MS_HOUR, "h" }, { MS_MIN, "m" }, { MS_SEC, "s" } };
-
-	for (size_t i = 0; i < sizeof(u) / sizeof(u[0]); i++) {
-		if (ms != 0 && ms % u[i].ms == 0) {
-			snprintf(buf, len, "%lld%s", (long long)(ms / u[i].ms), u[i].unit);
-			return;
-		}
-	}
-	snprintf(buf, len, ms == 0 ? "0" : "%lldms", (long long)ms);
-}
-
 /* One markdown table per section, rows straight from the option table. */
 static void conf_dump_table(FILE *out, const char *title, const struct conf_key *table)
 {

@@ -5,14 +5,15 @@
 /*
  * ops.c - the protocol's operations: a request in, a reply (or a waiter) out.
  *
- * Owns: the op table and the dispatch of a decoded line to its handler, the
- * error reply, the replies owed once the backend answers (struct op_pend:
- * ops_pend, ops_pend_done, ops_conn_closed), and the two ops that touch only
- * the connection, ping and cancel. Types and ranges were checked by the
- * codec; the handlers are in ops_traffic.c (acquire, release, penalize) and
- * ops_admin.c (status, inspect, reset, override), the conf checks of their
- * targets in ops_target.c. Every request gets exactly one reply, now or when
- * its waiter ends.
+ * Owns: the op table and the dispatch of a decoded line to its handler, and
+ * the two ops that touch only the connection, ping and cancel. Types and
+ * ranges were checked by the codec; the handlers are in ops_traffic.c
+ * (acquire, release, penalize) and ops_admin.c (status, inspect, reset,
+ * override), the conf checks of their targets in ops_target.c, the error
+ * reply and the replies owed once the backend answers (struct op_pend) in
+ * ops_reply.c. The calls run one way: this file, then the handlers, then
+ * the target checks, then the replies. Every request gets exactly one
+ * reply, now or when its waiter ends.
  */
 
 #include "ops_int.h"
@@ -20,67 +21,11 @@
 #include "log.h"
 
 #include <jansson.h>
-#include <stdlib.h>
 #include <string.h>
 
 struct op_entry {
 	void (*handler)(struct client *c, struct request *rq);
 };
-
-void ops_error(struct client *c, const struct request *rq, enum admit_err e, const char *msg)
-{
-	client_reply(c, preply_error(rq->id, e, msg));
-}
-
-void ops_conn_closed(struct client *c)
-{
-	while (!TAILQ_EMPTY(&c->pends)) {
-		struct op_pend *p = TAILQ_FIRST(&c->pends);
-		TAILQ_REMOVE(&c->pends, p, conn_link);
-		p->conn = NULL;
-	}
-}
-
-void ops_reload(struct client *c)
-{
-	struct op_pend *p;
-
-	TAILQ_FOREACH (p, &c->pends, conn_link)
-		if (p->kq != NULL && !p->kq->sc->retired && p->cls != NULL)
-			p->cls = conf_class_find(p->kq->sc->cs, p->cls->name);
-}
-
-/* A reply owed once the backend answers; NULL (after replying) on OOM. */
-struct op_pend *ops_pend(struct client *c, struct request *rq)
-{
-	struct op_pend *p = calloc(1, sizeof(*p));
-
-	if (p == NULL) {
-		ops_error(c, rq, ADMIT_E_UNAVAILABLE, "out of memory");
-		return NULL;
-	}
-	p->conn = c;
-	p->id = rq->id; /* owned from here */
-	rq->id = NULL;
-	TAILQ_INSERT_TAIL(&c->pends, p, conn_link);
-	return p;
-}
-
-/* The pend's reply is sent (or its client left): unlink and free it. */
-void ops_pend_done(struct op_pend *p, struct preply *r)
-{
-	if (p->conn != NULL) {
-		TAILQ_REMOVE(&p->conn->pends, p, conn_link);
-		client_reply(p->conn, r);
-		client_waiter_done(p->conn);
-	} else {
-		preply_free(r);
-	}
-	if (p->kq != NULL)
-		kq_unref(p->kq);
-	free(p->id);
-	free(p);
-}
 
 /* Is the raw JSON id a the same value as the compact JSON b? */
 static bool ops_same_id(const char *a, const char *b)

@@ -5,8 +5,8 @@
 /*
  * ops.h - the ops: what each request line asks, done.
  *
- * ops.c owns the dispatch of a client's lines to their op, and the replies
- * owed to a client once a decision comes back (struct op_pend).
+ * ops.c owns the dispatch of a client's lines to their op; ops_reply.c the
+ * replies owed to a client once a decision comes back (struct op_pend).
  */
 
 #ifndef ADMITD_OPS_H
@@ -21,7 +21,7 @@
 struct conf_class;
 struct kq;
 
-/* op_pend: ops.c. A reply owed to a connection once the backend answers. */
+/* op_pend: ops_reply.c. A reply owed to a connection once the backend answers. */
 struct op_pend {
 	TAILQ_ENTRY(op_pend) conn_link;
 	struct client *conn; /* NULL once the client went away */

@@ -6,7 +6,7 @@
  * ops_int.h - what the files of the ops share and no one else sees.
  *
  * Owns: the handlers the op table of ops.c dispatches to (ops_traffic.c,
- * ops_admin.c), the error reply and the owed replies (ops.c), and the
+ * ops_admin.c), the error reply and the owed replies (ops_reply.c), and the
  * resolution of a request's targets (ops_target.c).
  */
 
@@ -21,7 +21,7 @@
 #include "scope.h"
 #include "waitq.h"
 
-/* ---- ops.c ---- */
+/* ---- ops_reply.c ---- */
 
 /* ops_error - reply to rq with error e and msg. */
 void ops_error(struct client *c, const struct request *rq, enum admit_err e, const char *msg);
