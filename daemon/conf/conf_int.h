@@ -6,11 +6,11 @@
  * conf_int.h - what the pieces of the conf loader share, and nothing else
  * includes: the option-table types and flags, the parse context, error
  * reporting, the setters the type table names from other files, and the
- * validation pass. conf.c parses, conf_keys.c holds the tables and the
+ * validation pass. conf_load.c parses, conf_keys.c holds the tables and the
  * --help-conf text, conf_set.c, conf_rule.c and conf_ids.c the setters,
  * conf_check.c the checks after the parse, conf_reload.c the reload rules,
  * conf_msg.c the messages all of them format, conf_find.c the lookups.
- * Inside the folder the calls run one way: conf.c on top, the checks, the
+ * Inside the folder the calls run one way: conf_load.c on top, the checks, the
  * tables and the setters below it, the messages, the lookups and the value
  * parsers at the bottom.
  */

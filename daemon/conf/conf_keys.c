@@ -10,7 +10,7 @@
  * default as the user would write it, min, max, flags and help; and the
  * markdown tables `admitd --help-conf` prints from those rows (which
  * docs/conf-keys.md is checked against). How a type is parsed is the
- * setters' (conf_types); how the rows are applied is conf.c's.
+ * setters' (conf_types); how the rows are applied is conf_load.c's.
  */
 
 #include "conf_int.h"

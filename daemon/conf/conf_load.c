@@ -3,7 +3,7 @@
  */
 
 /*
- * conf.c - load admitd.conf into an immutable, validated struct conf.
+ * conf_load.c - load admitd.conf into an immutable, validated struct conf.
  *
  * Owns: the parse itself: the generic walker that applies defaults and
  * values through the option tables (conf_keys.c) and their setters,
@@ -33,6 +33,7 @@
  */
 
 #include "conf_int.h"
+#include "conf_plan.h"
 
 #include <ctype.h>
 #include <errno.h>
