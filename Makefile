@@ -21,7 +21,8 @@ WARN      = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototy
 # each owns and may include; `make layers` checks it). Headers are included
 # by name, so every folder is on the include path.
 DAEMON_DIRS = daemon/base daemon/strategy daemon/redis_client daemon/conf daemon/wire \
-            daemon/limiter daemon/store daemon/decision daemon/queue daemon/ops daemon/front daemon
+            daemon/limiter daemon/queue daemon/local daemon/store daemon/decision daemon/ops \
+            daemon/front daemon
 DAEMON_INC  = $(addprefix -I,$(DAEMON_DIRS))
 BASE_CFLAGS = -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -MMD -MP -fPIC \
             $(DAEMON_INC) -Iproto -DADMITD_VERSION='"$(VERSION)"' \

@@ -134,7 +134,8 @@ static int admit_cancel_wait(struct admit *a, int64_t id, struct admit_result *r
 	}
 	if (lease != NULL && a->fd >= 0) {
 		/* admitted before the cancel arrived: nobody will use it */
-		admit_release(a, lease, NULL, 0, &rel);
+		admit_roundtrip(a, json_pack("{s:s, s:s}", "op", "release", "lease", lease), 0,
+				false, &rel);
 		admit_result_free(&rel);
 		msg = "canceled: a lease admitted before the cancel arrived was released";
 	}

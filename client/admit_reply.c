@@ -20,20 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t admit_json_int(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
-
-	return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
-}
-
-char *admit_json_str(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
-
-	return json_is_string(v) ? strdup(json_string_value(v)) : NULL;
-}
-
 /* One integer member of a reply object and the int64_t field it fills. */
 struct admit_int_field {
 	const char *name;

@@ -18,7 +18,8 @@
 # programs built against libadmit.so.3 keep working.
 CLIENT_SONAME   := libadmit.so.3
 CLIENT_LIB_OBJS := client/admit_conn.o client/admit_io.o client/admit_call.o \
-                   client/admit_req.o client/admit_reply.o client/admit_result.o
+                   client/admit_req.o client/admit_reply.o client/admit_result.o \
+                   client/admit_json.o
 CLIENT_LDLIBS   := $(shell pkg-config --libs jansson) -lm
 CLIENT_TESTS    := tests/client/test_libadmit
 LIBDIR          ?= $(PREFIX)/lib

@@ -14,12 +14,17 @@
 #include "backend.h"
 #include "clock.h"
 #include "conf_value.h"
+#include "engine.h"
 #include "http.h"
+#include "lease.h"
 #include "log.h"
+#include "metrics.h"
 #include "redis_url.h"
 #include "reload.h"
+#include "scope.h"
 #include "sdnotify.h"
 #include "server.h"
+#include "waitq.h"
 
 #include <event2/event.h>
 #include <getopt.h>
@@ -93,7 +98,22 @@ static const char *admitd_state(struct admitd *ad)
 {
 	int64_t since;
 
-	return ad->redis != NULL ? backend_state(ad->redis, &since) : "local";
+	return ad->rt.redis != NULL ? backend_state(ad->rt.redis, &since) : "local";
+}
+
+static bool admitd_metrics(void *arg, struct evbuffer *out)
+{
+	return metrics_render(arg, out);
+}
+
+/* /readyz: the Unix listener exists from the moment requests are taken
+ * until the drain starts (created last, freed on SIGTERM). */
+static bool admitd_ready(void *arg, const char **state)
+{
+	struct admitd *ad = arg;
+
+	*state = admitd_state(ad);
+	return ad->server != NULL && !ad->rt.shutting_down;
 }
 
 /*
@@ -108,10 +128,10 @@ static void admitd_gc_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg
 	const char *state = admitd_state(ad);
 
 	if (tick++ % 10 == 0)
-		conn_sweep(ad);
-	kq_sweep(ad);
+		conn_sweep(&ad->conns);
+	kq_sweep(&ad->rt);
 	reload_tick(ad);
-	if (ad->notify != NULL && !ad->shutting_down && admitd_told != NULL &&
+	if (ad->notify != NULL && !ad->rt.shutting_down && admitd_told != NULL &&
 	    strcmp(admitd_told, state) != 0 &&
 	    sdnotify_send(ad->notify, "STATUS=backend=%s%s", state, reload_status(ad)))
 		admitd_told = state;
@@ -129,7 +149,7 @@ static void admitd_exit_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *a
 {
 	struct admitd *ad = arg;
 
-	event_base_loopexit(ad->base, NULL);
+	event_base_loopexit(ad->rt.base, NULL);
 }
 
 /*
@@ -142,19 +162,19 @@ static void admitd_signal_cb(evutil_socket_t sig, short what UNUSED, void *arg)
 	struct admitd *ad = arg;
 	struct timeval drain = { 0, ADMITD_DRAIN_MS * 1000 };
 
-	if (ad->shutting_down) {
-		event_base_loopbreak(ad->base);
+	if (ad->rt.shutting_down) {
+		event_base_loopbreak(ad->rt.base);
 		return;
 	}
 	log_info("shutting down", "signal=%d", (int)sig);
 	(void)sdnotify_send(ad->notify, "STOPPING=1\nSTATUS=stopping: draining clients");
-	ad->shutting_down = true;
+	ad->rt.shutting_down = true;
 	server_free(ad->server);
 	ad->server = NULL;
-	kq_shutdown_all(ad);
-	conn_close_all(ad);
+	waitq_shutdown_all(&ad->rt);
+	conn_close_all(&ad->conns);
 	event_add(ad->exit_ev, &drain);
-	if (ad->nconns == 0)
+	if (ad->rt.nconns == 0)
 		event_active(ad->exit_ev, EV_TIMEOUT, 0);
 }
 
@@ -175,22 +195,23 @@ static void admitd_sighup_cb(evutil_socket_t sig UNUSED, short what UNUSED, void
  */
 static void admitd_drain_redis(struct admitd *ad)
 {
-	int64_t t = ad->conf->redis_timeout_ms, start = clock_mono_ms();
-	int64_t until = start + t, due = backend_last_due(ad->redis);
+	int64_t t = ad->rt.conf->redis_timeout_ms, start = clock_mono_ms();
+	int64_t until = start + t, due = backend_last_due(ad->rt.redis);
 	struct timeval tick = { 0, 5 * 1000 };
 
 	if (due + t > until)
 		until = due + t < start + 3 * t ? due + t : start + 3 * t;
 
-	backend_flush(ad->redis);
-	while (!backend_idle(ad->redis) && clock_mono_ms() < until) {
-		if (event_base_loopexit(ad->base, &tick) != 0 || event_base_dispatch(ad->base) < 0)
+	backend_flush(ad->rt.redis);
+	while (!backend_idle(ad->rt.redis) && clock_mono_ms() < until) {
+		if (event_base_loopexit(ad->rt.base, &tick) != 0 ||
+		    event_base_dispatch(ad->rt.base) < 0)
 			break;
-		backend_flush(ad->redis);
+		backend_flush(ad->rt.redis);
 	}
-	if (!backend_idle(ad->redis))
+	if (!backend_idle(ad->rt.redis))
 		log_warn("stopping before redis answered every release", "waited_ms=%lld",
-			 (long long)ad->conf->redis_timeout_ms);
+			 (long long)ad->rt.conf->redis_timeout_ms);
 }
 
 int main(int argc, char **argv)
@@ -211,6 +232,9 @@ int main(int argc, char **argv)
 	char host[CV_HOST_MAX + 1];
 	int port;
 	struct admitd ad;
+	const struct http_cb http_cb = { .metrics = admitd_metrics,
+					 .ready = admitd_ready,
+					 .arg = &ad };
 	struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
 	struct timeval gc_every = { 0, 100 * 1000 };
 	bool test_only = false, redis_on_cmdline;
@@ -243,68 +267,75 @@ int main(int argc, char **argv)
 	}
 
 	memset(&ad, 0, sizeof(ad));
-	TAILQ_INIT(&ad.conns);
+	TAILQ_INIT(&ad.conns.list);
+	ad.conns.rt = &ad.rt;
+	ad.rt.dec = &eng_decider;
+	ad.rt.fleet = &backend_fleet;
+	ad.rt.slot_freed = waitq_slot_freed;
 	ad.conf_path = conf_path;
 	ad.socket_arg = socket_arg;
 	ad.redis_arg = admitd_redis_arg(redis_arg, &redis_on_cmdline);
 	ad.metrics_arg = metrics_arg;
-	ad.conf = conf_load(conf_path, stderr);
-	if (ad.conf == NULL)
+	ad.rt.conf = conf_load(conf_path, stderr);
+	if (ad.rt.conf == NULL)
 		return ADMITD_EXIT_CONF;
 	if (test_only) {
-		printf("%s: conf is good (%zu scopes)\n", conf_path, ad.conf->nscopes);
-		conf_free(ad.conf);
+		printf("%s: conf is good (%zu scopes)\n", conf_path, ad.rt.conf->nscopes);
+		conf_free(ad.rt.conf);
 		return 0;
 	}
-	if (!reload_args(&ad, ad.conf))
+	if (!reload_args(&ad, ad.rt.conf))
 		fatal("out of memory", NULL);
-	if (ad.conf->log_level != NULL && !log_set_level_name(ad.conf->log_level))
-		fatal("bad log_level", "log_level=%s", ad.conf->log_level);
+	if (ad.rt.conf->log_level != NULL && !log_set_level_name(ad.rt.conf->log_level))
+		fatal("bad log_level", "log_level=%s", ad.rt.conf->log_level);
 	if (redis_on_cmdline)
 		admitd_warn_cmdline_password(ad.redis_arg);
 
 	signal(SIGPIPE, SIG_IGN);
 	if (!sdnotify_open(&ad.notify))
 		log_warn("not telling the service manager anything", NULL);
-	ad.start_ms = clock_mono_ms();
-	ad.base = event_base_new();
-	ad.leases = htab_new();
-	if (ad.base == NULL || ad.leases == NULL || !scopes_init(&ad))
+	ad.rt.start_ms = clock_mono_ms();
+	ad.rt.base = event_base_new();
+	ad.rt.leases = htab_new();
+	if (ad.rt.base == NULL || ad.rt.leases == NULL || !scopes_init(&ad.rt))
 		fatal("cannot initialise", NULL);
-	ad.gc_ev = event_new(ad.base, -1, EV_PERSIST, admitd_gc_cb, &ad);
-	ad.exit_ev = evtimer_new(ad.base, admitd_exit_cb, &ad);
-	sigterm = evsignal_new(ad.base, SIGTERM, admitd_signal_cb, &ad);
-	sigint = evsignal_new(ad.base, SIGINT, admitd_signal_cb, &ad);
-	sighup = evsignal_new(ad.base, SIGHUP, admitd_sighup_cb, &ad);
+	ad.gc_ev = event_new(ad.rt.base, -1, EV_PERSIST, admitd_gc_cb, &ad);
+	ad.exit_ev = evtimer_new(ad.rt.base, admitd_exit_cb, &ad);
+	ad.conns.drained = ad.exit_ev;
+	sigterm = evsignal_new(ad.rt.base, SIGTERM, admitd_signal_cb, &ad);
+	sigint = evsignal_new(ad.rt.base, SIGINT, admitd_signal_cb, &ad);
+	sighup = evsignal_new(ad.rt.base, SIGHUP, admitd_sighup_cb, &ad);
 	if (ad.gc_ev == NULL || ad.exit_ev == NULL || sigterm == NULL || sigint == NULL ||
 	    sighup == NULL || event_add(ad.gc_ev, &gc_every) != 0 ||
 	    event_add(sigterm, NULL) != 0 || event_add(sigint, NULL) != 0 ||
 	    event_add(sighup, NULL) != 0)
 		fatal("cannot set up events", NULL);
 	/* Before the Redis grace below: /readyz says "starting" meanwhile. */
-	if (ad.conf->metrics != NULL && (ad.http = http_new(&ad, ad.conf->metrics)) == NULL)
+	if (ad.rt.conf->metrics != NULL &&
+	    (ad.http = http_new(&ad.rt, ad.rt.conf->metrics, &http_cb)) == NULL)
 		goto out;
-	if (ad.conf->redis != NULL && ad.conf->redis[0] != '\0') {
-		ad.redis = backend_new(&ad);
-		if (ad.redis == NULL)
+	if (ad.rt.conf->redis != NULL && ad.rt.conf->redis[0] != '\0') {
+		ad.rt.redis = backend_new(&ad.rt);
+		if (ad.rt.redis == NULL)
 			goto out;
 	}
-	if (ad.redis != NULL) {
+	if (ad.rt.redis != NULL) {
 		/* One connect's grace (at most redis_timeout) before listening: a
 		 * healthy Redis decides from the first request, and a Redis that is
 		 * down delays start-up by no more than that (then: fallback). */
-		int64_t until = clock_mono_ms() + ad.conf->redis_timeout_ms;
+		int64_t until = clock_mono_ms() + ad.rt.conf->redis_timeout_ms;
 		struct timeval tick = { 0, 10 * 1000 };
-		while (!backend_up(ad.redis) && !ad.shutting_down && clock_mono_ms() < until) {
-			event_base_loopexit(ad.base, &tick);
-			event_base_dispatch(ad.base);
+		while (!backend_up(ad.rt.redis) && !ad.rt.shutting_down &&
+		       clock_mono_ms() < until) {
+			event_base_loopexit(ad.rt.base, &tick);
+			event_base_dispatch(ad.rt.base);
 		}
-		if (ad.shutting_down) {
+		if (ad.rt.shutting_down) {
 			rc = 0;
 			goto out;
 		}
 	}
-	ad.server = server_new(&ad);
+	ad.server = server_new(&ad.conns);
 	if (ad.server == NULL || !reload_init(&ad))
 		goto out;
 	if (sdnotify_watchdog_usec(ad.notify) > 0) {
@@ -312,7 +343,7 @@ int main(int argc, char **argv)
 		if (half < 1000)
 			half = 1000; /* a timer, not a busy loop */
 		struct timeval every = { (time_t)(half / 1000000), (suseconds_t)(half % 1000000) };
-		ad.watchdog_ev = event_new(ad.base, -1, EV_PERSIST, admitd_watchdog_cb, &ad);
+		ad.watchdog_ev = event_new(ad.rt.base, -1, EV_PERSIST, admitd_watchdog_cb, &ad);
 		if (ad.watchdog_ev == NULL || event_add(ad.watchdog_ev, &every) != 0)
 			fatal("cannot set up the watchdog timer", NULL);
 		(void)sdnotify_send(ad.notify, "WATCHDOG=1");
@@ -322,19 +353,19 @@ int main(int argc, char **argv)
 	(void)sdnotify_send(ad.notify, "READY=1\nSTATUS=backend=%s", admitd_told);
 	{
 		int64_t since;
-		const char *state = ad.redis ? backend_state(ad.redis, &since) : "local";
+		const char *state = ad.rt.redis ? backend_state(ad.rt.redis, &since) : "local";
 		log_info("admitd started",
 			 "version=%s socket=\"%s\" backend=%s state=%s scopes=%zu", ADMITD_VERSION,
-			 ad.conf->socket, ad.redis ? "redis" : "local", state, ad.nscopes);
-		if (ad.redis != NULL && !backend_up(ad.redis)) {
+			 ad.rt.conf->socket, ad.rt.redis ? "redis" : "local", state, ad.rt.nscopes);
+		if (ad.rt.redis != NULL && !backend_up(ad.rt.redis)) {
 			char url[512];
-			redis_url_redact(ad.conf->redis, url, sizeof(url));
+			redis_url_redact(ad.rt.conf->redis, url, sizeof(url));
 			log_warn("redis is down: serving from the in-process fallback until it "
 				 "answers",
 				 "redis=\"%s\"", url);
 		}
 	}
-	event_base_dispatch(ad.base);
+	event_base_dispatch(ad.rt.base);
 	rc = 0;
 	log_info("admitd stopped", NULL);
 out:
@@ -342,18 +373,19 @@ out:
 	 * the backend (completing what is in flight), then what they pointed at. */
 	server_free(ad.server);
 	ad.server = NULL;
-	ad.shutting_down = true;
-	conn_free_all(&ad);
-	if (ad.redis != NULL)
+	ad.rt.shutting_down = true;
+	conn_free_all(&ad.conns);
+	if (ad.rt.redis != NULL)
 		admitd_drain_redis(&ad);
 	/* /readyz answers "draining" until the loop has stopped for good. */
 	http_free(ad.http);
 	ad.http = NULL;
-	backend_free(ad.redis);
-	ad.redis = NULL;
+	backend_free(ad.rt.redis);
+	ad.rt.redis = NULL;
 	reload_free_backends(&ad);
-	scopes_free(&ad);
-	lease_free_all(&ad);
+	waitq_free_all(&ad.rt);
+	scopes_free(&ad.rt);
+	lease_free_all(&ad.rt);
 	reload_free(&ad);
 	if (sigterm)
 		event_free(sigterm);
@@ -368,7 +400,7 @@ out:
 	if (ad.watchdog_ev)
 		event_free(ad.watchdog_ev);
 	sdnotify_close(ad.notify);
-	event_base_free(ad.base);
-	conf_free(ad.conf);
+	event_base_free(ad.rt.base);
+	conf_free(ad.rt.conf);
 	return rc;
 }

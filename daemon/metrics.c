@@ -26,10 +26,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-const int64_t metrics_wait_bounds_ms[METRICS_WAIT_NBOUNDS] = {
-	0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
-};
-
 /* The writer: one evbuffer and whether any append failed. */
 struct mw {
 	struct evbuffer *out;
@@ -72,8 +68,8 @@ static void m_acquires(struct mw *w, const struct admitd *ad, const char *name)
 {
 	size_t i, j;
 
-	for (i = 0; i < ad->nscopes; i++) {
-		const struct scope_rt *sc = &ad->scopes[i];
+	for (i = 0; i < ad->rt.nscopes; i++) {
+		const struct scope_rt *sc = &ad->rt.scopes[i];
 		const char *s = sc->cs->name;
 		mw_printf(w, "%s{scope=\"%s\",outcome=\"acquired\"} %" PRIu64 "\n", name, s,
 			  sc->admitted);
@@ -99,21 +95,21 @@ static void metrics_seconds(char *buf, size_t len, int64_t ms)
 
 static void m_wait(struct mw *w, const struct admitd *ad, const char *name)
 {
-	char le[METRICS_WAIT_NBOUNDS][24];
+	char le[WAIT_HIST_NBOUNDS][24];
 	size_t i, j;
 
-	for (j = 0; j < METRICS_WAIT_NBOUNDS; j++)
-		metrics_seconds(le[j], sizeof(le[j]), metrics_wait_bounds_ms[j]);
+	for (j = 0; j < WAIT_HIST_NBOUNDS; j++)
+		metrics_seconds(le[j], sizeof(le[j]), wait_hist_bounds_ms[j]);
 
-	for (i = 0; i < ad->nscopes; i++) {
-		const struct scope_rt *sc = &ad->scopes[i];
+	for (i = 0; i < ad->rt.nscopes; i++) {
+		const struct scope_rt *sc = &ad->rt.scopes[i];
 		uint64_t cum = 0;
-		for (j = 0; j < METRICS_WAIT_NBOUNDS; j++) {
+		for (j = 0; j < WAIT_HIST_NBOUNDS; j++) {
 			cum += sc->wait_hist[j];
 			mw_printf(w, "%s_bucket{scope=\"%s\",le=\"%s\"} %" PRIu64 "\n", name,
 				  sc->cs->name, le[j], cum);
 		}
-		cum += sc->wait_hist[METRICS_WAIT_NBOUNDS];
+		cum += sc->wait_hist[WAIT_HIST_NBOUNDS];
 		mw_printf(w, "%s_bucket{scope=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name,
 			  sc->cs->name, cum);
 		mw_printf(w, "%s_sum{scope=\"%s\"} %" PRIu64 ".%03" PRIu64 "\n", name, sc->cs->name,
@@ -126,8 +122,8 @@ static void m_wait(struct mw *w, const struct admitd *ad, const char *name)
 #define METRICS_SCOPE_FIELD(fn, expr)                                           \
 	static void fn(struct mw *w, const struct admitd *ad, const char *name) \
 	{                                                                       \
-		for (size_t i = 0; i < ad->nscopes; i++) {                      \
-			const struct scope_rt *sc = &ad->scopes[i];             \
+		for (size_t i = 0; i < ad->rt.nscopes; i++) {                   \
+			const struct scope_rt *sc = &ad->rt.scopes[i];          \
 			mw_scope(w, name, sc, (uint64_t)(expr));                \
 		}                                                               \
 	}
@@ -147,23 +143,23 @@ METRICS_SCOPE_FIELD(m_waiters, sc->waiting > 0 ? sc->waiting : 0)
 /* The adaptive scopes only: the learned amount averaged over this daemon's keys. */
 static void m_adaptive(struct mw *w, const struct admitd *ad, const char *name)
 {
-	for (size_t i = 0; i < ad->nscopes; i++) {
+	for (size_t i = 0; i < ad->rt.nscopes; i++) {
 		int64_t mean;
 		size_t n;
-		if (adrt_scope_mean(&ad->scopes[i], &mean, &n))
+		if (adrt_scope_mean(&ad->rt.scopes[i], &mean, &n))
 			mw_printf(w, "%s{scope=\"%s\"} %" PRId64 ".%03" PRId64 "\n", name,
-				  ad->scopes[i].cs->name, mean / 1000, mean % 1000);
+				  ad->rt.scopes[i].cs->name, mean / 1000, mean % 1000);
 	}
 }
 
 static void m_keys(struct mw *w, const struct admitd *ad, const char *name)
 {
-	mw_printf(w, "%s %zu\n", name, ad->nkeys);
+	mw_printf(w, "%s %zu\n", name, ad->rt.nkeys);
 }
 
 static void m_evictions(struct mw *w, const struct admitd *ad, const char *name)
 {
-	mw_printf(w, "%s %" PRIu64 "\n", name, ad->key_evictions);
+	mw_printf(w, "%s %" PRIu64 "\n", name, ad->rt.key_evictions);
 }
 
 /* Every operation, in local mode too (zeros), so that dashboards see the series. */
@@ -171,30 +167,30 @@ static void m_backend_errors(struct mw *w, const struct admitd *ad, const char *
 {
 	for (size_t i = 0; i < backend_nops(); i++)
 		mw_printf(w, "%s{op=\"%s\"} %" PRIu64 "\n", name, backend_op_name(i),
-			  backend_op_errors(ad->redis, i));
+			  backend_op_errors(ad->rt.redis, i));
 }
 
 static void m_redis_calls(struct mw *w, const struct admitd *ad, const char *name)
 {
 	for (size_t i = 0; i < backend_nops(); i++)
 		mw_printf(w, "%s{op=\"%s\"} %" PRIu64 "\n", name, backend_op_name(i),
-			  backend_op_calls(ad->redis, i));
+			  backend_op_calls(ad->rt.redis, i));
 }
 
 static void m_redis_up(struct mw *w, const struct admitd *ad, const char *name)
 {
-	mw_printf(w, "%s %d\n", name, ad->redis != NULL && backend_up(ad->redis) ? 1 : 0);
+	mw_printf(w, "%s %d\n", name, ad->rt.redis != NULL && backend_up(ad->rt.redis) ? 1 : 0);
 }
 
 static void m_connections(struct mw *w, const struct admitd *ad, const char *name)
 {
-	mw_printf(w, "%s %zu\n", name, ad->nconns);
+	mw_printf(w, "%s %zu\n", name, ad->rt.nconns);
 }
 
 static void m_reloads(struct mw *w, const struct admitd *ad, const char *name)
 {
-	mw_printf(w, "%s{result=\"ok\"} %" PRIu64 "\n", name, ad->reloads_ok);
-	mw_printf(w, "%s{result=\"error\"} %" PRIu64 "\n", name, ad->reloads_error);
+	mw_printf(w, "%s{result=\"ok\"} %" PRIu64 "\n", name, ad->rt.reloads_ok);
+	mw_printf(w, "%s{result=\"error\"} %" PRIu64 "\n", name, ad->rt.reloads_error);
 }
 
 static void m_build_info(struct mw *w, const struct admitd *ad, const char *name)

@@ -10,7 +10,7 @@
  * bounds of admitd_acquire_wait_seconds. Owns no counter: each is a field
  * of the struct that already counts it (struct scope_rt, struct admitd,
  * the backend), read when /metrics is scraped. The hot path pays only the
- * increments and metrics_wait_observe's compares.
+ * increments and wait_hist_observe's compares.
  */
 
 #ifndef ADMITD_METRICS_H
@@ -22,26 +22,6 @@
 
 struct admitd;
 struct evbuffer;
-
-/* Upper bounds (ms, inclusive) of the wait histogram; one more bucket above. */
-#define METRICS_WAIT_NBOUNDS  15
-#define METRICS_WAIT_NBUCKETS (METRICS_WAIT_NBOUNDS + 1)
-extern const int64_t metrics_wait_bounds_ms[METRICS_WAIT_NBOUNDS];
-
-/*
- * metrics_wait_observe - count one admission's wait in hist (per bucket,
- * not cumulative: hist[i] counts waits in (bound[i-1], bound[i]], the last
- * one waits above every bound). Waits are whole ms, so bound 0 holds the
- * admissions that did not wait.
- */
-static inline void metrics_wait_observe(uint64_t *hist, int64_t waited_ms)
-{
-	size_t i = 0;
-
-	while (i < METRICS_WAIT_NBOUNDS && waited_ms > metrics_wait_bounds_ms[i])
-		i++;
-	hist[i]++;
-}
 
 /*
  * metrics_render - append the Prometheus text format (0.0.4) of every

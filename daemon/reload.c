@@ -31,6 +31,10 @@
 #include "clock.h"
 #include "confwatch.h"
 #include "log.h"
+#include "ops.h"
+#include "lease.h"
+#include "scope.h"
+#include "waitq.h"
 #include "sdnotify.h"
 #include "server.h"
 
@@ -55,7 +59,7 @@ struct reload_drain {
 struct reload {
 	struct reload_conf *old;    /* replaced confs, newest first */
 	struct reload_drain *drain; /* replaced backends */
-	struct conf *redis_conf;    /* the conf ad->redis was made from */
+	struct conf *redis_conf;    /* the conf ad->rt.redis was made from */
 	struct confwatch *watch;    /* NULL unless watch_conf */
 	bool refused;		    /* the last reload was refused */
 };
@@ -114,9 +118,9 @@ static void reload_watch_apply(struct admitd *ad)
 {
 	struct reload *rl = ad->reload;
 
-	if (ad->conf->watch_conf && rl->watch == NULL)
-		rl->watch = confwatch_new(ad->base, ad->conf_path, reload_watch_cb, ad);
-	else if (!ad->conf->watch_conf && rl->watch != NULL) {
+	if (ad->rt.conf->watch_conf && rl->watch == NULL)
+		rl->watch = confwatch_new(ad->rt.base, ad->conf_path, reload_watch_cb, ad);
+	else if (!ad->rt.conf->watch_conf && rl->watch != NULL) {
 		confwatch_free(rl->watch);
 		rl->watch = NULL;
 		log_info("no longer watching the conf", NULL);
@@ -127,9 +131,9 @@ bool reload_init(struct admitd *ad)
 {
 	if ((ad->reload = calloc(1, sizeof(*ad->reload))) == NULL)
 		return false;
-	ad->reload->redis_conf = ad->redis != NULL ? ad->conf : NULL;
+	ad->reload->redis_conf = ad->rt.redis != NULL ? ad->rt.conf : NULL;
 	reload_watch_apply(ad);
-	return !ad->conf->watch_conf || ad->reload->watch != NULL;
+	return !ad->rt.conf->watch_conf || ad->reload->watch != NULL;
 }
 
 static bool reload_redis_set(const struct conf *c)
@@ -140,15 +144,15 @@ static bool reload_redis_set(const struct conf *c)
 /* The new backend for nc, before anything changes; *nb NULL for local mode. */
 static bool reload_backend_new(struct admitd *ad, struct conf *nc, struct backend **nb)
 {
-	struct conf *running = ad->conf;
+	struct conf *running = ad->rt.conf;
 
 	*nb = NULL;
 	if (!reload_redis_set(nc))
 		return true;
 	/* backend_new reads the conf it is made from through ad */
-	ad->conf = nc;
-	*nb = backend_new(ad);
-	ad->conf = running;
+	ad->rt.conf = nc;
+	*nb = backend_new(&ad->rt);
+	ad->rt.conf = running;
 	return *nb != NULL;
 }
 
@@ -159,24 +163,24 @@ static void reload_backend_swap(struct admitd *ad, struct backend *nb, struct co
 {
 	struct reload *rl = ad->reload;
 
-	if (ad->redis != NULL) {
-		d->b = ad->redis;
+	if (ad->rt.redis != NULL) {
+		d->b = ad->rt.redis;
 		d->born = rl->redis_conf;
-		d->until = clock_mono_ms() + RELOAD_DRAIN_TIMEOUTS * ad->conf->redis_timeout_ms;
+		d->until = clock_mono_ms() + RELOAD_DRAIN_TIMEOUTS * ad->rt.conf->redis_timeout_ms;
 		d->next = rl->drain;
 		rl->drain = d;
 		backend_flush(d->b);
 	} else {
 		free(d);
 	}
-	ad->redis = nb;
+	ad->rt.redis = nb;
 	rl->redis_conf = nb != NULL ? nc : NULL;
 }
 
 static void reload_notify(struct admitd *ad)
 {
 	int64_t since;
-	const char *state = ad->redis != NULL ? backend_state(ad->redis, &since) : "local";
+	const char *state = ad->rt.redis != NULL ? backend_state(ad->rt.redis, &since) : "local";
 
 	(void)sdnotify_send(ad->notify, "READY=1\nSTATUS=backend=%s%s", state, reload_status(ad));
 }
@@ -189,9 +193,10 @@ void reload_run(struct admitd *ad, const char *why)
 	struct backend *nb = NULL;
 	struct reload_drain *drain = NULL;
 	struct conf *nc = NULL;
+	struct conn *c;
 	const char *errpos = NULL;
 
-	if (ad->shutting_down)
+	if (ad->rt.shutting_down)
 		return;
 	if (rl == NULL) {
 		log_warn("reload asked for during start-up: ignored, ask again once started",
@@ -208,7 +213,7 @@ void reload_run(struct admitd *ad, const char *why)
 		goto refuse;
 	}
 	if (!reload_args(ad, nc) || (rc = calloc(1, sizeof(*rc))) == NULL ||
-	    !conf_reload_keys(ad->conf, nc, reload_key_cb, &keys)) {
+	    !conf_reload_keys(ad->rt.conf, nc, reload_key_cb, &keys)) {
 		errpos = "out of memory";
 		goto refuse;
 	}
@@ -217,30 +222,34 @@ void reload_run(struct admitd *ad, const char *why)
 		errpos = drain == NULL ? "out of memory" : "the new redis settings cannot be used";
 		goto refuse;
 	}
-	if (!scopes_reload(ad, nc)) {
+	if (!scopes_reload(&ad->rt, nc)) {
 		errpos = "out of memory";
 		goto refuse;
 	}
+	waitq_reload(&ad->rt, ad->rt.conf, nc);
+	lease_reload(&ad->rt);
+	for (c = TAILQ_FIRST(&ad->conns.list); c != NULL; c = TAILQ_NEXT(c, link))
+		ops_reload(&c->cl);
 	if (keys.redis) {
 		reload_backend_swap(ad, nb, nc, drain);
 		nb = NULL;
 		drain = NULL;
 	}
 	/* Applied: the running conf is replaced. */
-	rc->c = ad->conf;
+	rc->c = ad->rt.conf;
 	rc->next = rl->old;
 	rl->old = rc;
-	ad->conf = nc;
+	ad->rt.conf = nc;
 	if (nc->log_level != NULL && !log_set_level_name(nc->log_level))
 		log_warn("bad log_level kept the previous level", "log_level=%s", nc->log_level);
 	reload_watch_apply(ad);
-	server_recheck_peers(ad);
+	server_recheck_peers(&ad->conns);
 	rl->refused = false;
-	ad->reloads_ok++;
+	ad->rt.reloads_ok++;
 	/* not the URL: it may hold a password */
-	log_info("conf reloaded", "scopes=%zu restart_needed=%d backend=%s", ad->nscopes,
-		 keys.restart, ad->redis != NULL ? "redis" : "local");
-	scopes_wake(ad);
+	log_info("conf reloaded", "scopes=%zu restart_needed=%d backend=%s", ad->rt.nscopes,
+		 keys.restart, ad->rt.redis != NULL ? "redis" : "local");
+	waitq_wake_all(&ad->rt);
 	reload_notify(ad);
 	return;
 refuse:
@@ -249,7 +258,7 @@ refuse:
 	free(rc);
 	conf_free(nc);
 	rl->refused = true;
-	ad->reloads_error++;
+	ad->rt.reloads_error++;
 	log_error("conf reload refused: the running conf is kept", "path=\"%s\" reason=\"%s\"",
 		  ad->conf_path, errpos);
 	reload_notify(ad);
@@ -268,7 +277,7 @@ static int reload_count(const struct reload *rl)
 /* May the replaced confs go? Only when no backend call can name them. */
 static bool reload_calls_done(const struct admitd *ad)
 {
-	return ad->reload->drain == NULL && (ad->redis == NULL || backend_idle(ad->redis));
+	return ad->reload->drain == NULL && (ad->rt.redis == NULL || backend_idle(ad->rt.redis));
 }
 
 void reload_tick(struct admitd *ad)
@@ -298,7 +307,7 @@ void reload_tick(struct admitd *ad)
 		return;
 	for (cp = &rl->old; *cp != NULL;) {
 		struct reload_conf *rc = *cp;
-		if (rc->c == rl->redis_conf || scopes_points_into(ad, rc->c)) {
+		if (rc->c == rl->redis_conf || scopes_points_into(&ad->rt, rc->c)) {
 			cp = &rc->next;
 			continue;
 		}

@@ -6,9 +6,13 @@
  * conf_int.h - what the pieces of the conf loader share, and nothing else
  * includes: the option-table types and flags, the parse context, error
  * reporting, the setters the type table names from other files, and the
- * validation pass. conf.c parses, conf_keys.c holds the tables and the
+ * validation pass. conf_load.c parses, conf_keys.c holds the tables and the
  * --help-conf text, conf_set.c, conf_rule.c and conf_ids.c the setters,
- * conf_check.c the checks after the parse, conf_reload.c the reload rules.
+ * conf_check.c the checks after the parse, conf_reload.c the reload rules,
+ * conf_msg.c the messages all of them format, conf_find.c the lookups.
+ * Inside the folder the calls run one way: conf_load.c on top, the checks, the
+ * tables and the setters below it, the messages, the lookups and the value
+ * parsers at the bottom.
  */
 
 #ifndef ADMITD_CONF_INT_H
@@ -116,6 +120,8 @@ struct conf_ctx {
 	/* the reader's input */
 	const char *p, *end;
 };
+
+/* ---- messages (conf_msg.c) -------------------------------------------- */
 
 /* Report one problem; line 0 means "not about a line". */
 void conf_err(struct conf_ctx *x, int line, const char *fmt, ...)

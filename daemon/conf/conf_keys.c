@@ -10,7 +10,7 @@
  * default as the user would write it, min, max, flags and help; and the
  * markdown tables `admitd --help-conf` prints from those rows (which
  * docs/conf-keys.md is checked against). How a type is parsed is the
- * setters' (conf_types); how the rows are applied is conf.c's.
+ * setters' (conf_types); how the rows are applied is conf_load.c's.
  */
 
 #include "conf_int.h"
@@ -191,22 +191,6 @@ _Static_assert(sizeof(conf_admitd_keys) / sizeof(conf_admitd_keys[0]) - 1 == CON
 	       "CONF_ADMITD_NKEYS");
 _Static_assert(sizeof(conf_scope_keys) / sizeof(conf_scope_keys[0]) - 1 == CONF_SCOPE_NKEYS,
 	       "CONF_SCOPE_NKEYS");
-
-void conf_fmt_duration(char *buf, size_t len, int64_t ms)
-{
-	static const struct {
-		int64_t ms;
-		const char *unit;
-	} u[] = { { MS_HOUR, "h" }, { MS_MIN, "m" }, { MS_SEC, "s" } };
-
-	for (size_t i = 0; i < sizeof(u) / sizeof(u[0]); i++) {
-		if (ms != 0 && ms % u[i].ms == 0) {
-			snprintf(buf, len, "%lld%s", (long long)(ms / u[i].ms), u[i].unit);
-			return;
-		}
-	}
-	snprintf(buf, len, ms == 0 ? "0" : "%lldms", (long long)ms);
-}
 
 /* One markdown table per section, rows straight from the option table. */
 static void conf_dump_table(FILE *out, const char *title, const struct conf_key *table)

@@ -32,7 +32,7 @@
  * reply and books a release with these, not with the limiter's state.
  */
 
-#include "conf.h"
+#include "conf_plan.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  *
  * Owns: the syntax of one value (a duration, a size, an octal mode, a
  * "Q/W" rate, a rule line, a class line, a name). Nothing here knows about
- * sections, keys, line numbers or defaults (that is conf.c), and nothing
+ * sections, keys, line numbers or defaults (that is conf_load.c), and nothing
  * here does I/O, so every function is a function of its input and can be
  * unit-tested and fuzzed on its own.
  *

@@ -25,9 +25,14 @@
  * bufferevent).
  */
 
-#include "admitd.h"
+#include "conn.h"
 
+#include "conf.h"
+#include "lease.h"
 #include "log.h"
+#include "ops.h"
+#include "proto.h"
+#include "waitq.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -51,6 +56,26 @@
 static void conn_close_after_flush(struct conn *c);
 static void conn_read_lines(struct conn *c);
 
+/* The connection a client is (conn embeds it first). */
+static struct conn *conn_of(struct client *cl)
+{
+	return (struct conn *)(void *)((char *)cl - offsetof(struct conn, cl));
+}
+
+static void conn_cl_reply(struct client *cl, struct preply *r)
+{
+	conn_send_reply(conn_of(cl), r);
+}
+
+static void conn_cl_waiter_done(struct client *cl)
+{
+	conn_waiter_done(conn_of(cl));
+}
+
+/* How the layers below answer a connection (client.h). */
+static const struct client_cb conn_client_cb = { .reply = conn_cl_reply,
+						 .waiter_done = conn_cl_waiter_done };
+
 static size_t conn_output_len(struct conn *c)
 {
 	return evbuffer_get_length(bufferevent_get_output(c->bev));
@@ -58,27 +83,28 @@ static size_t conn_output_len(struct conn *c)
 
 static size_t conn_max_output(struct conn *c)
 {
-	size_t line2 = 2 * (size_t)c->ad->conf->max_line + CONN_OUTPUT_HIGH;
+	size_t line2 = 2 * (size_t)c->cl.ad->conf->max_line + CONN_OUTPUT_HIGH;
 
 	return line2 > CONN_MAX_OUTPUT ? line2 : CONN_MAX_OUTPUT;
 }
 
 static void conn_free(struct conn *c)
 {
-	struct admitd *ad = c->ad;
+	struct conns *cs = c->set;
+	struct rt *rt = cs->rt;
 
 	c->closing = true; /* what follows must not schedule another close */
-	while (!TAILQ_EMPTY(&c->waiters))
-		waitq_cancel(TAILQ_FIRST(&c->waiters));
-	lease_conn_closed(c);
-	ops_conn_closed(c);
-	TAILQ_REMOVE(&ad->conns, c, link);
-	ad->nconns--;
+	while (!TAILQ_EMPTY(&c->cl.waiters))
+		waitq_cancel(TAILQ_FIRST(&c->cl.waiters));
+	lease_conn_closed(&c->cl);
+	ops_conn_closed(&c->cl);
+	TAILQ_REMOVE(&cs->list, c, link);
+	rt->nconns--;
 	bufferevent_free(c->bev); /* unsent output (a dropped client's) goes with it */
 	event_free(c->close_ev);  /* also when it is active: a drop's free is this one */
 	free(c);
-	if (ad->shutting_down && ad->nconns == 0 && ad->exit_ev != NULL)
-		event_active(ad->exit_ev, EV_TIMEOUT, 0);
+	if (rt->shutting_down && rt->nconns == 0 && cs->drained != NULL)
+		event_active(cs->drained, EV_TIMEOUT, 0);
 }
 
 /*
@@ -178,7 +204,8 @@ static void conn_event_cb(struct bufferevent *bev UNUSED, short what, void *arg)
 		return;
 	}
 	if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && !c->closing &&
-	    (!TAILQ_EMPTY(&c->waiters) || !TAILQ_EMPTY(&c->pends) || conn_output_len(c) > 0) &&
+	    (!TAILQ_EMPTY(&c->cl.waiters) || !TAILQ_EMPTY(&c->cl.pends) ||
+	     conn_output_len(c) > 0) &&
 	    !conn_peer_gone(c)) {
 		c->half_closed = true;
 		/* (libevent has already disabled reading at EOF: this cannot fail.) */
@@ -194,13 +221,13 @@ static void conn_event_cb(struct bufferevent *bev UNUSED, short what, void *arg)
 		conn_free(c);
 }
 
-void conn_sweep(struct admitd *ad)
+void conn_sweep(struct conns *cs)
 {
 	struct conn *c, *nx;
 
 	/* A half-closed client that has since gone entirely gives its waiters up
 	 * within a sweep period, not only when a reply fails to reach it. */
-	for (c = TAILQ_FIRST(&ad->conns); c != NULL; c = nx) {
+	for (c = TAILQ_FIRST(&cs->list); c != NULL; c = nx) {
 		nx = TAILQ_NEXT(c, link);
 		if (c->half_closed && !c->closing && conn_peer_gone(c))
 			conn_free(c);
@@ -209,7 +236,8 @@ void conn_sweep(struct admitd *ad)
 
 void conn_waiter_done(struct conn *c)
 {
-	if (c->half_closed && !c->closing && TAILQ_EMPTY(&c->waiters) && TAILQ_EMPTY(&c->pends))
+	if (c->half_closed && !c->closing && TAILQ_EMPTY(&c->cl.waiters) &&
+	    TAILQ_EMPTY(&c->cl.pends))
 		conn_close_after_flush(c);
 }
 
@@ -241,7 +269,7 @@ static void conn_close_after_flush(struct conn *c)
 static void conn_read_lines(struct conn *c)
 {
 	struct evbuffer *in = bufferevent_get_input(c->bev);
-	size_t max_line = (size_t)c->ad->conf->max_line;
+	size_t max_line = (size_t)c->cl.ad->conf->max_line;
 
 	while (!c->closing && !c->reads_paused) {
 		struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_LF);
@@ -274,7 +302,7 @@ static void conn_read_lines(struct conn *c)
 					preply_error(NULL, ADMIT_E_BAD_REQUEST,
 						     "empty line: a request is one JSON object"));
 		else
-			ops_dispatch(c, line, len);
+			ops_dispatch(&c->cl, line, len);
 		if (evbuffer_drain(in, (size_t)eol.pos + 1) != 0) {
 			log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot drain a line: closing",
 					"conn=%llu", (unsigned long long)c->id);
@@ -300,8 +328,9 @@ static void conn_read_cb(struct bufferevent *bev UNUSED, void *arg)
 		conn_read_lines(c);
 }
 
-void conn_new(struct admitd *ad, int fd, const struct ucred *cred)
+void conn_new(struct conns *cs, int fd, const struct ucred *cred)
 {
+	struct rt *ad = cs->rt;
 	struct conn *c = calloc(1, sizeof(*c));
 	int64_t wto_ms = ad->conf->client_write_timeout_ms;
 	struct timeval wto = { (time_t)(wto_ms / 1000), (suseconds_t)(wto_ms % 1000 * 1000) };
@@ -322,8 +351,10 @@ void conn_new(struct admitd *ad, int fd, const struct ucred *cred)
 		free(c);
 		return;
 	}
-	c->ad = ad;
-	c->id = ++ad->next_conn_id;
+	c->cl.ad = ad;
+	c->cl.cb = &conn_client_cb;
+	c->set = cs;
+	c->id = ++cs->next_id;
 	c->peer.pid = -1;
 	c->peer.uid = (uid_t)-1;
 	c->peer.gid = (gid_t)-1;
@@ -331,10 +362,10 @@ void conn_new(struct admitd *ad, int fd, const struct ucred *cred)
 		c->peer = *cred;
 		c->peer_known = true;
 	}
-	TAILQ_INIT(&c->waiters);
-	TAILQ_INIT(&c->leases);
-	TAILQ_INIT(&c->pends);
-	TAILQ_INSERT_TAIL(&ad->conns, c, link);
+	TAILQ_INIT(&c->cl.waiters);
+	TAILQ_INIT(&c->cl.leases);
+	TAILQ_INIT(&c->cl.pends);
+	TAILQ_INSERT_TAIL(&cs->list, c, link);
 	ad->nconns++;
 	bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
 	/* The write callback runs when a write leaves at most LOW (resume reading). */
@@ -394,23 +425,23 @@ void conn_revoke(struct conn *c, const char *msg)
 	conn_close_after_flush(c);
 	/* After the close is set: a waiter the cancel lets in behind one of
 	 * these is this connection's to release when it is freed. */
-	while (!TAILQ_EMPTY(&c->waiters))
-		waitq_cancel(TAILQ_FIRST(&c->waiters));
+	while (!TAILQ_EMPTY(&c->cl.waiters))
+		waitq_cancel(TAILQ_FIRST(&c->cl.waiters));
 }
 
-void conn_close_all(struct admitd *ad)
+void conn_close_all(struct conns *cs)
 {
 	struct conn *c, *nx;
 
-	for (c = TAILQ_FIRST(&ad->conns); c != NULL; c = nx) {
+	for (c = TAILQ_FIRST(&cs->list); c != NULL; c = nx) {
 		nx = TAILQ_NEXT(c, link);
 		if (!c->closing)
 			conn_close_after_flush(c);
 	}
 }
 
-void conn_free_all(struct admitd *ad)
+void conn_free_all(struct conns *cs)
 {
-	while (!TAILQ_EMPTY(&ad->conns))
-		conn_free(TAILQ_FIRST(&ad->conns));
+	while (!TAILQ_EMPTY(&cs->list))
+		conn_free(TAILQ_FIRST(&cs->list));
 }

@@ -46,10 +46,10 @@
 
 #include "http.h"
 
-#include "admitd.h"
-#include "backend.h"
+#include "conf.h"
 #include "conf_value.h"
 #include "log.h"
+#include "rt.h"
 
 #include <dirent.h>
 #include <event2/buffer.h>
@@ -88,7 +88,8 @@ struct http_conn {
 TAILQ_HEAD(http_conn_list, http_conn);
 
 struct http {
-	struct admitd *ad;
+	struct rt *ad;
+	struct http_cb cb;
 	struct evhttp *eh;
 	struct evconnlistener *lev;  /* evhttp's listener: enabled and disabled here */
 	struct event *adopt_ev;	     /* adopts the connections accepted this loop turn */
@@ -101,16 +102,6 @@ struct http {
 	bool paused;		 /* descriptors ran low or accept() failed: until resume_ev */
 	bool freeing;		 /* evhttp_free runs: close callbacks touch nothing else */
 };
-
-bool http_ready(const struct admitd *ad, const char **state)
-{
-	int64_t since;
-
-	*state = ad->redis != NULL ? backend_state(ad->redis, &since) : "local";
-	/* The Unix listener exists from the moment requests are taken until
-	 * the drain starts (main.c creates it last and frees it on SIGTERM). */
-	return ad->server != NULL && !ad->shutting_down;
-}
 
 /* Enable or disable accepting as the count and the pause say. */
 static void http_listen_update(struct http *h)
@@ -369,12 +360,12 @@ static bool http_answer(struct http *h, const char *path, struct evbuffer *body,
 	*ctype = HTTP_CT_PLAIN;
 	if (strcmp(path, "/metrics") == 0) {
 		*ctype = HTTP_CT_METRICS;
-		return metrics_render(h->ad, body);
+		return h->cb.metrics(h->cb.arg, body);
 	}
 	if (strcmp(path, "/healthz") == 0)
 		return evbuffer_add_printf(body, "ok\n") >= 0;
 	if (strcmp(path, "/readyz") == 0) {
-		ready = http_ready(h->ad, &state);
+		ready = h->cb.ready(h->cb.arg, &state);
 		if (!ready)
 			*code = 503;
 		return evbuffer_add_printf(body, "%s backend=%s\n",
@@ -442,7 +433,7 @@ static int http_bound_port(struct evhttp_bound_socket *bs)
 	return -1;
 }
 
-struct http *http_new(struct admitd *ad, const char *hostport)
+struct http *http_new(struct rt *ad, const char *hostport, const struct http_cb *cb)
 {
 	char host[CV_HOST_MAX + 1];
 	struct evhttp_bound_socket *bs;
@@ -459,6 +450,7 @@ struct http *http_new(struct admitd *ad, const char *hostport)
 		goto fail;
 	}
 	h->ad = ad;
+	h->cb = *cb;
 	TAILQ_INIT(&h->conns);
 	h->deadline.tv_sec = (time_t)(ad->conf->metrics_timeout_ms / 1000);
 	h->deadline.tv_usec = (suseconds_t)(ad->conf->metrics_timeout_ms % 1000 * 1000);

@@ -24,6 +24,7 @@
 #include "server.h"
 
 #include "clock.h"
+#include "conf.h"
 #include "log.h"
 
 #include <errno.h>
@@ -50,7 +51,8 @@ struct refused {
 TAILQ_HEAD(refused_list, refused);
 
 struct server {
-	struct admitd *ad;
+	struct rt *ad;
+	struct conns *cs; /* where accepted connections go */
 	struct evconnlistener *lev;
 	struct event *resume_ev;
 	char *path;
@@ -245,7 +247,7 @@ static void server_accept_cb(struct evconnlistener *lev UNUSED, evutil_socket_t 
 		server_refuse(s, fd, &cred);
 		return;
 	}
-	conn_new(s->ad, fd, known ? &cred : NULL);
+	conn_new(s->cs, fd, known ? &cred : NULL);
 }
 
 static void server_resume_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
@@ -311,13 +313,14 @@ static void server_error_cb(struct evconnlistener *lev, void *arg)
 	event_add(s->resume_ev, &tv);
 }
 
-void server_recheck_peers(struct admitd *ad)
+void server_recheck_peers(struct conns *cs)
 {
+	struct rt *ad = cs->rt;
 	struct conn *c;
 
 	if (ad->conf->allow_uids.n == 0 && ad->conf->allow_gids.n == 0)
 		return;
-	for (c = TAILQ_FIRST(&ad->conns); c != NULL; c = TAILQ_NEXT(c, link)) {
+	for (c = TAILQ_FIRST(&cs->list); c != NULL; c = TAILQ_NEXT(c, link)) {
 		if (c->closing || server_peer_allowed(ad->conf, bufferevent_getfd(c->bev), &c->peer,
 						      c->peer_known))
 			continue;
@@ -342,8 +345,9 @@ static bool server_probe_live(const struct sockaddr_un *sun)
 	return live;
 }
 
-struct server *server_new(struct admitd *ad)
+struct server *server_new(struct conns *cs)
 {
+	struct rt *ad = cs->rt;
 	const char *path = ad->conf->socket, *errpos = NULL;
 	struct sockaddr_un sun;
 	struct server *s = NULL;
@@ -368,6 +372,7 @@ struct server *server_new(struct admitd *ad)
 		goto fail;
 	}
 	s->ad = ad;
+	s->cs = cs;
 	TAILQ_INIT(&s->refused);
 	if ((s->spare_fd = server_spare_open()) < 0) {
 		errpos = "open /dev/null (the spare descriptor)";

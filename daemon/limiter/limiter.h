@@ -30,6 +30,7 @@
 #define ADMITD_LIMITER_H
 
 #include "conf.h"
+#include "conf_plan.h"
 #include "lease_id.h"
 #include "strategy.h"
 

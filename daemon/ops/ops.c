@@ -5,14 +5,15 @@
 /*
  * ops.c - the protocol's operations: a request in, a reply (or a waiter) out.
  *
- * Owns: the op table and the dispatch of a decoded line to its handler, the
- * error reply, the replies owed once the backend answers (struct op_pend:
- * ops_pend, ops_pend_done, ops_conn_closed), and the two ops that touch only
- * the connection, ping and cancel. Types and ranges were checked by the
- * codec; the handlers are in ops_traffic.c (acquire, release, penalize) and
- * ops_admin.c (status, inspect, reset, override), the conf checks of their
- * targets in ops_target.c. Every request gets exactly one reply, now or when
- * its waiter ends.
+ * Owns: the op table and the dispatch of a decoded line to its handler, and
+ * the two ops that touch only the connection, ping and cancel. Types and
+ * ranges were checked by the codec; the handlers are in ops_traffic.c
+ * (acquire, release, penalize) and ops_admin.c (status, inspect, reset,
+ * override), the conf checks of their targets in ops_target.c, the error
+ * reply and the replies owed once the backend answers (struct op_pend) in
+ * ops_reply.c. The calls run one way: this file, then the handlers, then
+ * the target checks, then the replies. Every request gets exactly one
+ * reply, now or when its waiter ends.
  */
 
 #include "ops_int.h"
@@ -20,58 +21,11 @@
 #include "log.h"
 
 #include <jansson.h>
-#include <stdlib.h>
 #include <string.h>
 
 struct op_entry {
-	void (*handler)(struct conn *c, struct request *rq);
+	void (*handler)(struct client *c, struct request *rq);
 };
-
-void ops_error(struct conn *c, const struct request *rq, enum admit_err e, const char *msg)
-{
-	conn_send_reply(c, preply_error(rq->id, e, msg));
-}
-
-void ops_conn_closed(struct conn *c)
-{
-	while (!TAILQ_EMPTY(&c->pends)) {
-		struct op_pend *p = TAILQ_FIRST(&c->pends);
-		TAILQ_REMOVE(&c->pends, p, conn_link);
-		p->conn = NULL;
-	}
-}
-
-/* A reply owed once the backend answers; NULL (after replying) on OOM. */
-struct op_pend *ops_pend(struct conn *c, struct request *rq)
-{
-	struct op_pend *p = calloc(1, sizeof(*p));
-
-	if (p == NULL) {
-		ops_error(c, rq, ADMIT_E_UNAVAILABLE, "out of memory");
-		return NULL;
-	}
-	p->conn = c;
-	p->id = rq->id; /* owned from here */
-	rq->id = NULL;
-	TAILQ_INSERT_TAIL(&c->pends, p, conn_link);
-	return p;
-}
-
-/* The pend's reply is sent (or its client left): unlink and free it. */
-void ops_pend_done(struct op_pend *p, struct preply *r)
-{
-	if (p->conn != NULL) {
-		TAILQ_REMOVE(&p->conn->pends, p, conn_link);
-		conn_send_reply(p->conn, r);
-		conn_waiter_done(p->conn);
-	} else {
-		preply_free(r);
-	}
-	if (p->kq != NULL)
-		kq_unref(p->kq);
-	free(p->id);
-	free(p);
-}
 
 /* Is the raw JSON id a the same value as the compact JSON b? */
 static bool ops_same_id(const char *a, const char *b)
@@ -95,7 +49,7 @@ static bool ops_same_id(const char *a, const char *b)
  * found one. Only this connection's waiters can be named: an id is the
  * client's own, not a handle on anyone else's wait.
  */
-static void op_cancel(struct conn *c, struct request *rq)
+static void op_cancel(struct client *c, struct request *rq)
 {
 	struct waiter *w, *found = NULL;
 	struct preply *r;
@@ -110,12 +64,12 @@ static void op_cancel(struct conn *c, struct request *rq)
 	}
 	r = preply_new(rq->id, true);
 	preply_bool(r, "found", found != NULL);
-	conn_send_reply(c, r);
+	client_reply(c, r);
 }
 
-static void op_ping(struct conn *c, struct request *rq)
+static void op_ping(struct client *c, struct request *rq)
 {
-	conn_send_reply(c, preply_new(rq->id, true));
+	client_reply(c, preply_new(rq->id, true));
 }
 
 /* Indexed by the op the codec decoded (proto.c owns the names). */
@@ -127,7 +81,7 @@ static const struct op_entry op_table[OP__COUNT] = {
 	[OP_OVERRIDE] = { op_override },
 };
 
-void ops_dispatch(struct conn *c, const char *line, size_t len)
+void ops_dispatch(struct client *c, const char *line, size_t len)
 {
 	struct request rq;
 	char msg[256];

@@ -25,9 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-void op_status(struct conn *c, struct request *rq)
+void op_status(struct client *c, struct request *rq)
 {
-	struct admitd *ad = c->ad;
+	struct rt *ad = c->ad;
 	struct preply *r = preply_new(rq->id, true);
 	int64_t now = clock_mono_ms(), since = ad->start_ms;
 	const char *state = "local";
@@ -55,8 +55,8 @@ void op_status(struct conn *c, struct request *rq)
 	if (ad->redis != NULL)
 		backend_status(ad->redis, r);
 	preply_list(r, "wait_bounds_ms");
-	for (i = 0; i < METRICS_WAIT_NBOUNDS; i++)
-		preply_int(r, NULL, metrics_wait_bounds_ms[i]);
+	for (i = 0; i < WAIT_HIST_NBOUNDS; i++)
+		preply_int(r, NULL, wait_hist_bounds_ms[i]);
 	preply_pop(r);
 	preply_push(r, "scopes");
 	for (i = 0; i < ad->nscopes; i++) {
@@ -78,7 +78,7 @@ void op_status(struct conn *c, struct request *rq)
 		preply_int(r, "refused_known", (int64_t)sc->refused_known);
 		preply_int(r, "admitted_ahead", (int64_t)sc->admitted_ahead);
 		preply_list(r, "wait_buckets");
-		for (j = 0; j < METRICS_WAIT_NBUCKETS; j++)
+		for (j = 0; j < WAIT_HIST_NBUCKETS; j++)
 			preply_int(r, NULL, (int64_t)sc->wait_hist[j]);
 		preply_pop(r);
 		preply_push(r, "refusals");
@@ -90,7 +90,7 @@ void op_status(struct conn *c, struct request *rq)
 		preply_pop(r);
 	}
 	preply_pop(r);
-	conn_send_reply(c, r);
+	client_reply(c, r);
 }
 
 /* The "override" object of an inspect reply: what is in force, and for how long. */
@@ -187,7 +187,7 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 }
 
 /* reset and inspect name one key: resolve it, hold it while the backend answers. */
-static struct op_pend *ops_key_pend(struct conn *c, struct request *rq)
+static struct op_pend *ops_key_pend(struct client *c, struct request *rq)
 {
 	struct target_rt t[PROTO_MAX_TARGETS];
 	struct op_pend *p;
@@ -202,7 +202,7 @@ static struct op_pend *ops_key_pend(struct conn *c, struct request *rq)
 	return p;
 }
 
-void op_inspect(struct conn *c, struct request *rq)
+void op_inspect(struct client *c, struct request *rq)
 {
 	struct op_pend *p = ops_key_pend(c, rq);
 
@@ -227,7 +227,7 @@ static void op_reset_done(void *arg, enum via via, bool ok)
 	ops_pend_done(p, r);
 }
 
-void op_reset(struct conn *c, struct request *rq)
+void op_reset(struct client *c, struct request *rq)
 {
 	struct op_pend *p = ops_key_pend(c, rq);
 
@@ -330,7 +330,7 @@ static void op_override_done(void *arg, enum via via, bool ok)
  * override: the key's own min_delay and rule amounts for ttl_ms, for every
  * daemon on the Redis (replacing any override it had).
  */
-void op_override(struct conn *c, struct request *rq)
+void op_override(struct client *c, struct request *rq)
 {
 	struct op_pend *p = ops_key_pend(c, rq);
 	const struct conf_scope *cs;

@@ -36,7 +36,8 @@ const char *ops_meter_unknown(const struct conf_scope *const *cs,
 	return NULL;
 }
 
-void ops_meter_error(struct conn *c, const struct request *rq, const char *field, const char *name)
+void ops_meter_error(struct client *c, const struct request *rq, const char *field,
+		     const char *name)
 {
 	char msg[256];
 
@@ -75,7 +76,7 @@ static const char *ops_needs_lease(const struct conf_scope *cs, const struct con
  * them counts, an acquire without a lease names a scope that needs one, or
  * memory runs out.
  */
-bool ops_targets(struct conn *c, struct request *rq, struct target_rt *out)
+bool ops_targets(struct client *c, struct request *rq, struct target_rt *out)
 {
 	char msg[256];
 	const char *why;

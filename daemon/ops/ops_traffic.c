@@ -18,7 +18,7 @@
 
 #include <stdlib.h>
 
-void op_acquire(struct conn *c, struct request *rq)
+void op_acquire(struct client *c, struct request *rq)
 {
 	char msg[256];
 	const struct conf_scope *cs;
@@ -136,7 +136,7 @@ static void ops_count_release(struct scope_rt *const *scs, size_t n)
  * alone can vouch for it (engine.c); anything else changes nothing. Token
  * names no target meters are refused before anything is settled.
  */
-void op_release(struct conn *c, struct request *rq)
+void op_release(struct client *c, struct request *rq)
 {
 	const struct conf_scope *cs[PROTO_MAX_TARGETS];
 	const struct conf_class *cl[PROTO_MAX_TARGETS];
@@ -189,7 +189,7 @@ void op_release(struct conn *c, struct request *rq)
 		} else {
 			ops_release_nothing(r, false, false);
 		}
-		conn_send_reply(c, r);
+		client_reply(c, r);
 		return;
 	}
 	ops_count_release(scs, ref->nt);
@@ -205,7 +205,7 @@ void op_release(struct conn *c, struct request *rq)
 	free(ref);
 }
 
-void op_penalize(struct conn *c, struct request *rq)
+void op_penalize(struct client *c, struct request *rq)
 {
 	struct target_rt t[PROTO_MAX_TARGETS];
 	int64_t delay = rq->penalty_ms;
@@ -230,5 +230,5 @@ void op_penalize(struct conn *c, struct request *rq)
 			eng_penalize(t[i].kq, delay > 0 ? delay : 0);
 	r = preply_new(rq->id, true);
 	preply_int(r, "penalty_ms", delay > 0 ? delay : 0);
-	conn_send_reply(c, r);
+	client_reply(c, r);
 }

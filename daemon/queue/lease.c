@@ -17,11 +17,10 @@
  * flood of detached leases cannot grow the daemon without bound.
  */
 
-#include "admitd.h"
+#include "lease.h"
 
-#include "adaptive_rt.h"
 #include "clock.h"
-#include "engine.h"
+#include "scope.h"
 #include "lease_id.h"
 #include "log.h"
 #include "rand.h"
@@ -99,7 +98,7 @@ void lease_make_id(char *buf)
 	buf[LEASE_NONCE_LEN] = '\0';
 }
 
-static struct lease_ttlq *lease_ttlq_of(struct admitd *ad, int64_t ttl);
+static struct lease_ttlq *lease_ttlq_of(struct rt *ad, int64_t ttl);
 static bool lease_ttlq_arm(struct lease_ttlq *q, int64_t now);
 static void lease_unslot(struct lease *l);
 
@@ -209,7 +208,7 @@ static void lease_ttl_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg
 }
 
 /* The queue of leases of this lease_ttl, made on first use; NULL: no memory. */
-static struct lease_ttlq *lease_ttlq_of(struct admitd *ad, int64_t ttl)
+static struct lease_ttlq *lease_ttlq_of(struct rt *ad, int64_t ttl)
 {
 	struct lease_ttlq *q;
 
@@ -260,7 +259,7 @@ char *lease_body_of(const struct target_rt *t, size_t nt, const struct meter_tok
 	return lease_id_body(&sp);
 }
 
-void lease_settled_elsewhere(struct admitd *ad, const char *nonce)
+void lease_settled_elsewhere(struct rt *ad, const char *nonce)
 {
 	struct lease *l = htab_get(ad->leases, nonce);
 
@@ -275,8 +274,7 @@ void lease_settled_elsewhere(struct admitd *ad, const char *nonce)
 	lease_release(l, NULL, 0);
 }
 
-struct lease *lease_resolve(struct admitd *ad, const char *handle, struct lease_ref *ref,
-			    bool *foreign)
+struct lease *lease_resolve(struct rt *ad, const char *handle, struct lease_ref *ref, bool *foreign)
 {
 	char nonce[LEASE_NONCE_LEN + 1];
 	struct lease *l;
@@ -292,7 +290,7 @@ struct lease *lease_resolve(struct admitd *ad, const char *handle, struct lease_
 	return NULL;
 }
 
-bool lease_full_msg(const struct admitd *ad, char *msg, size_t len)
+bool lease_full_msg(const struct rt *ad, char *msg, size_t len)
 {
 	int64_t max = ad->conf->max_leases;
 
@@ -305,7 +303,7 @@ bool lease_full_msg(const struct admitd *ad, char *msg, size_t len)
 	return true;
 }
 
-struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
+struct lease *lease_new(struct rt *ad, const struct lease_of *of, enum via via)
 {
 	struct lease *l = calloc(1, sizeof(*l));
 	int64_t ttl = 0, now = clock_mono_ms();
@@ -313,15 +311,13 @@ struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 
 	if (l == NULL)
 		return NULL;
-	memcpy(l->id, w->lease_id, sizeof(l->id));
-	l->reserve = w->reserve; /* the waiter's reservation is the lease's now */
-	l->nreserve = w->nreserve;
-	w->reserve = NULL;
-	w->nreserve = 0;
+	memcpy(l->id, of->nonce, sizeof(l->id) - 1);
+	l->reserve = of->reserve;
+	l->nreserve = of->nreserve;
 	l->ad = ad;
 	l->via = via;
-	l->nt = w->nt;
-	memcpy(l->t, w->t, w->nt * sizeof(w->t[0]));
+	l->nt = of->nt;
+	memcpy(l->t, of->t, of->nt * sizeof(of->t[0]));
 	for (i = 0; i < l->nt; i++)
 		if (l->t[i].kq->sc->cs->lease_ttl_ms > ttl)
 			ttl = l->t[i].kq->sc->cs->lease_ttl_ms;
@@ -341,19 +337,34 @@ struct lease *lease_new(struct admitd *ad, struct waiter *w, enum via via)
 		kq_hold(l->t[i].kq);
 		l->t[i].kq->sc->leases++;
 	}
-	if (via == VIA_REDIS)
-		eng_mirror(l);
-	if (!w->detach && w->conn != NULL) {
-		l->conn = w->conn;
+	if (of->conn != NULL) {
+		l->conn = of->conn;
 		TAILQ_INSERT_TAIL(&l->conn->leases, l, conn_link);
 	}
 	return l;
 fail:
 	free(l->handle);
-	w->reserve = l->reserve; /* back to its owner */
-	w->nreserve = l->nreserve;
 	free(l);
 	return NULL;
+}
+
+/* A lease's targets in kept scopes: the class of the same name, or none
+ * (the unnamed rules) when it is gone. */
+static void lease_reload_one(void *arg UNUSED, const char *key UNUSED, void *val)
+{
+	struct lease *l = val;
+	size_t i;
+
+	for (i = 0; i < l->nt; i++)
+		if (!l->t[i].kq->sc->retired)
+			l->t[i].cls = l->t[i].cls != NULL
+					  ? conf_class_find(l->t[i].kq->sc->cs, l->t[i].cls->name)
+					  : NULL;
+}
+
+void lease_reload(struct rt *ad)
+{
+	htab_each(ad->leases, lease_reload_one, NULL);
 }
 
 void lease_release(struct lease *l, const struct proto_token *tokens, size_t ntokens)
@@ -367,8 +378,8 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 	}
 	log_debug("lease released", "lease=%.8s via=%s booked=%d redis_maybe=%d", l->id,
 		  via_name(l->via), (int)l->backend_booked, (int)l->redis_maybe);
-	if (l->backend_booked || l->redis_maybe || ntokens > 0 || adrt_sends(l))
-		eng_release(l, tk, i);
+	if (l->backend_booked || l->redis_maybe || ntokens > 0 || l->ad->dec->sends(l))
+		l->ad->dec->release(l, tk, i);
 	htab_del(l->ad->leases, l->id);
 	l->ad->nleases--;
 	if (l->conn != NULL)
@@ -394,23 +405,11 @@ static void lease_unslot(struct lease *l)
 		kq_unhold(l->t[i].kq);
 		l->t[i].kq->sc->leases--;
 	}
-	/*
-	 * A slot is free: the head may go now, not at its next poll. With Redis
-	 * only a head waiting for a slot is woken; one sleeping out a pacing or
-	 * budget wait would spend a round trip to hear the same answer.
-	 */
-	for (i = 0; i < l->nt; i++) {
-		struct kq *kq = l->t[i].kq;
-		if (kq->wake_at != 0 && kq->retry_ev != NULL &&
-		    (l->ad->redis == NULL || kq->slot_wait)) {
-			event_del(kq->retry_ev);
-			kq->wake_at = 0;
-		}
-		waitq_pump(kq);
-	}
+	for (i = 0; i < l->nt; i++)
+		l->ad->slot_freed(l->t[i].kq); /* the head may go now */
 }
 
-void lease_conn_closed(struct conn *c)
+void lease_conn_closed(struct client *c)
 {
 	while (!TAILQ_EMPTY(&c->leases)) {
 		struct lease *l = TAILQ_FIRST(&c->leases);
@@ -427,7 +426,7 @@ static void lease_free_cb(void *arg UNUSED, const char *key UNUSED, void *val)
 	free(l);
 }
 
-void lease_free_all(struct admitd *ad)
+void lease_free_all(struct rt *ad)
 {
 	htab_each(ad->leases, lease_free_cb, NULL);
 	htab_free(ad->leases);

@@ -23,11 +23,10 @@
  * by reload.c) until their last lease is released.
  */
 
-#include "admitd.h"
+#include "scope.h"
 
 #include "clock.h"
-#include "backend.h"
-#include "engine.h"
+#include "decider.h"
 #include "log.h"
 
 #include <event2/event.h>
@@ -41,7 +40,7 @@
 #define KQ_SWEEP_SLICES 10
 #define KQ_SWEEP_MIN	64
 
-bool scopes_init(struct admitd *ad)
+bool scopes_init(struct rt *ad)
 {
 	size_t i;
 
@@ -63,9 +62,32 @@ bool scopes_init(struct admitd *ad)
 	return true;
 }
 
+/*
+ * What a kq holds besides its entry: its retry timer, what the deciders
+ * remember of it, its limiter state. Its waiters are gone by then (a swept
+ * or evicted kq has none; at exit waitq_free_all answered them). kq itself,
+ * its key and its limiter state live in its key table's entry
+ * (htab_put_inline).
+ */
+static void kq_free_parts(struct kq *kq)
+{
+	if (kq->retry_ev != NULL)
+		event_free(kq->retry_ev);
+	kq->retry_ev = NULL;
+	kq->sc->ad->dec->forget(kq);
+	if (kq->lim_ext) {
+		lim_state_free(kq_lim(kq));
+		kq->lim_ext = false;
+		/* what is left in the entry is an empty state: freeing it twice is a no-op */
+		memset((char *)kq + KQ_LIM_OFF, 0, sizeof(struct lim_state));
+	} else {
+		lim_state_clear(kq_lim(kq));
+	}
+}
+
 static void kq_free_cb(void *arg UNUSED, const char *key UNUSED, void *val)
 {
-	waitq_free_kq(val);
+	kq_free_parts(val);
 }
 
 static void scope_free_keys(struct scope_rt *sc)
@@ -77,7 +99,7 @@ static void scope_free_keys(struct scope_rt *sc)
 	sc->keys = NULL;
 }
 
-void scopes_free(struct admitd *ad)
+void scopes_free(struct rt *ad)
 {
 	size_t i;
 
@@ -93,7 +115,7 @@ void scopes_free(struct admitd *ad)
 	}
 }
 
-struct scope_rt *scope_find(struct admitd *ad, const char *name)
+struct scope_rt *scope_find(struct rt *ad, const char *name)
 {
 	size_t i;
 
@@ -111,11 +133,11 @@ static bool kq_idle_listed(const struct kq *kq)
 /* Free an idle kq and its table entry. */
 static void kq_free(struct kq *kq)
 {
-	struct admitd *ad = kq->sc->ad;
+	struct rt *ad = kq->sc->ad;
 
 	if (kq_idle_listed(kq))
 		kq_idle_out(kq);
-	waitq_free_kq(kq);
+	kq_free_parts(kq);
 	ad->nkeys--;
 	htab_del(kq->sc->keys, kq->key); /* frees kq, which lives in the entry */
 }
@@ -125,7 +147,7 @@ static void kq_free(struct kq *kq)
  * to idle_keys (empty when this is called, so in the order they were
  * passed over), and kept_until becomes the earliest end of those left.
  */
-static void kq_kept_ended(struct admitd *ad, int64_t now)
+static void kq_kept_ended(struct rt *ad, int64_t now)
 {
 	struct kq *kq, *nx;
 	const struct lim_ovr *ov;
@@ -154,7 +176,7 @@ static void kq_kept_ended(struct admitd *ad, int64_t now)
  * back). In local mode the override is this kq's alone, so it stays, and
  * the new key is refused instead.
  */
-static struct kq *kq_victim(struct admitd *ad)
+static struct kq *kq_victim(struct rt *ad)
 {
 	int64_t now = clock_mono_ms();
 	const struct lim_ovr *ov;
@@ -179,7 +201,7 @@ static struct kq *kq_victim(struct admitd *ad)
 
 struct kq *kq_get(struct scope_rt *sc, const char *key, bool *full)
 {
-	struct admitd *ad = sc->ad;
+	struct rt *ad = sc->ad;
 	struct kq *kq = htab_get(sc->keys, key);
 	const char *kq_key;
 
@@ -255,7 +277,7 @@ static void kq_sweep_retired_one(void *arg UNUSED, const char *key UNUSED, void 
 }
 
 /* Free the retired scopes whose last key went. */
-static void kq_sweep_retired(struct admitd *ad)
+static void kq_sweep_retired(struct rt *ad)
 {
 	struct scope_rt **pp = &ad->retired;
 
@@ -273,7 +295,7 @@ static void kq_sweep_retired(struct admitd *ad)
 	}
 }
 
-void kq_sweep(struct admitd *ad)
+void kq_sweep(struct rt *ad)
 {
 	struct sweep_ctx sw = { .now = clock_mono_ms() };
 	size_t i;
@@ -290,19 +312,6 @@ void kq_sweep(struct admitd *ad)
 		    htab_walk(sw.sc->keys, sw.sc->sweep_at,
 			      slice < KQ_SWEEP_MIN ? KQ_SWEEP_MIN : slice, kq_sweep_one, &sw);
 	}
-}
-
-static void kq_shutdown_cb(void *arg UNUSED, const char *key UNUSED, void *val)
-{
-	waitq_shutdown(val);
-}
-
-void kq_shutdown_all(struct admitd *ad)
-{
-	size_t i;
-
-	for (i = 0; i < ad->nscopes; i++)
-		htab_each(ad->scopes[i].keys, kq_shutdown_cb, NULL);
 }
 
 /* ---- reload ------------------------------------------------------------ */
@@ -357,8 +366,7 @@ static void scope_swap_carry_kq(void *arg, const char *key UNUSED, void *val)
 		memcpy(kq_lim_inline(kq), dst, lim_state_size(p->ncs)); /* its arrays move too */
 	kq->lim_ext = ext;
 	kq->sc = p->sc;
-	eng_refused_forget(kq); /* decided under the old conf, whose strings go with it */
-	backend_ahead_drop(kq, true);
+	kq->sc->ad->dec->forget(kq); /* decided under the old conf, whose strings go with it */
 }
 
 static void scope_swap_repoint_kq(void *arg, const char *key UNUSED, void *val)
@@ -366,125 +374,10 @@ static void scope_swap_repoint_kq(void *arg, const char *key UNUSED, void *val)
 	struct kq *kq = val;
 
 	kq->sc = arg;
-	eng_refused_forget(kq); /* decided under the old conf */
-	backend_ahead_drop(kq, true);
+	kq->sc->ad->dec->forget(kq); /* decided under the old conf */
 }
 
 /* The class of the same name in cs (*gone set when there is none). */
-static const struct conf_class *scope_swap_cls(const struct conf_scope *cs,
-					       const struct conf_class *cls, bool *gone)
-{
-	const struct conf_class *n;
-
-	if (cls == NULL)
-		return NULL;
-	n = conf_class_find(cs, cls->name);
-	if (n == NULL && gone != NULL)
-		*gone = true;
-	return n;
-}
-
-/*
- * A waiter's last refusal names a rule: when the text is the old conf's,
- * the same text in the new one, or NULL (its timeout then blames the head
- * or the queue). Static names are kept.
- */
-static const char *scope_swap_rule_text(const struct conf *oc, const struct conf *nc, const char *s)
-{
-	size_t i, j;
-
-	if (s == NULL)
-		return NULL;
-	for (i = 0; i < oc->nscopes; i++) {
-		const struct conf_scope *o = &oc->scopes[i], *n;
-		bool ours = s == o->quota_text;
-
-		for (j = 0; !ours && j < o->nrules; j++)
-			ours = s == o->rules[j].text || s == o->rules[j].name;
-		if (!ours)
-			continue;
-		if ((n = conf_scope_find(nc, o->name)) == NULL)
-			return NULL;
-		if (n->quota_text != NULL && strcmp(n->quota_text, s) == 0)
-			return n->quota_text;
-		for (j = 0; j < n->nrules; j++) {
-			if (strcmp(n->rules[j].text, s) == 0)
-				return n->rules[j].text;
-			if (n->rules[j].name != NULL && strcmp(n->rules[j].name, s) == 0)
-				return n->rules[j].name;
-		}
-		return NULL;
-	}
-	return s;
-}
-
-struct scope_swap_walk {
-	const struct conf *oc, *nc;
-};
-
-/*
- * The waiters queued on one key: re-pointed at the new conf (a retired
- * scope's target keeps its class: that conf stays with it), and answered
- * when they cannot go on because a scope or class they name is gone. A
- * waiter whose client left is only waiting for its decision: re-pointed.
- */
-static void scope_swap_waiters(void *arg, const char *key UNUSED, void *val)
-{
-	struct scope_swap_walk *rw = arg;
-	struct kq *kq = val;
-	struct waiter *w, *nx;
-	char msg[200];
-
-	for (w = TAILQ_FIRST(&kq->waiters); w != NULL; w = nx) {
-		const char *gone_scope = NULL, *gone_class = NULL;
-		size_t i;
-
-		nx = TAILQ_NEXT(w, kq_link);
-		for (i = 0; i < w->nt; i++) {
-			struct scope_rt *sc = w->t[i].kq->sc;
-			const char *name = w->t[i].cls ? w->t[i].cls->name : "";
-			bool gone = false;
-
-			if (sc->retired) {
-				if (gone_scope == NULL)
-					gone_scope = sc->cs->name;
-				continue;
-			}
-			if (gone_class == NULL && w->t[i].cls != NULL &&
-			    conf_class_find(sc->cs, name) == NULL) {
-				snprintf(
-				    msg, sizeof(msg),
-				    "scope \"%s\" has no class \"%s\" since the conf was reloaded",
-				    sc->cs->name, name);
-				gone_class = msg;
-			}
-			w->t[i].cls = scope_swap_cls(sc->cs, w->t[i].cls, &gone);
-		}
-		w->last_rule = scope_swap_rule_text(rw->oc, rw->nc, w->last_rule);
-		w->left.nm = 0; /* its meters name the old conf: the next decision tells */
-		if (w->conn == NULL)
-			continue;
-		if (gone_scope != NULL) {
-			snprintf(msg, sizeof(msg),
-				 "no scope \"%s\" in the conf since it was reloaded", gone_scope);
-			waitq_abort(w, ADMIT_E_UNKNOWN_SCOPE, msg);
-		} else if (gone_class != NULL) {
-			waitq_abort(w, ADMIT_E_BAD_REQUEST, gone_class);
-		}
-	}
-}
-
-/* A lease's targets in kept scopes: the class of the same name, or none
- * (the unnamed rules) when it is gone. */
-static void scope_swap_lease(void *arg UNUSED, const char *key UNUSED, void *val)
-{
-	struct lease *l = val;
-	size_t i;
-
-	for (i = 0; i < l->nt; i++)
-		if (!l->t[i].kq->sc->retired)
-			l->t[i].cls = scope_swap_cls(l->t[i].kq->sc->cs, l->t[i].cls, NULL);
-}
 
 static void scope_swap_free(struct scope_swap *p, size_t nold)
 {
@@ -506,7 +399,7 @@ static void scope_swap_free(struct scope_swap *p, size_t nold)
 }
 
 /* Everything that can fail, before anything changes. */
-static bool scope_swap_prepare(struct admitd *ad, struct scope_swap *p)
+static bool scope_swap_prepare(struct rt *ad, struct scope_swap *p)
 {
 	const struct conf *nc = p->nc;
 	size_t i, j, nmax = 1, size;
@@ -553,13 +446,10 @@ done:
 	return ok;
 }
 
-bool scopes_reload(struct admitd *ad, const struct conf *nc)
+bool scopes_reload(struct rt *ad, const struct conf *nc)
 {
 	struct scope_swap p = { .nc = nc };
-	struct scope_swap_walk rw = { .oc = ad->conf, .nc = nc };
 	struct scope_rt *r;
-	struct conn *c;
-	struct op_pend *pd;
 	size_t i, j, nold = ad->nscopes;
 
 	if (!scope_swap_prepare(ad, &p)) {
@@ -605,45 +495,11 @@ bool scopes_reload(struct admitd *ad, const struct conf *nc)
 	/* override_max or the rules changed: which overrides are in force is
 	 * for the next eviction to look at again */
 	ad->kept_until = INT64_MIN;
-	for (i = 0; i < ad->nscopes; i++)
-		htab_each(ad->scopes[i].keys, scope_swap_waiters, &rw);
-	for (r = ad->retired; r != NULL; r = r->retired_next)
-		htab_each(r->keys, scope_swap_waiters, &rw);
-	htab_each(ad->leases, scope_swap_lease, NULL);
-	for (c = TAILQ_FIRST(&ad->conns); c != NULL; c = TAILQ_NEXT(c, link)) {
-		for (pd = TAILQ_FIRST(&c->pends); pd != NULL; pd = TAILQ_NEXT(pd, conn_link))
-			if (pd->kq != NULL && !pd->kq->sc->retired)
-				pd->cls = scope_swap_cls(pd->kq->sc->cs, pd->cls, NULL);
-	}
 	scope_swap_free(&p, nold);
 	return true;
 }
 
-static void scope_wake_kq(void *arg UNUSED, const char *key UNUSED, void *val)
-{
-	struct kq *kq = val;
-
-	if (TAILQ_EMPTY(&kq->waiters) || kq->busy)
-		return;
-	/* A head asleep on a refusal asks again now: a raised limit may admit it. */
-	if (kq->wake_at != 0 && kq->retry_ev != NULL && event_del(kq->retry_ev) != 0) {
-		log_warn("cannot wake a waiting key after the reload: it asks at its time",
-			 "scope=%s", kq->sc->cs->name);
-		return;
-	}
-	kq->wake_at = 0;
-	waitq_pump(kq);
-}
-
-void scopes_wake(struct admitd *ad)
-{
-	size_t i;
-
-	for (i = 0; i < ad->nscopes; i++)
-		htab_each(ad->scopes[i].keys, scope_wake_kq, NULL);
-}
-
-bool scopes_points_into(const struct admitd *ad, const struct conf *c)
+bool scopes_points_into(const struct rt *ad, const struct conf *c)
 {
 	const struct scope_rt *r;
 

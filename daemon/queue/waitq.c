@@ -33,11 +33,11 @@
  * receive any more is released at once.
  */
 
-#include "admitd.h"
+#include "waitq.h"
 
-#include "backend.h"
 #include "clock.h"
-#include "engine.h"
+#include "lease.h"
+#include "scope.h"
 #include "log.h"
 #include "rand.h"
 
@@ -45,7 +45,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+const int64_t wait_hist_bounds_ms[WAIT_HIST_NBOUNDS] = {
+	0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
+};
+
 static void waitq_decided(void *arg, const struct eng_res *res);
+
 static bool waitq_send_batch(struct kq *kq, struct waiter *w);
 
 /* Waiters of one hot key decided in one Redis call, at most. */
@@ -159,13 +164,13 @@ static bool waitq_in_flight(struct waiter *w)
 /* w no longer belongs to its connection (answered, or the client left). */
 static void waitq_unlink_conn(struct waiter *w)
 {
-	struct conn *c = w->conn;
+	struct client *c = w->conn;
 
 	if (c == NULL)
 		return;
 	TAILQ_REMOVE(&c->waiters, w, conn_link);
 	w->conn = NULL;
-	conn_waiter_done(c);
+	client_waiter_done(c);
 }
 
 /* Remove w from its queue and its connection, and free it. */
@@ -306,7 +311,7 @@ static void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, con
 	waitq_put_left(r, w);
 	if (w->decided)
 		preply_str(r, "backend", via_name(w->last_via));
-	conn_send_reply(w->conn, r);
+	client_reply(w->conn, r);
 }
 
 /* No wait can admit w: it asks more than a limit holds. Answered at once. */
@@ -328,15 +333,21 @@ static void waitq_exceeds(struct waiter *w, const struct eng_res *res)
 	waitq_put_target(r, w);
 	waitq_put_left(r, w);
 	preply_str(r, "backend", via_name(res->via));
-	conn_send_reply(w->conn, r);
+	client_reply(w->conn, r);
 }
 
 static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now)
 {
-	struct admitd *ad = w->t[0].kq->sc->ad;
+	struct rt *ad = w->t[0].kq->sc->ad;
 	char full[256];
 	bool over = lease_full(ad, full, sizeof(full));
-	struct lease *l = lease_new(ad, w, res->via);
+	const struct lease_of of = { .nonce = w->lease_id,
+				     .t = w->t,
+				     .nt = w->nt,
+				     .reserve = w->reserve,
+				     .nreserve = w->nreserve,
+				     .conn = w->detach ? NULL : w->conn };
+	struct lease *l = lease_new(ad, &of, res->via);
 	struct preply *r;
 	size_t i;
 
@@ -344,6 +355,10 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 		waitq_fail(w, ADMIT_E_UNAVAILABLE, 0, NULL, "out of memory");
 		return;
 	}
+	w->reserve = NULL; /* the waiter's reservation is the lease's now */
+	w->nreserve = 0;
+	if (res->via == VIA_REDIS)
+		ad->dec->mirror(l);
 	l->backend_booked = res->booked;
 	l->redis_maybe = res->redis_maybe;
 	l->redis_after = res->redis_after;
@@ -369,7 +384,7 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 		struct scope_rt *sc = w->t[i].kq->sc;
 		if (waitq_first_of_scope(w, i)) {
 			sc->wait_ms_total += (uint64_t)(now - w->start_ms);
-			metrics_wait_observe(sc->wait_hist, now - w->start_ms);
+			wait_hist_observe(sc->wait_hist, now - w->start_ms);
 			sc->admitted++;
 			if (res->via == VIA_FALLBACK)
 				sc->fallbacks++;
@@ -387,7 +402,7 @@ static void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now
 		preply_bool(r, "shadow_limited", true);
 		preply_str(r, "rule", res->rule);
 	}
-	conn_send_reply(w->conn, r);
+	client_reply(w->conn, r);
 }
 
 /*
@@ -575,7 +590,7 @@ static void waitq_arm_retry(struct kq *kq, int64_t now, int64_t wait_ms)
 }
 
 /* Head w sleeps wait_ms (at least 1) on a refusal; kq's timer wakes the earliest
- * head (waitq_retry_cb), and nothing else but waitq_wake_all wakes it. */
+ * head (waitq_retry_cb), and nothing else but waitq_wake_heads wakes it. */
 static void waitq_sleep(struct kq *kq, struct waiter *w, int64_t now, int64_t wait_ms)
 {
 	if (wait_ms < 1)
@@ -586,7 +601,7 @@ static void waitq_sleep(struct kq *kq, struct waiter *w, int64_t now, int64_t wa
 }
 
 /* kq's timer was stopped (a release, a reload, an override): every head asks now. */
-static void waitq_wake_all(struct kq *kq)
+static void waitq_wake_heads(struct kq *kq)
 {
 	struct waitq_heads h;
 	size_t i;
@@ -642,7 +657,7 @@ void waitq_pump(struct kq *kq)
 		return;
 	kq->in_pump = true;
 	if (kq->wake_at == 0)
-		waitq_wake_all(kq);
+		waitq_wake_heads(kq);
 	while (!kq->busy && !TAILQ_EMPTY(&kq->waiters)) {
 		int64_t now = clock_mono_ms();
 		bool gone, own = true;
@@ -681,10 +696,10 @@ void waitq_pump(struct kq *kq)
 		w->inflight = true;
 		for (i = 0; i < w->nt; i++)
 			w->t[i].kq->pending++;
-		if (eng_can_batch(kq->sc->ad, w) && TAILQ_NEXT(w, kq_link) != NULL &&
+		if (kq->sc->ad->dec->can_batch(kq->sc->ad, w) && TAILQ_NEXT(w, kq_link) != NULL &&
 		    waitq_send_batch(kq, w))
 			continue;
-		eng_acquire(kq->sc->ad, w, w->lease_id, waitq_decided, w);
+		kq->sc->ad->dec->acquire(kq->sc->ad, w, w->lease_id, waitq_decided, w);
 	}
 	kq->in_pump = false;
 }
@@ -722,8 +737,8 @@ static int64_t waitq_turn_delay(const struct kq *kq, const struct eng_res *res, 
 		if (cs->rules[i].meter == METER_CONCURRENCY ||
 		    (p.kind != STRAT_FIXED_WINDOW && p.kind != STRAT_SESSION_WINDOW))
 			return 0;
-		return backend_turn_delay(kq->sc->ad->redis, now + res->retry_after_ms,
-					  p.window_ms);
+		return kq->sc->ad->dec->turn_delay(kq->sc->ad, now + res->retry_after_ms,
+						   p.window_ms);
 	}
 	return 0;
 }
@@ -777,7 +792,8 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 		/* min_delay from completion while a lease is held: the earliest
 		 * admission is its release plus min_delay (the key's override's,
 		 * when it has one), so a retry sooner can only be refused again. */
-		int64_t pace = eng_min_delay(waitq_by(w, res), res->via);
+		struct kq *by = waitq_by(w, res);
+		int64_t pace = by->sc->ad->dec->min_delay(by, res->via);
 		int64_t retry = res->retry_after_ms > pace ? res->retry_after_ms : pace;
 		waitq_fail(w, ADMIT_E_LIMITED, retry, res->rule,
 			   "a lease of this key is held, and min_delay counts from its release: "
@@ -905,7 +921,7 @@ static bool waitq_send_batch(struct kq *kq, struct waiter *w)
 	}
 	if (n == 1)
 		return false;
-	eng_acquire_batch(kq->sc->ad, ws, n, waitq_decided_batch, kq);
+	kq->sc->ad->dec->acquire_batch(kq->sc->ad, ws, n, waitq_decided_batch, kq);
 	return true;
 }
 
@@ -927,7 +943,7 @@ void waitq_cancel(struct waiter *w)
 
 void waitq_cancel_asked(struct waiter *w)
 {
-	conn_send_reply(w->conn, preply_error(w->id, ADMIT_E_CANCELED, NULL));
+	client_reply(w->conn, preply_error(w->id, ADMIT_E_CANCELED, NULL));
 	waitq_cancel(w);
 }
 
@@ -952,26 +968,181 @@ void waitq_abort(struct waiter *w, enum admit_err e, const char *msg)
 		waitq_remove(w);
 }
 
-void waitq_free_kq(struct kq *kq)
+/*
+ * The queues after a reload. scopes_reload has mapped the scopes and keys
+ * onto nc (the running conf is still oc).
+ */
+struct waitq_reload_walk {
+	const struct conf *oc, *nc;
+};
+
+/*
+ * A waiter's last refusal names a rule: when the text is the old conf's,
+ * the same text in the new one, or NULL (its timeout then blames the head
+ * or the queue). Static names are kept.
+ */
+static const char *waitq_rule_text(const struct conf *oc, const struct conf *nc, const char *s)
 {
+	size_t i, j;
+
+	if (s == NULL)
+		return NULL;
+	for (i = 0; i < oc->nscopes; i++) {
+		const struct conf_scope *o = &oc->scopes[i], *n;
+		bool ours = s == o->quota_text;
+
+		for (j = 0; !ours && j < o->nrules; j++)
+			ours = s == o->rules[j].text || s == o->rules[j].name;
+		if (!ours)
+			continue;
+		if ((n = conf_scope_find(nc, o->name)) == NULL)
+			return NULL;
+		if (n->quota_text != NULL && strcmp(n->quota_text, s) == 0)
+			return n->quota_text;
+		for (j = 0; j < n->nrules; j++) {
+			if (strcmp(n->rules[j].text, s) == 0)
+				return n->rules[j].text;
+			if (n->rules[j].name != NULL && strcmp(n->rules[j].name, s) == 0)
+				return n->rules[j].name;
+		}
+		return NULL;
+	}
+	return s;
+}
+
+/*
+ * The waiters queued on one key: re-pointed at the new conf (a retired
+ * scope's target keeps its class: that conf stays with it), and answered
+ * when they cannot go on because a scope or class they name is gone. A
+ * waiter whose client left is only waiting for its decision: re-pointed.
+ */
+static void waitq_reload_kq(void *arg, const char *key UNUSED, void *val)
+{
+	struct waitq_reload_walk *rw = arg;
+	struct kq *kq = val;
+	struct waiter *w, *nx;
+	char msg[200];
+
+	for (w = TAILQ_FIRST(&kq->waiters); w != NULL; w = nx) {
+		const char *gone_scope = NULL, *gone_class = NULL;
+		size_t i;
+
+		nx = TAILQ_NEXT(w, kq_link);
+		for (i = 0; i < w->nt; i++) {
+			struct scope_rt *sc = w->t[i].kq->sc;
+			const char *name = w->t[i].cls ? w->t[i].cls->name : "";
+
+			if (sc->retired) {
+				if (gone_scope == NULL)
+					gone_scope = sc->cs->name;
+				continue;
+			}
+			if (gone_class == NULL && w->t[i].cls != NULL &&
+			    conf_class_find(sc->cs, name) == NULL) {
+				snprintf(
+				    msg, sizeof(msg),
+				    "scope \"%s\" has no class \"%s\" since the conf was reloaded",
+				    sc->cs->name, name);
+				gone_class = msg;
+			}
+			w->t[i].cls = w->t[i].cls != NULL ? conf_class_find(sc->cs, name) : NULL;
+		}
+		w->last_rule = waitq_rule_text(rw->oc, rw->nc, w->last_rule);
+		w->left.nm = 0; /* its meters name the old conf: the next decision tells */
+		if (w->conn == NULL)
+			continue;
+		if (gone_scope != NULL) {
+			snprintf(msg, sizeof(msg),
+				 "no scope \"%s\" in the conf since it was reloaded", gone_scope);
+			waitq_abort(w, ADMIT_E_UNKNOWN_SCOPE, msg);
+		} else if (gone_class != NULL) {
+			waitq_abort(w, ADMIT_E_BAD_REQUEST, gone_class);
+		}
+	}
+}
+
+void waitq_reload(struct rt *ad, const struct conf *oc, const struct conf *nc)
+{
+	struct waitq_reload_walk rw = { .oc = oc, .nc = nc };
+	const struct scope_rt *r;
+	size_t i;
+
+	for (i = 0; i < ad->nscopes; i++)
+		htab_each(ad->scopes[i].keys, waitq_reload_kq, &rw);
+	for (r = ad->retired; r != NULL; r = r->retired_next)
+		htab_each(r->keys, waitq_reload_kq, &rw);
+}
+
+static void waitq_wake_kq(void *arg UNUSED, const char *key UNUSED, void *val)
+{
+	struct kq *kq = val;
+
+	if (TAILQ_EMPTY(&kq->waiters) || kq->busy)
+		return;
+	/* A head asleep on a refusal asks again now: a raised limit may admit it. */
+	if (kq->wake_at != 0 && kq->retry_ev != NULL && event_del(kq->retry_ev) != 0) {
+		log_warn("cannot wake a waiting key after the reload: it asks at its time",
+			 "scope=%s", kq->sc->cs->name);
+		return;
+	}
+	kq->wake_at = 0;
+	waitq_pump(kq);
+}
+
+void waitq_wake_all(struct rt *ad)
+{
+	size_t i;
+
+	for (i = 0; i < ad->nscopes; i++)
+		htab_each(ad->scopes[i].keys, waitq_wake_kq, NULL);
+}
+
+static void waitq_shutdown_cb(void *arg UNUSED, const char *key UNUSED, void *val)
+{
+	waitq_shutdown(val);
+}
+
+void waitq_shutdown_all(struct rt *ad)
+{
+	size_t i;
+
+	for (i = 0; i < ad->nscopes; i++)
+		htab_each(ad->scopes[i].keys, waitq_shutdown_cb, NULL);
+}
+
+static void waitq_free_kq(void *arg UNUSED, const char *key UNUSED, void *val)
+{
+	struct kq *kq = val;
+
 	while (!TAILQ_EMPTY(&kq->waiters)) {
 		struct waiter *w = TAILQ_FIRST(&kq->waiters);
 		kq->busy = false;
 		waitq_remove(w);
 	}
-	if (kq->retry_ev != NULL)
-		event_free(kq->retry_ev);
-	kq->retry_ev = NULL;
-	eng_refused_forget(kq);
-	backend_ahead_drop(kq, true);
-	if (kq->lim_ext) {
-		lim_state_free(kq_lim(kq));
-		kq->lim_ext = false;
-		/* what is left in the entry is an empty state: freeing it twice is a no-op */
-		memset((char *)kq + KQ_LIM_OFF, 0, sizeof(struct lim_state));
-	} else {
-		lim_state_clear(kq_lim(kq));
+}
+
+void waitq_free_all(struct rt *ad)
+{
+	const struct scope_rt *r;
+	size_t i;
+
+	for (i = 0; i < ad->nscopes; i++)
+		htab_each(ad->scopes[i].keys, waitq_free_kq, NULL);
+	for (r = ad->retired; r != NULL; r = r->retired_next)
+		htab_each(r->keys, waitq_free_kq, NULL);
+}
+
+void waitq_slot_freed(struct kq *kq)
+{
+	/*
+	 * A slot is free: the head may go now, not at its next poll. With Redis
+	 * only a head waiting for a slot is woken; one sleeping out a pacing or
+	 * budget wait would spend a round trip to hear the same answer.
+	 */
+	if (kq->wake_at != 0 && kq->retry_ev != NULL &&
+	    (kq->sc->ad->redis == NULL || kq->slot_wait)) {
+		event_del(kq->retry_ev);
+		kq->wake_at = 0;
 	}
-	/* kq itself, its key and its limiter state live in its key table's entry
-	 * (htab_put_inline) */
+	waitq_pump(kq);
 }

@@ -17,9 +17,13 @@
 #ifndef ADMITD_BACKEND_H
 #define ADMITD_BACKEND_H
 
-#include "engine.h"
+#include "decider.h"
+#include "eng_local.h"
+#include "lease.h"
+#include "scope.h"
+#include "waitq.h"
 
-struct backend *backend_new(struct admitd *ad);
+struct backend *backend_new(struct rt *ad);
 void backend_free(struct backend *b);
 
 /*
@@ -204,5 +208,8 @@ bool backend_up(const struct backend *b);
 
 /* backend_status - "redis" or "fallback", since (mono ms). */
 const char *backend_state(const struct backend *b, int64_t *since_ms);
+
+/* backend_fleet - the store as the in-process limiter's fleet (rt->fleet). */
+extern const struct eng_fleet backend_fleet;
 
 #endif

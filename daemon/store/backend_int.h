@@ -80,7 +80,7 @@ struct rb_ahead;
 TAILQ_HEAD(rb_ahead_list, rb_ahead);
 
 struct backend {
-	struct admitd *ad;
+	struct rt *ad;
 	struct rpool *pool;
 	struct rpool_conf pc;
 	char *password;

@@ -207,7 +207,7 @@ static char *rb_read_password(const char *path, const char *key)
 	return strdup(buf);
 }
 
-struct backend *backend_new(struct admitd *ad)
+struct backend *backend_new(struct rt *ad)
 {
 	struct backend *b = calloc(1, sizeof(*b));
 	struct timeval hb = { 0, RB_HEARTBEAT_MS * 1000 };
@@ -313,3 +313,8 @@ void backend_free(struct backend *b)
 	free(b->sentinel_password);
 	free(b);
 }
+
+const struct eng_fleet backend_fleet = { .share = backend_share,
+					 .born_down = backend_born_down,
+					 .owe = backend_owe,
+					 .owe_pace = backend_owe_pace };

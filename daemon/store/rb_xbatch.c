@@ -283,7 +283,7 @@ bool rb_xb_add(struct backend *b, struct rb_acq *q, const struct target_rt *t, i
 
 bool rb_xb_init(struct backend *b)
 {
-	struct admitd *ad = b->ad;
+	struct rt *ad = b->ad;
 
 	if (ad->conf->redis_batch <= 1 || strcmp(rpool_topology(b->pool), "cluster") == 0)
 		return true; /* every acquire its own call */

@@ -8,11 +8,12 @@
  *
  * Owns: the kind table and names, parameter normalisation, the clamping of
  * caller numbers, the "can never pass" test, and the exact retry_after
- * search; plus the small integer helpers the strategy files share. A
- * strategy file only answers "does this probe fit at instant T?" (a
- * non-decreasing predicate in T), so the smallest passing wait is found
- * here once, by bisection between "now" (fails) and "now + ttl" (passes),
- * and is exact by construction. Mirrored by scripts/lib/strategy.lua.
+ * search; the integer helpers it shares with the strategy files are
+ * strategy_impl.h's. A strategy file only answers "does this probe fit at
+ * instant T?" (a non-decreasing predicate in T), so the smallest passing
+ * wait is found here once, by bisection between "now" (fails) and "now +
+ * ttl" (passes), and is exact by construction. Mirrored by
+ * scripts/lib/strategy.lua.
  */
 
 #include "strategy.h"
@@ -30,27 +31,6 @@ static const struct strat_ops *const strat_table[STRAT__COUNT] = {
 	[STRAT_LEAKY_BUCKET] = &strat_leaky_bucket_ops,
 	[STRAT_SESSION_WINDOW] = &strat_session_window_ops,
 };
-
-int64_t strat_clamp(int64_t x, int64_t lo, int64_t hi)
-{
-	return x < lo ? lo : x > hi ? hi : x;
-}
-
-int64_t strat_now(const struct strat_state *st, int64_t now_ms)
-{
-	return now_ms < st->t ? st->t : now_ms;
-}
-
-int64_t strat_muldiv(int64_t x, int64_t y, int64_t add, int64_t w, int64_t *rem)
-{
-	/* x*y/w = qx*y + rx*qy + rx*ry/w, and rx*ry < w*w < 2^53. */
-	int64_t qx = x / w, rx = x % w;
-	int64_t qy = y / w, ry = y % w;
-	int64_t n = rx * ry + add;
-
-	*rem = n % w;
-	return qx * y + rx * qy + n / w;
-}
 
 /* The kind's table entry, or NULL for a kind out of range. */
 static const struct strat_ops *strat_ops_of(enum strat_kind k)

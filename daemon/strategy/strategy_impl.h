@@ -7,12 +7,15 @@
  * file fills in, and the exact integer helpers they share.
  *
  * Owns: struct strat_ops (one per kind, defined in the kind's file and
- * listed by strategy.c) and struct strat_probe (one check's question).
- * The generic parts of strat_check (clamping, the "never" test and the
- * search for the exact retry_after) live once in strategy.c; a strategy
- * only says whether a probe fits at a given instant, how to book, and how
- * long its counter lives. scripts/lib/strategy.lua has the same pieces
- * under the same names.
+ * listed by strategy.c), struct strat_probe (one check's question) and the
+ * exact integer helpers (strat_clamp, strat_now, strat_muldiv), static
+ * inline so that no strategy file calls back into strategy.c: strategy.c
+ * sits on top and calls down to the kinds, never the other way. The
+ * generic parts of strat_check (clamping, the "never" test and the search
+ * for the exact retry_after) live once in strategy.c; a strategy only says
+ * whether a probe fits at a given instant, how to book, and how long its
+ * counter lives. scripts/lib/strategy.lua has the same pieces under the
+ * same names.
  */
 
 #ifndef ADMITD_STRATEGY_IMPL_H
@@ -79,20 +82,35 @@ extern const struct strat_ops strat_fixed_window_ops;
 extern const struct strat_ops strat_leaky_bucket_ops;
 extern const struct strat_ops strat_session_window_ops;
 
-/* ---- exact integer helpers (strategy.c) ---- */
+/* ---- exact integer helpers (strategy.c and the strategy files) ---- */
 
 /* strat_clamp - x limited to [lo, hi]. */
-int64_t strat_clamp(int64_t x, int64_t lo, int64_t hi);
+static inline int64_t strat_clamp(int64_t x, int64_t lo, int64_t hi)
+{
+	return x < lo ? lo : x > hi ? hi : x;
+}
 
 /* strat_now - the instant a state is read at: time never runs backwards. */
-int64_t strat_now(const struct strat_state *st, int64_t now_ms);
+static inline int64_t strat_now(const struct strat_state *st, int64_t now_ms)
+{
+	return now_ms < st->t ? st->t : now_ms;
+}
 
 /*
  * strat_muldiv - floor((x * y + add) / w) and its remainder in *rem, exact
  * although x * y may pass 2^53: needs x, y, add >= 0, 1 <= w <=
  * STRAT_MAX_WINDOW_MS (so w * w < 2^53) and a quotient below 2^53.
  */
-int64_t strat_muldiv(int64_t x, int64_t y, int64_t add, int64_t w, int64_t *rem);
+static inline int64_t strat_muldiv(int64_t x, int64_t y, int64_t add, int64_t w, int64_t *rem)
+{
+	/* x*y/w = qx*y + rx*qy + rx*ry/w, and rx*ry < w*w < 2^53. */
+	int64_t qx = x / w, rx = x % w;
+	int64_t qy = y / w, ry = y % w;
+	int64_t n = rx * ry + add;
+
+	*rem = n % w;
+	return qx * y + rx * qy + n / w;
+}
 
 /* ---- the bucket both bucket kinds are (leaky_bucket.c) ---- */
 

@@ -4,8 +4,12 @@ The check passes on this tree, and fails, with a `file:line: what` line, on
 a copy of the daemon's sources where one file includes a header of a layer
 above its own, where an allowed upward include is gone, where a file sits in
 a folder of no layer, or includes a header that is nowhere or in two folders.
+With --objects it reads the built objects: a call by name up the layers, or
+files that call each other in a circle, fail it; and in the built daemon the
+files of conf/, ops/ and strategy/ call one way, no circle among them.
 """
 
+import importlib.util
 import os
 import re
 import shutil
@@ -75,20 +79,24 @@ class LayersTest(unittest.TestCase):
         self.assertEqual(len(err.splitlines()), 1, err)
         self.assertIn("layers: 1 problems", out)
 
+    def allow(self, line):
+        with open(self.path("daemon/LAYERS"), "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
     def test_an_upward_include_into_an_allowed_file_fails(self):
-        # backend.h may include engine.h (listed debt), not anything else above it.
+        # An allowed upward include lets that one through, not anything else above.
+        self.allow("allow daemon/store/backend.h engine.h -- a test's debt")
+        self.insert_after_first_include("daemon/store/backend.h", '#include "engine.h"')
+        rc, out, err = run_check(self.tmp)
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("1 allowed upward includes", out)
         n = self.insert_after_first_include("daemon/store/backend.h", '#include "admitd.h"')
         rc, _out, err = run_check(self.tmp)
         self.assertEqual(rc, 1, err)
         self.assertIn('daemon/store/backend.h:%d: includes "admitd.h" of layer process' % n, err)
 
     def test_a_paid_debt_must_be_struck(self):
-        rel = "daemon/store/backend.h"
-        with open(self.path(rel), encoding="utf-8") as f:
-            text = f.read()
-        self.assertIn('#include "engine.h"\n', text)
-        with open(self.path(rel), "w", encoding="utf-8") as f:
-            f.write(text.replace('#include "engine.h"\n', ""))
+        self.allow("allow daemon/store/backend.h engine.h -- a test's debt")
         rc, _out, err = run_check(self.tmp)
         self.assertEqual(rc, 1, err)
         self.assertRegex(err, r"daemon/LAYERS:\d+: allowed upward include "
@@ -124,6 +132,96 @@ class LayersTest(unittest.TestCase):
         rc, _out, err = run_check(self.tmp)
         self.assertEqual(rc, 2, err)
         self.assertIn("'allow FILE HEADER -- reason' expected", err)
+
+
+
+class CallsTest(unittest.TestCase):
+    """--objects: calls by name run down the layers, and no files call in a circle."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="admitd-calls-")
+        for d in ("daemon/low", "daemon/high", "proto"):
+            os.makedirs(os.path.join(self.tmp, d))
+        with open(os.path.join(self.tmp, "daemon", "LAYERS"), "w", encoding="utf-8") as f:
+            f.write("layer low daemon/low\nlayer high daemon/high\n")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def source(self, rel, text):
+        path = os.path.join(self.tmp, rel)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        subprocess.run(["cc", "-std=c11", "-c", "-o", path[:-2] + ".o", path], check=True,
+                       timeout=60)
+
+    def run_objects(self):
+        p = subprocess.run([sys.executable, CHECK, "--root", self.tmp, "--objects"],
+                           capture_output=True, text=True, timeout=60)
+        return p.returncode, p.stdout, p.stderr
+
+    def test_calls_down_pass(self):
+        self.source("daemon/low/a.c", "int a(void);\nint a(void) { return 1; }\n")
+        self.source("daemon/high/h.c", "int a(void);\nint h(void);\nint h(void) { return a(); }\n")
+        rc, out, err = self.run_objects()
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("2 objects: no upward call, no cycle", out)
+
+    def test_an_upward_call_fails(self):
+        self.source("daemon/low/a.c", "int h(void);\nint a(void);\nint a(void) { return h(); }\n")
+        self.source("daemon/high/h.c", "int h(void);\nint h(void) { return 2; }\n")
+        rc, _out, err = self.run_objects()
+        self.assertEqual(rc, 1, err)
+        self.assertIn("daemon/low/a.c: calls h of daemon/high/h.c, layer high above its own "
+                      "layer low", err)
+
+    def test_a_cycle_in_one_layer_fails(self):
+        self.source("daemon/low/a.c", "int b(void);\nint a(void);\nint a(void) { return b(); }\n")
+        self.source("daemon/low/b.c", "int a(void);\nint b(void);\nint b(void) { return a(); }\n")
+        rc, _out, err = self.run_objects()
+        self.assertEqual(rc, 1, err)
+        self.assertIn("daemon/low/a.c: files in a cycle: a.c -> b.c (b); b.c -> a.c (a)", err)
+
+    def test_a_pointer_handed_down_is_no_arrow(self):
+        # The lower layer declares the callback; the upper one hands it down.
+        self.source("daemon/low/a.c", "int a(int (*cb)(void));\nint a(int (*cb)(void)) "
+                    "{ return cb(); }\n")
+        self.source("daemon/high/h.c", "int a(int (*cb)(void));\nint h(void);\n"
+                    "static int up(void) { return 3; }\nint h(void) { return a(up); }\n")
+        rc, out, err = self.run_objects()
+        self.assertEqual(rc, 0, out + err)
+
+
+class FoldersCallOneWayTest(unittest.TestCase):
+    """The built daemon: within conf/, ops/ and strategy/ no files call in a circle.
+
+    Each folder has its facade on top, its parts below and the helpers they
+    share at the bottom (conf_msg.c, conf_find.c, ops_reply.c, the static
+    inline helpers of strategy_impl.h), so a part never calls back up.
+    """
+
+    FOLDERS = ("daemon/conf/", "daemon/ops/", "daemon/strategy/")
+
+    def setUp(self):
+        spec = importlib.util.spec_from_file_location("layers_check", CHECK)
+        self.layers = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.layers)
+        self.files = self.layers.daemon_files(ROOT)
+        sources = [f for f in self.files if f.startswith(self.FOLDERS) and f.endswith(".c")]
+        unbuilt = [f for f in sources if not os.path.isfile(os.path.join(ROOT, f[:-2] + ".o"))]
+        if unbuilt:
+            self.skipTest("build first (make): no object for " + ", ".join(unbuilt))
+
+    def test_no_cycle_within_these_folders(self):
+        arrows = self.layers.object_arrows(ROOT, self.files)
+        # the calls inside each folder are read (else no cycle would prove nothing)
+        for a, b in (("daemon/conf/conf_load.c", "daemon/conf/conf_set.c"),
+                     ("daemon/ops/ops.c", "daemon/ops/ops_traffic.c"),
+                     ("daemon/strategy/strategy.c", "daemon/strategy/leaky_bucket.c")):
+            self.assertIn(b, arrows.get(a, {}), "%s -> %s not read from the objects" % (a, b))
+        tied = [part for part in self.layers.cycles(arrows)
+                if any(f.startswith(self.FOLDERS) for f in part)]
+        self.assertEqual(tied, [])
 
 
 if __name__ == "__main__":

@@ -16,14 +16,24 @@ header of its own layer or of a layer below. It fails, with one
 and when an allowed upward include is no longer there (the debt was paid:
 strike it from LAYERS, so it cannot come back unseen).
 
-Usage: layers.py [--root DIR]   (DIR: the project root; default: this
+With --objects (after a build) it also reads the symbols of every daemon
+object file (nm) and fails when a file calls, or takes the address of, a
+function or table defined in a layer above its own (a lower layer reaches up
+only through callbacks it declares: a pointer it is handed, never a name),
+and when files call each other in a circle: the daemon's files, with an
+arrow from each file to every file whose functions or tables it names, form
+no cycle.
+
+Usage: layers.py [--root DIR] [--objects]   (DIR: the project root; default: this
 repository). Exit 0 when the tree keeps its layers, 1 when it does not, 2 when
 LAYERS itself is malformed. Python stdlib only.
 """
 
 import argparse
+import collections
 import os
 import re
+import subprocess
 import sys
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
@@ -156,15 +166,115 @@ def check(root):
     return problems, summary
 
 
+def object_arrows(root, files):
+    """Arrows between the daemon's .c files: {a: {b: set(names)}}.
+
+    A calls (or takes the address of) a function or table B's object
+    defines. Objects are read with nm.
+    """
+    defs, undef = {}, collections.defaultdict(set)
+    for rel in files:
+        if not rel.endswith(".c"):
+            continue
+        obj = os.path.join(root, rel[:-2] + ".o")
+        if not os.path.isfile(obj):
+            continue
+        out = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            w = line.split()
+            if len(w) == 3 and w[1] in "TDBR":
+                defs[w[2]] = rel
+            elif len(w) == 2 and w[0] == "U":
+                undef[rel].add(w[1])
+    arrows = collections.defaultdict(lambda: collections.defaultdict(set))
+    for rel, names in undef.items():
+        for name in names:
+            home = defs.get(name)
+            if home is not None and home != rel:
+                arrows[rel][home].add(name)
+    return arrows
+
+
+def cycles(arrows):
+    """The strongly connected parts of more than one file, each sorted."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(arrows.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(arrows):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def check_objects(root):
+    """Problems of calls: upward calls by name, and cycles among files."""
+    layers, folder_layer, _allowed = parse_layers(os.path.join(root, "daemon", "LAYERS"))
+    rank = {name: i for i, name in enumerate(layers)}
+    files = daemon_files(root)
+    arrows = object_arrows(root, files)
+    problems = []
+    nobj = sum(1 for f in files if f.endswith(".c") and os.path.isfile(
+        os.path.join(root, f[:-2] + ".o")))
+    if nobj == 0:
+        return ["daemon: no object file to read: build first (make)"], 0
+    for a in sorted(arrows):
+        la = folder_layer.get(os.path.dirname(a))
+        for b in sorted(arrows[a]):
+            lb = folder_layer.get(os.path.dirname(b))
+            if la is None or lb is None or rank[lb] <= rank[la]:
+                continue
+            problems.append("%s: calls %s of %s, layer %s above its own layer %s (a lower "
+                            "layer reaches up only through callbacks it declares)"
+                            % (a, ", ".join(sorted(arrows[a][b])), b, lb, la))
+    for part in cycles(arrows):
+        ties = []
+        for a in part:
+            for b in part:
+                if b in arrows.get(a, {}):
+                    ties.append("%s -> %s (%s)" % (os.path.basename(a), os.path.basename(b),
+                                                   ", ".join(sorted(arrows[a][b]))))
+        problems.append("%s: files in a cycle: %s" % (part[0], "; ".join(ties)))
+    return problems, nobj
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                    "..", ".."))
+    ap.add_argument("--objects", action="store_true",
+                    help="also check the calls and cycles among the built object files")
     args = ap.parse_args(argv)
     root = os.path.normpath(args.root)
     try:
         problems, summary = check(root)
-    except (LayersError, OSError) as e:
+        if args.objects:
+            more, nobj = check_objects(root)
+            problems += more
+            summary += ", %d objects: no upward call, no cycle" % nobj
+    except (LayersError, OSError, subprocess.CalledProcessError) as e:
         print("layers: %s" % e, file=sys.stderr)
         return 2
     for p in problems:

@@ -1,5 +1,5 @@
 /*
- * check_conf.c - unit tests for daemon/conf/conf.c: every key's default and
+ * check_conf.c - unit tests for daemon/conf/ (conf_load.c and the option tables): every key's default and
  * parse, every error message with its exact "file:line: message" text, all
  * errors of a file reported together, over-long lines, rule/class/default
  * class resolution, cluster_concurrency raising max_concurrent, the example
@@ -10,6 +10,7 @@
  */
 
 #include "conf.h"
+#include "conf_plan.h"
 
 #include "admit_proto.h"
 

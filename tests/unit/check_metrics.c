@@ -8,6 +8,7 @@
 
 #include "admitd.h"
 #include "metrics.h"
+#include "scope.h"
 
 #include <check.h>
 #include <event2/buffer.h>
@@ -20,18 +21,18 @@ static struct admitd ad;
 static void setup(void)
 {
 	memset(&ad, 0, sizeof(ad));
-	TAILQ_INIT(&ad.conns);
-	ad.conf = conf_load_string("[scope api]\nrule = requests 5/1s\n[scope db.main]\n"
-				   "max_concurrent = 2\n",
-				   "test.conf", stderr);
-	ck_assert_ptr_nonnull(ad.conf);
-	ck_assert(scopes_init(&ad));
+	TAILQ_INIT(&ad.conns.list);
+	ad.rt.conf = conf_load_string("[scope api]\nrule = requests 5/1s\n[scope db.main]\n"
+				      "max_concurrent = 2\n",
+				      "test.conf", stderr);
+	ck_assert_ptr_nonnull(ad.rt.conf);
+	ck_assert(scopes_init(&ad.rt));
 }
 
 static void teardown(void)
 {
-	scopes_free(&ad);
-	conf_free(ad.conf);
+	scopes_free(&ad.rt);
+	conf_free(ad.rt.conf);
 }
 
 /* The whole rendering as a NUL-terminated string (the caller frees it). */
@@ -83,9 +84,9 @@ START_TEST(test_observe_buckets)
 		{ 30000, 14 }, { 30001, 15 }, { 86400000, 15 },
 	};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
-		uint64_t h[METRICS_WAIT_NBUCKETS] = { 0 };
-		metrics_wait_observe(h, v[i].ms);
-		for (size_t j = 0; j < METRICS_WAIT_NBUCKETS; j++)
+		uint64_t h[WAIT_HIST_NBUCKETS] = { 0 };
+		wait_hist_observe(h, v[i].ms);
+		for (size_t j = 0; j < WAIT_HIST_NBUCKETS; j++)
 			ck_assert_msg(h[j] == (j == v[i].bucket), "ms=%lld bucket %zu holds %llu",
 				      (long long)v[i].ms, j, (unsigned long long)h[j]);
 	}
@@ -94,7 +95,7 @@ END_TEST
 
 START_TEST(test_render_exact)
 {
-	struct scope_rt *api = &ad.scopes[0];
+	struct scope_rt *api = &ad.rt.scopes[0];
 	char *t;
 
 	api->admitted = 3;
@@ -109,13 +110,13 @@ START_TEST(test_render_exact)
 	api->batches = 2;
 	api->batched = 12;
 	api->admitted_ahead = 13;
-	metrics_wait_observe(api->wait_hist, 0);
-	metrics_wait_observe(api->wait_hist, 40);
-	metrics_wait_observe(api->wait_hist, 40000);
+	wait_hist_observe(api->wait_hist, 0);
+	wait_hist_observe(api->wait_hist, 40);
+	wait_hist_observe(api->wait_hist, 40000);
 	api->wait_ms_total = 40040;
-	ad.nconns = 2;
-	ad.reloads_ok = 1;
-	ad.key_evictions = 11;
+	ad.rt.nconns = 2;
+	ad.rt.reloads_ok = 1;
+	ad.rt.key_evictions = 11;
 	t = render();
 	ck_assert(has_line(t, "# TYPE admitd_acquires_total counter"));
 	ck_assert(has_line(t, "admitd_acquires_total{scope=\"api\",outcome=\"acquired\"} 3"));

@@ -11,7 +11,9 @@
 
 #include "adaptive_rt.h"
 
-#include "engine.h"
+#include "decider.h"
+#include "lease.h"
+#include "scope.h"
 
 static void adrt_apply(struct kq *kq, enum adapt_outcome o, int64_t now)
 {

@@ -3,16 +3,17 @@
  */
 
 /*
- * conf.c - load admitd.conf into an immutable, validated struct conf.
+ * conf_load.c - load admitd.conf into an immutable, validated struct conf.
  *
  * Owns: the parse itself: the generic walker that applies defaults and
  * values through the option tables (conf_keys.c) and their setters,
- * unknown-key hints, section headers, our line reader for libinih, error
- * reporting as "file:line: message" for every problem in the file, not
- * only the first, and loading, freeing and looking up a conf. The syntax
- * of each value is conf_value.c's and the setters'; the checks across keys
- * are conf_check.c's; what the daemon does with the snapshot is not this
- * file's business.
+ * unknown-key hints, section headers, our line reader for libinih, every
+ * problem in the file reported (through conf_msg.c, as "file:line:
+ * message"), not only the first, and loading and freeing a conf. The
+ * syntax of each value is conf_value.c's and the setters'; the checks
+ * across keys are conf_check.c's; the lookups in a loaded conf are
+ * conf_find.c's; what the daemon does with the snapshot is not this file's
+ * business.
  *
  * Why our own reader: libinih 55 reads into a fixed 200-byte buffer and
  * counts one line per reader call, so a longer physical line becomes
@@ -32,44 +33,15 @@
  */
 
 #include "conf_int.h"
+#include "conf_plan.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CONF_FILE_MAX (1024 * 1024) /* a conf larger than this is a mistake */
-
-/* Report one problem; line 0 means "not about a line". */
-void conf_err(struct conf_ctx *x, int line, const char *fmt, ...)
-{
-	va_list ap;
-
-	x->nerrors++;
-	if (x->errf == NULL)
-		return;
-	if (line > 0)
-		fprintf(x->errf, "%s:%d: ", x->name, line);
-	else
-		fprintf(x->errf, "%s: ", x->name);
-	va_start(ap, fmt);
-	vfprintf(x->errf, fmt, ap);
-	va_end(ap);
-	fputc('\n', x->errf);
-}
-
-/* Format a setter's message into the context's buffer and return it. */
-const char *conf_fmt(struct conf_ctx *x, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(x->errbuf, sizeof(x->errbuf), fmt, ap);
-	va_end(ap);
-	return x->errbuf;
-}
 
 /* ---- the generic walker ------------------------------------------------ */
 
@@ -527,20 +499,4 @@ void conf_free(struct conf *c)
 	free(c->allow_uids.ids);
 	free(c->allow_gids.ids);
 	free(c);
-}
-
-const struct conf_scope *conf_scope_find(const struct conf *c, const char *name)
-{
-	for (size_t i = 0; i < c->nscopes; i++)
-		if (strcmp(c->scopes[i].name, name) == 0)
-			return &c->scopes[i];
-	return NULL;
-}
-
-const struct conf_class *conf_class_find(const struct conf_scope *s, const char *name)
-{
-	for (size_t i = 0; i < s->nclasses; i++)
-		if (strcmp(s->classes[i].name, name) == 0)
-			return &s->classes[i];
-	return NULL;
 }
