@@ -44,14 +44,13 @@ struct waiter {
 	int64_t deadline_ms;
 	struct event deadline_ev; /* in place: no timer is made per request */
 	bool deadline_set;
-	const char *last_rule;	     /* the rule of the last refusal, for `timeout` */
-	const struct kq *refused_by; /* ... and the target it came from */
-	struct lim_left left;	     /* the tightest limit at the last decision */
-	bool decided;		     /* a limiter has answered for it at least once */
-	bool inflight;		     /* a decision for it is out (alone or batched) */
-	bool canceled;		     /* its client canceled it: an admission is undone */
-	int64_t
-	    wake_at; /* its class's head, asleep on a refusal: asks again then (mono ms); 0: due */
+	const char *last_rule;		    /* the rule of the last refusal, for `timeout` */
+	const struct kq *refused_by;	    /* ... and the target it came from */
+	struct lim_left left;		    /* the tightest limit at the last decision */
+	bool decided;			    /* a limiter has answered for it at least once */
+	bool inflight;			    /* a decision for it is out (alone or batched) */
+	bool canceled;			    /* its client canceled it: an admission is undone */
+	int64_t wake_at;		    /* a sleeping class head's next ask (mono ms); 0: due */
 	enum via last_via;		    /* ... and which one, for the refusal's "backend" */
 	char lease_id[LEASE_NONCE_LEN + 1]; /* booked under this id when admitted */
 	struct meter_tokens *reserve;	    /* tokens reserved up front, owned (names too) */
