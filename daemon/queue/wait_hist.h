@@ -5,7 +5,7 @@
 /*
  * wait_hist.h - the buckets of the wait histogram each scope keeps (its
  * admissions' waited_ms), which `status` and the metrics show. The bounds
- * are defined in waitq.c, which observes the waits.
+ * are defined in waitq_answer.c, which observes the waits.
  */
 
 #ifndef ADMITD_WAIT_HIST_H
