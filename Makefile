@@ -41,7 +41,9 @@ DAEMON_SRCS := $(filter-out daemon/main.c daemon/store/scripts_gen.c, \
 DAEMON_OBJS := $(DAEMON_SRCS:.c=.o)
 LUA_SRCS    := $(sort $(wildcard scripts/*.lua scripts/lib/*.lua))
 
-CHECK_SRCS  := $(wildcard tests/unit/check_*.c)
+# Unit tests live by the daemon folder they test: tests/unit/ROOM/check_*.c,
+# ROOM a folder of daemon/ (process: daemon/ itself, as in daemon/LAYERS).
+CHECK_SRCS  := $(sort $(wildcard tests/unit/*/check_*.c))
 CHECK_BINS  := $(CHECK_SRCS:.c=)
 CHECK_LIBS  := $(shell pkg-config --libs check)
 
@@ -69,7 +71,7 @@ daemon/store/scripts_gen.c: daemon/store/gen_scripts.sh $(LUA_SRCS)
 %.o: %.c
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
-tests/unit/check_%: tests/unit/check_%.c daemon/libadmitd.a
+$(CHECK_BINS): %: %.c daemon/libadmitd.a
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< daemon/libadmitd.a $(CHECK_LIBS) $(BASE_LDLIBS)
 
 -include client/client.mk
@@ -149,7 +151,7 @@ install-python:
 
 clean:
 	rm -f daemon/admitd daemon/libadmitd.a daemon/store/scripts_gen.c \
-	  $(addsuffix /*.o,$(DAEMON_DIRS)) $(addsuffix /*.d,$(DAEMON_DIRS)) $(CHECK_BINS) tests/unit/*.d
+	  $(addsuffix /*.o,$(DAEMON_DIRS)) $(addsuffix /*.d,$(DAEMON_DIRS)) $(CHECK_BINS) $(CHECK_SRCS:.c=.d)
 	rm -rf tests/integ/__pycache__
 
 -include $(DEPS)

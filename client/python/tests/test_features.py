@@ -3,7 +3,7 @@ reservations and the operator calls (reset, inspect), in both clients.
 
 Against the real admitd on FEATURES_CONF. url_host is checked on the very
 cases the daemon's own unit test uses for its URL parser
-(tests/unit/check_proto.c, read from that file), so the key a Lease
+(tests/unit/wire/check_proto.c, read from that file), so the key a Lease
 reports for url= is the key the daemon limits.
 """
 
@@ -62,7 +62,7 @@ def c_string(lit):
 
 def url_cases():
     """(url, host or None) of check_proto.c's urlcases table."""
-    with open(os.path.join(REPO, "tests", "unit", "check_proto.c")) as f:
+    with open(os.path.join(REPO, "tests", "unit", "wire", "check_proto.c")) as f:
         text = f.read()
     table = text[text.index("urlcases[] = {"):]
     table = table[:table.index("};")]
