@@ -442,7 +442,7 @@ class TestAdaptiveVectors(unittest.TestCase):
 
 class TestOverrideVectors(unittest.TestCase):
     """scripts/lib/override.lua in a real redis-server against the vectors
-    check_limiter.c replays (their expectations are exact rationals, written
+    check_limiter_override.c replays (their expectations are exact rationals, written
     by tests/vectors/override/gen.py)."""
 
     @classmethod
