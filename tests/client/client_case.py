@@ -4,7 +4,7 @@ Owns: VECTORS_CONF (the daemon's conf for the vectors), DaemonCase (a
 class-wide daemon/admitd on it, with the CLI run against it), run_admit (the
 CLI on any socket), LinkLater (a socket path that appears later), LATE and
 SLACK (how late a daemon starts, how much scheduling noise a time bound
-allows) and load_harness (tests/integ/harness.py, loaded by path).
+allows) and load_harness (tests/integ/harness.py).
 """
 
 import importlib.util
@@ -33,12 +33,10 @@ SLACK = float(os.environ.get("ADMITD_SLACK_MS") or 300) / 1000.0
 
 
 def load_harness():
-    """tests/integ/harness.py (Redis and a daemon on it), loaded by path."""
-    spec = importlib.util.spec_from_file_location(
-        "admitd_integ_harness", os.path.join(launcher.ROOT, "tests", "integ", "harness.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """tests/integ/harness.py (Redis and a daemon on it), as tests.integ.harness."""
+    if launcher.ROOT not in sys.path:
+        sys.path.insert(0, launcher.ROOT)
+    return importlib.import_module("tests.integ.harness")
 
 
 def run_admit(args, socket_path=None, env=None, timeout=20):

@@ -1,14 +1,15 @@
 """harness.py - start real redis-server and admitd processes for integration tests.
 
-The one module the tests import (as tests.integ.harness, or by path from
-tests/client and client/python/tests). It re-exports the parts, each of one
-job: harness_base.py (where things are, timing allowances, deadlines,
+The one module the tests import (tests.integ.harness; client/python/tests,
+whose own package is also "tests", loads this folder as admitd_integ). It
+re-exports the parts, each of one job: harness_base.py (where things are, timing allowances, deadlines,
 processes, temp dirs), harness_redis.py (RedisServer, a tiny RESP client),
 harness_admitd.py (Admitd, its post-mortem log scan, the line-JSON Conn).
 It owns what scenarios share on top of them: DaemonCase (a class-wide
 daemon), Scenario (cleanup of several), run_clients (threads released
 together), interval checks (max_overlap, max_in_window, closer_than,
-crowded_window), acquire_req and settled_nothing. Stdlib only.
+crowded_window), redis_daemon (Redis, a daemon on it and a connection),
+acquire_req and settled_nothing. Stdlib only.
 
 Nothing here sleeps and hopes: every wait polls a condition against a
 deadline and fails with the process's log when the deadline passes. Logs and
@@ -23,23 +24,16 @@ late", not the scheduler. Reply deadlines (IO_TIMEOUT) are far above both.
 
 import json  # noqa: F401 (harness.json: some tests use it through the harness)
 import os
-import sys
 import threading
 import unittest
 
-# The parts import each other by their plain names, whether this module is
-# tests.integ.harness or was loaded by path (tests/client, client/python/tests).
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
-
-from harness_base import (  # noqa: E402,F401
+from .harness_base import (  # noqa: F401
     BAD_MARKERS, EPS, IO_TIMEOUT, LOAD_AT_START, MAX_LOAD_FACTOR, REPO, SLACK, SLACK_BASE,
-    STALLS, START_DEADLINE, STOP_DEADLINE, VALGRIND, VALGRIND_CMD, _TempDir, _asan_build,
-    _read_text, _terminate, _wait_until, admitd_bin, free_tcp_port, late_allowance,
-    load_factor, now, unstalled)
-from harness_redis import RedisError, RedisServer, RespConn, resp_encode  # noqa: E402,F401
-from harness_admitd import Admitd, Conn, run_admitd  # noqa: E402,F401
+    STALLS, START_DEADLINE, STOP_DEADLINE, VALGRIND, VALGRIND_CMD, Started, _TempDir,
+    _asan_build, _read_text, _terminate, _wait_until, admitd_bin, free_tcp_port,
+    late_allowance, load_factor, now, unstalled)
+from .harness_redis import RedisError, RedisServer, RespConn, resp_encode  # noqa: F401
+from .harness_admitd import Admitd, Conn, run_admitd  # noqa: F401
 
 
 def run_clients(n, fn, timeout=60.0):
@@ -239,6 +233,19 @@ def settled_nothing(r, repeat=False):
         want["repeat"] = True
     return {k: r.get(k) for k in ("ok", "held", "settled", "repeat") if k in r} == want \
         and bool(r.get("message"))
+
+
+def redis_daemon(test, conf, **kw):
+    """A redis-server, an Admitd on it (conf, kw as Admitd's) and a Conn to
+    the daemon, for test (a TestCase), cleaned up in reverse order when the
+    test ends. Returns (redis, daemon, conn)."""
+    rs = RedisServer().start()
+    test.addCleanup(rs.cleanup)
+    d = Admitd(conf, redis_url=rs.url, **kw).start()
+    test.addCleanup(d.cleanup)
+    c = d.connect()
+    test.addCleanup(c.close)
+    return rs, d, c
 
 
 def acquire_req(scope, key=None, **kw):

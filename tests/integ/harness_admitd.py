@@ -15,9 +15,9 @@ import signal
 import socket
 import subprocess
 
-from harness_base import (BAD_MARKERS, IO_TIMEOUT, START_DEADLINE, STOP_DEADLINE, STALLS,
-                          VALGRIND, VALGRIND_CMD, _TempDir, _read_text, _wait_until, admitd_bin,
-                          now)
+from .harness_base import (BAD_MARKERS, IO_TIMEOUT, START_DEADLINE, STOP_DEADLINE, STALLS,
+                           VALGRIND, VALGRIND_CMD, Started, _TempDir, _read_text, _wait_until,
+                           admitd_bin, now)
 
 
 def run_admitd(args, timeout=10.0):
@@ -139,7 +139,7 @@ class Conn:
         return False
 
 
-class Admitd:
+class Admitd(Started):
     """The real daemon on a temp socket.
 
     conf: conf text; an [admitd] section is prepended when the text has none.
@@ -289,10 +289,3 @@ class Admitd:
                 self.stop()
         finally:
             self.tmp.cleanup()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, exc_type, exc, tb):
-        self.cleanup(failed=exc_type is not None)
-        return False

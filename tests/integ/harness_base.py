@@ -6,10 +6,11 @@ start, EPS, the start/stop/IO deadlines, and the stalls of this process
 measured while a bounded interval ran: STALLS, late_allowance, unstalled),
 polling a condition against a deadline (_wait_until), stopping a process
 (SIGTERM then SIGKILL: _terminate), free ports, and the private temp dirs
-kept when a test fails (_TempDir). Stdlib only.
+kept when a test fails (_TempDir), and Started (start and clean up a
+process with `with`). Stdlib only.
 
-Import harness (tests/integ/harness.py), not this module: harness puts
-tests/integ on sys.path and re-exports what the tests use.
+Import harness (tests/integ/harness.py), which re-exports what the tests
+use, rather than this module.
 """
 
 import atexit
@@ -385,3 +386,16 @@ class _TempDir:
     def cleanup(self):
         if not self.kept:
             shutil.rmtree(self.path, ignore_errors=True)
+
+
+class Started:
+    """A process of the tests as a context manager: `with X(...) as x`
+    starts x, and cleans it up on the way out, its files kept when the block
+    failed. X has start() (returning x) and cleanup(failed)."""
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb):
+        self.cleanup(failed=exc_type is not None)
+        return False

@@ -12,8 +12,8 @@ import signal
 import socket
 import subprocess
 
-from harness_base import (START_DEADLINE, STOP_DEADLINE, STALLS, _TempDir, _read_text,
-                          _terminate, _wait_until, free_tcp_port)
+from .harness_base import (START_DEADLINE, STOP_DEADLINE, STALLS, Started, _TempDir, _read_text,
+                           _terminate, _wait_until, free_tcp_port)
 
 
 class RedisError(Exception):
@@ -103,7 +103,7 @@ class RespConn:
         return last
 
 
-class RedisServer:
+class RedisServer(Started):
     """A throwaway redis-server: Unix socket by default, TCP with port=True.
 
     start()/stop()/restart() (same socket or port), pause()/resume()
@@ -244,10 +244,3 @@ class RedisServer:
         if failed:
             self.tmp.keep()
         self.tmp.cleanup()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, exc_type, exc, tb):
-        self.cleanup(failed=exc_type is not None)
-        return False
