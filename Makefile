@@ -42,7 +42,9 @@ DAEMON_SRCS := $(filter-out daemon/main.c daemon/store/scripts_gen.c, \
 DAEMON_OBJS := $(DAEMON_SRCS:.c=.o)
 LUA_SRCS    := $(sort $(wildcard scripts/*.lua scripts/lib/*.lua))
 
-CHECK_SRCS  := $(wildcard tests/unit/check_*.c)
+# Unit tests live by the daemon folder they test: tests/unit/ROOM/check_*.c,
+# ROOM a folder of daemon/ (process: daemon/ itself, as in daemon/LAYERS).
+CHECK_SRCS  := $(sort $(wildcard tests/unit/*/check_*.c))
 CHECK_BINS  := $(CHECK_SRCS:.c=)
 CHECK_LIBS  := $(shell pkg-config --libs check)
 
@@ -70,7 +72,7 @@ daemon/store/scripts_gen.c: daemon/store/gen_scripts.sh $(LUA_SRCS)
 %.o: %.c
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
-tests/unit/check_%: tests/unit/check_%.c daemon/libadmitd.a
+$(CHECK_BINS): %: %.c daemon/libadmitd.a
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< daemon/libadmitd.a $(CHECK_LIBS) $(BASE_LDLIBS)
 
 -include client/client.mk
@@ -109,10 +111,12 @@ readme-check:
 
 # The daemon's layers run one way (daemon/LAYERS): no file includes a header
 # of a layer above its own, but for the debt listed there. Then the check's
-# own test (it must fail on a wrong include).
+# own test (it must fail on a wrong include). And no hand-written source file
+# is over 800 lines (tests/tools/sizes.py), with its own test.
 layers:
 	$(PYTHON) tests/tools/layers.py
-	$(PYTHON) -m unittest tests.integ.test_layers
+	$(PYTHON) tests/tools/sizes.py
+	$(PYTHON) -m unittest tests.integ.test_layers tests.integ.test_sizes
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
@@ -150,7 +154,7 @@ install-python:
 
 clean:
 	rm -f daemon/admitd daemon/libadmitd.a daemon/store/scripts_gen.c \
-	  $(addsuffix /*.o,$(DAEMON_DIRS)) $(addsuffix /*.d,$(DAEMON_DIRS)) $(CHECK_BINS) tests/unit/*.d
+	  $(addsuffix /*.o,$(DAEMON_DIRS)) $(addsuffix /*.d,$(DAEMON_DIRS)) $(CHECK_BINS) $(CHECK_SRCS:.c=.d)
 	rm -rf tests/integ/__pycache__
 
 -include $(DEPS)

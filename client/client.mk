@@ -30,7 +30,7 @@ CLIENT_CLI_OBJS := client/cli_main.o client/cli_report.o client/cli_value.o \
                    client/cli_acquire.o client/cli_run.o client/cli_keys.o client/cli_show.o \
                    client/admit_top.o
 
-DEPS += $(CLIENT_LIB_OBJS:.o=.d) $(CLIENT_CLI_OBJS:.o=.d) $(CLIENT_TESTS:=.d)
+DEPS += $(CLIENT_LIB_OBJS:.o=.d) $(CLIENT_CLI_OBJS:.o=.d) $(LIBADMIT_TEST_OBJS:.o=.d)
 
 .PHONY: install-client clean-client
 all: client/admit client/libadmit.so client/libadmit.a client/admit.pc
@@ -52,9 +52,17 @@ CLIENT_PC_SED = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
 client/admit.pc: client/admit.pc.in
 	$(CLIENT_PC_SED) $< > $@.tmp && mv $@.tmp $@
 
-tests/client/%: tests/client/%.c client/libadmit.a
-	$(CC) $(ALL_CFLAGS) -Iclient $(ALL_LDFLAGS) -o $@ $< client/libadmit.a \
-	  $(CLIENT_LDLIBS) -lpthread
+# test_libadmit: main and helpers in test_libadmit.c, one file per group of
+# checks (libadmit_*.c, sharing libadmit_test.h).
+LIBADMIT_TEST_OBJS := tests/client/test_libadmit.o tests/client/libadmit_calls.o \
+                      tests/client/libadmit_threads.o tests/client/libadmit_modes.o \
+                      tests/client/libadmit_cancel.o
+
+tests/client/%.o: tests/client/%.c
+	$(CC) $(ALL_CFLAGS) -Iclient -c -o $@ $<
+
+tests/client/test_libadmit: $(LIBADMIT_TEST_OBJS) client/libadmit.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CLIENT_LDLIBS) -lpthread
 
 test-client: all $(CLIENT_TESTS)
 	ADMITD_BIN=$(CURDIR)/daemon/admitd ADMIT_BIN=$(CURDIR)/client/admit \
@@ -78,5 +86,5 @@ install-client: client/admit client/libadmit.so client/libadmit.a client/admit.p
 clean: clean-client
 clean-client:
 	rm -f client/admit client/libadmit.a client/libadmit.so client/admit.pc \
-	  client/*.o client/*.d $(CLIENT_TESTS) tests/client/*.d
+	  client/*.o client/*.d $(CLIENT_TESTS) tests/client/*.o tests/client/*.d
 	rm -rf tests/client/__pycache__

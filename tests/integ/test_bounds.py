@@ -21,7 +21,7 @@ import time
 import unittest
 
 from .harness import IO_TIMEOUT, VALGRIND, Admitd, _asan_build, acquire_req
-from .test_metrics import metrics_port, parse, scrape, val
+from .metrics_http import metrics_port, parse, scrape, val
 
 # A flood under valgrind is ~30x slower: fewer keys, same checks.
 SCALE = 10 if VALGRIND else 1

@@ -15,7 +15,7 @@ import time
 import unittest
 
 from . import harness
-from .harness import Admitd, RedisServer, acquire_req
+from .harness import Admitd, RedisServer, acquire_req, redis_daemon
 from .test_reload import ReloadCase
 
 CONF = """
@@ -49,12 +49,7 @@ def daemon_calls(c, *ops):
 
 class KnownRefusalTest(unittest.TestCase):
     def setUp(self):
-        self.rs = RedisServer().start()
-        self.addCleanup(self.rs.cleanup)
-        self.d = Admitd(CONF, redis_url=self.rs.url).start()
-        self.addCleanup(self.d.cleanup)
-        self.c = self.d.connect()
-        self.addCleanup(self.c.close)
+        self.rs, self.d, self.c = redis_daemon(self, CONF)
 
     def acq(self, scope, key, **kw):
         return self.c.request(acquire_req(scope, key, timeout_ms=0, **kw))

@@ -6,7 +6,7 @@ Owns: replaying every strategy vector in a real redis-server (EVAL of
 scripts/lib/strategy.lua + tests/integ/lua_vectors.lua, one call per case),
 and a third, independent implementation of the five strategies (a reference
 model in exact rational arithmetic, below) that the same vectors are checked
-against. The C side replays the same files in tests/unit/check_strategy.c.
+against. The C side replays the same files in tests/unit/strategy/check_strategy.c.
 
 The model is written differently from the C and Lua on purpose: levels and
 weighted counts are Fractions, retry_after is solved in closed form rather
@@ -442,7 +442,7 @@ class TestAdaptiveVectors(unittest.TestCase):
 
 class TestOverrideVectors(unittest.TestCase):
     """scripts/lib/override.lua in a real redis-server against the vectors
-    check_limiter.c replays (their expectations are exact rationals, written
+    check_limiter_override.c replays (their expectations are exact rationals, written
     by tests/vectors/override/gen.py)."""
 
     @classmethod

@@ -20,7 +20,7 @@ import time
 import unittest
 
 from . import harness
-from .harness import Admitd, RedisServer, acquire_req
+from .harness import Admitd, RedisServer, acquire_req, redis_daemon
 from .test_reload import ReloadCase
 
 CONF = """
@@ -338,14 +338,7 @@ class RedisKeyTableOverrideTest(unittest.TestCase):
     past max_keys are all taken and all hold."""
 
     def setUp(self):
-        self.rs = RedisServer().start()
-        self.d = Admitd(KEYS_CONF, redis_url=self.rs.url).start()
-        self.c = self.d.connect()
-
-    def tearDown(self):
-        self.c.close()
-        self.d.cleanup(failed=False)
-        self.rs.cleanup(failed=False)
+        self.rs, self.d, self.c = redis_daemon(self, KEYS_CONF)
 
     def test_overrides_past_max_keys_all_hold(self):
         for i in range(150):

@@ -19,7 +19,7 @@ the daemon's clock (CLOCK_MONOTONIC in process, Redis TIME through Redis).
 import time
 import unittest
 
-from .harness import Admitd, RedisServer, acquire_req
+from .harness import Admitd, acquire_req, redis_daemon
 
 CONF = """
 [scope fw]
@@ -348,14 +348,7 @@ class RedisLeftTest(LeftCases, unittest.TestCase):
     via = "redis"
 
     def setUp(self):
-        self.rs = RedisServer().start()
-        self.d = Admitd(CONF, redis_url=self.rs.url).start()
-        self.c = self.d.connect()
-
-    def tearDown(self):
-        self.c.close()
-        self.d.cleanup(failed=False)
-        self.rs.cleanup(failed=False)
+        self.rs, self.d, self.c = redis_daemon(self, CONF)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ reservations and the operator calls (reset, inspect), in both clients.
 
 Against the real admitd on FEATURES_CONF. url_host is checked on the very
 cases the daemon's own unit test uses for its URL parser
-(tests/unit/check_proto.c, read from that file), so the key a Lease
+(tests/unit/wire/check_proto_decode.c, read from that file), so the key a Lease
 reports for url= is the key the daemon limits.
 """
 
@@ -56,13 +56,13 @@ timeout = 1s
 
 
 def c_string(lit):
-    """A C string literal's body (the escapes check_proto.c may use)."""
+    """A C string literal's body (the escapes check_proto_decode.c may use)."""
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), lit)
 
 
 def url_cases():
-    """(url, host or None) of check_proto.c's urlcases table."""
-    with open(os.path.join(REPO, "tests", "unit", "check_proto.c")) as f:
+    """(url, host or None) of check_proto_decode.c's urlcases table."""
+    with open(os.path.join(REPO, "tests", "unit", "wire", "check_proto_decode.c")) as f:
         text = f.read()
     table = text[text.index("urlcases[] = {"):]
     table = table[:table.index("};")]

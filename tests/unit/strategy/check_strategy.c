@@ -17,6 +17,8 @@
 
 #include "strategy.h"
 
+#include "vector_file.h"
+
 #include <check.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -34,39 +36,12 @@ static int cases_per_kind[STRAT__COUNT];
 static void load_kind(const char *dir, int kind)
 {
 	char path[1024];
-	char *line = NULL;
-	size_t cap = 0;
-	FILE *f;
+	int n;
 
 	snprintf(path, sizeof(path), "%s/%s.jsonl", dir, strat_kind_name((enum strat_kind)kind));
-	f = fopen(path, "r");
-	if (f == NULL) {
-		fprintf(stderr, "check_strategy: cannot open %s\n", path);
-		return;
-	}
-	while (getline(&line, &cap, f) > 0) {
-		json_error_t err;
-		json_t *c = json_loads(line, 0, &err);
-
-		if (c == NULL) {
-			fprintf(stderr, "%s:%d: %s\n", path, err.line, err.text);
-			continue; /* counted short: test_enough_cases fails */
-		}
-		cases = realloc(cases, (size_t)(n_cases + 1) * sizeof(*cases));
-		if (cases == NULL)
-			abort();
-		cases[n_cases++] = c;
-		cases_per_kind[kind]++;
-	}
-	free(line);
-	fclose(f);
-}
-
-static int64_t jint(const json_t *obj, const char *key, int64_t dflt)
-{
-	const json_t *v = json_object_get(obj, key);
-
-	return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+	n = vec_load(path, "check_strategy", &cases, &n_cases);
+	if (n > 0)
+		cases_per_kind[kind] += n;
 }
 
 static struct strat_params params_of(const json_t *c)
@@ -533,8 +508,6 @@ int main(void)
 	srunner_run_all(sr, CK_ENV);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
-	for (int i = 0; i < n_cases; i++)
-		json_decref(cases[i]);
-	free(cases);
+	vec_free(cases, n_cases);
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -17,6 +17,8 @@
 
 #include "adaptive.h"
 
+#include "vector_file.h"
+
 #include <check.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -27,42 +29,6 @@
 
 static json_t **cases;
 static int n_cases;
-
-static void load_cases(const char *path)
-{
-	char *line = NULL;
-	size_t cap = 0;
-	FILE *f = fopen(path, "r");
-
-	if (f == NULL) {
-		fprintf(stderr, "check_adaptive: cannot open %s\n", path);
-		return;
-	}
-	while (getline(&line, &cap, f) > 0) {
-		json_error_t err;
-		json_t *c = json_loads(line, 0, &err);
-		json_t **nc;
-
-		if (c == NULL) {
-			fprintf(stderr, "%s:%d: %s\n", path, err.line, err.text);
-			continue; /* counted short: test_enough_cases fails */
-		}
-		nc = realloc(cases, (size_t)(n_cases + 1) * sizeof(*cases));
-		if (nc == NULL)
-			abort();
-		cases = nc;
-		cases[n_cases++] = c;
-	}
-	free(line);
-	fclose(f);
-}
-
-static int64_t jint(const json_t *obj, const char *key, int64_t dflt)
-{
-	const json_t *v = json_object_get(obj, key);
-
-	return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
-}
 
 static struct adapt_params params_of(const json_t *c)
 {
@@ -215,15 +181,14 @@ int main(void)
 {
 	const char *path = getenv("ADAPT_VECTORS");
 	SRunner *sr;
-	int failed, i;
+	int failed;
 
-	load_cases(path != NULL ? path : "tests/vectors/adaptive/adaptive.jsonl");
+	vec_load(path != NULL ? path : "tests/vectors/adaptive/adaptive.jsonl", "check_adaptive",
+		 &cases, &n_cases);
 	sr = srunner_create(adaptive_suite());
 	srunner_run_all(sr, CK_ENV);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
-	for (i = 0; i < n_cases; i++)
-		json_decref(cases[i]);
-	free(cases);
+	vec_free(cases, n_cases);
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
