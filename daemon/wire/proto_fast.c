@@ -15,7 +15,7 @@
  * nested value, null, an unknown or repeated member, a field out of range,
  * another op) it leaves to the general decoder in proto.c, which then
  * decodes the line or words its error. Where this decoder answers, the
- * general one gives the same request: tests/unit/check_proto.c and the
+ * general one gives the same request: tests/unit/wire/check_proto_fast.c and the
  * fuzzer decode every input both ways and compare.
  */
 
