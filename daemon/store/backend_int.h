@@ -8,17 +8,20 @@
  * the functions one room calls in another. Not a public interface (that is
  * backend.h); only backend_redis.c and the rb_*.c files include it.
  *
- * Owns: no code. The rooms: backend_redis.c (the state's life, the calls
- * every room makes, failures, penalize), rb_health.c (up or down, the
- * heartbeat, the divisor and the fallback's share), rb_status.c (what
- * `status` reads), rb_operator.c (inspect/reset/override), rb_args.c (a
- * plan to KEYS and ARGV), rb_acquire.c and rb_xbatch.c (acquire calls of
- * one waiter, batched across keys and for a hot key, their replies and
- * rollbacks; what they share is in rb_acquire.h), rb_ahead.c (units booked
+ * Owns: no code. The rooms call one way, bottom first (the sections below
+ * run in this order; a room calls only rooms listed before it, and one
+ * above it only through a callback it declares): rb_args.c (a plan to KEYS
+ * and ARGV), rb_xbatch.c (single-target acquires of different keys, one
+ * call per connection and loop pass), rb_call.c (a script call, the Redis
+ * time that bounds a booking call, failures), rb_ahead.c (units booked
  * ahead for a hot key), rb_rel.c (one release.lua call of a lease),
- * rb_release.c (releases), rb_rebook.c (reconciliations and rebooks),
- * rb_queue.c (the outage queue) and rb_writeback.c (the write-back of what
- * the fallback admitted).
+ * rb_queue.c (the outage queue), rb_release.c (releases), rb_rebook.c
+ * (reconciliations and rebooks), rb_writeback.c (the write-back of what the
+ * fallback admitted), rb_acquire.c (the acquires of one waiter and of a hot
+ * key's batch, their replies and rollbacks), rb_operator.c
+ * (inspect/reset/override), rb_status.c (what `status` reads), rb_health.c
+ * (up or down, the heartbeat, the divisor and the fallback's share), and
+ * backend_redis.c on top (the state's life, wiring the rooms; penalize).
  */
 
 #ifndef ADMITD_BACKEND_INT_H
@@ -74,6 +77,15 @@ extern const char *const rb_op_names[RB_OP__COUNT];
 
 struct rb_rel;
 TAILQ_HEAD(rb_rel_list, rb_rel);
+/*
+ * What rb_rel.c hands up when a record is answered, to rooms it does not
+ * name (backend_new sets them in struct backend): rel_queue keeps r until
+ * Redis can take it, not before not_before (rb_queue.c's rb_queue);
+ * rel_rebooked reads a rebook's answer for its lease (rb_rebook.c's
+ * rb_rebooked). Each takes r.
+ */
+typedef void rb_rel_queue_fn(struct backend *b, struct rb_rel *r, int64_t not_before);
+typedef void rb_rel_done_fn(struct rb_rel *r);
 struct rb_owe;
 TAILQ_HEAD(rb_owe_list, rb_owe);
 struct rb_ahead;
@@ -128,6 +140,8 @@ struct backend {
 	uint64_t errors[RB_OP__COUNT]; /* failed calls by operation */
 	uint64_t calls[RB_OP__COUNT];  /* calls the pool took, by operation (metrics) */
 	struct rb_rel_list queue;      /* owed to Redis, oldest first */
+	rb_rel_queue_fn *rel_queue;    /* rb_queue: where rb_rel.c puts a record back */
+	rb_rel_done_fn *rel_rebooked;  /* rb_rebooked: a rebook answered (rb_rel.c) */
 	size_t nqueued;
 	size_t queued_bytes; /* what the queue's records hold (rb_rel.bytes) */
 	struct event *queue_ev;
@@ -247,14 +261,7 @@ struct rb_rel {
 	void *cb_arg;
 };
 
-/* backend_redis.c: the calls every room makes, and their failures */
-int rb_eval(struct backend *b, const struct conf_scope *cs, const char *key, int script,
-	    const struct rargs *a, size_t nkeys, rpool_cb *cb, void *arg);
-int64_t rb_not_after(struct backend *b, int64_t *mono);
-void rb_tell_issuer(struct backend *b, const char *pod, const char *nonce);
-void rb_saw_time(struct backend *b, long long redis_ms);
-void rb_failed(struct backend *b, enum rb_op opi, enum rp_status st, const struct rval *reply);
-void rb_stale(struct backend *b, enum rb_op opi);
+/* ---- what one room calls in another, bottom first ---- */
 
 /* rb_args.c: a plan to KEYS and ARGV (the scripts' headers say what each holds) */
 extern const char *const rb_mode_names[]; /* by enum rb_mode */
@@ -273,6 +280,11 @@ void rb_adapt_args(struct rargs *a, const struct conf_scope *cs);
 void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 		     const char *lease_id, size_t count, int64_t not_after, const struct waiter *w,
 		     size_t *nkeys);
+/* What one plain acquire books ahead and gives back (rb_ahead_ask; rb_plain's fields). */
+struct rb_ask {
+	bool books_ahead, ahead;
+	int64_t extra, give;
+};
 /* What acquire.lua's 'p' group carries of one plain acquire (rb_target_args). */
 struct rb_plain {
 	const char *kind; /* strat_kind_name's: one pointer per kind */
@@ -281,35 +293,59 @@ struct rb_plain {
 	bool ahead;	     /* sent in an 'a' group: books extra ahead, gives give back */
 	int64_t extra, give; /* units (rb_ahead_ask); both 0: a 'p' group */
 };
+/* The numbers a plain acquire's reply has in the '=' form. */
+#define RB_PLAIN_NUMS(ahead) ((ahead) ? 7u : 6u)
 void rb_plain_costs(struct rargs *a, const struct rb_plain *p);
 void rb_plain_params(struct rb_plain *p, const struct conf_scope *cs, const struct conf_class *cls,
 		     int64_t cost, int64_t not_after);
 void rb_plain_call(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
 		   const char *key, const struct rb_plain *p);
 bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
-		    const char *lease_id, int64_t not_after, const struct waiter *w, bool alone,
-		    struct rb_plain *p, size_t *nkeys);
+		    const char *lease_id, int64_t not_after, const struct waiter *w,
+		    const struct rb_ask *ask, struct rb_plain *p, size_t *nkeys);
 void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n);
 bool rb_plain_same(const struct rb_plain *x, const struct rb_plain *y);
 void rb_release_args(struct rargs *a, const struct backend *b, const struct be_target *t,
 		     const char *lease_id, enum rb_mode mode, int64_t cost,
 		     const struct rb_settle *se, int64_t x1, int64_t x2, size_t *nkeys);
 
-/* rb_xbatch.c: acquires of different keys, one call per connection and loop pass */
+/*
+ * rb_xbatch.c: acquires of different keys, one call per connection and loop
+ * pass. An acquire queued there is answered through the callbacks its
+ * caller hands it, with arg: reply takes its reply in the general form, or
+ * a failure; plain takes a plain one's own reply (the Redis time, then its
+ * RB_PLAIN_NUMS numbers), as a call of its own would get it; unsent says it
+ * never went (the fallback decides it, nothing to reconcile). Each takes arg.
+ */
+struct rb_xb_ops {
+	rpool_cb *reply;
+	rpool_cb *plain;
+	void (*unsent)(void *arg);
+};
+bool rb_xb_add(struct backend *b, const struct waiter *w, const char *lease_id, int64_t not_after,
+	       const struct rb_ask *ask, const struct rb_xb_ops *ops, void *arg);
 bool rb_xb_init(struct backend *b);
 void rb_xb_free(struct backend *b);
 void rb_xb_flush(struct backend *b);
 
+/* rb_call.c: the calls every room makes, and their failures */
+int rb_eval(struct backend *b, const struct conf_scope *cs, const char *key, int script,
+	    const struct rargs *a, size_t nkeys, rpool_cb *cb, void *arg);
+int64_t rb_not_after(struct backend *b, int64_t *mono);
+void rb_saw_time(struct backend *b, long long redis_ms);
+void rb_failed(struct backend *b, enum rb_op opi, enum rp_status st, const struct rval *reply);
+void rb_stale(struct backend *b, enum rb_op opi);
+
 /*
  * rb_ahead.c: units a hot key's acquire books ahead in Redis, handed out
- * here. rb_ahead_ask fills p's extra and give for t's acquire (the units
- * it may book ahead, those it gives back); rb_ahead_keep takes what an
+ * here. rb_ahead_ask says what t's acquire may book ahead and gives back
+ * (its caller passes that to rb_target_args); rb_ahead_keep takes what an
  * admitted one booked (left: what Redis said is left after it).
  */
 #define RB_AHEAD_MAX 256 /* units one call books ahead at most */
 int64_t rb_ahead_cap(const struct backend *b, const struct conf_scope *cs,
 		     const struct conf_class *cls);
-void rb_ahead_ask(struct backend *b, const struct target_rt *t, struct rb_plain *p);
+struct rb_ask rb_ahead_ask(struct backend *b, const struct target_rt *t);
 void rb_ahead_keep(struct backend *b, struct kq *kq, const struct conf_class *cls, int64_t units,
 		   const struct lim_left *left);
 void rb_ahead_give_all(struct backend *b);		  /* all held go back (backend_flush) */
@@ -318,16 +354,12 @@ void rb_ahead_count(struct lim_left *left, int64_t held); /* left counts what is
 bool rb_ahead_init(struct backend *b);
 void rb_ahead_free_all(struct backend *b);
 
-/* rb_rel.c: one release.lua call of one lease on its targets */
+/* rb_rel.c: one release.lua call of one lease on its targets (b->rel_queue, b->rel_rebooked) */
 struct rb_rel *rb_rel_new(struct backend *b, enum rb_mode mode, enum rb_op op, const char *nonce);
 bool rb_rel_target(struct rb_rel *r, const struct conf_scope *cs, const struct conf_class *cls,
 		   const char *key);
 bool rb_rel_send(struct rb_rel *r);
 void rb_rel_free(struct rb_rel *r);
-
-/* rb_release.c: a lease's record of the targets that need a call */
-struct rb_rel *rb_rel_of(struct backend *b, const struct lease *l, enum rb_mode mode,
-			 enum rb_op op);
 
 /* rb_queue.c: what Redis could not take yet */
 bool rb_queue_init(struct backend *b);
@@ -335,11 +367,15 @@ void rb_queue_free(struct backend *b);
 void rb_queue(struct backend *b, struct rb_rel *r, int64_t not_before);
 void rb_queue_run(struct backend *b, bool all_due);
 
+/* rb_release.c: a lease's record of the targets that need a call */
+struct rb_rel *rb_rel_of(struct backend *b, const struct lease *l, enum rb_mode mode,
+			 enum rb_op op);
+
 /* rb_rebook.c: reconciliations and rebooks */
 void rb_reconcile(struct backend *b, const struct waiter *w, const bool *which, const char *nonce,
 		  int64_t after);
 void rb_rebook_all(struct backend *b, const char *why);
-void rb_rebooked(struct rb_rel *r); /* a rebook answered (rb_rel.c) */
+void rb_rebooked(struct rb_rel *r); /* a rebook answered (b->rel_rebooked) */
 
 /* rb_writeback.c: what the fallback admitted, charged to Redis */
 bool rb_wb_init(struct backend *b);

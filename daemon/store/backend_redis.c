@@ -3,21 +3,23 @@
  */
 
 /*
- * backend_redis.c - the Redis backend (see backend.h): its state and the
- * calls every room makes.
+ * backend_redis.c - the Redis backend (see backend.h): its state's life.
  *
- * Owns: struct backend's life (backend_new, backend_free), the script calls
- * (rb_eval) with the Redis time that bounds a booking call (rb_not_after),
- * failures and their counters, and penalize. The other rooms
- * (backend_int.h): rb_health.c (the up/down state, the pod heartbeat, the
- * divisor and the fallback's share), rb_status.c (what `status` reads),
- * rb_operator.c (inspect, reset, override), rb_args.c builds every call's
- * KEYS and ARGV from the plan, rb_acquire.c and rb_xbatch.c make the
- * acquires and read their replies, rb_ahead.c holds the units a hot key
- * booked ahead, and rb_rel.c, rb_release.c, rb_rebook.c, rb_queue.c and
- * rb_writeback.c own what must reach Redis in the end (releases,
- * reconciliations, rebooks, the outage queue, the write-back). It speaks to
- * Redis only through rpool.c.
+ * Owns: struct backend's life (backend_new, backend_free), which makes and
+ * frees every room's part, hands the lower rooms the callbacks they
+ * declare (b->rel_queue, b->rel_rebooked) and the pool rb_health.c's, and
+ * penalize. The rooms sit under it and call one way
+ * (backend_int.h lists them, bottom first): rb_args.c builds every call's
+ * KEYS and ARGV from the plan, rb_xbatch.c sends single-target acquires of
+ * one loop pass together, rb_call.c makes a script call and counts its
+ * failures, rb_ahead.c holds the units a hot key booked ahead, rb_rel.c,
+ * rb_queue.c, rb_release.c, rb_rebook.c and rb_writeback.c own what must
+ * reach Redis in the end (releases, the outage queue, reconciliations,
+ * rebooks, the write-back), rb_acquire.c makes the acquires and reads
+ * their replies, rb_operator.c answers inspect, reset and override,
+ * rb_status.c what `status` reads, and rb_health.c the up/down state, the
+ * pod heartbeat, the divisor and the fallback's share. It speaks to Redis
+ * only through rpool.c.
  *
  * Keys: PREFIX:{SCOPE:KEY}:s (pacing hash), :q (quota instants), :l (leases
  * in flight), :rN (rule N's counter). One hash tag per (scope, key), so every
@@ -58,85 +60,6 @@
 #include <unistd.h>
 
 #include "backend_int.h"
-
-const char *const rb_op_names[RB_OP__COUNT] = { "acquire",   "release",	  "rollback", "penalize",
-						"heartbeat", "reconcile", "rebook",   "inspect",
-						"reset",     "writeback", "override", "give_back" };
-
-/* One script call on the connection of (cs, key). */
-int rb_eval(struct backend *b, const struct conf_scope *cs, const char *key, int script,
-	    const struct rargs *a, size_t nkeys, rpool_cb *cb, void *arg)
-{
-	struct rpool_call one = { .affinity = rb_affinity(cs, key),
-				  .script = (size_t)script,
-				  .nkeys = nkeys,
-				  .argc = a->n,
-				  .argv = (const char *const *)a->v,
-				  .argvlen = a->len,
-				  .cb = cb,
-				  .arg = arg };
-
-	rb_xb_flush(b); /* the acquires queued before it go first */
-	return rpool_eval_multi(b->pool, 1, &one);
-}
-
-/*
- * The Redis time after which a booking call sent now must book nothing: a
- * little before this call times out here (a quarter of redis_timeout is
- * left for the reply to travel), so a script that Redis runs late, after a
- * freeze, cannot leave a lease behind that the fallback's admission will
- * never release. *mono is the same instant on this daemon's clock: once it
- * has passed, no such call can book any more, and what it may have booked
- * can be reconciled. The pool reads Redis's clock in every connection's
- * handshake, so the bound holds from the first call.
- */
-int64_t rb_not_after(struct backend *b, int64_t *mono)
-{
-	int64_t t = b->ad->conf->redis_timeout_ms, margin = t / 4 > 0 ? t / 4 : 1;
-	int64_t now = clock_mono_ms();
-
-	if (!b->offset_known && rpool_clock(b->pool, &b->offset_ms))
-		b->offset_known = true;
-	*mono = now + t - margin;
-	if (!b->offset_known)
-		return 0; /* never: rpool_up implies a handshake read TIME */
-	return now + b->offset_ms + t - margin;
-}
-
-/* Learn Redis's clock from a reply that carries its TIME. */
-void rb_saw_time(struct backend *b, long long redis_ms)
-{
-	b->offset_ms = (int64_t)redis_ms - clock_mono_ms();
-	b->offset_known = true;
-}
-
-/* ---- failures ---- */
-
-void rb_failed(struct backend *b, enum rb_op opi, enum rp_status st, const struct rval *reply)
-{
-	static const char *const names[] = { "ok", "timeout", "connection", "shutdown" };
-	const char *op = rb_op_names[opi];
-
-	b->errors[opi]++;
-	if (st == RP_OK && reply != NULL && reply->type == RV_ERR)
-		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis error reply", "op=%s err=\"%.200s\"",
-				op, reply->s);
-	else if (st == RP_OK)
-		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis reply of unexpected shape", "op=%s",
-				op);
-	else
-		log_ratelimited(LOG_SLOT_REDIS, 1000, "redis call failed", "op=%s status=%s", op,
-				names[st]);
-}
-
-/* A booking call that Redis ran after its not_after: it booked nothing. */
-void rb_stale(struct backend *b, enum rb_op opi)
-{
-	b->errors[opi]++;
-	log_ratelimited(LOG_SLOT_REDIS, 1000,
-			"redis ran the call after its deadline: it booked nothing", "op=%s",
-			rb_op_names[opi]);
-}
 
 /* ---- fire-and-forget calls: penalize ---- */
 
@@ -219,6 +142,8 @@ struct backend *backend_new(struct rt *ad)
 		return NULL;
 	b->ad = ad;
 	b->pods_seen = 1;
+	b->rel_queue = rb_queue; /* what rb_rel.c hands up */
+	b->rel_rebooked = rb_rebooked;
 	TAILQ_INIT(&b->queue);
 	TAILQ_INIT(&b->owing);
 	TAILQ_INIT(&b->sending);
@@ -285,7 +210,7 @@ struct backend *backend_new(struct rt *ad)
 		goto fail;
 	}
 	b->hb_ev = event_new(ad->base, -1, EV_PERSIST, rb_hb_cb, b);
-	if (!rb_queue_init(b) || !rb_xb_init(b) || !rb_ahead_init(b))
+	if (!rb_queue_init(b) || !rb_wb_init(b) || !rb_xb_init(b) || !rb_ahead_init(b))
 		goto fail;
 	if (b->hb_ev == NULL || event_add(b->hb_ev, &hb) != 0)
 		goto fail;
@@ -307,6 +232,7 @@ void backend_free(struct backend *b)
 		rpool_free(b->pool);
 	rb_ahead_free_all(b); /* the units this daemon held: Redis gets them back as it refills */
 	rb_queue_free(b);
+	rb_wb_free(b);
 	free(b->pods_key);
 	free(b->settled_key);
 	free(b->password);

@@ -12,17 +12,53 @@
  * backend_acquire_batch); reading their replies (what is left, the
  * adaptive amount and the override they carry back), and rolling back the
  * targets that admitted when another refused, failed or the waiter left.
- * What it shares with rb_xbatch.c is in rb_acquire.h.
+ * A single target queued for the pass's batch is answered through the
+ * callbacks it hands rb_xbatch.c (rb_acq_xb).
  */
 
 #include "backend_int.h"
-#include "rb_acquire.h"
 
 #include "adaptive_rt.h"
 #include "clock.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+enum rb_outcome { RB_R_REFUSED = 0, RB_R_ADMITTED, RB_R_STALE, RB_R_UNKNOWN };
+
+/* The general reply's length for a one-rule plan (rb_plain_reply makes one). */
+#define RB_PLAIN_REPLY 13
+
+/* One waiter's acquire: its targets' outcomes, then its answer. */
+struct rb_acq {
+	struct backend *b;
+	struct waiter *w;
+	eng_cb *cb;
+	void *arg;
+	char lease_id[LEASE_NONCE_LEN + 1];
+	size_t pending;
+	int64_t not_after_mono; /* no run of these scripts books after this */
+	struct eng_res res;	/* the answer, once decided */
+	size_t rollbacks;	/* answered when the last rollback is in */
+	bool ahead;		/* its one target's plan books ahead */
+	bool form7;		/* ... and the call is an 'a' group (seven numbers) */
+	int64_t got;		/* ... the units it booked ahead */
+	int64_t give;		/* ... and those it gave back (rb_ahead_ask) */
+	uint64_t gen;		/* the conf it was sent under (reloads applied) */
+	struct {
+		enum rb_outcome out;
+		int64_t retry;
+		long code;
+		int64_t next_booked, next_before;
+		struct lim_left left;
+	} r[PROTO_MAX_TARGETS];
+};
+
+/* One target's call of an acquire: the arg of its reply's callback. */
+struct rb_acq_part {
+	struct rb_acq *q;
+	size_t i;
+};
 
 /* ---- acquire ---- */
 /*
@@ -181,16 +217,19 @@ static void rb_acq_ahead(struct rb_acq *q, struct eng_res *res)
 	rb_ahead_count(&res->left, q->got);
 }
 
-/* q's one target was sent as p (plain, or not): what it books ahead and gives back. */
-void rb_acq_plain(struct rb_acq *q, bool plain, const struct rb_plain *p)
+/*
+ * q's one target goes plain (or not), with ask (NULL: nothing booked
+ * ahead): what it books ahead and gives back.
+ */
+static void rb_acq_plain(struct rb_acq *q, bool plain, const struct rb_ask *ask)
 {
-	q->ahead = plain && p->books_ahead;
-	q->form7 = plain && p->ahead;
-	q->give = q->form7 ? p->give : 0;
+	q->ahead = plain && ask != NULL && ask->books_ahead;
+	q->form7 = plain && ask != NULL && ask->ahead;
+	q->give = q->form7 ? ask->give : 0;
 }
 
 /* All targets answered (or failed): combine, roll back partial admissions. */
-void rb_acq_done(struct rb_acq *q)
+static void rb_acq_done(struct rb_acq *q)
 {
 	struct backend *b = q->b;
 	struct waiter *w = q->w;
@@ -267,7 +306,7 @@ void rb_acq_done(struct rb_acq *q)
 	rb_acq_finish(q);
 }
 
-void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
+static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct rb_acq_part *part = arg;
 	struct rb_acq *q = part->q;
@@ -312,8 +351,8 @@ void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
  * seven for one that books ahead (part's acquire takes the seventh: the
  * units it booked ahead).
  */
-bool rb_plain_reply(const struct rval *flat, size_t at, const struct rb_acq_part *part,
-		    struct rval v[RB_PLAIN_REPLY], struct rval *arr)
+static bool rb_plain_reply(const struct rval *flat, size_t at, const struct rb_acq_part *part,
+			   struct rval v[RB_PLAIN_REPLY], struct rval *arr)
 {
 	static const size_t from[RB_PLAIN_REPLY] = { 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 4, 5, 6 };
 	size_t k, nv = RB_PLAIN_NUMS(part->q->form7);
@@ -337,7 +376,7 @@ bool rb_plain_reply(const struct rval *flat, size_t at, const struct rb_acq_part
 }
 
 /* A lone plain acquire's reply: the Redis time and its six (or seven) numbers. */
-void rb_plain_cb(void *arg, enum rp_status st, const struct rval *reply)
+static void rb_plain_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct rb_acq_part *part = arg;
 	struct rval v[RB_PLAIN_REPLY], arr;
@@ -351,12 +390,50 @@ void rb_plain_cb(void *arg, enum rp_status st, const struct rval *reply)
 	rb_acq_cb(arg, st, reply);
 }
 
+/* An acquire the batch never sent: the fallback decides, nothing to reconcile. */
+static void rb_acq_unsent(void *arg)
+{
+	struct rb_acq_part *part = arg;
+	struct rb_acq *q = part->q;
+
+	q->b->errors[RB_OP_ACQUIRE]++;
+	q->r[part->i].out = RB_R_STALE;
+	free(part);
+	if (--q->pending == 0) /* as rb_acq_cb ends */
+		rb_acq_done(q);
+}
+
+/* How the pass's batch answers an acquire it holds (rb_xbatch.c). */
+static const struct rb_xb_ops rb_acq_xb = { .reply = rb_acq_cb,
+					    .plain = rb_plain_cb,
+					    .unsent = rb_acq_unsent };
+
+/* Queue q's one target for the pass's batch; false: it goes alone. */
+static bool rb_acq_queue(struct rb_acq *q, int64_t not_after, const struct rb_ask *ask)
+{
+	const struct target_rt *t = &q->w->t[0];
+	struct rb_acq_part *part = malloc(sizeof(*part));
+
+	if (part == NULL)
+		return false;
+	*part = (struct rb_acq_part){ .q = q, .i = 0 };
+	/* before it is queued: a batch that cannot be sent answers at once */
+	rb_acq_plain(q, conf_plan_of(t->kq->sc->cs, t->cls)->plain, ask);
+	q->pending = 1;
+	if (rb_xb_add(q->b, q->w, q->lease_id, not_after, ask, &rb_acq_xb, part))
+		return true;
+	free(part);
+	return false;
+}
+
 bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, eng_cb *cb,
 		     void *arg)
 {
 	struct rargs a[PROTO_MAX_TARGETS];
 	struct rpool_call calls[PROTO_MAX_TARGETS];
 	struct rb_acq *q;
+	struct rb_ask ask = { 0 };
+	bool alone = w->nt == 1 && w->nreserve == 0; /* may book ahead */
 	int64_t not_after;
 	bool ok = false;
 	size_t i, made = 0;
@@ -378,15 +455,17 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	memcpy(q->lease_id, lease_id, sizeof(q->lease_id));
 	q->gen = b->ad->reloads_ok;
 	not_after = rb_not_after(b, &q->not_after_mono);
-	if (w->nt == 1 && b->xb != NULL && rb_xb_add(b, q, &w->t[0], not_after))
+	if (alone)
+		ask = rb_ahead_ask(b, &w->t[0]);
+	if (w->nt == 1 && b->xb != NULL && rb_acq_queue(q, not_after, alone ? &ask : NULL))
 		return true;
 	for (i = 0; i < w->nt; i++) {
 		struct rb_acq_part *part = malloc(sizeof(*part));
 		struct rb_plain pa;
 		size_t nkeys = 0;
-		bool plain = rb_target_args(&a[i], b, &w->t[i], lease_id, not_after, w, w->nt == 1,
-					    &pa, &nkeys);
-		rb_acq_plain(q, plain, &pa);
+		bool plain = rb_target_args(&a[i], b, &w->t[i], lease_id, not_after, w,
+					    alone ? &ask : NULL, &pa, &nkeys);
+		rb_acq_plain(q, plain, alone ? &ask : NULL);
 		if (part == NULL || a[i].oom) {
 			free(part);
 			goto out;

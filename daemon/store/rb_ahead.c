@@ -180,22 +180,26 @@ static void rb_ahead_tick(evutil_socket_t fd UNUSED, short what UNUSED, void *ar
 		rb_ahead_arm(b);
 }
 
-void rb_ahead_ask(struct backend *b, const struct target_rt *t, struct rb_plain *p)
+/*
+ * What t's acquire, its waiter's only target, books ahead and gives back
+ * (its caller hands it to rb_target_args): all zero when its plan cannot
+ * book ahead. What the key held goes back with it (counted as returned).
+ */
+struct rb_ask rb_ahead_ask(struct backend *b, const struct target_rt *t)
 {
 	struct rb_ahead *a = t->kq->ahead;
 	int64_t cap = rb_ahead_cap(b, t->kq->sc->cs, t->cls), want = 0, behind;
+	struct rb_ask ask = { .books_ahead = cap > 0 };
 
-	p->books_ahead = cap > 0;
-	p->extra = p->give = 0;
-	if (!p->books_ahead)
-		return;
+	if (!ask.books_ahead)
+		return ask;
 	if (a != NULL && a->b == b && a->cls == t->cls) {
 		int64_t now = clock_mono_ms();
 		if (now < a->at + b->ad->conf->redis_book_ahead_ms)
 			want = a->got > 0 ? 2 * a->got : 1; /* ran short in time: more */
 		else
 			want = a->got - a->n; /* what one horizon took */
-		p->give = a->n;		      /* back with this call */
+		ask.give = a->n;	      /* back with this call */
 		b->ahead_returned += (uint64_t)a->n;
 		a->n = 0;
 	}
@@ -203,8 +207,9 @@ void rb_ahead_ask(struct backend *b, const struct target_rt *t, struct rb_plain 
 	behind = t->kq->nwait > 1 ? (int64_t)(t->kq->nwait - 1) * (t->cost > 0 ? t->cost : 1) : 0;
 	if (want < behind)
 		want = behind;
-	p->extra = want < cap ? want : cap;
-	p->ahead = p->extra > 0 || p->give > 0; /* else the 'p' group's fewer arguments */
+	ask.extra = want < cap ? want : cap;
+	ask.ahead = ask.extra > 0 || ask.give > 0; /* else the 'p' group's fewer arguments */
+	return ask;
 }
 
 void rb_ahead_keep(struct backend *b, struct kq *kq, const struct conf_class *cls, int64_t units,

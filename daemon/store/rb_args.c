@@ -410,17 +410,22 @@ void rb_plain_call(struct rargs *a, const struct backend *b, const struct conf_s
 
 /*
  * A plain target's acquire (its plan is plain, conf_plan.c): p takes what
- * acquire.lua's group carries (with alone, what it books ahead and gives
+ * acquire.lua's group carries (with ask, what it books ahead and gives
  * back), and a the KEYS and ARGV of a call that is that one acquire alone.
  */
 static void rb_plain_args(struct rargs *a, struct backend *b, const struct target_rt *t,
-			  int64_t not_after, bool alone, struct rb_plain *p, size_t *nkeys)
+			  int64_t not_after, const struct rb_ask *ask, struct rb_plain *p,
+			  size_t *nkeys)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
 
 	rb_plain_params(p, cs, t->cls, t->cost, not_after);
-	if (alone)
-		rb_ahead_ask(b, t, p);
+	if (ask != NULL) {
+		p->books_ahead = ask->books_ahead;
+		p->ahead = ask->ahead;
+		p->extra = ask->extra;
+		p->give = ask->give;
+	}
 	rb_plain_call(a, b, cs, t->kq->key, p);
 	*nkeys = 1;
 }
@@ -455,15 +460,15 @@ void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n)
 /*
  * KEYS and ARGV of t's acquire as a call of its own: a plain plan's '=' form
  * (p takes its params, for a batch's 'p' or 'a' group) or the general form
- * (count 1). alone: t is its waiter's only target, which may book ahead.
- * Returns whether it is the plain one.
+ * (count 1). ask: what a plain one books ahead and gives back (its caller
+ * asked rb_ahead.c; NULL: nothing). Returns whether it is the plain one.
  */
 bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
-		    const char *lease_id, int64_t not_after, const struct waiter *w, bool alone,
-		    struct rb_plain *p, size_t *nkeys)
+		    const char *lease_id, int64_t not_after, const struct waiter *w,
+		    const struct rb_ask *ask, struct rb_plain *p, size_t *nkeys)
 {
 	if (conf_plan_of(t->kq->sc->cs, t->cls)->plain) {
-		rb_plain_args(a, b, t, not_after, alone && w->nreserve == 0, p, nkeys);
+		rb_plain_args(a, b, t, not_after, ask, p, nkeys);
 		return true;
 	}
 	rb_acquire_args(a, b, t, lease_id, 1, not_after, w, nkeys);

@@ -7,10 +7,10 @@
  *
  * Owns: the up/down state the pool reports (and what a return or a node's
  * return sets off), the pod heartbeat (heartbeat.lua: the pods alive and this
- * pod's rank, the leases settled elsewhere, a lost dataset), telling an
- * issuer its lease settled, and what the pods give: the divisor and the
- * fallback's share of a limit (backend_share), a window's turn
- * (backend_turn_delay) and the generation (backend_born_down).
+ * pod's rank, the leases settled elsewhere, a lost dataset), and what the
+ * pods give: the divisor and the fallback's share of a limit
+ * (backend_share), a window's turn (backend_turn_delay) and the generation
+ * (backend_born_down).
  */
 
 #include "backend_int.h"
@@ -84,41 +84,6 @@ static void rb_settled_elsewhere(struct backend *b, const struct rval *ids)
 		if (v->type == RV_STR && lease_id_nonce_ok(v->s, v->len))
 			lease_settled_elsewhere(b->ad, v->s);
 	}
-}
-
-/* A call that tells a pod something; its answer is not needed. */
-static void rb_told(void *arg, enum rp_status st, const struct rval *reply)
-{
-	struct backend *b = arg;
-
-	if (st != RP_OK && st != RP_SHUTDOWN)
-		rb_failed(b, RB_OP_RELEASE, st, reply);
-}
-
-/*
- * Another daemon's live lease was settled here: tell its issuer (pod), so
- * that it stops counting the lease at its next heartbeat. Best effort: a
- * pod not told counts it until its lease_ttl, as before.
- */
-void rb_tell_issuer(struct backend *b, const char *pod, const char *nonce)
-{
-	const char *argv[3];
-	size_t len[3];
-	char ttl[24], *key = NULL;
-
-	if (b->closing || strcmp(pod, b->pod_id) == 0 || b->s_settled < 0 ||
-	    asprintf(&key, "{%s}:s:%s", b->pods_key, pod) < 0)
-		return;
-	snprintf(ttl, sizeof(ttl), "%d", RB_POD_WINDOW_MS);
-	argv[0] = key;
-	argv[1] = nonce;
-	argv[2] = ttl;
-	len[0] = strlen(key);
-	len[1] = strlen(nonce);
-	len[2] = strlen(ttl);
-	if (rpool_eval(b->pool, (size_t)b->s_settled, 1, 3, argv, len, rb_told, b) != 0)
-		rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
-	free(key);
 }
 
 static void rb_hb_reply(void *arg, enum rp_status st, const struct rval *reply)

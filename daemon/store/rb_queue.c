@@ -9,8 +9,7 @@
  * when they were made, sent once it answers, at most RB_QUEUE_BATCH a tick,
  * oldest first, given up after RB_QUEUE_ATTEMPTS failures; flushing it, and
  * what `status` and a drain ask of it (backend_last_due, backend_idle); and
- * its life (rb_queue_init, rb_queue_free, which make and free the
- * write-back's too: rb_wb_init, rb_wb_free).
+ * its life (rb_queue_init, rb_queue_free).
  */
 
 #include "backend_int.h"
@@ -142,7 +141,7 @@ bool backend_idle(const struct backend *b)
 bool rb_queue_init(struct backend *b)
 {
 	b->queue_ev = evtimer_new(b->ad->base, rb_queue_cb, b);
-	return rb_wb_init(b) && b->queue_ev != NULL;
+	return b->queue_ev != NULL;
 }
 
 void rb_queue_free(struct backend *b)
@@ -157,5 +156,4 @@ void rb_queue_free(struct backend *b)
 	}
 	if (b->queue_ev)
 		event_free(b->queue_ev);
-	rb_wb_free(b);
 }

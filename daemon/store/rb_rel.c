@@ -8,9 +8,12 @@
  * Owns: struct rb_rel, one release, reconciliation or rebook of one lease on
  * its targets: making it (rb_rel_new, rb_rel_target), which targets need the
  * call, sending it (rb_rel_send) and reading its replies, and what is done
- * once every target answered (the engine's callback, the issuer told, an
- * unknown outcome queued again). Who makes them: rb_release.c, rb_rebook.c;
- * where they wait while Redis cannot take them: rb_queue.c.
+ * once every target answered: the engine's callback, the lease's issuer
+ * told (settled.lua, rb_tell_issuer), an unknown outcome queued again, a
+ * rebook's answer handed on. Who makes them: rb_release.c, rb_rebook.c,
+ * rb_acquire.c (rollbacks); where they wait while Redis cannot take them:
+ * rb_queue.c. It names neither: what goes back up goes through
+ * b->rel_queue and b->rel_rebooked (backend_int.h).
  */
 
 #include "backend_int.h"
@@ -18,6 +21,7 @@
 #include "clock.h"
 #include "log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,6 +116,41 @@ static bool rb_rel_needed(const struct rb_rel *r, const struct be_target *t)
 	}
 }
 
+/* A call that tells a pod something; its answer is not needed. */
+static void rb_told(void *arg, enum rp_status st, const struct rval *reply)
+{
+	struct backend *b = arg;
+
+	if (st != RP_OK && st != RP_SHUTDOWN)
+		rb_failed(b, RB_OP_RELEASE, st, reply);
+}
+
+/*
+ * Another daemon's live lease was settled here: tell its issuer (pod), so
+ * that it stops counting the lease at its next heartbeat. Best effort: a
+ * pod not told counts it until its lease_ttl, as before.
+ */
+static void rb_tell_issuer(struct backend *b, const char *pod, const char *nonce)
+{
+	const char *argv[3];
+	size_t len[3];
+	char ttl[24], *key = NULL;
+
+	if (b->closing || strcmp(pod, b->pod_id) == 0 || b->s_settled < 0 ||
+	    asprintf(&key, "{%s}:s:%s", b->pods_key, pod) < 0)
+		return;
+	snprintf(ttl, sizeof(ttl), "%d", RB_POD_WINDOW_MS);
+	argv[0] = key;
+	argv[1] = nonce;
+	argv[2] = ttl;
+	len[0] = strlen(key);
+	len[1] = strlen(nonce);
+	len[2] = strlen(ttl);
+	if (rpool_eval(b->pool, (size_t)b->s_settled, 1, 3, argv, len, rb_told, b) != 0)
+		rb_failed(b, RB_OP_RELEASE, RP_CONN, NULL);
+	free(key);
+}
+
 static void rb_rel_done(struct rb_rel *r)
 {
 	struct backend *b = r->b;
@@ -132,7 +171,7 @@ static void rb_rel_done(struct rb_rel *r)
 	if (r->issuer[0] != '\0' && r->settled && !r->mismatch)
 		rb_tell_issuer(b, r->issuer, r->nonce);
 	if (r->mode == RB_M_REBOOK) {
-		rb_rebooked(r);
+		b->rel_rebooked(r);
 		return;
 	}
 	if (r->unknown && !b->closing && r->mode == RB_M_RELEASE && r->own) {
@@ -144,14 +183,14 @@ static void rb_rel_done(struct rb_rel *r)
 		 * told the outcome is unknown, and may ask again.
 		 */
 		r->unknown = false;
-		rb_queue(b, r, clock_mono_ms() + b->ad->conf->redis_timeout_ms);
+		b->rel_queue(b, r, clock_mono_ms() + b->ad->conf->redis_timeout_ms);
 		return;
 	}
 	if (r->unknown && !b->closing && r->mode != RB_M_RELEASE) {
 		/* What it may have left in flight is released again (idempotent). */
 		r->mode = RB_M_RECONCILE;
 		r->unknown = false;
-		rb_queue(b, r, clock_mono_ms() + b->ad->conf->redis_timeout_ms);
+		b->rel_queue(b, r, clock_mono_ms() + b->ad->conf->redis_timeout_ms);
 		return;
 	}
 	rb_rel_free(r);

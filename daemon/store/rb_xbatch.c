@@ -9,11 +9,11 @@
  * held per pool connection (struct rb_xb, b->xb) and sent as one
  * acquire.lua call when the pass ends, when redis_batch of them wait or
  * before anything else is sent; reading that call's reply into each
- * acquire's (rb_acquire.c).
+ * acquire's. Each acquire comes with the callbacks that answer it (struct
+ * rb_xb_ops, its caller's: rb_acquire.c); this file names no caller.
  */
 
 #include "backend_int.h"
-#include "rb_acquire.h"
 
 #include <event2/event.h>
 #include <stdlib.h>
@@ -38,7 +38,8 @@
 struct rb_xone {
 	struct rargs a; /* KEYS then ARGV, as a lone call would send them */
 	size_t nkeys;
-	struct rb_acq_part *part;
+	const struct rb_xb_ops *ops; /* what answers it, through arg */
+	void *arg;
 	bool plain; /* a is the '=' form, p its params (rb_target_args) */
 	struct rb_plain p;
 };
@@ -54,47 +55,42 @@ struct rb_xb {
 /* b->xb[i]: the batch waiting for pool connection i (NULL: none), made by
  * its first acquire of the pass and sent whole, with its slot emptied. */
 
-/* An acquire that was never sent: the fallback decides, nothing to reconcile. */
-static void rb_acq_unsent(struct rb_acq_part *part)
-{
-	struct rb_acq *q = part->q;
-
-	q->b->errors[RB_OP_ACQUIRE]++;
-	q->r[part->i].out = RB_R_STALE;
-	free(part);
-	if (--q->pending == 0) /* as rb_acq_cb ends */
-		rb_acq_done(q);
-}
-
-/* Free a queued acquire; unsent: the fallback decides it first. */
+/* Free a queued acquire; unsent: its owner is told first (the fallback decides it). */
 static void rb_xone_drop(struct rb_xone *one, bool unsent)
 {
 	if (unsent)
-		rb_acq_unsent(one->part);
+		one->ops->unsent(one->arg);
 	rargs_clear(&one->a);
 	free(one);
 }
 
-/* A batch's reply: the Redis time, then per acquire in order its own. */
+/*
+ * A batch's reply: the Redis time, then per acquire in order its own. A
+ * plain one's numbers go to its owner as a call of its own would have
+ * answered: the Redis time, then them.
+ */
 static void rb_xb_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct rb_xb *x = arg;
 	bool ok = st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n == x->reply_n &&
 		  reply->a[0].type == RV_INT;
 	const struct rval *err = reply != NULL && reply->type == RV_ERR ? reply : NULL;
-	struct rval v[RB_PLAIN_REPLY], arr, odd = { .type = RV_NIL };
+	struct rval own[1 + RB_PLAIN_NUMS(true)], lone;
 	size_t i, at = 1;
 
 	for (i = 0; i < x->n; i++) {
 		struct rb_xone *one = x->c[i];
 		if (!ok) {
-			rb_acq_cb(one->part, st, err);
+			one->ops->reply(one->arg, st, err);
 		} else if (one->plain) {
-			rb_acq_cb(one->part, RP_OK,
-				  rb_plain_reply(reply, at, one->part, v, &arr) ? &arr : &odd);
-			at += RB_PLAIN_NUMS(one->p.ahead);
+			size_t nv = RB_PLAIN_NUMS(one->p.ahead);
+			own[0] = reply->a[0];
+			memcpy(&own[1], &reply->a[at], nv * sizeof(own[0]));
+			lone = (struct rval){ .type = RV_ARR, .n = 1 + nv, .a = own };
+			one->ops->plain(one->arg, RP_OK, &lone);
+			at += nv;
 		} else {
-			rb_acq_cb(one->part, RP_OK, &reply->a[at++]);
+			one->ops->reply(one->arg, RP_OK, &reply->a[at++]);
 		}
 	}
 	for (i = 0; i < x->n; i++)
@@ -177,8 +173,8 @@ static void rb_xb_send(struct backend *b, size_t i)
 		call.argc = one->a.n;
 		call.argv = (const char *const *)one->a.v;
 		call.argvlen = one->a.len;
-		call.cb = one->plain ? rb_plain_cb : rb_acq_cb;
-		call.arg = one->part;
+		call.cb = one->plain ? one->ops->plain : one->ops->reply;
+		call.arg = one->arg;
 		if (oom || rpool_eval_multi(b->pool, 1, &call) != 0) {
 			rb_xone_drop(one, true);
 		} else {
@@ -245,34 +241,32 @@ static void rb_xb_ev_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 }
 
 /*
- * Queue w's one target for the pass's batch of its connection. false when
- * it cannot be queued (no memory): the caller sends it alone.
+ * Queue w's one target for the pass's batch of its connection (its KEYS and
+ * ARGV built here: rb_target_args, ask what it books ahead), answered
+ * through ops with arg. false when it cannot be queued (no memory): the
+ * caller sends it alone, and still owns arg.
  */
-bool rb_xb_add(struct backend *b, struct rb_acq *q, const struct target_rt *t, int64_t not_after)
+bool rb_xb_add(struct backend *b, const struct waiter *w, const char *lease_id, int64_t not_after,
+	       const struct rb_ask *ask, const struct rb_xb_ops *ops, void *arg)
 {
+	const struct target_rt *t = &w->t[0];
 	unsigned aff = rb_affinity(t->kq->sc->cs, t->kq->key);
 	size_t slot = aff % b->nxb;
 	struct rb_xone *one = calloc(1, sizeof(*one));
-	struct rb_acq_part *part = malloc(sizeof(*part));
 	struct rb_xb *x = b->xb[slot];
 
-	if (one != NULL && part != NULL && x == NULL &&
-	    (x = calloc(1, sizeof(*x))) != NULL) { /* the pass's first for it */
-		x->affinity = aff;
+	if (one != NULL && x == NULL && (x = calloc(1, sizeof(*x))) != NULL) {
+		x->affinity = aff; /* the pass's first for it */
 		b->xb[slot] = x;
 	}
-	if (x == NULL || one == NULL || part == NULL) {
+	if (x == NULL || one == NULL) {
 		free(one);
-		free(part);
 		return false;
 	}
 	one->plain =
-	    rb_target_args(&one->a, b, t, q->lease_id, not_after, q->w, true, &one->p, &one->nkeys);
-	rb_acq_plain(q, one->plain, &one->p);
-	part->q = q;
-	part->i = 0;
-	one->part = part;
-	q->pending = 1;
+	    rb_target_args(&one->a, b, t, lease_id, not_after, w, ask, &one->p, &one->nkeys);
+	one->ops = ops;
+	one->arg = arg;
 	x->c[x->n++] = one;
 	if (b->xb_pending++ == 0)
 		event_active(b->xb_ev, EV_TIMEOUT, 0);
