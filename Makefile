@@ -110,11 +110,13 @@ readme-check:
 	$(PYTHON) -m unittest tests.integ.test_doc_links
 
 # The daemon's layers run one way (daemon/LAYERS): no file includes a header
-# of a layer above its own, but for the debt listed there. Then the check's
-# own test (it must fail on a wrong include). And no hand-written source file
-# is over 800 lines (tests/tools/sizes.py), with its own test.
-layers:
-	$(PYTHON) tests/tools/layers.py
+# of, or (read from the built objects) names a function of, a layer above its
+# own, and no files name each other in a circle. Then the check's own tests
+# (it must fail on a wrong include, an upward call, a circle). And no
+# hand-written source file is over 800 lines (tests/tools/sizes.py), with its
+# own test.
+layers: all
+	$(PYTHON) tests/tools/layers.py --objects
 	$(PYTHON) tests/tools/sizes.py
 	$(PYTHON) -m unittest tests.integ.test_layers tests.integ.test_sizes
 
