@@ -17,7 +17,7 @@ import unittest
 
 from . import harness
 from .harness import (EPS, IO_TIMEOUT, SLACK, acquire_req, late_allowance, max_overlap, now,
-                      run_clients)
+                      run_clients, unstalled)
 from .redis_util import (Pods, aligned_excess, hammer, key_name, pace_violations,
                          per_window, policer, redis_offset, span_excess, status,
                          wait_redis_field)
@@ -116,9 +116,13 @@ class PacingTest(PodsCase):
         self.assertGreaterEqual(min(gaps), d - EPS, sorted(gaps)[:5])
         # Liveness: waiters are always queued, so the next one goes about D
         # after the release: the head either is already sleeping next_at out
-        # or learns it at its next poll (concurrency_retry, 25ms). (A median:
-        # one stall cannot move it; SLACK grows with the box's load.)
-        self.assertLess(statistics.median(gaps), d + 0.025 + SLACK, sorted(gaps))
+        # or learns it at its next poll (concurrency_retry, 25ms). A median
+        # (one stall cannot move it) of the gaps each less the stalls measured
+        # in it (unstalled): on a box loaded well past its cores mid-run every
+        # hand-off waits for CPUs (a run at load 5.9 on 2 cores measured a
+        # median of 0.28 s against 0.17), which is the box, not the pacing.
+        live = [unstalled(a.t_rel, b.t_recv) for a, b in zip(adms, adms[1:])]
+        self.assertLess(statistics.median(live), d + 0.025 + SLACK, sorted(live))
 
 
 class ClusterConcurrencyTest(PodsCase):
