@@ -151,7 +151,10 @@ void waitq_add(struct waiter *w)
 		    ++w->t[i].kq->sc->waiting > w->t[i].kq->sc->cs->max_waiters)
 			too_many = true;
 	}
-	TAILQ_INSERT_TAIL(&kq->waiters, w, kq_link);
+	if (w->try_only)
+		TAILQ_INSERT_TAIL(&kq->waiters, w, kq_link);
+	else
+		waitq_fair_insert(kq, w);
 	kq->nwait++;
 	if (w->conn != NULL)
 		TAILQ_INSERT_TAIL(&w->conn->waiters, w, conn_link);
@@ -402,6 +405,7 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 		w->refused_by = res->by;
 	w->left = res->left;
 	if (res->admitted) {
+		waitq_fair_served(w);
 		waitq_admit(w, res, now);
 		waitq_remove(w);
 	} else if (w->conn == NULL) {
@@ -440,6 +444,11 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 			wait = w->deadline_ms - now + (res->slot_wait ? 1 : 0); /* a slot
 			* wait ends at the deadline */
 		w->last_rule = res->rule;
+		if (waitq_class_head(w) != w) {
+			/* a waiter tagged before it took its place: that one asks next */
+			w->wake_at = 0;
+			return;
+		}
 		/* A wait for a lease slot can end early, at a release here (any
 		 * head's: it stays set until every head has asked again). */
 		kq->slot_wait = res->slot_wait || (kq->slot_wait && kq->sc->cs->nclasses > 0);
