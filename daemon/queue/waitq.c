@@ -11,11 +11,12 @@
  * deadline timers, and each kq's retry timer. Does not own the connection a
  * waiter came from (conn.c) nor the lease it gets (lease.c).
  *
- * A key's waiters are one list in arrival order; the first waiter of each
+ * A key's waiters are one list, each class's in its tenants' fair order
+ * (start tags, then arrival: waitq_class.c); the first waiter of each
  * class is that class's head. Only heads ask the limiter; the others sleep
  * until they become the head or their deadline passes, so a thousand local
  * waiters of a class are one poll, not a thousand. Heads are asked in class
- * priority order (priority=N, higher first), then by arrival. A head
+ * priority order (priority=N, higher first), then by their arrival. A head
  * refused by a limit another class is held to as well (an unnamed rule, a
  * named rule both list, with the other's floor no lower; max_concurrent,
  * pacing, a penalty) holds back that class's heads behind it in that order:
@@ -138,6 +139,7 @@ static void waitq_try_behind(struct waiter *w, struct waiter *by, int64_t now)
 
 void waitq_add(struct waiter *w)
 {
+	static uint64_t arrivals;
 	struct kq *kq = w->t[0].kq;
 	int64_t now = clock_mono_ms();
 	size_t i;
@@ -151,6 +153,7 @@ void waitq_add(struct waiter *w)
 		    ++w->t[i].kq->sc->waiting > w->t[i].kq->sc->cs->max_waiters)
 			too_many = true;
 	}
+	w->seq = ++arrivals;
 	if (w->try_only)
 		TAILQ_INSERT_TAIL(&kq->waiters, w, kq_link);
 	else

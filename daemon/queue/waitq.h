@@ -62,6 +62,7 @@ struct waiter {
 	int fq_slot;			 /* its flow in fq */
 	double fq_s, fq_f;		 /* its start and finish tags */
 	bool fq_served;			 /* admitted: V moved to fq_s */
+	uint64_t seq;			 /* arrival order on this daemon */
 };
 
 void waitq_add(struct waiter *w);

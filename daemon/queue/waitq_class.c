@@ -27,6 +27,14 @@ static int waitq_prio(const struct waiter *w)
 	return w->t[0].cls != NULL ? w->t[0].cls->priority : 0;
 }
 
+/* Is head x asked before head y: a higher priority, or the same and arrived first? */
+static bool waitq_before(const struct waiter *x, const struct waiter *y)
+{
+	if (waitq_prio(x) != waitq_prio(y))
+		return waitq_prio(x) > waitq_prio(y);
+	return x->seq < y->seq;
+}
+
 /*
  * The first waiter of each class queued on kq, higher priority first, then
  * by arrival. The walk ends once every class of the scope has its head: one
@@ -43,7 +51,7 @@ void waitq_heads(struct kq *kq, struct waitq_heads *h)
 			;
 		if (i < h->n)
 			continue;
-		for (j = h->n; j > 0 && waitq_prio(h->w[j - 1]) < waitq_prio(x); j--)
+		for (j = h->n; j > 0 && waitq_before(x, h->w[j - 1]); j--)
 			h->w[j] = h->w[j - 1];
 		h->w[j] = x;
 		if (++h->n == WAITQ_HEADS || h->n == want)
