@@ -14,8 +14,8 @@ import threading
 import time
 import unittest
 
-from .harness import Admitd, RedisServer, acquire_req
-from .redis_util import wait_backend
+from .harness import acquire_req
+from .test_class_queue import DaemonCase
 
 RATE = 50  # admissions a second on the key
 
@@ -83,23 +83,25 @@ class Load:
         return out
 
 
-class TenantCase:
-    mode = "local"
+class TenantCase(DaemonCase):
+    CONF = CONF
 
     def setUp(self):
-        self.rs = RedisServer().start() if self.mode != "local" else None
-        self.d = Admitd(CONF, redis_url=self.rs.url if self.rs else None).start()
         self.loads = []
-        if self.mode == "fallback":
-            self.rs.stop()
-            wait_backend(self.d, "fallback", 10)
+        super().setUp()
 
     def tearDown(self):
         for ld in self.loads:
             ld.stop.set()
-        self.d.cleanup(failed=False)
-        if self.rs:
-            self.rs.cleanup(failed=False)
+        super().tearDown()
+
+    @staticmethod
+    def window(warm_s, span_s):
+        """Sleep warm_s (every client backlogged), then span_s: its (start, end)."""
+        time.sleep(warm_s)
+        t0 = time.monotonic()
+        time.sleep(span_s)
+        return t0, time.monotonic()
 
     def load(self, tenants, per_tenant):
         ld = Load(self.d, tenants, per_tenant).start()
@@ -151,10 +153,7 @@ class TenantCase:
     def test_invented_names_share_one_default_flow(self):
         ld = self.load(["gold"], 8)
         inv = self.load(["x%02d" % i for i in range(20)], 1)
-        time.sleep(1.0)
-        t0 = time.monotonic()
-        time.sleep(5.0)
-        t1 = time.monotonic()
+        t0, t1 = self.window(1.0, 5.0)
         ld.finish()
         inv.finish()
         counts = dict(ld.counts(t0, t1))
@@ -164,18 +163,12 @@ class TenantCase:
 
     def test_alone_gets_the_whole_rate_then_weights_apply(self):
         br = self.load(["bronze"], 6)
-        time.sleep(1.0)
-        t0 = time.monotonic()
-        time.sleep(3.0)
-        t1 = time.monotonic()
+        t0, t1 = self.window(1.0, 3.0)
         alone = br.counts(t0, t1).get("bronze", 0)
         self.assertGreater(alone, 0.9 * RATE * (t1 - t0), "bronze alone: %d" % alone)
         # gold joins: contended now, bronze gets its weight's share of it
         go = self.load(["gold"], 6)
-        time.sleep(1.0)
-        t2 = time.monotonic()
-        time.sleep(4.0)
-        t3 = time.monotonic()
+        t2, t3 = self.window(1.0, 4.0)
         br.finish()
         go.finish()
         counts = br.counts(t2, t3)
