@@ -112,10 +112,12 @@ struct waiter *waitq_behind(struct waiter *w)
 
 /*
  * Tag w (not a try) in its class's queue on kq and put it after the last
- * waiter of its class whose start tag is no later, or that is being
- * decided (no waiter jumps one in flight); before the class's head
- * otherwise, taking over that head's sleep and last refusal. Without
- * memory for the tags, w goes untagged to the tail (arrival order).
+ * waiter of its class whose start tag is no later (or that is untagged: a
+ * try being decided); before the class's head otherwise, taking over that
+ * head's sleep and last refusal. It may go before waiters whose decision
+ * is in flight (a batch): their answers do not depend on where they stand,
+ * and a light tenant then waits for one call, not for the batch behind it.
+ * Without memory for the tags, w goes untagged to the tail (arrival order).
  */
 void waitq_fair_insert(struct kq *kq, struct waiter *w)
 {
@@ -141,7 +143,7 @@ void waitq_fair_insert(struct kq *kq, struct waiter *w)
 	{
 		if (x->t[0].cls != w->t[0].cls)
 			continue;
-		if (x->fq == NULL || x->inflight || x->fq_s <= w->fq_s) {
+		if (x->fq == NULL || x->fq_s <= w->fq_s) {
 			TAILQ_INSERT_AFTER(&kq->waiters, x, w, kq_link);
 			return;
 		}

@@ -192,6 +192,10 @@ class TestTenantsLocal(TenantCase, unittest.TestCase):
     mode = "local"
 
 
+class TestTenantsRedis(TenantCase, unittest.TestCase):
+    mode = "redis"
+
+
 class TestTenantsFallback(TenantCase, unittest.TestCase):
     mode = "fallback"
 
