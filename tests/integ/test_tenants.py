@@ -16,6 +16,7 @@ import unittest
 
 from .harness import acquire_req
 from .test_class_queue import DaemonCase
+from .test_reload import ReloadCase
 
 RATE = 50  # admissions a second on the key
 
@@ -31,6 +32,18 @@ weight bronze = 1
 fail_mode = fallback
 max_waiters = 4096
 """ % RATE
+
+
+def check_shares(test, counts, want):
+    """Each tenant's share of the admissions counted is within 10% of its
+    weight's share (and enough were counted to tell)."""
+    total = sum(counts.get(t, 0) for t in want)
+    wsum = sum(want.values())
+    test.assertGreater(total, 0.6 * RATE * 3, counts)
+    for t, w in want.items():
+        share, expect = counts.get(t, 0) / total, w / wsum
+        test.assertLess(abs(share - expect), 0.1 * expect,
+                        "%s: %.3f of the admissions, want %.3f; %r" % (t, share, expect, counts))
 
 
 class Load:
@@ -109,16 +122,7 @@ class TenantCase(DaemonCase):
         return ld
 
     def assert_shares(self, counts, want):
-        """Each tenant's share of the admissions counted is within 10% of
-        its weight's share."""
-        total = sum(counts.get(t, 0) for t in want)
-        wsum = sum(want.values())
-        self.assertGreater(total, 0.6 * RATE * 4, counts)
-        for t, w in want.items():
-            share, expect = counts.get(t, 0) / total, w / wsum
-            self.assertLess(abs(share - expect), 0.1 * expect,
-                            "%s: %.3f of the admissions, want %.3f; %r" % (t, share, expect,
-                                                                          counts))
+        check_shares(self, counts, want)
 
     def test_weights_4_2_1_and_a_light_tenant(self):
         ld = self.load(["gold", "silver", "bronze"], 8)
@@ -186,6 +190,29 @@ class TenantCase(DaemonCase):
             r = c.request(acquire_req("t", "k", tenant="Gold_1.a-b", timeout_ms=0,
                                       lease=False, id=2))
             self.assertTrue(r["ok"], r)
+
+
+class TestTenantsReload(ReloadCase):
+    """Weights a reload changes apply to the waiters that arrive after it."""
+
+    SCOPE = CONF[CONF.index("[scope t]"):]
+
+    def test_new_weights_apply_after_a_reload(self):
+        self.start(self.SCOPE.replace("weight silver = 2\n", ""))
+        gold = Load(self.d, ["gold"], 6).start()
+        bronze = Load(self.d, ["bronze"], 6).start()
+        self.addCleanup(gold.stop.set)
+        self.addCleanup(bronze.stop.set)
+        t0, t1 = TenantCase.window(1.0, 3.0)
+        counts = dict(gold.counts(t0, t1), **bronze.counts(t0, t1))
+        check_shares(self, counts, {"gold": 4, "bronze": 1})
+        self.reload(self.SCOPE.replace("weight silver = 2\n", "").replace(
+            "weight gold = 4", "weight gold = 1").replace("weight bronze = 1", "weight bronze = 4"))
+        t2, t3 = TenantCase.window(1.0, 3.0)
+        gold.finish()
+        bronze.finish()
+        counts = dict(gold.counts(t2, t3), **bronze.counts(t2, t3))
+        check_shares(self, counts, {"gold": 1, "bronze": 4})
 
 
 class TestTenantsLocal(TenantCase, unittest.TestCase):
