@@ -270,6 +270,17 @@ void admit_set_io_timeout(struct admit *a, int64_t ms);
 void admit_set_connect_timeout(struct admit *a, int64_t ms);
 
 /*
+ * admit_set_tenant - the tenant this handle's acquires (acquire, try, once,
+ * try_once) name from now on: the protocol's "tenant", 1 to 64 of
+ * [A-Za-z0-9_.-], which orders a key's waiters among tenants by the
+ * scope's `weight` lines. NULL or "": the default tenant (none sent). The
+ * daemon refuses a bad name with ADMIT_E_BAD_REQUEST. 0, or -1 with errno
+ * ENOMEM. (A function, not a field of struct admit_req, so that the
+ * struct keeps its size.)
+ */
+int admit_set_tenant(struct admit *a, const char *tenant);
+
+/*
  * The calls. Each returns res->err (so `if (admit_try(...) == ADMIT_OK)`
  * reads naturally) and always fills *res, which the caller frees with
  * admit_result_free. res is overwritten without being freed first.

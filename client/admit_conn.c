@@ -260,6 +260,7 @@ void admit_close(struct admit *a)
 		close(atomic_load(&a->wake_fd));
 	free(a->path);
 	free(a->buf);
+	free(a->tenant);
 	free(a);
 }
 
@@ -276,4 +277,15 @@ void admit_set_io_timeout(struct admit *a, int64_t ms)
 void admit_set_connect_timeout(struct admit *a, int64_t ms)
 {
 	a->connect_timeout_ms = ms < 0 ? 0 : ms;
+}
+
+int admit_set_tenant(struct admit *a, const char *tenant)
+{
+	char *t = NULL;
+
+	if (tenant != NULL && tenant[0] != '\0' && (t = strdup(tenant)) == NULL)
+		return -1;
+	free(a->tenant);
+	a->tenant = t;
+	return 0;
 }

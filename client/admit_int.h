@@ -44,6 +44,7 @@ struct admit {
 	atomic_int cancel;
 	atomic_int wake_fd;
 	bool cancelable; /* the call in progress reads an acquire's reply */
+	char *tenant;	 /* admit_set_tenant: its acquires' "tenant"; NULL: none sent */
 };
 
 /* admit_conn.c: the handle's connection */

@@ -74,7 +74,8 @@ static int admit_set_tokens(json_t *o, const char *k, const struct admit_token *
 	return 0;
 }
 
-static json_t *admit_encode_acquire(const struct admit_req *rq, int64_t timeout_ms, bool lease)
+static json_t *admit_encode_acquire(const struct admit_req *rq, const char *tenant,
+				    int64_t timeout_ms, bool lease)
 {
 	json_t *o = json_pack("{s:s}", "op", "acquire");
 	json_t *arr, *t;
@@ -102,6 +103,8 @@ static json_t *admit_encode_acquire(const struct admit_req *rq, int64_t timeout_
 		goto fail;
 	if (rq->detach && json_object_set_new(o, "detach", json_true()) < 0)
 		goto fail;
+	if (admit_set_str(o, "tenant", tenant) < 0)
+		goto fail;
 	if (admit_set_tokens(o, "reserve", rq->reserve, rq->nreserve) < 0)
 		goto fail;
 	/* nothing to release: nothing to detach or to settle either */
@@ -121,7 +124,7 @@ static int admit_do_acquire(struct admit *a, const struct admit_req *rq, int64_t
 
 	if (a == NULL || rq == NULL || timeout_ms < ADMIT_TIMEOUT_DEFAULT)
 		return admit_refuse(res, "no handle, no request or a negative timeout");
-	req = admit_encode_acquire(rq, timeout_ms, lease);
+	req = admit_encode_acquire(rq, a->tenant, timeout_ms, lease);
 	if (req == NULL)
 		return admit_refuse(res,
 				    "acquire needs a scope, at most one of key and url, cost >= 0 "

@@ -43,6 +43,7 @@ enum cli_opt_id {
 	O_CONNECT_TIMEOUT,
 	O_URL,
 	O_CLASS,
+	O_TENANT,
 	O_COST,
 	O_TIMEOUT,
 	O_DETACH,

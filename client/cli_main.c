@@ -23,8 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OPT(x)	 (1u << (x))
-#define ACQ_OPTS (OPT(O_URL) | OPT(O_CLASS) | OPT(O_COST) | OPT(O_TIMEOUT) | OPT(O_RESERVE))
+#define OPT(x) (1u << (x))
+#define ACQ_OPTS \
+	(OPT(O_URL) | OPT(O_CLASS) | OPT(O_TENANT) | OPT(O_COST) | OPT(O_TIMEOUT) | OPT(O_RESERVE))
 /* options every command takes */
 #define ANY_OPTS (OPT(O_SOCKET) | OPT(O_CONNECT_TIMEOUT) | OPT(O_HELP))
 
@@ -45,6 +46,9 @@ static const struct cli_opt {
 				"--timeout" },
 	[O_URL] = { "url", true, "URL       key on the URL's host (instead of KEY)" },
 	[O_CLASS] = { "class", true, "C       the scope's class to charge" },
+	[O_TENANT] = { "tenant", true,
+		       "T      whose request: orders a key's waiters among tenants\n"
+		       "                    by the scope's weight lines ([A-Za-z0-9_.-], 1..64)" },
 	[O_COST] = { "cost", true,
 		     "N        requests this admission counts for (default 1; 0 is free)" },
 	[O_TIMEOUT] = { "timeout", true,
@@ -88,16 +92,17 @@ struct cli_cmd {
 
 static const struct cli_cmd cli_cmds[] = {
 	{ "acquire",
-	  "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] [--reserve LIST] "
+	  "SCOPE [KEY] [--url URL] [--class C] [--tenant T] [--cost N] [--timeout D] [--reserve "
+	  "LIST] "
 	  "[--detach]",
 	  1, 2, ACQ_OPTS | OPT(O_DETACH), false, cmd_acquire,
 	  "wait for admission, print the lease (always detached: it outlives this\n"
 	  "\t\tcommand; give it to `admit release`, else it expires at lease_ttl)" },
-	{ "try", "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--reserve LIST]", 1, 2,
-	  ACQ_OPTS & ~OPT(O_TIMEOUT), false, cmd_try,
+	{ "try", "SCOPE [KEY] [--url URL] [--class C] [--tenant T] [--cost N] [--reserve LIST]", 1,
+	  2, ACQ_OPTS & ~OPT(O_TIMEOUT), false, cmd_try,
 	  "admit now or exit 75 printing the retry-after (seconds); the lease\n"
 	  "\t\tis printed and detached like acquire's" },
-	{ "once", "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D]", 1, 2,
+	{ "once", "SCOPE [KEY] [--url URL] [--class C] [--tenant T] [--cost N] [--timeout D]", 1, 2,
 	  ACQ_OPTS & ~OPT(O_RESERVE), false, cmd_once,
 	  "wait for one admission with nothing to release (a scope that only\n"
 	  "\t\tlimits rates); prints nothing, exits 0 when admitted, else as try" },
@@ -109,7 +114,8 @@ static const struct cli_cmd cli_cmds[] = {
 	  "\t\tvalue as is (\"120\" seconds, or an HTTP-date); no KEY or --url:\n"
 	  "\t\tthe scope's default key (reset and inspect alike)" },
 	{ "run",
-	  "SCOPE [KEY] [--url URL] [--class C] [--cost N] [--timeout D] [--reserve LIST] "
+	  "SCOPE [KEY] [--url URL] [--class C] [--tenant T] [--cost N] [--timeout D] [--reserve "
+	  "LIST] "
 	  "[--limited-exit N] -- CMD [ARG...]",
 	  1, 2, ACQ_OPTS | OPT(O_LIMITED_EXIT), true, cmd_run,
 	  "acquire, run CMD, release when it ends with CMD's outcome (0: ok,\n"
@@ -305,6 +311,11 @@ int main(int argc, char **argv)
 	}
 	if (connect_ms >= 0)
 		admit_set_connect_timeout(a, connect_ms);
+	if (ar.set[O_TENANT] && admit_set_tenant(a, ar.val[O_TENANT]) < 0) {
+		fprintf(stderr, "admit: %s\n", strerror(errno));
+		admit_close(a);
+		return EXIT_SOFTWARE;
+	}
 	rc = c->fn(a, &ar);
 	admit_close(a);
 	fflush(stdout);

@@ -40,6 +40,8 @@ export interface AcquireOptions {
   /** Wait budget in ms; absent: the scope's timeout; 0: do not wait. */
   timeoutMs?: number;
   class?: string;
+  /** Whose request: 1 to 64 of [A-Za-z0-9_.-]; a key's waiters are served among tenants by the scope's `weight` lines. */
+  tenant?: string;
   /** Units of requests meters (default 1; 0 allowed). */
   cost?: number;
   /** The lease outlives this connection. */

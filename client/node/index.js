@@ -447,7 +447,8 @@ class Client {
   /*
    * acquire(scope, key?, options?), acquire(scope, options),
    * acquire(options): wait (up to options.timeoutMs; default the scope's
-   * timeout) for a lease. options: url (key by its host), class, cost,
+   * timeout) for a lease. options: url (key by its host), class, tenant
+   * (whose request: served among tenants by the scope's weights), cost,
    * detach, reserve ({output: 500}), targets ([{scope, key | url, class,
    * cost}], instead of scope/key/url/class/cost), signal (an AbortSignal:
    * aborting while it waits cancels it in the daemon and rejects with

@@ -60,6 +60,16 @@ struct conf_class {
 	int line;
 };
 
+/* `weight NAME = W`: a tenant's share of a key's queue under contention. */
+struct conf_weight {
+	char *name; /* the tenant: [A-Za-z0-9_.-]{1,64} */
+	int weight; /* 1..CONF_WEIGHT_MAX */
+	int line;
+};
+
+#define CONF_WEIGHT_MAX	 1000 /* the largest `weight NAME = W` */
+#define CONF_MAX_WEIGHTS 64   /* `weight` lines per scope: the tenants a key tracks */
+
 struct conf_plan;
 
 struct conf_scope {
@@ -76,7 +86,9 @@ struct conf_scope {
 	size_t nrules;
 	struct conf_class *classes;
 	size_t nclasses;
-	char *default_class;	      /* NULL = none */
+	char *default_class;	     /* NULL = none */
+	struct conf_weight *weights; /* listed tenants; every other one weighs 1, as one flow */
+	size_t nweights;
 	int64_t timeout_ms;	      /* default wait budget; default 30s */
 	int64_t lease_ttl_ms;	      /* default 60s */
 	int64_t concurrency_retry_ms; /* default 25ms */
@@ -226,6 +238,7 @@ int64_t conf_settle_charge(const struct conf_rule *r, const struct meter_tokens 
 /* Lookups (conf_find.c): NULL when absent. */
 const struct conf_scope *conf_scope_find(const struct conf *c, const char *name);
 const struct conf_class *conf_class_find(const struct conf_scope *s, const char *name);
+const struct conf_weight *conf_weight_find(const struct conf_scope *s, const char *tenant);
 
 /*
  * conf_dump_keys - print every conf key with its default and help text

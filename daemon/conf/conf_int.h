@@ -48,6 +48,7 @@ enum conf_type {
 	CT_DIVISOR,	/* scope: fallback_divisor, fallback_divisor_auto */
 	CT_RULE,	/* scope: appends to rules */
 	CT_CLASS,	/* scope: appends to classes */
+	CT_WEIGHT,	/* scope: appends to weights */
 	CT_UIDS,	/* struct conf_ids: user names or uids, space separated */
 	CT_GIDS,	/* struct conf_ids: group names or gids, space separated */
 	CT_GROUP,	/* int64 gid: one group name or gid */
@@ -88,7 +89,7 @@ struct conf_key {
 
 /* Keys of each table, without its terminator (conf_keys.c checks them). */
 #define CONF_ADMITD_NKEYS 31
-#define CONF_SCOPE_NKEYS  22
+#define CONF_SCOPE_NKEYS  23
 
 extern const struct conf_key conf_admitd_keys[CONF_ADMITD_NKEYS + 1];
 extern const struct conf_key conf_scope_keys[CONF_SCOPE_NKEYS + 1];
@@ -158,6 +159,8 @@ const char *conf_set_rule(struct conf_ctx *x, const struct conf_key *k, void *ba
 			  const char *val);
 const char *conf_set_class(struct conf_ctx *x, const struct conf_key *k, void *base,
 			   const char *arg, const char *val);
+const char *conf_set_weight(struct conf_ctx *x, const struct conf_key *k, void *base,
+			    const char *arg, const char *val);
 void conf_rule_clear(struct conf_rule *r);
 
 /* conf_ids.c: users and groups */

@@ -145,6 +145,11 @@ const struct conf_key conf_scope_keys[] = {
 	  "is held to; floor=N leaves each rule's last N units to others, floor=P% the last P% of "
 	  "each rule's own capacity (rounded down); priority=N (-1000..1000, default 0): a key's "
 	  "waiters of a higher class are served first" },
+	{ "weight", CT_WEIGHT, SCOPE_OFF(weights), NULL, 1, CONF_WEIGHT_MAX,
+	  CONF_F_REPEATABLE | CONF_F_ARG | CONF_F_ARG_REQUIRED,
+	  "`weight TENANT = W` (1..1000, at most 64 per scope): under contention a key's "
+	  "waiters of TENANT (an acquire's \"tenant\") get W shares of each class's turns; "
+	  "every unlisted tenant weighs 1, all of them together as one" },
 	{ "default_class", CT_NAME, SCOPE_OFF(default_class), NULL, 0, 0, 0,
 	  "class of a request that names none" },
 	{ "timeout", CT_DURATION, SCOPE_OFF(timeout_ms), "30s", 0, MS_HOUR, 0,

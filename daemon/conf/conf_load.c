@@ -474,6 +474,9 @@ void conf_free(struct conf *c)
 			free(s->classes[j].name);
 			free(s->classes[j].rules);
 		}
+		for (size_t j = 0; j < s->nweights; j++)
+			free(s->weights[j].name);
+		free(s->weights);
 		conf_plan_free(s);
 		free(s->name);
 		free(s->rules);

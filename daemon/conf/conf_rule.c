@@ -3,10 +3,10 @@
  */
 
 /*
- * conf_rule.c - the repeatable keys of a scope: rule and class.
+ * conf_rule.c - the repeatable keys of a scope: rule, class and weight.
  *
- * Owns: appending a parsed rule to a scope's rules and a parsed class to
- * its classes (the class's rule names are kept in the parse state, to be
+ * Owns: appending a parsed rule to a scope's rules, a parsed class to
+ * its classes and a tenant's weight to its weights (the class's rule names are kept in the parse state, to be
  * resolved once the whole scope is read, by conf_check.c), and clearing a
  * rule. The syntax of both is conf_value.c's.
  */
@@ -91,4 +91,35 @@ oom:
 	free(name);
 	cv_class_clear(&cv);
 	return "out of memory";
+}
+
+const char *conf_set_weight(struct conf_ctx *x, const struct conf_key *k, void *base,
+			    const char *arg, const char *val)
+{
+	struct conf_scope *s = base;
+	struct conf_weight *nw;
+	int64_t w;
+	char *name;
+
+	if (!cv_name_ok(arg))
+		return "bad tenant name ([A-Za-z0-9_.-], 1 to 64 characters)";
+	for (size_t i = 0; i < s->nweights; i++)
+		if (strcmp(s->weights[i].name, arg) == 0)
+			return conf_fmt(x, "weight of \"%s\" already given at line %d", arg,
+					s->weights[i].line);
+	if (s->nweights == CONF_MAX_WEIGHTS)
+		return conf_fmt(x, "at most %d weight lines in a scope", CONF_MAX_WEIGHTS);
+	if (cv_int(val, &w) != NULL || w < k->min || w > k->max)
+		return conf_fmt(x, "weight must be an integer %lld..%lld", (long long)k->min,
+				(long long)k->max);
+	if ((name = strdup(arg)) == NULL)
+		return "out of memory";
+	if ((nw = realloc(s->weights, (s->nweights + 1) * sizeof(*nw))) == NULL) {
+		free(name);
+		return "out of memory";
+	}
+	s->weights = nw;
+	s->weights[s->nweights++] =
+	    (struct conf_weight){ .name = name, .weight = (int)w, .line = x->lineno };
+	return NULL;
 }

@@ -341,6 +341,7 @@ const struct conf_type_info conf_types[CT__COUNT] = {
 	[CT_DIVISOR] = { "decimal or auto", conf_set_divisor },
 	[CT_RULE] = { "rule, repeatable", conf_set_rule },
 	[CT_CLASS] = { "class, repeatable", conf_set_class },
+	[CT_WEIGHT] = { "weight, repeatable", conf_set_weight },
 	[CT_UIDS] = { "users (names or uids)", conf_set_ids },
 	[CT_GIDS] = { "groups (names or gids)", conf_set_ids },
 	[CT_GROUP] = { "group (name or gid)", conf_set_group, CS_INT64 },

@@ -17,6 +17,7 @@
 #include "engine.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void op_acquire(struct client *c, struct request *rq)
 {
@@ -59,6 +60,7 @@ void op_acquire(struct client *c, struct request *rq)
 	rq->id = NULL;
 	w->detach = rq->detach;
 	w->no_lease = rq->no_lease;
+	memcpy(w->tenant, rq->tenant, sizeof(w->tenant));
 	for (i = 0; i < rq->nreserve; i++) {
 		rs[i].name = rq->reserve[i].name;
 		rs[i].n = rq->reserve[i].n;

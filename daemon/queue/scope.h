@@ -49,6 +49,7 @@ struct kq {
 	struct event *retry_ev; /* the head's next attempt */
 	struct eng_refused *refused; /* a refusal Redis gave, kept until it can pass (engine.c) */
 	struct rb_ahead *ahead;	     /* units booked ahead in Redis (rb_ahead.c) */
+	struct fairq_cls *fq;	     /* its classes' fair-queuing tags, while waiters are tagged */
 	int64_t wake_at;	     /* the earliest head's wake: retry_ev; 0: unarmed */
 	uint16_t lim_cap;	     /* rules the state inline in the entry has room for */
 	bool lim_ext;		     /* lim is a separate allocation (a reload added rules) */

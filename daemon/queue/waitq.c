@@ -11,11 +11,12 @@
  * deadline timers, and each kq's retry timer. Does not own the connection a
  * waiter came from (conn.c) nor the lease it gets (lease.c).
  *
- * A key's waiters are one list in arrival order; the first waiter of each
+ * A key's waiters are one list, each class's in its tenants' fair order
+ * (start tags, then arrival: waitq_class.c); the first waiter of each
  * class is that class's head. Only heads ask the limiter; the others sleep
  * until they become the head or their deadline passes, so a thousand local
  * waiters of a class are one poll, not a thousand. Heads are asked in class
- * priority order (priority=N, higher first), then by arrival. A head
+ * priority order (priority=N, higher first), then by their arrival. A head
  * refused by a limit another class is held to as well (an unnamed rule, a
  * named rule both list, with the other's floor no lower; max_concurrent,
  * pacing, a penalty) holds back that class's heads behind it in that order:
@@ -138,6 +139,7 @@ static void waitq_try_behind(struct waiter *w, struct waiter *by, int64_t now)
 
 void waitq_add(struct waiter *w)
 {
+	static uint64_t arrivals;
 	struct kq *kq = w->t[0].kq;
 	int64_t now = clock_mono_ms();
 	size_t i;
@@ -151,7 +153,11 @@ void waitq_add(struct waiter *w)
 		    ++w->t[i].kq->sc->waiting > w->t[i].kq->sc->cs->max_waiters)
 			too_many = true;
 	}
-	TAILQ_INSERT_TAIL(&kq->waiters, w, kq_link);
+	w->seq = ++arrivals;
+	if (w->try_only)
+		TAILQ_INSERT_TAIL(&kq->waiters, w, kq_link);
+	else
+		waitq_fair_insert(kq, w);
 	kq->nwait++;
 	if (w->conn != NULL)
 		TAILQ_INSERT_TAIL(&w->conn->waiters, w, conn_link);
@@ -402,6 +408,7 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 		w->refused_by = res->by;
 	w->left = res->left;
 	if (res->admitted) {
+		waitq_fair_served(w);
 		waitq_admit(w, res, now);
 		waitq_remove(w);
 	} else if (w->conn == NULL) {
@@ -440,6 +447,11 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 			wait = w->deadline_ms - now + (res->slot_wait ? 1 : 0); /* a slot
 			* wait ends at the deadline */
 		w->last_rule = res->rule;
+		if (waitq_class_head(w) != w) {
+			/* a waiter tagged before it took its place: that one asks next */
+			w->wake_at = 0;
+			return;
+		}
 		/* A wait for a lease slot can end early, at a release here (any
 		 * head's: it stays set until every head has asked again). */
 		kq->slot_wait = res->slot_wait || (kq->slot_wait && kq->sc->cs->nclasses > 0);

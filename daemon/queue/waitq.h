@@ -14,6 +14,7 @@
 
 #include "client.h"
 #include "decider.h"
+#include "fairq.h"
 #include "lease.h"
 #include "lease_id.h"
 #include "limiter.h"
@@ -29,7 +30,8 @@ struct conf_class;
 struct kq;
 
 /* waiter: waitq.c. An acquire from a connection, queued on its first target's kq
- * (one list in arrival order; the first waiter of each class is that class's head). */
+ * (one list; each class's waiters in start-tag order, then arrival: waitq_class.c;
+ * the first waiter of each class is that class's head). */
 struct waiter {
 	TAILQ_ENTRY(waiter) kq_link;
 	TAILQ_ENTRY(waiter) conn_link;
@@ -55,6 +57,12 @@ struct waiter {
 	char lease_id[LEASE_NONCE_LEN + 1]; /* booked under this id when admitted */
 	struct meter_tokens *reserve;	    /* tokens reserved up front, owned (names too) */
 	size_t nreserve;
+	char tenant[PROTO_NAME_MAX + 1]; /* its acquire's "tenant"; "": the default */
+	struct fairq_cls *fq;		 /* its class's tags on its key; NULL: untagged (a try) */
+	int fq_slot;			 /* its flow in fq */
+	double fq_s, fq_f;		 /* its start and finish tags */
+	bool fq_served;			 /* admitted: V moved to fq_s */
+	uint64_t seq;			 /* arrival order on this daemon */
 };
 
 void waitq_add(struct waiter *w);

@@ -66,6 +66,7 @@ void waitq_remove(struct waiter *w)
 			w->t[i].kq->sc->waiting--;
 	}
 	/* kq's timer may stay armed for w: it then finds no head due, and is set again */
+	waitq_fair_leave(kq, w);
 	TAILQ_REMOVE(&kq->waiters, w, kq_link);
 	kq->nwait--;
 	waitq_unlink_conn(w);

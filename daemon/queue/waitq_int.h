@@ -36,6 +36,9 @@ void waitq_heads(struct kq *kq, struct waitq_heads *h);
 struct waiter *waitq_behind(struct waiter *w);
 struct waiter *waitq_class_head(const struct waiter *w);
 struct waiter *waitq_blocker(const struct waitq_heads *h, size_t i);
+void waitq_fair_insert(struct kq *kq, struct waiter *w);
+void waitq_fair_served(struct waiter *w);
+void waitq_fair_leave(struct kq *kq, struct waiter *w);
 
 /* ---- waitq_answer.c ---- */
 

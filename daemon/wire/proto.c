@@ -15,6 +15,7 @@
 
 #include "adaptive.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,6 +262,21 @@ static enum admit_err proto_no_lease(json_t *root, struct request *rq, char *msg
 	return ADMIT_OK;
 }
 
+/* An acquire's "tenant": 1 to 64 of [A-Za-z0-9_.-]; absent: the default tenant. */
+static enum admit_err proto_tenant(json_t *root, struct request *rq, char *msg, size_t msglen)
+{
+	const char *p;
+
+	PROTO_TRY(proto_str(root, "tenant", rq->tenant, sizeof(rq->tenant), &rq->has_tenant, msg,
+			    msglen));
+	for (p = rq->tenant; rq->has_tenant && *p != '\0'; p++)
+		if (!isalnum((unsigned char)*p) && strchr("_.-", *p) == NULL)
+			PROTO_FAIL(ADMIT_E_BAD_REQUEST,
+				   "\"tenant\" must be 1 to %d of A-Z a-z 0-9 _ . -",
+				   PROTO_NAME_MAX);
+	return ADMIT_OK;
+}
+
 static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *msg, size_t msglen)
 {
 	json_t *op = json_object_get(root, "op"), *id = json_object_get(root, "id");
@@ -288,6 +304,7 @@ static enum admit_err proto_decode_obj(json_t *root, struct request *rq, char *m
 			PROTO_FAIL(ADMIT_E_BAD_REQUEST, "\"detach\" must be true or false");
 		rq->detach = det != NULL && json_is_true(det);
 		PROTO_TRY(proto_no_lease(root, rq, msg, msglen));
+		PROTO_TRY(proto_tenant(root, rq, msg, msglen));
 		PROTO_TRY(proto_counts(root, "reserve", &proto_tokens_of, rq->reserve,
 				       &rq->nreserve, msg, msglen));
 		if (rq->no_lease && rq->nreserve > 0)
@@ -339,6 +356,8 @@ static void proto_request_init(struct request *rq)
 	rq->timeout_ms = 0;
 	rq->detach = false;
 	rq->no_lease = false;
+	rq->tenant[0] = '\0';
+	rq->has_tenant = false;
 	rq->lease[0] = '\0';
 	rq->ntokens = 0;
 	rq->outcome = ADAPT_NONE;
@@ -503,6 +522,7 @@ bool proto_request_equal(const struct request *a, const struct request *b)
 	    (a->of != NULL && strcmp(a->of, b->of) != 0) || a->ntargets != b->ntargets ||
 	    a->has_timeout != b->has_timeout || a->timeout_ms != b->timeout_ms ||
 	    a->detach != b->detach || a->no_lease != b->no_lease ||
+	    a->has_tenant != b->has_tenant || strcmp(a->tenant, b->tenant) != 0 ||
 	    strcmp(a->lease, b->lease) != 0 || a->ntokens != b->ntokens ||
 	    a->outcome != b->outcome || a->nreserve != b->nreserve ||
 	    a->penalty_ms != b->penalty_ms ||

@@ -67,6 +67,8 @@ struct request {
 	int64_t timeout_ms;
 	bool detach;
 	bool no_lease; /* acquire: "lease": false, an admission with nothing to release */
+	char tenant[PROTO_NAME_MAX + 1]; /* acquire: "tenant" ([A-Za-z0-9_.-]); "" when absent */
+	bool has_tenant;
 	char lease[PROTO_LEASE_MAX + 1];
 	size_t ntokens;
 	struct proto_token tokens[PROTO_MAX_TOKENS];

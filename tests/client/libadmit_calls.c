@@ -440,6 +440,26 @@ void test_once(struct admit *a)
 	admit_result_free(&r);
 }
 
+/* admit_set_tenant: its acquires name the tenant; the daemon checks the name. */
+void test_tenant(struct admit *a)
+{
+	struct admit_req rq = req("fw", "lib-tenant-1");
+	struct admit_result r;
+
+	CHECK(admit_set_tenant(a, "a b") == 0, "set tenant");
+	admit_try_once(a, &rq, &r);
+	CHECK_ERR(r, ADMIT_E_BAD_REQUEST);
+	CHECK(r.message != NULL && strstr(r.message, "\"tenant\"") != NULL, "message %s",
+	      r.message ? r.message : "-");
+	admit_result_free(&r);
+	CHECK(admit_set_tenant(a, "acme.gold-1") == 0, "set tenant");
+	CHECK(admit_try_once(a, &rq, &r) == ADMIT_OK, "a good tenant: %s", r.message);
+	admit_result_free(&r);
+	CHECK(admit_set_tenant(a, NULL) == 0, "the default tenant again");
+	CHECK(admit_try_once(a, &rq, &r) == ADMIT_OK, "no tenant: %s", r.message);
+	admit_result_free(&r);
+}
+
 /* A cost above a rule's capacity: exceeds_limit at once, with the limit. */
 void test_exceeds_limit(struct admit *a)
 {

@@ -59,6 +59,7 @@ void test_tokens_penalize(struct admit *a);
 void test_targets(struct admit *a);
 void test_cost_zero(struct admit *a);
 void test_once(struct admit *a);
+void test_tenant(struct admit *a);
 void test_exceeds_limit(struct admit *a);
 void test_reserve(struct admit *a);
 void test_reset_inspect(struct admit *a);

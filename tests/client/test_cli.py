@@ -355,6 +355,13 @@ class TestCli(DaemonCase):
         self.assertExit(self.admit("try", "classes", "cli-class-1", "--class", "background"), 75)
         self.assertExit(self.admit("try", "classes", "cli-class-1", "--class=priority"), 0)
 
+    def test_tenant(self):
+        self.assertExit(self.admit("try", "fw", "cli-tenant-1", "--tenant", "acme.gold-1"), 0)
+        code, _, err = self.admit("try", "fw", "cli-tenant-1", "--tenant", "a b")
+        self.assertNotEqual(code, 0)
+        self.assertIn('"tenant" must be 1 to 64', err)
+        self.assertExit(self.admit("once", "fw", "cli-tenant-1", "--tenant=acme"), 0)
+
     def test_release_tokens(self):
         code, out, _ = self.admit("try", "tok", "cli-tok-1")
         self.assertEqual(code, 0)

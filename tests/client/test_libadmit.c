@@ -108,6 +108,7 @@ int main(int argc, char **argv)
 	test_targets(a);
 	test_cost_zero(a);
 	test_once(a);
+	test_tenant(a);
 	test_exceeds_limit(a);
 	test_reserve(a);
 	test_reset_inspect(a);

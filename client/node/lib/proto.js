@@ -149,7 +149,8 @@ function checkTargets(targets) {
 }
 
 /* The acquire request (without "id"). o.timeoutMs: undefined/null for the
- * scope's default, 0 for "do not wait"; o.lease false: nothing to release. */
+ * scope's default, 0 for "do not wait"; o.lease false: nothing to release;
+ * o.tenant: whose request (the daemon checks the name). */
 function acquireRequest(scope, key, o) {
   let req;
   if (o.targets != null) {
@@ -171,6 +172,10 @@ function acquireRequest(scope, key, o) {
   if (o.detach) req.detach = true;
   if (o.reserve != null) req.reserve = tokenCounts(o.reserve, 'reserve');
   if (o.lease === false) req.lease = false;
+  if (o.tenant != null) {
+    if (typeof o.tenant !== 'string') throw new TypeError('tenant must be a string');
+    req.tenant = o.tenant;
+  }
   return req;
 }
 

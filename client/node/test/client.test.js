@@ -102,6 +102,15 @@ test('admit: an admission with nothing to release, counted as a lease is', async
   await assert.rejects(client.admit('fw', k, { detach: true }), TypeError);
 });
 
+test('tenant: sent with acquire and admit; a bad name is BadRequest', async () => {
+  const k = key('tenant');
+  await (await client.tryAcquire('fw', k, { tenant: 'gold' })).release();
+  await client.admit('fw', k, { tenant: 'acme.b-1' });
+  await assert.rejects(client.tryAcquire('fw', k, { tenant: 'a b' }),
+    (e) => e instanceof admit.BadRequest && /"tenant" must be 1 to 64/.test(e.message));
+  await assert.rejects(client.admit('fw', k, { tenant: 7 }), TypeError);
+});
+
 test('a refusal: Limited with the quota rule and its retryAfterMs', async () => {
   const k = key('limited');
   const first = await client.tryAcquire('quota', k);

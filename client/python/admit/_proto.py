@@ -201,13 +201,15 @@ def _targets(targets):
 
 
 def acquire_request(scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
-                    detach=False, targets=None, reserve=None, lease=True):
+                    detach=False, targets=None, reserve=None, lease=True, tenant=None):
     """The acquire request dict (without "id"). timeout is seconds, None for
     the scope's default, 0 for "do not wait". targets (instead of scope,
     key, url, cls and cost): a list of {"scope", "key" or "url", "class",
     "cost"} dicts, all admitted or none. reserve: {meter: count} charged to
     the token meters now and settled by the release. lease=False: an
-    admission with nothing to release ("lease": false)."""
+    admission with nothing to release ("lease": false). tenant: whose
+    request ("tenant", 1 to 64 of [A-Za-z0-9_.-]; the daemon checks it),
+    which orders a key's waiters among tenants by the scope's weights."""
     if not lease and (detach or reserve is not None):
         raise ValueError("an admission without a lease has nothing to detach or reserve")
     if targets is not None:
@@ -232,6 +234,10 @@ def acquire_request(scope=None, key=None, url=None, timeout=None, cls=None, cost
         req["reserve"] = token_counts(reserve, "reserve")
     if not lease:
         req["lease"] = False
+    if tenant is not None:
+        if not isinstance(tenant, str):
+            raise ValueError("tenant must be a string")
+        req["tenant"] = tenant
     return req
 
 

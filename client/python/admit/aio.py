@@ -390,41 +390,44 @@ class AsyncClient(object):
         """Send a request dict; the checked reply dict (see Client.request)."""
         return _proto.check(await self._roundtrip(req, wait=wait))
 
-    async def _acquire(self, scope, key, url, timeout, cls, cost, detach, targets, reserve):
+    async def _acquire(self, scope, key, url, timeout, cls, cost, detach, targets, reserve,
+                       tenant=None):
         req = _proto.acquire_request(scope, key, url, timeout, cls, cost, detach, targets,
-                                     reserve)
+                                     reserve, tenant=tenant)
         reply = _proto.check(await self._roundtrip(req, wait=timeout, orphan=True))
         return AsyncLease(self, reply, scope, key, url, req.get("targets"))
 
     def acquire(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
-                detach=False, targets=None, reserve=None):
+                detach=False, targets=None, reserve=None, *, tenant=None):
         """See Client.acquire. A coroutine: ``await`` it for an AsyncLease
         (or run it as a task), or ``async with client.acquire(...) as
         lease``. Cancelling the task that awaits it sends the daemon a
         cancel, so the acquire spends nothing; a lease admitted before the
         cancel arrived is released at once."""
         return _AcquireCall(
-            lambda: self._acquire(scope, key, url, timeout, cls, cost, detach, targets, reserve)
+            lambda: self._acquire(scope, key, url, timeout, cls, cost, detach, targets, reserve,
+                                  tenant)
         )
 
     def try_acquire(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
-                    detach=False, targets=None, reserve=None):
+                    detach=False, targets=None, reserve=None, *, tenant=None):
         """See Client.try_acquire (never waits; raises Limited)."""
-        return self.acquire(scope, key, url, 0, cls, cost, detach, targets, reserve)
+        return self.acquire(scope, key, url, 0, cls, cost, detach, targets, reserve,
+                            tenant=tenant)
 
     async def admit(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
-                    targets=None):
+                    targets=None, *, tenant=None):
         """See Client.admit: an Admission, nothing to release."""
         req = _proto.acquire_request(scope, key, url, timeout, cls, cost, targets=targets,
-                                     lease=False)
+                                     lease=False, tenant=tenant)
         # an orphan when abandoned: canceled in the daemon, so it spends nothing
         reply = _proto.check(await self._roundtrip(req, wait=timeout, orphan=True))
         return _proto.Admission(reply, scope, key, url, req.get("targets"))
 
     async def try_admit(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
-                        targets=None):
+                        targets=None, *, tenant=None):
         """See Client.try_admit (never waits; raises Limited)."""
-        return await self.admit(scope, key, url, 0, cls, cost, targets)
+        return await self.admit(scope, key, url, 0, cls, cost, targets, tenant=tenant)
 
     async def release(self, lease, tokens=None, outcome=None):
         """See Client.release."""

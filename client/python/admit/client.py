@@ -447,31 +447,34 @@ class Client(object):
     # API ---------------------------------------------------------------
 
     def acquire(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
-                detach=False, targets=None, reserve=None):
+                detach=False, targets=None, reserve=None, *, tenant=None):
         """Wait (up to timeout seconds; None: the scope's timeout) for a
         lease on key (or the host of url) in scope. Returns a Lease, a
         context manager that releases on exit. cost may be 0. targets
         (instead of scope/key/url/cls/cost): [{"scope", "key" or "url",
         "class", "cost"}, ...], admitted all together or not at all, one
         lease for all. reserve: {"output": 500} charges the token meters
-        now; the release settles them with the real counts. Raises Timeout,
+        now; the release settles them with the real counts. tenant: whose
+        request (1 to 64 of [A-Za-z0-9_.-]): a key's waiters are served among
+        tenants by the scope's `weight` lines. Raises Timeout,
         BudgetExceeded (with retry_after), Limited (timeout=0),
         ExceedsLimit (never admissible: do not retry), UnknownScope,
         TooManyWaiters, ShuttingDown, Unavailable."""
         req = _proto.acquire_request(scope, key, url, timeout, cls, cost, detach, targets,
-                                     reserve)
+                                     reserve, tenant=tenant)
         reply = _proto.check(self._roundtrip(req, wait=timeout, orphan=True))
         return Lease(self, reply, scope, key, url, req.get("targets"))
 
     def try_acquire(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
-                    detach=False, targets=None, reserve=None):
+                    detach=False, targets=None, reserve=None, *, tenant=None):
         """acquire that never waits: the Lease, or Limited (with retry_after).
         timeout is accepted for symmetry with acquire and ignored; the
         connect is tried once (a budget of 0 has no time to wait for it)."""
-        return self.acquire(scope, key, url, 0, cls, cost, detach, targets, reserve)
+        return self.acquire(scope, key, url, 0, cls, cost, detach, targets, reserve,
+                            tenant=tenant)
 
     def admit(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
-              targets=None):
+              targets=None, *, tenant=None):
         """acquire for an admission with nothing to release ("lease":
         false): one round trip, for a scope that only limits rates. Waits
         as acquire does and returns an Admission (waited, remaining,
@@ -480,16 +483,16 @@ class Client(object):
         cluster_concurrency, a concurrency rule, min_delay, a tokens rule,
         adaptive)."""
         req = _proto.acquire_request(scope, key, url, timeout, cls, cost, targets=targets,
-                                     lease=False)
+                                     lease=False, tenant=tenant)
         # an orphan when abandoned: canceled in the daemon, so it spends nothing
         reply = _proto.check(self._roundtrip(req, wait=timeout, orphan=True))
         return _proto.Admission(reply, scope, key, url, req.get("targets"))
 
     def try_admit(self, scope=None, key=None, url=None, timeout=None, cls=None, cost=1,
-                  targets=None):
+                  targets=None, *, tenant=None):
         """admit that never waits: the Admission, or Limited (with
         retry_after). timeout is accepted for symmetry and ignored."""
-        return self.admit(scope, key, url, 0, cls, cost, targets)
+        return self.admit(scope, key, url, 0, cls, cost, targets, tenant=tenant)
 
     def release(self, lease, tokens=None, outcome=None):
         """Release a lease (a Lease or its string), charging tokens

@@ -1,5 +1,5 @@
 """test_features.py - multi-target acquire, lease keys, cost 0, exceeds_limit,
-reservations and the operator calls (reset, inspect), in both clients.
+reservations, tenants and the operator calls (reset, inspect), in both clients.
 
 Against the real admitd on FEATURES_CONF. url_host is checked on the very
 cases the daemon's own unit test uses for its URL parser
@@ -31,6 +31,7 @@ timeout = 1s
 [scope small]
 rule = requests token-bucket 10/1s
 timeout = 5s
+weight gold = 4
 
 [scope cost]
 rule = requests token-bucket 2/1h
@@ -134,6 +135,10 @@ class LocalChecksTest(unittest.TestCase):
         self.assertEqual(_proto.acquire_request("s", "k", cost=0)["cost"], 0)
         self.assertEqual(_proto.key_request("inspect", "s", url="http://h/", cls="c"),
                          {"op": "inspect", "scope": "s", "url": "http://h/", "class": "c"})
+        self.assertEqual(_proto.acquire_request("s", "k", tenant="acme")["tenant"], "acme")
+        self.assertNotIn("tenant", _proto.acquire_request("s", "k"))
+        with self.assertRaises(ValueError):
+            _proto.acquire_request("s", "k", tenant=7)
         # neither key nor url: the scope's default key, resolved by the daemon
         self.assertEqual(_proto.key_request("reset", "s"), {"op": "reset", "scope": "s"})
 
@@ -153,6 +158,15 @@ class FeaturesTest(DaemonCase):
             return True
         except admit.Limited:
             return False
+
+    def test_tenant(self):
+        k = self.key()
+        self.client.try_acquire("small", k, tenant="gold").release()
+        self.client.try_admit("small", k, tenant="acme.b-1")
+        self.client.acquire("small", k, timeout=1, tenant="gold").release()
+        with self.assertRaises(admit.BadRequest) as cm:
+            self.client.try_acquire("small", k, tenant="a b")
+        self.assertIn('"tenant" must be 1 to 64', str(cm.exception))
 
     def test_lease_key_is_the_daemons_key(self):
         k = self.key().lower() + ".example.com"
@@ -312,6 +326,14 @@ class AsyncFeaturesTest(AsyncDaemonCase):
         lease = await self.client.try_acquire("upstream", url="HTTP://u@%s:9/" % host.upper())
         self.assertEqual(lease.key, host)
         self.assertIs(await lease.release(), True)
+
+    async def test_tenant(self):
+        k = self.key()
+        await (await self.client.try_acquire("small", k, tenant="gold")).release()
+        await self.client.admit("small", k, timeout=1, tenant="acme")
+        with self.assertRaises(admit.BadRequest) as cm:
+            await self.client.try_admit("small", k, tenant="x" * 65)
+        self.assertIn('"tenant" longer than 64', str(cm.exception))
 
     async def test_exceeds_limit_cost_zero_reserve(self):
         k = self.key()

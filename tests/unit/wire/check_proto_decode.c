@@ -142,6 +142,14 @@ START_TEST(test_decode_acquire_fields)
 	ck_assert(!rq.has_timeout);
 	ck_assert(!rq.detach);
 	ck_assert(!rq.no_lease); /* a lease unless told otherwise */
+	ck_assert(!rq.has_tenant);
+	ck_assert_str_eq(rq.tenant, ""); /* the default tenant */
+	proto_request_clear(&rq);
+
+	ck_assert_int_eq(
+	    dec("{\"op\":\"acquire\",\"scope\":\"api\",\"tenant\":\"Acme-1.b_c\"}", &rq), ADMIT_OK);
+	ck_assert(rq.has_tenant);
+	ck_assert_str_eq(rq.tenant, "Acme-1.b_c");
 	proto_request_clear(&rq);
 
 	ck_assert_int_eq(dec("{\"op\":\"acquire\",\"scope\":\"api\",\"lease\":false}", &rq),

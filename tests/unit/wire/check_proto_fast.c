@@ -52,6 +52,8 @@ static const struct {
 	{ "{\"op\":\"ping\"}", true },
 	{ "{\"op\":\"status\",\"id\":0}", true },
 	/* left to the general decoder */
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"tenant\":\"acme\",\"id\":1}", false },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"tenant\":\"a b\"}", false },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"timeout_ms\":86400001}", false },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"cost\":1000000001}", false },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"id\":9999999999999999}", false },

@@ -92,6 +92,18 @@ static const struct dcase dcases[] = {
 	  "\"class\"" },
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"class\":\"%s\"}", 65, ADMIT_E_BAD_REQUEST,
 	  "\"class\" longer" },
+	/* acquire: tenant */
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"tenant\":\"\"}", 0, ADMIT_E_BAD_REQUEST,
+	  "\"tenant\" must not be empty" },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"tenant\":\"%s\"}", 65, ADMIT_E_BAD_REQUEST,
+	  "\"tenant\" longer" },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"tenant\":\"%s\"}", 64, ADMIT_OK, NULL },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"tenant\":\"a b\"}", 0, ADMIT_E_BAD_REQUEST,
+	  "\"tenant\" must be 1 to 64 of A-Z a-z 0-9 _ . -" },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"tenant\":\"a/b\"}", 0, ADMIT_E_BAD_REQUEST,
+	  "\"tenant\" must be 1 to" },
+	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"tenant\":7}", 0, ADMIT_E_BAD_REQUEST,
+	  "\"tenant\" must be a string" },
 	/* acquire: cost, timeout_ms, detach */
 	{ "{\"op\":\"acquire\",\"scope\":\"s\",\"cost\":\"3\"}", 0, ADMIT_E_BAD_REQUEST,
 	  "\"cost\" must be an integer" },

@@ -54,6 +54,7 @@ timeout = 1s
 [scope fw]
 rule = requests fixed-window 5/1h
 timeout = 1s
+weight gold = 4
 
 [scope dflt]
 key = shared
