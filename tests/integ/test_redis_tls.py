@@ -133,7 +133,14 @@ class TlsInvariantsTest(TlsCase):
         ivs = [(a.lo, a.hi) for a in out.adms]
         self.assertIsNone(span_excess(ivs, per_window(q, w, extra=1)))
         self.assertGreaterEqual(len(ivs), 2 * q, out.errors())
-        self.assertEqual(sorted({a.daemon for a in out.adms}), [0, 1, 2])
+        # Shared through Redis: more than one daemon admits. Not every one:
+        # which pod's head gets a unit the quota frees is a race among pods
+        # (there is no order across pods yet, docs/fairness.md), and on a
+        # loaded box one pod can lose it for the whole 3 s. Measured with two
+        # CPU hogs on 2 cores, admissions per pod, 5 runs of this binary and
+        # of this session's first: [13,2,15] [7,5,18] ... and [2,18,10]
+        # [3,11,16]; a full suite run once saw [0,x,y].
+        self.assertGreaterEqual(len({a.daemon for a in out.adms}), 2)
 
         out = hammer(self, p, "ccap", "k", 2.0, per_daemon=3, hold=(0.05, 0.1))
         held = [(a.t_recv, a.t_rel) for a in out.adms]
