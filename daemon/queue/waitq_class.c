@@ -118,14 +118,22 @@ struct waiter *waitq_behind(struct waiter *w)
  * is in flight (a batch): their answers do not depend on where they stand,
  * and a light tenant then waits for one call, not for the batch behind it.
  * Without memory for the tags, w goes untagged to the tail (arrival order).
+ * A scope with no `weight` line has one flow, whose start tags are arrival
+ * order: w goes to the tail with no tag and no state (the common case
+ * costs nothing).
  */
 void waitq_fair_insert(struct kq *kq, struct waiter *w)
 {
 	const char *cname = w->t[0].cls != NULL ? w->t[0].cls->name : "";
-	const struct conf_weight *cw = conf_weight_find(kq->sc->cs, w->tenant);
+	const struct conf_weight *cw;
 	struct fairq_cls *c;
 	struct waiter *x, *first = NULL;
 
+	if (kq->sc->cs->nweights == 0) {
+		TAILQ_INSERT_TAIL(&kq->waiters, w, kq_link);
+		return;
+	}
+	cw = conf_weight_find(kq->sc->cs, w->tenant);
 	for (c = kq->fq; c != NULL && strcmp(c->cls, cname) != 0; c = c->next)
 		;
 	if (c == NULL && (c = fairq_cls_new(cname)) != NULL) {
