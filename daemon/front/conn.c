@@ -55,6 +55,8 @@
 
 static void conn_close_after_flush(struct conn *c);
 static void conn_read_lines(struct conn *c);
+static void conn_send_reply(struct conn *c, struct preply *r);
+static void conn_waiter_done(struct conn *c);
 
 /* The connection a client is (conn embeds it first). */
 static struct conn *conn_of(struct client *cl)
@@ -234,7 +236,8 @@ void conn_sweep(struct conns *cs)
 	}
 }
 
-void conn_waiter_done(struct conn *c)
+/* One of c's waiters was answered or cancelled. */
+static void conn_waiter_done(struct conn *c)
 {
 	if (c->half_closed && !c->closing && TAILQ_EMPTY(&c->cl.waiters) &&
 	    TAILQ_EMPTY(&c->cl.pends))
@@ -384,7 +387,7 @@ void conn_new(struct conns *cs, int fd, const struct ucred *cred)
  * Queue a reply. Past the high watermark the connection stops reading; past
  * the hard cap it is dropped. Safe anywhere: it never frees c.
  */
-void conn_send(struct conn *c, const char *line, size_t len)
+static void conn_send(struct conn *c, const char *line, size_t len)
 {
 	struct evbuffer *out = bufferevent_get_output(c->bev);
 	size_t pending = evbuffer_get_length(out);
@@ -407,7 +410,7 @@ void conn_send(struct conn *c, const char *line, size_t len)
 		conn_pause_reads(c);
 }
 
-void conn_send_reply(struct conn *c, struct preply *r)
+static void conn_send_reply(struct conn *c, struct preply *r)
 {
 	size_t len;
 	char *line = preply_finish(r, &len);

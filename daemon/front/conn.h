@@ -25,7 +25,6 @@
 
 struct bufferevent;
 struct event;
-struct preply;
 
 /* conn: conn.c. */
 struct conn {
@@ -62,12 +61,8 @@ void conn_new(struct conns *cs, int fd, const struct ucred *cred);
  * (its leases released as on any close). Safe anywhere: it never frees c.
  */
 void conn_revoke(struct conn *c, const char *msg);
-void conn_send(struct conn *c, const char *line, size_t len);
-void conn_send_reply(struct conn *c, struct preply *r);
 /* conn_sweep - drop half-closed connections whose peer has gone entirely. */
 void conn_sweep(struct conns *cs);
-/* conn_waiter_done - one of c's waiters was answered or cancelled. */
-void conn_waiter_done(struct conn *c);
 void conn_close_all(struct conns *cs);
 /* conn_free_all - at exit: close every connection now. */
 void conn_free_all(struct conns *cs);
