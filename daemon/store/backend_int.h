@@ -47,6 +47,10 @@
 #define RB_QUEUE_MAX	   100000
 #define RB_QUEUE_MAX_BYTES (64 * 1024 * 1024)
 #define RB_QUEUE_ATTEMPTS  20
+/* A pod's tickets in a fair key's queue lapse when it has not asked for this
+ * long (it is gone); its heads ask at least every RB_FAIR_ASK_MS. */
+#define RB_FAIR_TTL_MS 1500
+#define RB_FAIR_ASK_MS (RB_FAIR_TTL_MS / 3)
 /* Waited past a late call's not_after before reconciling it (clock steps). */
 #define RB_CLOCK_MARGIN_MS 50
 /*
@@ -71,6 +75,7 @@ enum rb_op {
 	RB_OP_WRITEBACK,
 	RB_OP_OVERRIDE,
 	RB_OP_GIVE_BACK, /* units booked ahead and not handed out (rb_ahead.c) */
+	RB_OP_LEAVE,	 /* the ticket of a waiter that left a fair key's queue (rb_fair.c) */
 	RB_OP__COUNT
 };
 extern const char *const rb_op_names[RB_OP__COUNT];
@@ -280,6 +285,14 @@ void rb_adapt_args(struct rargs *a, const struct conf_scope *cs);
 void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 		     const char *lease_id, size_t count, int64_t not_after, const struct waiter *w,
 		     size_t *nkeys);
+/* ---- rb_fair.c ---- */
+bool rb_fair_on(const struct waiter *w);
+void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, size_t n,
+		  const char *ids, int64_t not_after, size_t *nkeys);
+const struct rval *rb_fair_reply(struct waiter *const *ws, size_t n, const struct rval *reply,
+				 int64_t *ahead);
+int64_t rb_fair_behind(const struct conf_scope *cs, const struct conf_class *cls, int64_t ahead,
+		       int64_t cost, int64_t *ask_min);
 /* What one plain acquire books ahead and gives back (rb_ahead_ask; rb_plain's fields). */
 struct rb_ask {
 	bool books_ahead, ahead;
