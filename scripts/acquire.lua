@@ -111,8 +111,12 @@ end
 -- is decided; then, once the acquire's own cost is admitted, up to `extra`
 -- more units are booked for the daemon to hand out itself, as many as the
 -- bucket holds above the class's floor. out[o + 7] is how many it booked.
+--
+-- qkey (the 'f' group): a fair key's tickets (fair_call); while any wait,
+-- the acquire is refused (code -9: it takes a ticket instead) and books
+-- nothing, but what it gives back still comes back.
 local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor, code,
-			     not_after, cost, extra, give)
+			     not_after, cost, extra, give, qkey)
 	if extra then out[o + 7] = 0 end
 	if not_after > 0 and now > not_after then
 		out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, 0, -6, 0, 0, 0
@@ -128,6 +132,11 @@ local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor,
 	if gave then -- units come back: the level at t drops
 		a = a - give * 1000
 		if a < 0 then a = 0 end
+	end
+	if qkey and redis.call('EXISTS', qkey) == 1 then -- a fair key's waiters go first
+		if gave then redis.call('HSET', key, 'a', int_arg(a)) end
+		out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, 1, -9, a, b, t
+		return
 	end
 	if kind == 'token-bucket' or kind == 'leaky-bucket' then
 		ok, na, nb, nt, ttl = strat_bucket_try(a, b, t, amount, window_ms, burst, now, cost, floor)
@@ -458,7 +467,8 @@ end
 -- count n); KEYS the three above, then acquire_one's KEYS.
 -- Returns { acquire_one's reply (admitted m of the n listed; the next one's
 -- wait and code, -9 when tickets of other pods are ahead of it), ahead (the
--- tickets ahead of the first listed waiter not admitted), then per listed
+-- tickets ahead of the first listed waiter not admitted), the tickets left
+-- (after a stale run: 1, unknown), then per listed
 -- waiter its member and start tag ('' '' when it holds none: admitted, a
 -- try, or refused for good) }.
 local function fair_call(KEYS, ARGV)
@@ -517,9 +527,9 @@ local function fair_call(KEYS, ARGV)
 		a[1], a[2] = table.concat(ids, ',', 1, c), tostring(c)
 		r = acquire_one(k, a)
 		m = r[1]
-		if r[3] == -6 then return { r, 0 } end -- stale: nothing booked
+		if r[3] == -6 then return { r, 0, 1 } end -- stale: nothing booked
 		if m == c and m < n then r[2], r[3] = 1, -9 end -- the next is behind others
-		if m == n and not contended and reaped == 0 then return { r, 0 } end
+		if m == n and not contended and reaped == 0 then return { r, 0, 0 } end
 	else
 		r, m = { 0, 1, -9, now, 0, 0, 0 }, 0
 	end
@@ -534,7 +544,7 @@ local function fair_call(KEYS, ARGV)
 	end
 	-- The others that wait hold a ticket: new ones (or ones Redis lost) are
 	-- tagged now, in the order listed.
-	local st, out = nil, { r, 0 }
+	local st, out = nil, { r, 0, 0 }
 	local left = redis.call('ZCARD', fq)
 	for i = m + 1, n do
 		local e, s = L[i], false
@@ -559,6 +569,7 @@ local function fair_call(KEYS, ARGV)
 		end
 		e.s = s
 	end
+	out[3] = left
 	if left == 0 then
 		redis.call('DEL', fs)
 	else
@@ -619,6 +630,8 @@ now_s = string.format('%d', now)
 --   'a' kind amount window_ms burst floor code not_after n, then n times
 --       cost extra give: the same, each booking up to extra units ahead and
 --       taking give back (acquire_plain)
+--   'f' the same as 'a', for a fair key: KEYS two per acquire, its rule
+--       hash and its tickets (refused while tickets wait)
 --   'g' nk na ARGV_1 .. ARGV_na
 --       one acquire of any plan; KEYS: its nk KEYS
 -- and KEYS are every group's KEYS in order. The reply is flat: the Redis
@@ -632,7 +645,7 @@ if ARGV[1] ~= '=' then return acquire_one(KEYS, ARGV) end
 local ng, out, kb, ab, o = num(ARGV[2]), { now }, 0, 2, 1
 for _ = 1, ng do
 	local g = ARGV[ab + 1]
-	if g == 'p' or g == 'a' then
+	if g == 'p' or g == 'a' or g == 'f' then
 		local kind, amount, window_ms, burst = ARGV[ab + 2], num(ARGV[ab + 3]),
 		    num(ARGV[ab + 4]), num(ARGV[ab + 5])
 		local floor, code, not_after, n = num(ARGV[ab + 6]), num(ARGV[ab + 7]),
@@ -645,13 +658,21 @@ for _ = 1, ng do
 				o = o + 6
 			end
 			ab = ab + n
-		else
+		elseif g == 'a' then
 			for i = 1, n do
 				acquire_plain(out, o, KEYS[kb + i], kind, amount, window_ms, burst,
 					      floor, code, not_after, num(ARGV[ab + 1]),
 					      num(ARGV[ab + 2]), num(ARGV[ab + 3]))
 				o, ab = o + 7, ab + 3
 			end
+		else
+			for i = 1, n do
+				acquire_plain(out, o, KEYS[kb + 2 * i - 1], kind, amount, window_ms, burst,
+					      floor, code, not_after, num(ARGV[ab + 1]),
+					      num(ARGV[ab + 2]), num(ARGV[ab + 3]), KEYS[kb + 2 * i])
+				o, ab = o + 7, ab + 3
+			end
+			kb = kb + n
 		end
 		kb = kb + n
 	else

@@ -49,12 +49,14 @@ struct kq {
 	struct event *retry_ev; /* the head's next attempt */
 	struct eng_refused *refused; /* a refusal Redis gave, kept until it can pass (engine.c) */
 	struct rb_ahead *ahead;	     /* units booked ahead in Redis (rb_ahead.c) */
-	struct fairq_cls *fq;	     /* its classes' fair-queuing tags, while waiters are tagged */
-	int64_t wake_at;	     /* the earliest head's wake: retry_ev; 0: unarmed */
-	uint16_t lim_cap;	     /* rules the state inline in the entry has room for */
-	bool lim_ext;		     /* lim is a separate allocation (a reload added rules) */
-	bool slot_wait;		     /* a head waits for a lease slot (a release may end it) */
-	bool busy;		     /* a backend decision for the head is in flight */
+	bool
+	    fl_queued; /* a fair scope's key: tickets waited in Redis at its last call (rb_fair.c) */
+	struct fairq_cls *fq; /* its classes' fair-queuing tags, while waiters are tagged */
+	int64_t wake_at;      /* the earliest head's wake: retry_ev; 0: unarmed */
+	uint16_t lim_cap;     /* rules the state inline in the entry has room for */
+	bool lim_ext;	      /* lim is a separate allocation (a reload added rules) */
+	bool slot_wait;	      /* a head waits for a lease slot (a release may end it) */
+	bool busy;	      /* a backend decision for the head is in flight */
 	bool in_pump;
 	bool kept; /* idle, on ad->kept_keys: eviction passed it over for its override */
 };

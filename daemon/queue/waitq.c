@@ -52,6 +52,7 @@ static void waitq_decided(void *arg, const struct eng_res *res);
 
 static bool waitq_send_batch(struct kq *kq, struct waiter *w);
 static void waitq_fleet_wake(struct kq *kq);
+static void waitq_sleep(struct kq *kq, struct waiter *w, int64_t now, int64_t wait_ms);
 static bool waitq_batchable(const struct waiter *w, const struct waiter *x, int64_t extra);
 
 static void waitq_deadline_cb(evutil_socket_t fd, short what, void *arg);
@@ -533,19 +534,23 @@ static void waitq_decided_batch(void *arg, struct waiter *const *ws, size_t n,
 
 /*
  * A fair scope's waiters take their tickets in the shared queue as they
- * arrive, through their class head's call: a sleeping head asks now when
- * one of the waiters its call would carry holds none yet.
+ * arrive, through their class head's call: a sleeping head asks within
+ * WAITQ_FLEET_GATHER_MS when one of the waiters its call would carry holds
+ * none yet (the arrivals of that time share the call, and a head due
+ * sooner carries them anyway).
  */
 static void waitq_fleet_wake(struct kq *kq)
 {
 	struct waitq_heads h;
 	size_t i, n;
 	struct waiter *x;
+	int64_t now = clock_mono_ms();
 
 	waitq_heads(kq, &h);
 	for (i = 0; i < h.n; i++) {
 		struct waiter *w = h.w[i];
-		if (w->wake_at == 0 || !kq->sc->ad->dec->can_batch(kq->sc->ad, w))
+		if (w->wake_at <= now + WAITQ_FLEET_GATHER_MS ||
+		    !kq->sc->ad->dec->can_batch(kq->sc->ad, w))
 			continue;
 		for (x = w, n = 0; x != NULL && n < WAITQ_BATCH; x = TAILQ_NEXT(x, kq_link)) {
 			if (x->t[0].cls != w->t[0].cls)
@@ -553,7 +558,7 @@ static void waitq_fleet_wake(struct kq *kq)
 			if (x != w && !waitq_batchable(w, x, 0))
 				break;
 			if (x->fl_member[0] == '\0' && !x->try_only && !x->inflight) {
-				w->wake_at = 0;
+				waitq_sleep(kq, w, now, WAITQ_FLEET_GATHER_MS);
 				break;
 			}
 			n++;

@@ -224,7 +224,8 @@ static void rb_acq_ahead(struct rb_acq *q, struct eng_res *res)
 static void rb_acq_plain(struct rb_acq *q, bool plain, const struct rb_ask *ask)
 {
 	q->ahead = plain && ask != NULL && ask->books_ahead;
-	q->form7 = plain && ask != NULL && ask->ahead;
+	/* a fair key's plain acquire alone is an 'f' group: the 'a' layout */
+	q->form7 = plain && ask != NULL && (ask->ahead || rb_fair_on(q->w));
 	q->give = q->form7 ? ask->give : 0;
 }
 
@@ -297,6 +298,12 @@ static void rb_acq_done(struct rb_acq *q)
 		rb_rollback(q, false);
 		return;
 	}
+	if (!res.admitted && res.retry_after_ms >= 0 && rb_fair_on(w)) {
+		/* A fair key is at its limit: its waiters take tickets, this
+		 * one now (its class head asks in the fair form at once). */
+		w->t[0].kq->fl_queued = true;
+		res.ask_max_ms = 1;
+	}
 	q->res = res;
 	if (!res.admitted) {
 		eng_refused_keep(w, &res); /* asked again here only once it can pass */
@@ -326,6 +333,8 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 		}
 		if (reply->n >= 7 && reply->a[6].type == RV_INT)
 			adrt_mirror(q->w->t[i].kq, reply->a[6].i);
+		if (q->r[i].code == PLAN_WHICH_FLEET)
+			q->w->t[i].kq->fl_queued = true; /* its tickets' turn: take one */
 		if (q->r[i].code == PLAN_WHICH_STALE) {
 			rb_stale(q->b, RB_OP_ACQUIRE);
 			q->r[i].out = RB_R_STALE;
@@ -514,7 +523,7 @@ struct rb_batch {
 
 bool backend_fair(const struct backend *b, const struct waiter *w)
 {
-	return b != NULL && rb_fair_on(w);
+	return b != NULL && rb_fair_now(w);
 }
 
 /* The refusal of ws[i] by a limit or, in a fair key, by the tickets ahead. */

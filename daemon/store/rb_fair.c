@@ -29,11 +29,10 @@ static void rb_fair_keys(struct rargs *a, const struct backend *b, const struct 
 			 const char *key, const struct conf_class *cls, bool pods)
 {
 	const char *cname = cls != NULL ? cls->name : "";
-	const char *q[9] = { b->ad->conf->prefix, ":{", cs->name, ":", key, "}:fq:", cname };
-	const char *t[9] = { b->ad->conf->prefix, ":{", cs->name, ":", key, "}:fs:", cname };
-	const char *p[9] = { b->ad->conf->prefix, ":{", cs->name, ":", key, "}:fp" };
+	const char *t[7] = { b->ad->conf->prefix, ":{", cs->name, ":", key, "}:fs:", cname };
+	const char *p[6] = { b->ad->conf->prefix, ":{", cs->name, ":", key, "}:fp" };
 
-	rargs_cat(a, q, 7);
+	rb_fair_queue_key(a, b, cs, key, cls);
 	rargs_cat(a, t, 7);
 	if (pods)
 		rargs_cat(a, p, 6);
@@ -44,6 +43,16 @@ bool rb_fair_on(const struct waiter *w)
 	const struct conf_scope *cs = w->t[0].kq->sc->cs;
 
 	return cs->fair && !cs->shadow && w->nt == 1 && w->nreserve == 0;
+}
+
+bool rb_fair_now(const struct waiter *w)
+{
+	const struct kq *kq = w->t[0].kq;
+
+	/* A plain plan's acquire checks the key's tickets itself (an 'f'
+	 * group, which books ahead): it takes a ticket once some wait. */
+	return rb_fair_on(w) &&
+	       (kq->fl_queued || kq->nwait > 1 || !conf_plan_of(kq->sc->cs, w->t[0].cls)->plain);
 }
 
 void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, size_t n,
@@ -88,14 +97,16 @@ const struct rval *rb_fair_reply(struct waiter *const *ws, size_t n, const struc
 {
 	size_t i;
 
-	if (reply == NULL || reply->type != RV_ARR || reply->n < 2 || reply->a[0].type != RV_ARR ||
-	    reply->a[1].type != RV_INT)
+	if (reply == NULL || reply->type != RV_ARR || reply->n < 3 || reply->a[0].type != RV_ARR ||
+	    reply->a[1].type != RV_INT || reply->a[2].type != RV_INT)
 		return NULL;
 	*ahead = reply->a[1].i;
-	if (reply->n < 2 + 2 * n)
-		return &reply->a[0]; /* a stale run: it placed nothing */
+	/* while tickets wait, this pod's acquires of the key take one too */
+	ws[0]->t[0].kq->fl_queued = reply->a[2].i > 0;
+	if (reply->n < 3 + 2 * n)
+		return &reply->a[0]; /* nobody waits, or a stale run: nothing placed */
 	for (i = 0; i < n; i++) {
-		const struct rval *m = &reply->a[2 + 2 * i], *s = &reply->a[3 + 2 * i];
+		const struct rval *m = &reply->a[3 + 2 * i], *s = &reply->a[4 + 2 * i];
 		if (m->type == RV_STR && m->len > 0 && s->type == RV_STR)
 			waitq_fleet_place(ws[i], m->s, strtod(s->s, NULL));
 		else
