@@ -92,6 +92,7 @@ valgrind:
 
 bench: all
 	$(PYTHON) tests/bench/run.py
+	ADMITD_BIN=$(CURDIR)/daemon/admitd $(PYTHON) tests/bench/fair.py --png tests/bench/results/fairness.png
 
 format:
 	clang-format -i $(shell git ls-files '*.c' '*.h')

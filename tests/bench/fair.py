@@ -42,6 +42,7 @@ Run: ADMITD_BIN=daemon/admitd python3 tests/bench/fair.py [--quick]
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -90,21 +91,31 @@ fair = yes
 rule = requests token-bucket 1000000/1s
 """
 
-PLOT = """
-set terminal pngcairo size 900,480 font ",10" noenhanced
+LAYOUT_WORDS = {"all": "each tenant backlogged on every pod",
+                "split": "gold on pod 0, silver on pod 1, bronze on pod 2"}
+
+PLOT_HEAD = """
+set terminal pngcairo size 1200,520 font ",10" noenhanced
 set output "{out}"
-set title "fair = yes: three admitd, one key limited to {rate}/s (admitted {adm:.0f}/s)\\n\
-gold 4 : silver 2 : bronze 1 backlogged on every pod, light: one request every 250 ms"
+set multiplot layout 1,2 title "three admitd, one key limited to {rate}/s; weights gold 4 : \
+silver 2 : bronze 1, {where}; light (weight 1): one request every 250 ms, round the pods"
 set xlabel "seconds"
 set ylabel "admissions since the window began"
 set key top left box opaque
 set grid
+"""
+
+PLOT_PANEL = """
+set title "fair = {fair}: {adm:.1f} admissions/s"
 set xrange [0:{xmax}]
 set yrange [0:{ymax}]
-plot "{data}" using 1:2 with lines lw 2 title "gold, weight 4: {gold:.1f}/s, {sgold:.3f} of the heavy (4/7 = 0.571)", \\
-     "{data}" using 1:3 with lines lw 2 title "silver, weight 2: {silver:.1f}/s, {ssilver:.3f} (2/7 = 0.286)", \\
-     "{data}" using 1:4 with lines lw 2 title "bronze, weight 1: {bronze:.1f}/s, {sbronze:.3f} (1/7 = 0.143)", \\
-     "{data}" using 1:5 with lines lw 2 title "light, weight 1, asks 4/s: {light:.1f}/s"
+plot "{data}" using 1:2 with lines lw 2 title sprintf("gold, weight 4: %.1f/s, %.3f of the heavy \
+(4/7 = 0.571)", {gold}, {sgold}), \\
+     "{data}" using 1:3 with lines lw 2 title sprintf("silver, weight 2: %.1f/s, %.3f (0.286)", \
+{silver}, {ssilver}), \\
+     "{data}" using 1:4 with lines lw 2 title sprintf("bronze, weight 1: %.1f/s, %.3f (0.143)", \
+{bronze}, {sbronze}), \\
+     "{data}" using 1:5 with lines lw 2 title sprintf("light, weight 1, asks 4/s: %.1f/s", {light})
 """
 
 
@@ -185,10 +196,42 @@ def fair_pct(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def fair_contended_run(pods, scope, args):
+class FairLoad:
+    """The heavy tenants' backlog in one of the LAYOUTS: "all", each tenant
+    --conns connections on every pod; "split", tenant i 3 * --conns on pod i
+    alone (the same connections in all). admitted(): (pod, tenant, sent,
+    answered), pod numbered in the fleet."""
+
+    def __init__(self, daemons, scope, layout, conns):
+        tenants = [t for t, _ in WEIGHTS]
+        if layout == "all":
+            self.parts = [(list(range(len(daemons))), Backlog(daemons, scope, conns, tenants))]
+        else:
+            self.parts = [([i], Backlog([daemons[i]], scope, conns * len(daemons), [t]))
+                          for i, t in enumerate(tenants)]
+        self.errors = []
+
+    def start(self):
+        for _, ld in self.parts:
+            ld.start()
+        return self
+
+    def finish(self):
+        for _, ld in self.parts:
+            ld.stop.set()
+        for _, ld in self.parts:
+            ld.finish()
+            self.errors += ld.errors
+
+    def admitted(self, t0=float("-inf"), t1=float("inf")):
+        return [(pods[g[0]],) + tuple(g[1:]) for pods, ld in self.parts
+                for g in ld.admitted(t0, t1)]
+
+
+def fair_contended_run(pods, scope, layout, args):
     """One run on SCOPE: the load, the window, the measurements (a dict)."""
     daemons = pods.daemons
-    ld = Backlog(daemons, scope, args.conns, tenants=[t for t, _ in WEIGHTS]).start()
+    ld = FairLoad(daemons, scope, layout, args.conns).start()
     light = FairLight(daemons, scope).start()
     try:
         time.sleep(args.warmup)
@@ -223,6 +266,7 @@ def fair_contended_run(pods, scope, args):
     adm = max(1, n)
     return {
         "scope": scope,
+        "layout": layout,
         "seconds": round(secs, 3),
         "admissions": n,
         "admissions_per_s": n / secs,
@@ -250,8 +294,9 @@ def fair_contended_run(pods, scope, args):
 
 
 def fair_series(heavy, lights, t0, t1):
-    """Admissions per BUCKET_S per tenant over the window: [[t, g, s, b, l]]."""
-    nb = max(1, int((t1 - t0) / BUCKET_S))
+    """Admissions per BUCKET_S per tenant over the window: [[t, g, s, b, l]],
+    t the bucket's end (the last one ends with the window)."""
+    nb = max(1, math.ceil((t1 - t0) / BUCKET_S))
     names = [t for t, _ in WEIGHTS] + [LIGHT]
     rows = [[0] * len(names) for _ in range(nb)]
     events = [(g[3], g[1]) for g in heavy] + [(g[2], LIGHT) for g in lights if g[3]]
@@ -259,7 +304,7 @@ def fair_series(heavy, lights, t0, t1):
         b = int((t - t0) / BUCKET_S)
         if b < nb:
             rows[b][names.index(tenant)] += 1
-    return [[round((b + 1) * BUCKET_S, 3)] + r for b, r in enumerate(rows)]
+    return [[round(min((b + 1) * BUCKET_S, t1 - t0), 3)] + r for b, r in enumerate(rows)]
 
 
 def fair_uncontended(args, book_ahead):
@@ -321,24 +366,25 @@ def fair_fmt(v, f):
 
 def fair_table(res):
     lines = ["", "contended: 3 admitd, one key at requests token-bucket RATE/1s burst=5; gold 4 : "
-             "silver 2 : bronze 1, %d connections each on every pod, + light (weight 1, one "
-             "acquire every 250 ms); medians of %d runs of %.0f s" % (
-                 res["conns"], res["reps"], res["seconds"]),
-             "%-5s %-8s %7s %9s %10s %11s %7s %-17s %8s %13s" % (
-                 "rate", "scope", "adm/s", "calls/adm", "redis us/a", "admitd us/a", "max err",
-                 "pod shares", "inverted", "light p50/max")]
-    for rate in res["rates"]:
+             "silver 2 : bronze 1 backlogged (%d connections per tenant per pod in layout all; "
+             "in layout split each tenant %d connections on its own pod), + light (weight 1, one "
+             "acquire every 250 ms, round the pods); medians of %d runs of %.0f s" % (
+                 res["conns"], 3 * res["conns"], res["reps"], res["seconds"]),
+             "%-10s %-8s %7s %9s %10s %11s %7s %-17s %8s %13s" % (
+                 "layout", "scope", "adm/s", "calls/adm", "redis us/a", "admitd us/a",
+                 "max err", "pod shares", "inverted", "light p50/max")]
+    for row in res["rows"]:
         for name in ("fair", "plain"):
-            s = res["contended"][str(rate)][name]["median"]
-            lines.append("%-5d %-8s %7.1f %9.3f %10.1f %11.1f %6.1f%% %-17s %7.2f%% %13s" % (
-                rate, "fair=yes" if name == "fair" else "fair=no", s["admissions_per_s"],
+            s = res["contended"][row][name]["median"]
+            lines.append("%-10s %-8s %7.1f %9.3f %10.1f %11.1f %6.1f%% %-17s %7.2f%% %13s" % (
+                row, "fair=yes" if name == "fair" else "fair=no", s["admissions_per_s"],
                 s["redis_calls_per_admission"], s["redis_cpu_us_per_admission"],
                 s["admitd_cpu_us_per_admission"], 100 * s["max_share_error"],
                 "/".join("%.3f" % x for x in s["pod_shares"]),
                 100 * (s["inverted_share"] or 0),
                 "%s/%s ms" % (fair_fmt(s["light_wait_ms_p50"], "%.0f"),
                               fair_fmt(s["light_wait_ms_max"], "%.0f"))))
-            lines.append("%-14s shares %s" % ("", "  ".join(
+            lines.append("%-19s shares %s" % ("", "  ".join(
                 "%s %.3f" % (t, s["shares"][t]) for t, _ in WEIGHTS)))
     lines += ["", "uncontended: 1 admitd, one key at requests token-bucket 1000000/1s, one "
               "connection, %d acquires a run; medians of %d" % (res["uncontended_n"], res["reps"])]
@@ -357,26 +403,41 @@ def fair_table(res):
     return "\n".join(lines)
 
 
-def fair_plot(run, rate, out):
-    """The picture from one fair = yes run: each tenant's admissions, cumulative."""
+def fair_plot_data(run, path):
+    """RUN's admissions per tenant, cumulative, into PATH; the gnuplot
+    values for its legend (each tenant's rate and share)."""
+    total = [0] * (len(WEIGHTS) + 1)
+    with open(path, "w") as fh:
+        fh.write("# t gold silver bronze light (admissions since the window began)\n")
+        fh.write("0 0 0 0 0\n")
+        for row in run["series"]:
+            total = [a + b for a, b in zip(total, row[1:])]
+            fh.write("%.3f %s\n" % (row[0], " ".join("%d" % x for x in total)))
+    v = {t: run["tenants"][t] / run["seconds"] for t, _ in WEIGHTS}
+    v[LIGHT] = run["light_admitted"] / run["seconds"]
+    v.update(("s" + t, run["shares"][t]) for t, _ in WEIGHTS)
+    v.update(data=path, adm=run["admissions_per_s"], xmax=run["series"][-1][0])
+    return v, max(total)
+
+
+def fair_plot(runs, row, out):
+    """The picture: RUNS (fair = yes, fair = no: one run each of ROW), each
+    tenant's admissions, cumulative, side by side on one y scale."""
+    layout, rate = row.split(":")
     tmp = tempfile.mkdtemp(prefix="bench-fair-")
     try:
-        data = os.path.join(tmp, "fair.dat")
-        total = [0] * (len(WEIGHTS) + 1)
-        with open(data, "w") as fh:
-            fh.write("# t gold silver bronze light (admissions since the window began)\n")
-            fh.write("0 0 0 0 0\n")
-            for row in run["series"]:
-                total = [a + b for a, b in zip(total, row[1:])]
-                fh.write("%.3f %s\n" % (row[0], " ".join("%d" % x for x in total)))
-        rates = {t: run["tenants"][t] / run["seconds"] for t, _ in WEIGHTS}
-        rates[LIGHT] = run["light_admitted"] / run["seconds"]
-        rates.update(("s" + t, run["shares"][t]) for t, _ in WEIGHTS)
+        panels, top = [], 0
+        for name, run in zip(("yes", "no"), runs):
+            v, m = fair_plot_data(run, os.path.join(tmp, "fair-%s.dat" % name))
+            top = max(top, m)
+            panels.append((name, v))
+        gp = [PLOT_HEAD.format(out=out, rate=rate, where=LAYOUT_WORDS[layout])]
+        for name, v in panels:
+            gp.append(PLOT_PANEL.format(fair=name, ymax=int(top * 1.45) + 1, **v))
+        gp.append("unset multiplot\n")
         script = os.path.join(tmp, "fair.gp")
         with open(script, "w") as fh:
-            fh.write(PLOT.format(out=out, data=data, rate=rate, adm=run["admissions_per_s"],
-                                 xmax=run["series"][-1][0], ymax=int(max(total) * 1.15) + 1,
-                                 **rates))
+            fh.write("".join(gp))
         subprocess.run(["gnuplot", script], check=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -391,21 +452,30 @@ def fair_args(argv=None):
     ap.add_argument("--reps", type=int, default=3, help="runs of each row (median)")
     ap.add_argument("--seconds", type=float, default=6.0, help="measured window of a run")
     ap.add_argument("--warmup", type=float, default=1.5, help="load before the window")
-    ap.add_argument("--rates", default="50,200",
-                    help="the contended limits, per second, comma-separated")
+    ap.add_argument("--rows", default="all:50,all:200,split:50",
+                    help="the contended rows, LAYOUT:RATE comma-separated (LAYOUT: all or "
+                    "split, RATE: the limit per second)")
     ap.add_argument("--conns", type=int, default=3,
                     help="connections per heavy tenant per pod")
     ap.add_argument("--uncontended", type=int, default=10000,
                     help="acquires per uncontended run")
     ap.add_argument("--json", default=os.path.join(RESULTS_DIR, "fair.json"))
     ap.add_argument("--png", default=None,
-                    help="draw the picture here (docs/fairness.png to publish it), from the "
-                    "fair = yes run with the median admissions/s at the last rate")
+                    help="draw the picture here (docs/fairness.png to publish it): the "
+                    "fair = yes and fair = no runs of --png-row with the median admissions/s")
+    ap.add_argument("--png-row", default=None, help="LAYOUT:RATE (default: the last row)")
     args = ap.parse_args(argv)
     if args.quick:
         args.reps, args.seconds, args.warmup, args.uncontended = 1, 2.5, 1.0, 1000
-        args.rates = "100"
-    args.rates = [int(x) for x in args.rates.split(",") if x.strip()]
+        args.rows = "all:100,split:100"
+    args.rows = [x.strip() for x in args.rows.split(",") if x.strip()]
+    for row in args.rows:
+        layout, _, rate = row.partition(":")
+        if layout not in LAYOUT_WORDS or not rate.isdigit() or int(rate) < 1:
+            ap.error("--rows: %r is not LAYOUT:RATE (LAYOUT all or split)" % row)
+    args.png_row = args.png_row or args.rows[-1]
+    if args.png_row not in args.rows:
+        ap.error("--png-row %s is not one of --rows" % args.png_row)
     return args
 
 
@@ -417,24 +487,26 @@ def main(argv=None):
                        "loadavg": os.getloadavg()},
            "command": " ".join(["python3", "tests/bench/fair.py"] +
                                (sys.argv[1:] if argv is None else argv)),
-           "rates": args.rates, "conns": args.conns, "reps": args.reps, "seconds": args.seconds,
+           "rows": args.rows, "conns": args.conns, "reps": args.reps, "seconds": args.seconds,
            "warmup": args.warmup, "uncontended_n": args.uncontended, "contended": {}}
-    for rate in args.rates:
-        row = res["contended"][str(rate)] = {"fair": {"runs": []}, "plain": {"runs": []}}
-        with Pods(fair_conf(CONTENDED, rate), n=3) as p:
+    for row in args.rows:
+        layout, rate = row.split(":")
+        res["contended"][row] = {"fair": {"runs": []}, "plain": {"runs": []}}
+        with Pods(fair_conf(CONTENDED, int(rate)), n=3) as p:
             for rep in range(args.reps):
                 for scope in ("fair", "plain"):
-                    r = fair_contended_run(p, scope, args)
-                    row[scope]["runs"].append(r)
-                    fair_log("%d/s %s run %d: %.1f adm/s, %.3f calls/adm, max err %.1f%%, "
+                    r = fair_contended_run(p, scope, layout, args)
+                    res["contended"][row][scope]["runs"].append(r)
+                    fair_log("%s %s run %d: %.1f adm/s, %.3f calls/adm, max err %.1f%%, "
                              "inverted %d of %d pairs, light p50 %s ms" % (
-                                 rate, scope, rep + 1, r["admissions_per_s"],
+                                 row, scope, rep + 1, r["admissions_per_s"],
                                  r["redis_calls_per_admission"], 100 * r["max_share_error"],
                                  r["inverted"], r["pairs"],
                                  fair_fmt(r["light_wait_ms_p50"], "%.0f")))
                     time.sleep(0.3)
         for scope in ("fair", "plain"):
-            row[scope]["median"] = fair_summary(row[scope]["runs"])
+            res["contended"][row][scope]["median"] = fair_summary(
+                res["contended"][row][scope]["runs"])
     res["uncontended"] = [fair_uncontended(args, ahead) for ahead in ("5ms", "0")]
     res["machine"]["loadavg_after"] = os.getloadavg()
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
@@ -443,11 +515,13 @@ def main(argv=None):
     print(fair_table(res))
     print("wrote %s" % args.json)
     if args.png:
-        runs = res["contended"][str(args.rates[-1])]["fair"]["runs"]
-        mid = sorted(runs, key=lambda r: r["admissions_per_s"])[len(runs) // 2]
-        fair_plot(mid, args.rates[-1], args.png)
-        print("wrote %s (the fair = yes run with the median admissions/s at %d/s)"
-              % (args.png, args.rates[-1]))
+        mids = []
+        for scope in ("fair", "plain"):
+            runs = res["contended"][args.png_row][scope]["runs"]
+            mids.append(sorted(runs, key=lambda r: r["admissions_per_s"])[len(runs) // 2])
+        fair_plot(mids, args.png_row, args.png)
+        print("wrote %s (%s: the fair = yes and fair = no runs with the median admissions/s)"
+              % (args.png, args.png_row))
     return res
 
 
