@@ -1,26 +1,30 @@
 #!/usr/bin/env python3
-"""fair.py - what `fair = yes` costs and what it achieves: the contended row
-(three admitd, four tenants, one key over its limit) beside the same load
-with `fair = no`, and the uncontended row (one admitd, one key under its
-limit), as a table, a JSON file and docs/fairness.png.
+"""fair.py - what `fair = yes` costs and what it achieves: contended rows
+(three admitd, four tenants, one key over its limit), each beside the same
+load with `fair = no`, and the uncontended row (one admitd, one key under
+its limit), as a table, a JSON file and a picture.
 
 Owns: the runs (a private redis-server and the real daemons, through
 tests/integ/redis_util.py's Pods), their measurements, the table on stdout,
-tests/bench/results/fair.json, and the picture (gnuplot). The clients are
-tests/integ/test_fleet_fair.py's Backlog (threads that acquire again as soon
-as admitted, `"lease": false`) and its inverted_pairs.
+tests/bench/results/fair.json, and the picture (gnuplot; --png). The
+clients are tests/integ/test_fleet_fair.py's Backlog (threads that acquire
+again as soon as admitted, `"lease": false`) and its inverted_pairs.
 
-Contended (scopes `fair` and `plain`: one rule, weights, fair = yes / no):
-  three daemons; gold 4, silver 2 and bronze 1 each keep --conns waiters on
-  every pod; a light tenant (weight 1) sends one acquire every 250 ms,
-  turning round the pods. Each run warms up, then measures --seconds:
+Contended (scopes `fair` and `plain`: one rule, requests token-bucket
+  RATE/1s burst=5, the same weights, fair = yes / no), one row per
+  --rows LAYOUT:RATE. Gold 4, silver 2 and bronze 1 are backlogged:
+    all     each keeps --conns waiters on every pod;
+    split   gold 3 * --conns on pod 0 alone, silver on pod 1, bronze on pod 2.
+  A light tenant (weight 1) sends one acquire every 250 ms, turning round
+  the pods. Each run warms up (--warmup), then measures --seconds:
     adm/s        admissions answered in the window, per second
     calls/adm    Redis script calls (INFO commandstats, FCALL + EVALSHA)
                  over the window / admissions
-    cpu us/adm   Redis CPU (INFO cpu, used_cpu_sys + used_cpu_user) / admissions
+    redis us/a   Redis CPU (INFO cpu, used_cpu_sys + used_cpu_user) / admissions
+    admitd us/a  the three daemons' CPU (/proc) / admissions
     max err      the heavy tenants' shares against 4/7, 2/7, 1/7 of what the
                  light tenant leaves: the largest |share / weighted - 1|
-    pods         each pod's share of the heavy admissions (equal load: a third)
+    pod shares   each pod's share of the heavy admissions
     inverted     of two acquires of one tenant sent more than 100 ms apart
                  that waited together, the share where the later was answered
                  first (tenants are weighed against each other, so pairs are
@@ -31,13 +35,17 @@ Contended (scopes `fair` and `plain`: one rule, weights, fair = yes / no):
 Uncontended (scopes `ufair` and `uplain`, 1000000/1s): one daemon, one
   connection, --uncontended acquires one after another on one key: Redis
   script calls per admission, fair = yes against fair = no (the issue's
-  bound: within 5%).
+  bound: within 5%), with redis_book_ahead at its default (5ms) and at 0
+  (every acquire asks Redis).
+Picture (--png): the fair = yes and fair = no runs of --png-row with the
+  median admissions/s, side by side: each tenant's admissions, cumulative.
 
 Timings are reported, never asserted (tests/integ/test_bench_fair.py checks
 the quick mode's JSON; test_fleet_fair.py holds the bounds).
 
 Run: ADMITD_BIN=daemon/admitd python3 tests/bench/fair.py [--quick]
-     [--reps 3] [--seconds 6] [--png docs/fairness.png] [--json PATH]
+     [--reps 3] [--seconds 6] [--rows all:50,all:200,split:50]
+     [--png docs/fairness.png] [--json PATH]
 """
 
 import argparse
