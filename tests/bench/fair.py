@@ -33,7 +33,7 @@ Contended (scopes `fair` and `plain`: one rule, requests token-bucket
   Runs are interleaved (fair, plain, fair, plain, ...), --reps of each; the
   table quotes medians.
 Uncontended (scopes `ufair` and `uplain`, 1000000/1s): one daemon, one
-  connection, --uncontended acquires one after another on one key: Redis
+  connection, --uncontended acquires on one key at --uncontended-rate: Redis
   script calls per admission, fair = yes against fair = no (the issue's
   bound: within 5%), with redis_book_ahead at its default (5ms) and at 0
   (every acquire asks Redis).
@@ -317,8 +317,9 @@ def fair_series(heavy, lights, t0, t1):
 
 def fair_uncontended(args, book_ahead):
     """One daemon (redis_book_ahead = BOOK_AHEAD), one key under its limit,
-    one connection: script calls per admission on `ufair` and `uplain`,
-    interleaved, --reps each."""
+    one connection sending at --uncontended-rate (what is booked ahead
+    follows the rate taken, so both scopes are held to one rate): script
+    calls per admission on `ufair` and `uplain`, interleaved, --reps each."""
     out = {"redis_book_ahead": book_ahead, "ufair": [], "uplain": []}
     with Pods(UNCONTENDED, n=1, admitd_extra="redis_book_ahead = %s" % book_ahead) as p:
         d = p.daemons[0]
@@ -330,6 +331,7 @@ def fair_uncontended(args, book_ahead):
                     calls0, cpu0 = fair_redis_snapshot(p.redis)
                     t0 = now()
                     for i in range(args.uncontended):
+                        time.sleep(max(0.0, t0 + i / args.uncontended_rate - now()))
                         r = c.request(acquire_req(scope, key, timeout_ms=1000, lease=False,
                                                   id=i))
                         if not r.get("ok"):
@@ -395,7 +397,8 @@ def fair_table(res):
             lines.append("%-19s shares %s" % ("", "  ".join(
                 "%s %.3f" % (t, s["shares"][t]) for t, _ in WEIGHTS)))
     lines += ["", "uncontended: 1 admitd, one key at requests token-bucket 1000000/1s, one "
-              "connection, %d acquires a run; medians of %d" % (res["uncontended_n"], res["reps"])]
+              "connection at %.0f acquires/s, %d acquires a run; medians of %d" % (
+                  res["uncontended_rate"], res["uncontended_n"], res["reps"])]
     for u in res["uncontended"]:
         for name in ("ufair", "uplain"):
             s = u["median"][name]
@@ -465,8 +468,10 @@ def fair_args(argv=None):
                     "split, RATE: the limit per second)")
     ap.add_argument("--conns", type=int, default=3,
                     help="connections per heavy tenant per pod")
-    ap.add_argument("--uncontended", type=int, default=10000,
+    ap.add_argument("--uncontended", type=int, default=2000,
                     help="acquires per uncontended run")
+    ap.add_argument("--uncontended-rate", type=float, default=1000.0,
+                    help="the uncontended client's pace, acquires per second")
     ap.add_argument("--json", default=os.path.join(RESULTS_DIR, "fair.json"))
     ap.add_argument("--png", default=None,
                     help="draw the picture here (docs/fairness.png to publish it): the "
@@ -474,7 +479,7 @@ def fair_args(argv=None):
     ap.add_argument("--png-row", default=None, help="LAYOUT:RATE (default: the last row)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.reps, args.seconds, args.warmup, args.uncontended = 1, 2.5, 1.0, 1000
+        args.reps, args.seconds, args.warmup, args.uncontended = 1, 2.5, 1.0, 500
         args.rows = "all:100,split:100"
     args.rows = [x.strip() for x in args.rows.split(",") if x.strip()]
     for row in args.rows:
@@ -496,7 +501,8 @@ def main(argv=None):
            "command": " ".join(["python3", "tests/bench/fair.py"] +
                                (sys.argv[1:] if argv is None else argv)),
            "rows": args.rows, "conns": args.conns, "reps": args.reps, "seconds": args.seconds,
-           "warmup": args.warmup, "uncontended_n": args.uncontended, "contended": {}}
+           "warmup": args.warmup, "uncontended_n": args.uncontended,
+           "uncontended_rate": args.uncontended_rate, "contended": {}}
     for row in args.rows:
         layout, rate = row.split(":")
         res["contended"][row] = {"fair": {"runs": []}, "plain": {"runs": []}}
