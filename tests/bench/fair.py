@@ -20,6 +20,7 @@ Contended (scopes `fair` and `plain`: one rule, requests token-bucket
     adm/s        admissions answered in the window, per second
     calls/adm    Redis script calls (INFO commandstats, FCALL + EVALSHA)
                  over the window / admissions
+    script us    Redis's time in those calls (INFO commandstats usec) / admissions
     redis us/a   Redis CPU (INFO cpu, used_cpu_sys + used_cpu_user) / admissions
     admitd us/a  the three daemons' CPU (/proc) / admissions
     max err      the heavy tenants' shares against 4/7, 2/7, 1/7 of what the
@@ -66,7 +67,7 @@ sys.path.insert(0, REPO)
 os.environ.setdefault("ADMITD_BIN", os.path.join(REPO, "daemon", "admitd"))
 
 from tests.bench.bench_env import RESULTS_DIR, proc_cpu_s  # noqa: E402
-from tests.bench.bench_redis import commandstats_evalsha  # noqa: E402
+from tests.bench.bench_redis import SCRIPT_CMDS, commandstats  # noqa: E402
 from tests.integ.harness import acquire_req, now  # noqa: E402
 from tests.integ.redis_util import Pods, status  # noqa: E402
 from tests.integ.test_fleet_fair import Backlog, inverted_pairs  # noqa: E402
@@ -138,14 +139,27 @@ def fair_conf(tmpl, rate):
 
 
 def fair_redis_snapshot(redis):
-    """(script calls, Redis CPU seconds) now."""
-    info = redis.command("INFO", "cpu")
+    """(script calls, microseconds Redis spent in them, Redis CPU seconds)
+    now: INFO commandstats (FCALL and EVALSHA) and INFO cpu."""
+    cs = commandstats(redis)
+    calls = usec = 0.0
+    for cmd in SCRIPT_CMDS:
+        calls += cs.get(cmd.lower(), {}).get("calls", 0)
+        usec += cs.get(cmd.lower(), {}).get("usec", 0)
     cpu = 0.0
-    for line in info.splitlines():
+    for line in redis.command("INFO", "cpu").splitlines():
         k, _, v = line.partition(":")
         if k in ("used_cpu_sys", "used_cpu_user"):
             cpu += float(v)
-    return commandstats_evalsha(redis), cpu
+    return calls, usec, cpu
+
+
+def fair_redis_delta(before, after, n):
+    """The per-admission figures of two snapshots over n admissions."""
+    calls, usec, cpu = (y - x for x, y in zip(before, after))
+    n = max(1, n)
+    return {"redis_calls": int(calls), "redis_calls_per_admission": calls / n,
+            "script_us_per_admission": usec / n, "redis_cpu_us_per_admission": cpu * 1e6 / n}
 
 
 def fair_daemon_calls(daemons):
@@ -243,13 +257,13 @@ def fair_contended_run(pods, scope, layout, args):
     light = FairLight(daemons, scope).start()
     try:
         time.sleep(args.warmup)
-        calls0, cpu0 = fair_redis_snapshot(pods.redis)
+        snap0 = fair_redis_snapshot(pods.redis)
         kinds0 = fair_daemon_calls(daemons)
         dcpu0 = sum(proc_cpu_s(d.pid) for d in daemons)
         t0 = now()
         time.sleep(args.seconds)
         t1 = now()
-        calls1, cpu1 = fair_redis_snapshot(pods.redis)
+        snap1 = fair_redis_snapshot(pods.redis)
         kinds1 = fair_daemon_calls(daemons)
         dcpu1 = sum(proc_cpu_s(d.pid) for d in daemons)
     finally:
@@ -271,17 +285,13 @@ def fair_contended_run(pods, scope, layout, args):
         pairs, inv = pairs + p, inv + v
     waits = [(g[2] - g[1]) * 1000 for g in lights if g[3]]
     secs = t1 - t0
-    adm = max(1, n)
-    return {
+    return dict(fair_redis_delta(snap0, snap1, n), **{
         "scope": scope,
         "layout": layout,
         "seconds": round(secs, 3),
         "admissions": n,
         "admissions_per_s": n / secs,
-        "redis_calls": calls1 - calls0,
-        "redis_calls_per_admission": (calls1 - calls0) / adm,
-        "redis_cpu_us_per_admission": (cpu1 - cpu0) * 1e6 / adm,
-        "admitd_cpu_us_per_admission": (dcpu1 - dcpu0) * 1e6 / adm,
+        "admitd_cpu_us_per_admission": (dcpu1 - dcpu0) * 1e6 / max(1, n),
         "daemon_calls_by_kind": {k: kinds1.get(k, 0) - kinds0.get(k, 0) for k in kinds1},
         "tenants": per,
         "light_admitted": sum(1 for g in lights if g[3]),
@@ -298,7 +308,7 @@ def fair_contended_run(pods, scope, layout, args):
         "light_wait_ms_max": max(waits) if waits else None,
         "errors": [repr(e) for e in ld.errors] + light.errors,
         "series": fair_series(heavy, lights, t0, t1),
-    }
+    })
 
 
 def fair_series(heavy, lights, t0, t1):
@@ -328,7 +338,7 @@ def fair_uncontended(args, book_ahead):
                 for scope in ("ufair", "uplain"):
                     key = "u%d" % rep
                     c.request(acquire_req(scope, key, timeout_ms=1000, lease=False))
-                    calls0, cpu0 = fair_redis_snapshot(p.redis)
+                    snap0 = fair_redis_snapshot(p.redis)
                     t0 = now()
                     for i in range(args.uncontended):
                         time.sleep(max(0.0, t0 + i / args.uncontended_rate - now()))
@@ -337,15 +347,10 @@ def fair_uncontended(args, book_ahead):
                         if not r.get("ok"):
                             raise AssertionError("uncontended acquire refused: %r" % r)
                     t1 = now()
-                    calls1, cpu1 = fair_redis_snapshot(p.redis)
+                    snap1 = fair_redis_snapshot(p.redis)
                     n = args.uncontended
-                    out[scope].append({
-                        "admissions": n,
-                        "admissions_per_s": n / (t1 - t0),
-                        "redis_calls": calls1 - calls0,
-                        "redis_calls_per_admission": (calls1 - calls0) / n,
-                        "redis_cpu_us_per_admission": (cpu1 - cpu0) * 1e6 / n,
-                    })
+                    out[scope].append(dict(fair_redis_delta(snap0, snap1, n), admissions=n,
+                                           admissions_per_s=n / (t1 - t0)))
         out["ticket_keys_left"] = len(p.redis.command("KEYS", "*}:f*"))
     out["median"] = {s: fair_summary(out[s]) for s in ("ufair", "uplain")}
     out["calls_ratio"] = (out["median"]["ufair"]["redis_calls_per_admission"]
@@ -359,7 +364,8 @@ def fair_median(runs, field):
 
 
 def fair_summary(runs):
-    fields = ("admissions_per_s", "redis_calls_per_admission", "redis_cpu_us_per_admission",
+    fields = ("admissions_per_s", "redis_calls_per_admission", "script_us_per_admission",
+              "redis_cpu_us_per_admission",
               "admitd_cpu_us_per_admission", "max_share_error", "inverted_share",
               "light_wait_ms_p50", "light_wait_ms_max")
     s = {f: fair_median(runs, f) for f in fields}
@@ -380,15 +386,16 @@ def fair_table(res):
              "in layout split each tenant %d connections on its own pod), + light (weight 1, one "
              "acquire every 250 ms, round the pods); medians of %d runs of %.0f s" % (
                  res["conns"], 3 * res["conns"], res["reps"], res["seconds"]),
-             "%-10s %-8s %7s %9s %10s %11s %7s %-17s %8s %13s" % (
-                 "layout", "scope", "adm/s", "calls/adm", "redis us/a", "admitd us/a",
-                 "max err", "pod shares", "inverted", "light p50/max")]
+             "%-10s %-8s %7s %9s %9s %10s %11s %7s %-17s %8s %13s" % (
+                 "layout", "scope", "adm/s", "calls/adm", "script us", "redis us/a",
+                 "admitd us/a", "max err", "pod shares", "inverted", "light p50/max")]
     for row in res["rows"]:
         for name in ("fair", "plain"):
             s = res["contended"][row][name]["median"]
-            lines.append("%-10s %-8s %7.1f %9.3f %10.1f %11.1f %6.1f%% %-17s %7.2f%% %13s" % (
+            lines.append("%-10s %-8s %7.1f %9.3f %9.1f %10.1f %11.1f %6.1f%% %-17s %7.2f%% %13s" % (
                 row, "fair=yes" if name == "fair" else "fair=no", s["admissions_per_s"],
-                s["redis_calls_per_admission"], s["redis_cpu_us_per_admission"],
+                s["redis_calls_per_admission"], s["script_us_per_admission"],
+                s["redis_cpu_us_per_admission"],
                 s["admitd_cpu_us_per_admission"], 100 * s["max_share_error"],
                 "/".join("%.3f" % x for x in s["pod_shares"]),
                 100 * (s["inverted_share"] or 0),
@@ -402,10 +409,11 @@ def fair_table(res):
     for u in res["uncontended"]:
         for name in ("ufair", "uplain"):
             s = u["median"][name]
-            lines.append("book ahead %-4s %-8s %8.0f adm/s %7.4f calls/adm %6.1f redis us/adm" % (
-                u["redis_book_ahead"], "fair=yes" if name == "ufair" else "fair=no",
-                s["admissions_per_s"], s["redis_calls_per_admission"],
-                s["redis_cpu_us_per_admission"]))
+            lines.append("book ahead %-4s %-8s %6.0f adm/s %7.4f calls/adm %6.1f script us/adm "
+                         "%6.1f redis us/adm" % (
+                             u["redis_book_ahead"], "fair=yes" if name == "ufair" else "fair=no",
+                             s["admissions_per_s"], s["redis_calls_per_admission"],
+                             s["script_us_per_admission"], s["redis_cpu_us_per_admission"]))
         lines.append("book ahead %-4s calls per admission, fair=yes / fair=no: %.4f (within 5%%: "
                      "%s); ticket keys left: %d" % (
                          u["redis_book_ahead"], u["calls_ratio"],

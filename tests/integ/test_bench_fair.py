@@ -3,7 +3,7 @@
 Runs its quick mode (one short run of each row, a real redis-server and the
 real daemons) into a temp JSON file and checks the fields and that their
 values are sane: admissions on both contended scopes and both uncontended
-ones, Redis calls and CPU per admission above zero, shares that add up, a
+ones, Redis calls, script time and CPU per admission above zero, shares that add up, a
 light tenant that was served, and no ticket left behind by an uncontended
 key. The timings themselves are reported by the bench, never held here
 (test_fleet_fair.py holds the bounds). Also `--help`.
@@ -81,6 +81,8 @@ class BenchFairQuick(unittest.TestCase):
         self.assertGreater(r["admissions_per_s"], 0, what)
         self.assertGreater(r["redis_calls_per_admission"], 0, what)
         self.assertGreater(r["redis_cpu_us_per_admission"], 0, what)
+        self.assertGreater(r["script_us_per_admission"], 0, what)
+        self.assertGreater(r["admitd_cpu_us_per_admission"], 0, what)
         # the limit holds over the window (burst 5, and the window's edges:
         # one answer in flight per connection, 28 of them)
         self.assertLessEqual(r["admissions"], 100 * r["seconds"] + 5 + 28, what)
@@ -114,6 +116,7 @@ class BenchFairQuick(unittest.TestCase):
                 r = u[scope][0]
                 self.assertEqual(r["admissions"], self.res["uncontended_n"])
                 self.assertGreater(r["redis_calls_per_admission"], 0, scope)
+                self.assertGreater(r["script_us_per_admission"], 0, scope)
             self.assertGreater(u["calls_ratio"], 0)
         # every acquire asks Redis once when nothing is booked ahead, fair or
         # not (a heartbeat a second may fall in the window: one call more)
