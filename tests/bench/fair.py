@@ -133,9 +133,13 @@ def fair_log(msg):
     sys.stderr.flush()
 
 
-def fair_conf(tmpl, rate):
-    weights = "\n".join("weight %s = %d" % tw for tw in WEIGHTS)
-    return tmpl.format(rate=rate, weights=weights)
+def fair_conf(tmpl, rate, concurrency_retry=None):
+    """The contended scopes at RATE, with their weights (and
+    concurrency_retry when one is given)."""
+    lines = ["weight %s = %d" % tw for tw in WEIGHTS]
+    if concurrency_retry:
+        lines.append("concurrency_retry = %s" % concurrency_retry)
+    return tmpl.format(rate=rate, weights="\n".join(lines))
 
 
 def fair_redis_snapshot(redis):
@@ -403,6 +407,8 @@ def fair_table(res):
                               fair_fmt(s["light_wait_ms_max"], "%.0f"))))
             lines.append("%-19s shares %s" % ("", "  ".join(
                 "%s %.3f" % (t, s["shares"][t]) for t, _ in WEIGHTS)))
+    if not res["uncontended"]:
+        return "\n".join(lines)
     lines += ["", "uncontended: 1 admitd, one key at requests token-bucket 1000000/1s, one "
               "connection at %.0f acquires/s, %d acquires a run; medians of %d" % (
                   res["uncontended_rate"], res["uncontended_n"], res["reps"])]
@@ -477,9 +483,11 @@ def fair_args(argv=None):
     ap.add_argument("--conns", type=int, default=3,
                     help="connections per heavy tenant per pod")
     ap.add_argument("--uncontended", type=int, default=2000,
-                    help="acquires per uncontended run")
+                    help="acquires per uncontended run (0: no uncontended rows)")
     ap.add_argument("--uncontended-rate", type=float, default=1000.0,
                     help="the uncontended client's pace, acquires per second")
+    ap.add_argument("--concurrency-retry", default=None, metavar="DURATION",
+                    help="concurrency_retry of the contended scopes (default: the daemon's)")
     ap.add_argument("--json", default=os.path.join(RESULTS_DIR, "fair.json"))
     ap.add_argument("--png", default=None,
                     help="draw the picture here (docs/fairness.png to publish it): the "
@@ -508,13 +516,13 @@ def main(argv=None):
                        "loadavg": os.getloadavg()},
            "command": " ".join(["python3", "tests/bench/fair.py"] +
                                (sys.argv[1:] if argv is None else argv)),
-           "rows": args.rows, "conns": args.conns, "reps": args.reps, "seconds": args.seconds,
+           "rows": args.rows, "concurrency_retry": args.concurrency_retry, "conns": args.conns, "reps": args.reps, "seconds": args.seconds,
            "warmup": args.warmup, "uncontended_n": args.uncontended,
            "uncontended_rate": args.uncontended_rate, "contended": {}}
     for row in args.rows:
         layout, rate = row.split(":")
         res["contended"][row] = {"fair": {"runs": []}, "plain": {"runs": []}}
-        with Pods(fair_conf(CONTENDED, int(rate)), n=3) as p:
+        with Pods(fair_conf(CONTENDED, int(rate), args.concurrency_retry), n=3) as p:
             for rep in range(args.reps):
                 for scope in ("fair", "plain"):
                     r = fair_contended_run(p, scope, layout, args)
@@ -529,7 +537,8 @@ def main(argv=None):
         for scope in ("fair", "plain"):
             res["contended"][row][scope]["median"] = fair_summary(
                 res["contended"][row][scope]["runs"])
-    res["uncontended"] = [fair_uncontended(args, ahead) for ahead in ("5ms", "0")]
+    res["uncontended"] = [fair_uncontended(args, ahead) for ahead in ("5ms", "0")
+                          if args.uncontended > 0]
     res["machine"]["loadavg_after"] = os.getloadavg()
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as fh:
