@@ -3,10 +3,11 @@
 Runs its quick mode (one short run of each row, a real redis-server and the
 real daemons) into a temp JSON file and checks the fields and that their
 values are sane: admissions on both contended scopes and both uncontended
-ones, Redis calls, script time and CPU per admission above zero, shares that add up, a
-light tenant that was served, and no ticket left behind by an uncontended
-key. The timings themselves are reported by the bench, never held here
-(test_fleet_fair.py holds the bounds). Also `--help`.
+ones, Redis calls, script time and CPU per admission above zero, shares
+that add up, a light tenant that was served, and no ticket left behind by an
+uncontended key. The timings themselves are reported by the bench, never
+held here (test_fleet_fair.py holds the bounds). Also `--help`, and a bad
+--rows refused.
 
 Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_bench_fair -v
 """
