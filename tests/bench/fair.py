@@ -19,17 +19,18 @@ Contended (scopes `fair` and `plain`: one rule, requests token-bucket
   the pods. Each run warms up (--warmup), then measures --seconds:
     adm/s        admissions answered in the window, per second
     calls/adm    Redis script calls (INFO commandstats, FCALL + EVALSHA)
-                 over the window / admissions
+                 over the window / admissions (the daemons' heartbeats too)
     script us    Redis's time in those calls (INFO commandstats usec) / admissions
     redis us/a   Redis CPU (INFO cpu, used_cpu_sys + used_cpu_user) / admissions
     admitd us/a  the three daemons' CPU (/proc) / admissions
     max err      the heavy tenants' shares against 4/7, 2/7, 1/7 of what the
                  light tenant leaves: the largest |share / weighted - 1|
     pod shares   each pod's share of the heavy admissions
-    inverted     of two acquires of one tenant sent more than 100 ms apart
-                 that waited together, the share where the later was answered
-                 first (tenants are weighed against each other, so pairs are
-                 counted within a tenant, across the pods)
+    inverted     of two acquires of one tenant answered in the window, sent
+                 more than 100 ms apart, that waited together, the share
+                 where the later was answered first (tenants are weighed
+                 against each other, so pairs are counted within a tenant,
+                 across the pods)
     light        the light tenant's waits, p50 and max, ms
   Runs are interleaved (fair, plain, fair, plain, ...), --reps of each; the
   table quotes medians.
@@ -285,7 +286,7 @@ def fair_contended_run(pods, scope, layout, args):
                    for i in range(len(daemons))]
     pairs = inv = 0
     for t, _ in WEIGHTS:
-        p, v = inverted_pairs([g for g in ld.admitted() if g[1] == t], APART_S)
+        p, v = inverted_pairs([g for g in heavy if g[1] == t], APART_S)
         pairs, inv = pairs + p, inv + v
     waits = [(g[2] - g[1]) * 1000 for g in lights if g[3]]
     secs = t1 - t0
