@@ -468,7 +468,8 @@ end
 -- Returns { acquire_one's reply (admitted m of the n listed; the next one's
 -- wait and code, -9 when tickets of other pods are ahead of it), ahead (the
 -- tickets ahead of the first listed waiter not admitted), the tickets left
--- (after a stale run: 1, unknown), then per listed
+-- (after a stale run: 1, unknown), the tickets it dropped (of pods gone, or
+-- this pod's that it no longer lists), then per listed
 -- waiter its member and start tag ('' '' when it holds none: admitted, a
 -- try, or refused for good) }.
 local function fair_call(KEYS, ARGV)
@@ -527,9 +528,9 @@ local function fair_call(KEYS, ARGV)
 		a[1], a[2] = table.concat(ids, ',', 1, c), tostring(c)
 		r = acquire_one(k, a)
 		m = r[1]
-		if r[3] == -6 then return { r, 0, 1 } end -- stale: nothing booked
+		if r[3] == -6 then return { r, 0, 1, reaped } end -- stale: nothing booked
 		if m == c and m < n then r[2], r[3] = 1, -9 end -- the next is behind others
-		if m == n and not contended and reaped == 0 then return { r, 0, 0 } end
+		if m == n and not contended and reaped == 0 then return { r, 0, 0, 0 } end
 	else
 		r, m = { 0, 1, -9, now, 0, 0, 0 }, 0
 	end
@@ -544,7 +545,7 @@ local function fair_call(KEYS, ARGV)
 	end
 	-- The others that wait hold a ticket: new ones (or ones Redis lost) are
 	-- tagged now, in the order listed.
-	local st, out = nil, { r, 0, 0 }
+	local st, out = nil, { r, 0, 0, reaped }
 	local left = redis.call('ZCARD', fq)
 	for i = m + 1, n do
 		local e, s = L[i], false

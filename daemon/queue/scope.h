@@ -110,6 +110,10 @@ struct scope_rt {
 	/* Batched Redis acquire calls (one for the head of a key and the
 	 * waiters like it behind), and the attempts they carried. */
 	uint64_t batches, batched;
+	/* fair = yes: tickets this daemon's waiters took in their keys' queues
+	 * across daemons, and tickets its calls dropped (of pods gone, or of
+	 * its own waiters that had left) (rb_fair.c) */
+	uint64_t tickets, tickets_dropped;
 	/* waited_ms of admissions, per bucket (metrics.h) */
 	uint64_t wait_hist[WAIT_HIST_NBUCKETS];
 };

@@ -97,20 +97,27 @@ const struct rval *rb_fair_reply(struct waiter *const *ws, size_t n, const struc
 {
 	size_t i;
 
-	if (reply == NULL || reply->type != RV_ARR || reply->n < 3 || reply->a[0].type != RV_ARR ||
-	    reply->a[1].type != RV_INT || reply->a[2].type != RV_INT)
+	struct kq *kq = ws[0]->t[0].kq;
+
+	if (reply == NULL || reply->type != RV_ARR || reply->n < 4 || reply->a[0].type != RV_ARR ||
+	    reply->a[1].type != RV_INT || reply->a[2].type != RV_INT || reply->a[3].type != RV_INT)
 		return NULL;
 	*ahead = reply->a[1].i;
 	/* while tickets wait, this pod's acquires of the key take one too */
-	ws[0]->t[0].kq->fl_queued = reply->a[2].i > 0;
-	if (reply->n < 3 + 2 * n)
+	kq->fl_queued = reply->a[2].i > 0;
+	if (reply->a[3].i > 0)
+		kq->sc->tickets_dropped += (uint64_t)reply->a[3].i;
+	if (reply->n < 4 + 2 * n)
 		return &reply->a[0]; /* nobody waits, or a stale run: nothing placed */
 	for (i = 0; i < n; i++) {
-		const struct rval *m = &reply->a[3 + 2 * i], *s = &reply->a[4 + 2 * i];
-		if (m->type == RV_STR && m->len > 0 && s->type == RV_STR)
+		const struct rval *m = &reply->a[4 + 2 * i], *s = &reply->a[5 + 2 * i];
+		if (m->type == RV_STR && m->len > 0 && s->type == RV_STR) {
+			if (strcmp(ws[i]->fl_member, m->s) != 0)
+				kq->sc->tickets++; /* a new one (or one Redis had lost) */
 			waitq_fleet_place(ws[i], m->s, strtod(s->s, NULL));
-		else
+		} else {
 			waitq_fleet_place(ws[i], NULL, 0);
+		}
 	}
 	return &reply->a[0];
 }

@@ -29,7 +29,7 @@ import unittest
 
 from . import harness
 from .harness import acquire_req, now, unstalled
-from .redis_util import Pods, status
+from .redis_util import Pods, status, wait_backend
 
 CONF = """
 [scope f]
@@ -55,6 +55,11 @@ timeout = 30s
 rule = requests token-bucket 1000000/1s
 fair = yes
 
+[scope o]
+rule = requests token-bucket 12/1s burst=6
+fair = yes
+timeout = 30s
+
 [scope t]
 rule = requests token-bucket 30/1s burst=1
 fair = yes
@@ -67,7 +72,8 @@ weight bronze = 1
 
 class Backlog:
     """Threads that acquire (scope, key) again as soon as admitted, each on
-    its own connection to daemon pods[i]: (pod, tenant, sent, received)."""
+    its own connection to daemon pods[i]: (pod, tenant, sent, received,
+    backend)."""
 
     def __init__(self, pods, scope, per_pod, tenants=(None,), key="k"):
         self.stop = threading.Event()
@@ -94,7 +100,7 @@ class Backlog:
                     if not r.get("ok"):
                         raise AssertionError("refused: %r" % r)
                     with self.lock:
-                        self.got.append((pod, tenant, t0, t1))
+                        self.got.append((pod, tenant, t0, t1, r.get("backend")))
         except Exception as e:  # noqa: BLE001 (reported by finish)
             if not self.stop.is_set():
                 self.errors.append(e)
@@ -177,11 +183,14 @@ class FleetFairCase(unittest.TestCase):
                % (per, total, t1 - t0, inv, pairs, calls))
         self.assertGreater(pairs, 200)
         self.assertLessEqual(inv / pairs, 0.02, "%d of %d pairs inverted" % (inv, pairs))
-        # contended admissions cost at most 2 calls each, on every pod
-        for d in self.pods.daemons:
+        # contended admissions cost about 2 calls each (one takes the
+        # ticket, one admits it), on every pod; each admission's waiter
+        # took a ticket
+        for i, d in enumerate(self.pods.daemons):
             st = status(d)
-            mine = sum(1 for g in ld.admitted() if g[0] == self.pods.daemons.index(d))
+            mine = sum(1 for g in ld.admitted() if g[0] == i)
             self.assertLessEqual(st["redis"]["calls"]["acquire"], 2.5 * mine + 10)
+            self.assertGreaterEqual(st["scopes"]["f"]["tickets"], mine * 0.8)
 
     def test_weights_across_pods_and_a_light_tenant(self):
         ld = self.backlog(self.pods.daemons, "t", 2, tenants=("gold", "silver", "bronze"))
@@ -247,9 +256,55 @@ class FleetFairCase(unittest.TestCase):
                "longest wait %.3f s, %d admitted in 5 s" % (
                    max(gaps), after[0] - t_kill, max(waits), len(after)))
         self.assertLess(max(gaps), 3.0, gaps[:5])
+        # the dead pod's tickets were dropped by the live pods' calls
+        self.assertGreaterEqual(sum(status(d)["scopes"]["k9"]["tickets_dropped"]
+                                    for d in (d1, d2)), 1)
         # no waiter of the live pods waited more than 3 s beyond its turn
         # at the limit (6 waiters at 10/s: 0.6 s)
         self.assertLess(max(waits), 3.0 + 0.6, sorted(waits)[-3:])
+
+    def test_outage_and_return(self):
+        """Redis stops: each pod serves its own waiters (its share of the
+        limit: the third daemon counts, so a third each, burst 2); Redis returns: the queue across pods resumes, within the
+        limit, tickets again."""
+        d0, d1, _ = self.pods.daemons
+        ld = self.backlog([d0, d1], "o", 3)
+        time.sleep(1.5)
+        self.assertGreater(self.tickets("o"), 0)
+        self.pods.redis.stop()
+        t_down = now()
+        for d in (d0, d1):
+            wait_backend(d, "fallback", 10)
+        time.sleep(3.0)
+        t_back = now()
+        self.pods.redis.restart()
+        for d in (d0, d1):
+            wait_backend(d, "redis", 15)
+        t_up = now()
+        deadline = time.time() + 5
+        while self.tickets("o") == 0 and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertGreater(self.tickets("o"), 0, "no queue across pods after the return")
+        time.sleep(3.0)
+        t_end = now()
+        ld.finish()
+        self.assertEqual(ld.errors, [])
+        down = ld.admitted(t_down + 1.0, t_back)
+        self.assertGreater(len(down), 5, "the fallback served nobody")
+        self.assertTrue(all(g[4] == "fallback" for g in down), down[:3])
+        for i in (0, 1):  # each pod served its own waiters
+            self.assertGreater(sum(1 for g in down if g[0] == i), 0, i)
+        up = ld.admitted(t_up, t_end)
+        report("outage: %d admitted in %.1f s of fallback (%r per pod); %d in %.1f s after "
+               "the return, %d via redis" % (
+                   len(down), t_back - t_down - 1.0, [sum(1 for g in down if g[0] == i)
+                                                      for i in (0, 1)],
+                   len(up), t_end - t_up, sum(1 for g in up if g[4] == "redis")))
+        # after the return: the limit (12/s, burst 6), and no burst beyond it
+        self.assertLessEqual(len(up), 12 * (t_end - t_up) + 6 + 2, up[:3])
+        self.assertGreater(sum(1 for g in up if g[4] == "redis"), 10)
+        both = {g[0] for g in up if g[4] == "redis"}
+        self.assertEqual(both, {0, 1})
 
     def test_try_and_budget_behind_other_pods_tickets(self):
         d0, d1, _ = self.pods.daemons
