@@ -22,6 +22,7 @@ Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_fleet_fair -v
 """
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -262,6 +263,32 @@ class FleetFairCase(unittest.TestCase):
         # no waiter of the live pods waited more than 3 s beyond its turn
         # at the limit (6 waiters at 10/s: 0.6 s)
         self.assertLess(max(waits), 3.0 + 0.6, sorted(waits)[-3:])
+
+    def test_pod_paused_past_its_turn_then_resumed(self):
+        """SIGSTOP a pod longer than its tickets live: the others go on;
+        SIGCONT: its waiters take new tickets and are served, within the
+        limit."""
+        d0, d1, _ = self.pods.daemons
+        ld = self.backlog([d0, d1], "k9", 3)
+        time.sleep(1.0)
+        d0.proc.send_signal(signal.SIGSTOP)
+        t_stop = now()
+        try:
+            time.sleep(3.0)
+        finally:
+            d0.proc.send_signal(signal.SIGCONT)
+        t_cont = now()
+        time.sleep(3.0)
+        t_end = now()
+        ld.finish()
+        self.assertEqual(ld.errors, [])
+        paused = ld.admitted(t_stop + 2.0, t_cont)
+        self.assertGreater(sum(1 for g in paused if g[0] == 1), 5, "the live pod stalled")
+        after = ld.admitted(t_cont + 0.5, t_end)
+        self.assertGreater(sum(1 for g in after if g[0] == 0), 3, "the resumed pod starved")
+        self.assertGreater(sum(1 for g in after if g[0] == 1), 3)
+        everything = ld.admitted(t_stop, t_end)
+        self.assertLessEqual(len(everything), 10 * (t_end - t_stop) + 1 + 2)
 
     def test_outage_and_return(self):
         """Redis stops: each pod serves its own waiters (its share of the
