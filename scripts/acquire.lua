@@ -461,10 +461,13 @@ local function fair_parse(m)
 	return string.match(m, '^(%d+)|([^|]*)|([^|]*)|([^|]*)|(%d+)$')
 end
 
--- The call: ARGV 'F' pod ttl_ms n, then n times wid member flow weight try
--- (the waiters this pod lists, in its order; member '' when it holds no
+-- The call: ARGV 'F' pod ttl_ms n nh, then n times wid member flow weight
+-- try (the waiters this pod lists, in its order; member '' when it holds no
 -- ticket), then acquire_one's ARGV for the n of them (their lease ids and
--- count n); KEYS the three above, then acquire_one's KEYS.
+-- count n); KEYS the three above, then the tickets of the nh classes that go
+-- before this one (a higher priority, held to every limit this one is:
+-- while another pod's ticket waits in one, this class admits nobody; this
+-- pod's own tickets there are its own order's), then acquire_one's KEYS.
 -- Returns { acquire_one's reply (admitted m of the n listed; the next one's
 -- wait and code, -9 when tickets of other pods are ahead of it), ahead (the
 -- tickets ahead of the first listed waiter not admitted), the tickets left
@@ -474,17 +477,17 @@ end
 -- try, or refused for good) }.
 local function fair_call(KEYS, ARGV)
 	local fq, fs, fp = KEYS[1], KEYS[2], KEYS[3]
-	local pod, ttl, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+	local pod, ttl, n, nh = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 	local L, at = {}, {}
 	for i = 1, n do
-		local b = 4 + (i - 1) * 5
+		local b = 5 + (i - 1) * 5
 		L[i] = { wid = ARGV[b + 1], member = ARGV[b + 2], flow = ARGV[b + 3],
 			 weight = tonumber(ARGV[b + 4]), try = ARGV[b + 5] == '1' }
 		at[L[i].wid] = i
 	end
 	local k, a = {}, {}
-	for j = 4, #KEYS do k[#k + 1] = KEYS[j] end
-	for j = 5 + n * 5, #ARGV do a[#a + 1] = ARGV[j] end
+	for j = 4 + nh, #KEYS do k[#k + 1] = KEYS[j] end
+	for j = 6 + n * 5, #ARGV do a[#a + 1] = ARGV[j] end
 	local cost = tonumber(a[3])
 	local ids = {}
 	for id in string.gmatch(a[1], '[^,]+') do ids[#ids + 1] = id end
@@ -493,8 +496,22 @@ local function fair_call(KEYS, ARGV)
 	-- longer lists (bounded per call; the rest at the next). Nobody
 	-- waiting costs one read.
 	local front = redis.call('ZRANGE', fq, 0, n + 63, 'WITHSCORES')
-	local f, reaped = 1, 0
-	if #front > 0 then redis.call('ZREMRANGEBYSCORE', fp, '-inf', now) end
+	local f, reaped, held = 1, 0, 0
+	if #front > 0 or nh > 0 then redis.call('ZREMRANGEBYSCORE', fp, '-inf', now) end
+	for h = 1, nh do -- the classes before this one: another pod's ticket waits?
+		local hk = KEYS[3 + h]
+		local hf = redis.call('ZRANGE', hk, 0, 63)
+		for j = 1, #hf do
+			local _, p = fair_parse(hf[j])
+			if p == nil or redis.call('ZSCORE', fp, p) == false then
+				redis.call('ZREM', hk, hf[j])
+				reaped = reaped + 1
+			elseif p ~= pod then
+				held = held + #hf - j + 1
+				break
+			end
+		end
+	end
 	while f < #front and reaped < 64 do
 		local _, p, wid = fair_parse(front[f])
 		local gone
@@ -507,14 +524,14 @@ local function fair_call(KEYS, ARGV)
 		redis.call('ZREM', fq, front[f])
 		f, reaped = f + 2, reaped + 1
 	end
-	local contended = f < #front
+	local contended = f < #front or held > 0
 
 	-- Who may be admitted now: nobody waits, the listed in order; else
 	-- this pod's tickets at the front, as far as they are listed in order.
 	local c, mine = 0, {}
 	if not contended then
 		c = n
-	else
+	elseif held == 0 then
 		local g = f
 		while g < #front and c < n do
 			local _, p, wid = fair_parse(front[g])
@@ -589,9 +606,9 @@ local function fair_call(KEYS, ARGV)
 		end
 	end
 	if m < n and L[m + 1].member ~= '' then
-		out[2] = redis.call('ZRANK', fq, L[m + 1].member) or 0
+		out[2] = held + (redis.call('ZRANK', fq, L[m + 1].member) or 0)
 	elseif m < n then
-		out[2] = left
+		out[2] = held + left
 	end
 	return out
 end

@@ -52,6 +52,8 @@
  * long (it is gone); its heads ask at least every RB_FAIR_ASK_MS. */
 #define RB_FAIR_TTL_MS 1500
 #define RB_FAIR_ASK_MS (RB_FAIR_TTL_MS / 3)
+/* The classes whose tickets one fair call checks before its own's, at most. */
+#define RB_FAIR_HOLDERS 16
 /* Waited past a late call's not_after before reconciling it (clock steps). */
 #define RB_CLOCK_MARGIN_MS 50
 /*

@@ -38,6 +38,23 @@ static void rb_fair_keys(struct rargs *a, const struct backend *b, const struct 
 		rargs_cat(a, p, 6);
 }
 
+/*
+ * The classes of cs whose waiters go before cls's across daemons
+ * (conf_plan_holds_always): into hs (at most max); returns how many.
+ */
+static size_t rb_fair_holders(const struct conf_scope *cs, const struct conf_class *cls,
+			      const struct conf_class **hs, size_t max)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i <= cs->nclasses && n < max; i++) {
+		const struct conf_class *h = i < cs->nclasses ? &cs->classes[i] : NULL;
+		if (conf_plan_holds_always(cs, h, cls))
+			hs[n++] = h;
+	}
+	return n;
+}
+
 bool rb_fair_on(const struct waiter *w)
 {
 	const struct conf_scope *cs = w->t[0].kq->sc->cs;
@@ -48,11 +65,15 @@ bool rb_fair_on(const struct waiter *w)
 bool rb_fair_now(const struct waiter *w)
 {
 	const struct kq *kq = w->t[0].kq;
+	const struct conf_class *hs[1];
 
 	/* A plain plan's acquire checks the key's tickets itself (an 'f'
-	 * group, which books ahead): it takes a ticket once some wait. */
+	 * group, which books ahead): it takes a ticket once some wait. That
+	 * group checks its own class's tickets only: a class held behind
+	 * another's always asks in the fair form. */
 	return rb_fair_on(w) &&
-	       (kq->fl_queued || kq->nwait > 1 || !conf_plan_of(kq->sc->cs, w->t[0].cls)->plain);
+	       (kq->fl_queued || kq->nwait > 1 || !conf_plan_of(kq->sc->cs, w->t[0].cls)->plain ||
+		rb_fair_holders(kq->sc->cs, w->t[0].cls, hs, 1) > 0);
 }
 
 void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, size_t n,
@@ -60,8 +81,9 @@ void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, 
 {
 	const struct target_rt *t = &ws[0]->t[0];
 	const struct conf_scope *cs = t->kq->sc->cs;
+	const struct conf_class *hs[RB_FAIR_HOLDERS];
 	struct rargs acq = { 0 };
-	size_t i, nk = 0;
+	size_t i, nk = 0, nh = rb_fair_holders(cs, t->cls, hs, RB_FAIR_HOLDERS);
 
 	rb_acquire_args(&acq, b, t, ids, n, not_after, ws[0], &nk);
 	if (acq.oom) {
@@ -69,12 +91,15 @@ void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, 
 		goto out;
 	}
 	rb_fair_keys(a, b, cs, t->kq->key, t->cls, true);
+	for (i = 0; i < nh; i++)
+		rb_fair_queue_key(a, b, cs, t->kq->key, hs[i]);
 	for (i = 0; i < nk; i++)
 		rargs_str(a, acq.v[i]);
 	rargs_str(a, "F");
 	rargs_str(a, b->pod_id);
 	rargs_int(a, RB_FAIR_TTL_MS);
 	rargs_int(a, (int64_t)n);
+	rargs_int(a, (int64_t)nh);
 	for (i = 0; i < n; i++) {
 		const struct conf_weight *cw = conf_weight_find(cs, ws[i]->tenant);
 		char wid[24];
@@ -87,7 +112,7 @@ void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, 
 	}
 	for (i = nk; i < acq.n; i++)
 		rargs_str(a, acq.v[i]);
-	*nkeys = nk + 3;
+	*nkeys = nk + 3 + nh;
 out:
 	rargs_clear(&acq);
 }

@@ -61,6 +61,14 @@ rule = requests token-bucket 12/1s burst=6
 fair = yes
 timeout = 30s
 
+[scope cls]
+rule = requests token-bucket 20/1s burst=1
+fair = yes
+timeout = 30s
+class interactive = priority=10
+class batch =
+default_class = batch
+
 [scope t]
 rule = requests token-bucket 30/1s burst=1
 fair = yes
@@ -76,7 +84,8 @@ class Backlog:
     its own connection to daemon pods[i]: (pod, tenant, sent, received,
     backend)."""
 
-    def __init__(self, pods, scope, per_pod, tenants=(None,), key="k"):
+    def __init__(self, pods, scope, per_pod, tenants=(None,), key="k", cls=None):
+        self.cls = cls
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.got, self.errors = [], []
@@ -95,6 +104,8 @@ class Backlog:
                     req = acquire_req(scope, key, timeout_ms=30000, lease=False)
                     if tenant is not None:
                         req["tenant"] = tenant
+                    if self.cls is not None:
+                        req["class"] = self.cls
                     t0 = now()
                     r = c.request(req, timeout=40)
                     t1 = now()
@@ -154,8 +165,8 @@ class FleetFairCase(unittest.TestCase):
             not getattr(self._outcome, "success", True)
         self.pods.cleanup(failed)
 
-    def backlog(self, pods, scope, per_pod, tenants=(None,)):
-        ld = Backlog(pods, scope, per_pod, tenants).start()
+    def backlog(self, pods, scope, per_pod, tenants=(None,), cls=None):
+        ld = Backlog(pods, scope, per_pod, tenants, cls=cls).start()
         self.loads.append(ld)
         return ld
 
@@ -232,6 +243,31 @@ class FleetFairCase(unittest.TestCase):
         for i in range(3):
             self.assertTrue(all(any(g[0] == i and g[1] == t for g in got)
                                 for t in counts), i)
+
+    def test_class_priority_across_pods(self):
+        """interactive (priority 10) waits on one pod, batch on another:
+        while interactive waits, the units go to it; then batch gets them all."""
+        d0, d1, _ = self.pods.daemons
+        batch = self.backlog([d0], "cls", 3, cls="batch")
+        time.sleep(1.0)
+        inter = self.backlog([d1], "cls", 3, cls="interactive")
+        time.sleep(1.0)
+        t0 = now()
+        time.sleep(3.0)
+        t1 = now()
+        inter.finish()
+        time.sleep(1.0)
+        t2 = now()
+        time.sleep(2.0)
+        t3 = now()
+        batch.finish()
+        self.assertEqual(batch.errors + inter.errors, [])
+        n_inter, n_batch = len(inter.admitted(t0, t1)), len(batch.admitted(t0, t1))
+        report("class priority across pods: interactive %d, batch %d in 3 s; then batch "
+               "alone %d in 2 s" % (n_inter, n_batch, len(batch.admitted(t2, t3))))
+        self.assertGreater(n_inter, 20 * unstalled(t0, t1) * 0.6)
+        self.assertLessEqual(n_batch, 0.1 * (n_inter + n_batch), (n_inter, n_batch))
+        self.assertGreater(len(batch.admitted(t2, t3)), 20 * unstalled(t2, t3) * 0.6)
 
     def test_kill9_of_a_pod_holding_the_first_tickets(self):
         d0, d1, d2 = self.pods.daemons

@@ -25,16 +25,17 @@ class FairScriptTest(ScriptCase):
         self.fq, self.fs, self.fp = ("t:{%s}:fq:" % self.tag, "t:{%s}:fs:" % self.tag,
                                      "t:{%s}:fp" % self.tag)
 
-    def call(self, pod, waiters, amount=1, window=1000, burst=1, ttl=TTL):
+    def call(self, pod, waiters, amount=1, window=1000, burst=1, ttl=TTL, holders=()):
         """One fair call of pod: waiters is a list of (wid, member, flow,
         weight, try); each is asked at cost 1 against one token bucket.
         Returns (admitted, code, ahead, left, dropped, {wid: (member, tag)})."""
         ids = ",".join("%032d" % i for i, _ in enumerate(waiters))
         general = acquire_argv(ids, 1, 0, "token-bucket", amount, window, burst, False)
         general[1] = str(len(waiters))
-        keys = [self.fq, self.fs, self.fp, "t:{%s}:s" % self.tag, "t:{%s}:q" % self.tag,
-                "t:{%s}:l" % self.tag, "t:{%s}:r0" % self.tag]
-        argv = ["F", pod, str(ttl), str(len(waiters))]
+        keys = [self.fq, self.fs, self.fp] + list(holders) + [
+            "t:{%s}:s" % self.tag, "t:{%s}:q" % self.tag, "t:{%s}:l" % self.tag,
+            "t:{%s}:r0" % self.tag]
+        argv = ["F", pod, str(ttl), str(len(waiters)), str(len(holders))]
         for w in waiters:
             argv += [w[0], w[1], w[2], str(w[3]), "1" if w[4] else "0"]
         r = self.conn.command("EVALSHA", self.sha, len(keys), *(keys + argv + general))
@@ -93,14 +94,14 @@ class FairScriptTest(ScriptCase):
 
     def test_a_dead_pods_first_tickets_are_dropped(self):
         self.call("A", [("0", "", "", 1, False)])
-        _, _, _, _, _, placed = self.call("A", [("1", "", "", 1, False)], ttl=1)
-        self.call("B", [("9", "", "", 1, False)])
+        self.call("A", [("1", "", "", 1, False)])
+        _, _, _, _, _, placed = self.call("B", [("9", "", "", 1, False)])
         self.assertEqual([w for w, _ in self.tickets()], ["1", "9"])
         self.conn.command("DEL", "t:{%s}:r0" % self.tag)  # the limit has room
-        # A's turn lapsed (ttl 1 ms): B's call drops A's ticket and takes its own
-        adm, _, _, left, dropped, _ = self.call("B", [("9", placed["1"][0], "", 1, False)])
-        self.assertEqual(dropped, 1)
-        self.assertEqual([w for w, _ in self.tickets()], [] if adm else ["9"])
+        self.conn.command("ZADD", self.fp, 1, "A")  # A's turn lapsed long ago
+        adm, _, _, left, dropped, _ = self.call("B", [("9", placed["9"][0], "", 1, False)])
+        self.assertEqual((adm, dropped, left), (1, 1, 0))
+        self.assertEqual(self.tickets(), [])
 
     def test_own_unlisted_first_ticket_is_dropped(self):
         self.call("A", [("0", "", "", 1, False)])
@@ -134,6 +135,27 @@ class FairScriptTest(ScriptCase):
         self.assertEqual(self.leave(placed["2"][0]), 0)  # a repeat changes nothing
         self.assertEqual(self.leave(placed["3"][0]), 1)
         self.assertEqual(self.conn.command("EXISTS", self.fq, self.fs), 0)
+
+    def test_a_class_before_holds_this_one_back(self):
+        hk = "t:{%s}:fq:hi" % self.tag
+        self.conn.command("ZADD", self.fp, 10**13, "B")  # pod B alive
+        self.conn.command("ZADD", hk, 0, "000000000001|B|5||1")
+        adm, code, ahead, left, _, placed = self.call("A", [("1", "", "", 1, False)],
+                                                      amount=5, burst=5, holders=[hk])
+        # the limit has room, but another pod's waiter of the class before waits
+        self.assertEqual((adm, code, ahead), (0, -9, 1))
+        self.assertNotEqual(placed["1"][0], "")  # it took a ticket of its own class
+        # this pod's own tickets there are its own order's: no hold
+        self.conn.command("ZREM", hk, "000000000001|B|5||1")
+        self.conn.command("ZADD", hk, 0, "000000000002|A|6||1")
+        adm, _, _, _, _, _ = self.call("A", [("1", placed["1"][0], "", 1, False)],
+                                       amount=5, burst=5, holders=[hk])
+        self.assertEqual(adm, 1)
+        # a pod gone: its ticket there is dropped, and holds nobody
+        self.conn.command("ZADD", hk, 0, "000000000003|C|7||1")
+        adm, _, _, _, dropped, _ = self.call("A", [("2", "", "", 1, False)],
+                                             amount=5, burst=5, holders=[hk])
+        self.assertEqual((adm, dropped), (1, 1))
 
     def test_f_group_is_refused_while_tickets_wait(self):
         rk = "t:{%s}:r0" % self.tag

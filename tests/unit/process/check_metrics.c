@@ -110,6 +110,8 @@ START_TEST(test_render_exact)
 	api->batches = 2;
 	api->batched = 12;
 	api->admitted_ahead = 13;
+	api->tickets = 21;
+	api->tickets_dropped = 2;
 	wait_hist_observe(api->wait_hist, 0);
 	wait_hist_observe(api->wait_hist, 40);
 	wait_hist_observe(api->wait_hist, 40000);
@@ -143,6 +145,8 @@ START_TEST(test_render_exact)
 	ck_assert(has_line(t, "admitd_redis_batches_total{scope=\"api\"} 2"));
 	ck_assert(has_line(t, "admitd_redis_batched_acquires_total{scope=\"api\"} 12"));
 	ck_assert(has_line(t, "admitd_admissions_ahead_total{scope=\"api\"} 13"));
+	ck_assert(has_line(t, "admitd_fair_tickets_total{scope=\"api\"} 21"));
+	ck_assert(has_line(t, "admitd_fair_tickets_dropped_total{scope=\"api\"} 2"));
 	ck_assert(has_line(t, "admitd_keys 0"));
 	/* no adaptive scope: the family has no samples */
 	ck_assert(strstr(t, "\nadmitd_adaptive_amount{") == NULL);
@@ -157,8 +161,8 @@ START_TEST(test_render_exact)
 	ck_assert(has_line(t, "admitd_build_info{version=\"" ADMITD_VERSION "\"} 1"));
 	/* one HELP and one TYPE per family, and nothing but them starts with # */
 	ck_assert_uint_eq(count_of(t, "# HELP "), count_of(t, "# TYPE "));
-	ck_assert_uint_eq(count_of(t, "# HELP "), 22);
-	ck_assert_uint_eq(count_of(t, "\n#"), 2 * 22 - 1);
+	ck_assert_uint_eq(count_of(t, "# HELP "), 24);
+	ck_assert_uint_eq(count_of(t, "\n#"), 2 * 24 - 1);
 	free(t);
 }
 END_TEST
