@@ -95,6 +95,26 @@ void op_status(struct client *c, struct request *rq)
 	client_reply(c, r);
 }
 
+/*
+ * The "tickets" object of a fair scope's inspect on Redis: the class's
+ * queue across daemons (docs/fairness.md): tickets waiting, the virtual
+ * time, and per tenant flow with tickets how many ("" the default flow).
+ */
+static void ops_inspect_tickets(struct preply *r, const struct eng_insp *in)
+{
+	size_t i;
+
+	preply_push(r, "tickets");
+	preply_int(r, "waiting", in->tickets);
+	preply_str(r, "virtual_time", in->fair_v != NULL ? in->fair_v : "0");
+	preply_push(r, "tenants");
+	for (i = 0; i < in->nflows; i++)
+		preply_int(r, in->flows[i].name[0] != '\0' ? in->flows[i].name : "default",
+			   in->flows[i].n);
+	preply_pop(r);
+	preply_pop(r);
+}
+
 /* The "override" object of an inspect reply: what is in force, and for how long. */
 static void ops_inspect_override(struct preply *r, const struct conf_scope *cs,
 				 const struct lim_ovr *ov, int64_t now, struct lim_share sh)
@@ -157,6 +177,8 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 		preply_pop(r);
 	}
 	adrt_inspect(r, cs, in);
+	if (in->fair)
+		ops_inspect_tickets(r, in);
 	if (in->ov != NULL && in->ov->until > in->now && cs->override_milli > 0) {
 		div.ov = in->ov;
 		div.ov_milli = cs->override_milli;

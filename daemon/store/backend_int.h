@@ -281,8 +281,8 @@ void rb_key(struct rargs *a, const struct backend *b, const struct conf_scope *c
 	    const char *suffix, long idx);
 size_t rb_keys(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
 	       const char *key, const struct conf_plan *pl);
-void rb_fair_queue_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
-		       const char *key, const struct conf_class *cls);
+void rb_fair_class_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+		       const char *key, const char *what, const struct conf_class *cls);
 void rb_penalty_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
 		    const char *key);
 unsigned rb_affinity(const struct conf_scope *cs, const char *key);

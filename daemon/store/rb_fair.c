@@ -28,12 +28,10 @@
 static void rb_fair_keys(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
 			 const char *key, const struct conf_class *cls, bool pods)
 {
-	const char *cname = cls != NULL ? cls->name : "";
-	const char *t[7] = { b->ad->conf->prefix, ":{", cs->name, ":", key, "}:fs:", cname };
 	const char *p[6] = { b->ad->conf->prefix, ":{", cs->name, ":", key, "}:fp" };
 
-	rb_fair_queue_key(a, b, cs, key, cls);
-	rargs_cat(a, t, 7);
+	rb_fair_class_key(a, b, cs, key, "}:fq:", cls);
+	rb_fair_class_key(a, b, cs, key, "}:fs:", cls);
 	if (pods)
 		rargs_cat(a, p, 6);
 }
@@ -92,7 +90,7 @@ void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, 
 	}
 	rb_fair_keys(a, b, cs, t->kq->key, t->cls, true);
 	for (i = 0; i < nh; i++)
-		rb_fair_queue_key(a, b, cs, t->kq->key, hs[i]);
+		rb_fair_class_key(a, b, cs, t->kq->key, "}:fq:", hs[i]);
 	for (i = 0; i < nk; i++)
 		rargs_str(a, acq.v[i]);
 	rargs_str(a, "F");

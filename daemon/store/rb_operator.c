@@ -23,6 +23,7 @@ struct rb_op_ctx {
 	struct kq *kq;
 	const struct conf_scope *cs; /* kq's scope's conf when sent (a reload may replace it) */
 	const struct conf_class *cls;
+	bool fair; /* inspect: the class's queue across daemons too */
 	eng_insp_cb *insp_cb;
 	eng_reset_cb *reset_cb;
 	enum rb_op op; /* reset_cb's: RB_OP_RESET or RB_OP_OVERRIDE */
@@ -36,8 +37,9 @@ static void rb_inspect_cb(void *arg, enum rp_status st, const struct rval *reply
 	const struct conf_plan *pl = conf_plan_of(cs, x->cls);
 	struct strat_state *rules = NULL;
 	struct lim_ovr *ov = NULL;
-	size_t i, j, nov = cs->override_milli > 0 ? 2 + pl->nrules : 0;
+	size_t i, j, nints, nov = cs->override_milli > 0 ? 2 + pl->nrules : 0;
 	struct eng_insp in = { .via = VIA_REDIS };
+	struct eng_flow flows[ENG_INSP_FLOWS];
 	bool ok;
 
 	if (cs != x->kq->sc->cs) {
@@ -50,9 +52,14 @@ static void rb_inspect_cb(void *arg, enum rp_status st, const struct rval *reply
 	ok =
 	    rules != NULL && st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n >= 6;
 
-	for (i = 0; ok && i < reply->n; i++)
+	nints = 10 + 3 * pl->nrules + nov;
+	for (i = 0; ok && i < reply->n && i < nints; i++)
 		ok = reply->a[i].type == RV_INT;
-	ok = ok && reply->n == 10 + 3 * pl->nrules + nov;
+	if (ok && x->fair) /* then the tickets, the virtual time, and per flow a name and a count */
+		ok = reply->n >= nints + 2 && (reply->n - nints) % 2 == 0 &&
+		     reply->a[nints].type == RV_INT && reply->a[nints + 1].type == RV_STR;
+	else
+		ok = ok && reply->n == nints;
 	if (!ok) {
 		if (st != RP_SHUTDOWN)
 			rb_failed(x->b, RB_OP_INSPECT, st, reply);
@@ -84,6 +91,16 @@ static void rb_inspect_cb(void *arg, enum rp_status st, const struct rval *reply
 			ov->amount[pl->rules[i]] = reply->a[j + 2 + i].i;
 		in.ov = ov;
 	}
+	if (x->fair) {
+		in.fair = true;
+		in.tickets = reply->a[nints].i;
+		in.fair_v = reply->a[nints + 1].s;
+		for (i = nints + 2; i + 1 < reply->n && in.nflows < ENG_INSP_FLOWS; i += 2)
+			if (reply->a[i].type == RV_STR && reply->a[i + 1].type == RV_INT)
+				flows[in.nflows++] =
+				    (struct eng_flow){ reply->a[i].s, reply->a[i + 1].i };
+		in.flows = flows;
+	}
 	x->insp_cb(x->arg, &in);
 out:
 	free(ov);
@@ -108,6 +125,11 @@ bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *
 		rb_penalty_key(&a, b, cs, kq->key);
 		nkeys++;
 	}
+	if (cs->fair) { /* the class's tickets and tags: the last KEYS */
+		rb_fair_class_key(&a, b, cs, kq->key, "}:fq:", cls);
+		rb_fair_class_key(&a, b, cs, kq->key, "}:fs:", cls);
+		nkeys += 2;
+	}
 	rargs_int(&a, cs->quota > 0 ? cs->quota_window_ms : 0);
 	rargs_int(&a, (int64_t)pl->nrules);
 	if (cs->override_milli > 0) { /* its override too, by the rules' indexes */
@@ -115,8 +137,13 @@ bool backend_inspect(struct backend *b, struct kq *kq, const struct conf_class *
 		for (i = 0; i < pl->nrules; i++)
 			rargs_int(&a, (int64_t)pl->rules[i]);
 	}
-	*x =
-	    (struct rb_op_ctx){ .b = b, .kq = kq, .cs = cs, .cls = cls, .insp_cb = cb, .arg = arg };
+	if (cs->fair) {
+		rargs_str(&a, "q");
+		rargs_int(&a, 2);
+	}
+	*x = (struct rb_op_ctx){
+		.b = b, .kq = kq, .cs = cs, .cls = cls, .fair = cs->fair, .insp_cb = cb, .arg = arg
+	};
 	ok = !a.oom && rb_eval(b, cs, kq->key, b->s_inspect, &a, nkeys, rb_inspect_cb, x) == 0;
 	if (ok)
 		b->calls[RB_OP_INSPECT]++;

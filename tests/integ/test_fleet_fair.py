@@ -269,6 +269,23 @@ class FleetFairCase(unittest.TestCase):
         self.assertLessEqual(n_batch, 0.1 * (n_inter + n_batch), (n_inter, n_batch))
         self.assertGreater(len(batch.admitted(t2, t3)), 20 * unstalled(t2, t3) * 0.6)
 
+    def test_inspect_shows_the_queue_across_pods(self):
+        d0, d1, d2 = self.pods.daemons
+        ld = self.backlog([d0, d1], "t", 2, tenants=("gold", "bronze"))
+        time.sleep(1.0)
+        with d2.connect() as c:  # a pod with no waiter of its own sees them
+            r = c.request({"op": "inspect", "scope": "t", "key": "k"})
+        ld.finish()
+        self.assertTrue(r.get("ok"), r)
+        tk = r["tickets"]
+        self.assertGreaterEqual(tk["waiting"], 2, r)
+        self.assertLessEqual(set(tk["tenants"]), {"gold", "bronze"}, r)
+        self.assertEqual(sum(tk["tenants"].values()), tk["waiting"], r)
+        self.assertGreaterEqual(float(tk["virtual_time"]), 0)
+        with d2.connect() as c:  # a scope that is not fair shows none
+            r = c.request({"op": "inspect", "scope": "nf", "key": "k"})
+        self.assertNotIn("tickets", r)
+
     def test_kill9_of_a_pod_holding_the_first_tickets(self):
         d0, d1, d2 = self.pods.daemons
         ld_dead = self.backlog([d0], "k9", 4)
