@@ -461,9 +461,24 @@ local function fair_parse(m)
 	return string.match(m, '^(%d+)|([^|]*)|([^|]*)|([^|]*)|(%d+)$')
 end
 
--- The call: ARGV 'F' pod ttl_ms n nh, then n times wid member flow weight
--- try (the waiters this pod lists, in its order; member '' when it holds no
--- ticket), then acquire_one's ARGV for the n of them (their lease ids and
+-- e's tenant's weight set by an override in force (see fair_call's ovr):
+-- e becomes its own flow at that weight. sk: the key's state hash.
+local function fair_override(e, ovr, sk)
+	local v = redis.call('HGET', adapt_key(sk), 'tw:' .. e.tenant)
+	local w, u = string.match(v or '', '^(%d+):(%d+)$')
+	w, u = tonumber(w), tonumber(u)
+	if not w or not u or u <= now or w < 1 then return end
+	local cap = math.floor(ovr * e.weight / 1000)
+	if cap > 1000 then cap = 1000 end
+	if cap < 1 then cap = 1 end
+	if w > cap then w = cap end
+	e.flow, e.weight = e.tenant, w
+end
+
+-- The call: ARGV 'F' pod ttl_ms n nh ovr, then n times wid member flow
+-- weight try tenant (the waiters this pod lists, in its order; member ''
+-- when it holds no ticket; flow and weight the conf's: a listed tenant, or
+-- '' and 1; tenant its own name), then acquire_one's ARGV for the n of them (their lease ids and
 -- count n); KEYS the three above, then the tickets of the nh classes that go
 -- before this one (a higher priority, held to every limit this one is:
 -- while another pod's ticket waits in one, this class admits nobody; this
@@ -475,19 +490,25 @@ end
 -- this pod's that it no longer lists), then per listed
 -- waiter its member and start tag ('' '' when it holds none: admitted, a
 -- try, or refused for good) }.
+-- ovr: the scope's override_max times 1000 (0: it takes no override). A
+-- tenant whose weight an override sets (field tw:TENANT of the key's
+-- adaptive hash, 'W:UNTIL', UNTIL a Redis time) is tagged as its own flow
+-- at that weight while it holds, within ovr times its conf weight and 1000.
 local function fair_call(KEYS, ARGV)
 	local fq, fs, fp = KEYS[1], KEYS[2], KEYS[3]
 	local pod, ttl, n, nh = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+	local ovr = tonumber(ARGV[6]) or 0
 	local L, at = {}, {}
 	for i = 1, n do
-		local b = 5 + (i - 1) * 5
+		local b = 6 + (i - 1) * 6
 		L[i] = { wid = ARGV[b + 1], member = ARGV[b + 2], flow = ARGV[b + 3],
-			 weight = tonumber(ARGV[b + 4]), try = ARGV[b + 5] == '1' }
+			 weight = tonumber(ARGV[b + 4]), try = ARGV[b + 5] == '1',
+			 tenant = ARGV[b + 6] }
 		at[L[i].wid] = i
 	end
 	local k, a = {}, {}
 	for j = 4 + nh, #KEYS do k[#k + 1] = KEYS[j] end
-	for j = 6 + n * 5, #ARGV do a[#a + 1] = ARGV[j] end
+	for j = 7 + n * 6, #ARGV do a[#a + 1] = ARGV[j] end
 	local cost = tonumber(a[3])
 	local ids = {}
 	for id in string.gmatch(a[1], '[^,]+') do ids[#ids + 1] = id end
@@ -572,6 +593,7 @@ local function fair_call(KEYS, ARGV)
 				local h = redis.call('HMGET', fs, 'v', 'seq')
 				st = { v = tonumber(v or h[1]) or 0, seq = tonumber(h[2]) or 0 }
 			end
+			if ovr > 0 and e.tenant ~= '' then fair_override(e, ovr, k[1]) end
 			local fl = tonumber(redis.call('HGET', fs, 'f:' .. e.flow)) or 0
 			s = st.v
 			if fl > s then s = fl end

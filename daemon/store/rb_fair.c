@@ -98,6 +98,7 @@ void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, 
 	rargs_int(a, RB_FAIR_TTL_MS);
 	rargs_int(a, (int64_t)n);
 	rargs_int(a, (int64_t)nh);
+	rargs_int(a, cs->override_milli);
 	for (i = 0; i < n; i++) {
 		const struct conf_weight *cw = conf_weight_find(cs, ws[i]->tenant);
 		char wid[24];
@@ -107,6 +108,7 @@ void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, 
 		rargs_str(a, cw != NULL ? cw->name : "");
 		rargs_int(a, cw != NULL ? cw->weight : 1);
 		rargs_str(a, ws[i]->try_only ? "1" : "0");
+		rargs_str(a, ws[i]->tenant);
 	}
 	for (i = nk; i < acq.n; i++)
 		rargs_str(a, acq.v[i]);

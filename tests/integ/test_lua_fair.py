@@ -25,7 +25,7 @@ class FairScriptTest(ScriptCase):
         self.fq, self.fs, self.fp = ("t:{%s}:fq:" % self.tag, "t:{%s}:fs:" % self.tag,
                                      "t:{%s}:fp" % self.tag)
 
-    def call(self, pod, waiters, amount=1, window=1000, burst=1, ttl=TTL, holders=()):
+    def call(self, pod, waiters, amount=1, window=1000, burst=1, ttl=TTL, holders=(), ovr=0):
         """One fair call of pod: waiters is a list of (wid, member, flow,
         weight, try); each is asked at cost 1 against one token bucket.
         Returns (admitted, code, ahead, left, dropped, {wid: (member, tag)})."""
@@ -35,9 +35,10 @@ class FairScriptTest(ScriptCase):
         keys = [self.fq, self.fs, self.fp] + list(holders) + [
             "t:{%s}:s" % self.tag, "t:{%s}:q" % self.tag, "t:{%s}:l" % self.tag,
             "t:{%s}:r0" % self.tag]
-        argv = ["F", pod, str(ttl), str(len(waiters)), str(len(holders))]
+        argv = ["F", pod, str(ttl), str(len(waiters)), str(len(holders)), str(ovr)]
         for w in waiters:
-            argv += [w[0], w[1], w[2], str(w[3]), "1" if w[4] else "0"]
+            argv += [w[0], w[1], w[2], str(w[3]), "1" if w[4] else "0",
+                     w[5] if len(w) > 5 else w[2]]
         r = self.conn.command("EVALSHA", self.sha, len(keys), *(keys + argv + general))
         acq, ahead, left, dropped = r[0], r[1], r[2], r[3]
         placed = {}
@@ -135,6 +136,26 @@ class FairScriptTest(ScriptCase):
         self.assertEqual(self.leave(placed["2"][0]), 0)  # a repeat changes nothing
         self.assertEqual(self.leave(placed["3"][0]), 1)
         self.assertEqual(self.conn.command("EXISTS", self.fq, self.fs), 0)
+
+    def test_an_override_sets_a_tenants_weight(self):
+        ak = "t:{%s}:a" % self.tag
+        now = int(self.conn.command("TIME")[0]) * 1000
+        self.conn.command("HSET", ak, "tw:acme", "4:%d" % (now + 60000),
+                          "tw:old", "4:%d" % (now - 1), "tw:huge", "1000:%d" % (now + 60000))
+        self.call("A", [("0", "", "", 1, False)])
+        ws = [("a%d" % i, "", "", 1, False, "acme") for i in range(2)] + \
+             [("o%d" % i, "", "", 1, False, "old") for i in range(2)] + \
+             [("h%d" % i, "", "", 1, False, "huge") for i in range(2)]
+        self.call("A", ws, ovr=2000)  # override_max = 2
+        tags = dict(self.tickets())
+        # acme: its own flow at weight 2 (4, bounded by 2 x its conf weight 1)
+        self.assertEqual([tags["a0"], tags["a1"]], [0, 500])
+        # old: the override ended: the default flow, weight 1
+        self.assertEqual([tags["o0"], tags["o1"]], [0, 1000])
+        self.assertEqual([tags["h0"], tags["h1"]], [0, 500])  # bounded too
+        # no override taken by the scope (ovr 0): as the conf says (the default flow)
+        self.call("A", [("z", "", "", 1, False, "acme")])
+        self.assertEqual(dict(self.tickets())["z"], 2000)
 
     def test_a_class_before_holds_this_one_back(self):
         hk = "t:{%s}:fq:hi" % self.tag
