@@ -29,7 +29,7 @@ import time
 import unittest
 
 from . import harness
-from .harness import acquire_req, now, unstalled
+from .harness import Admitd, acquire_req, now, unstalled
 from .redis_util import Pods, status, wait_backend
 
 CONF = """
@@ -453,6 +453,28 @@ class FleetFairCase(unittest.TestCase):
         self.assertEqual(self.pods.redis.command("KEYS", "*{f:u}:f*"), [])
         self.assertEqual(calls[0], calls[1])
         self.assertGreater(calls[0], 0)
+
+
+class LocalFairCase(unittest.TestCase):
+    """fair = yes without Redis: the daemon's own order (docs/fairness.md),
+    nothing else changes."""
+
+    def test_local_mode_serves_in_order(self):
+        d = Admitd(CONF).start()
+        self.addCleanup(d.cleanup)
+        with d.connect() as c1, d.connect() as c2:
+            self.assertTrue(c1.request(acquire_req("slow", "k", timeout_ms=0, lease=False))["ok"])
+            c1.send(acquire_req("slow", "k", timeout_ms=5000, lease=False, id=1))
+            time.sleep(0.2)
+            c2.send(acquire_req("slow", "k", timeout_ms=5000, lease=False, id=2))
+            first = c1.recv(timeout=5)
+            second = c2.recv(timeout=5)
+        self.assertTrue(first["ok"] and second["ok"], (first, second))
+        self.assertEqual(first["backend"], "local")
+        self.assertLess(first["waited_ms"], second["waited_ms"])
+        st = status(d)["scopes"]["slow"]
+        self.assertEqual((st["tickets"], st["tickets_dropped"]), (0, 0))
+
 
 if __name__ == "__main__":
     unittest.main()
