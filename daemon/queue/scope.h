@@ -27,6 +27,8 @@
 #include <sys/queue.h>
 
 struct event;
+struct class_wait;
+struct tovr_set;
 
 /*
  * kq: scope.c (table, life, LRU) and waitq.c (queue, pump). One key of one
@@ -50,6 +52,7 @@ struct kq {
 	struct eng_refused *refused; /* a refusal Redis gave, kept until it can pass (engine.c) */
 	struct rb_ahead *ahead;	     /* units booked ahead in Redis (rb_ahead.c) */
 	struct fairq_cls *fq;	     /* its classes' fair-queuing tags, while waiters are tagged */
+	struct tovr_set *tovr;	     /* tenants' weights set on it (tenant_ovr.h); NULL: none */
 	int64_t wake_at;	     /* the earliest head's wake: retry_ev; 0: unarmed */
 	uint16_t lim_cap;	     /* rules the state inline in the entry has room for */
 	bool lim_ext;		     /* lim is a separate allocation (a reload added rules) */
@@ -110,6 +113,7 @@ struct scope_rt {
 	uint64_t batches, batched;
 	/* waited_ms of admissions, per bucket (metrics.h) */
 	uint64_t wait_hist[WAIT_HIST_NBUCKETS];
+	struct class_wait *cwait; /* ... and per class (class_wait.h), owned */
 };
 
 bool scopes_init(struct rt *ad) MUST_CHECK;

@@ -4,8 +4,9 @@
 
 /*
  * wait_hist.h - the buckets of the wait histogram each scope keeps (its
- * admissions' waited_ms), which `status` and the metrics show. The bounds
- * are defined in waitq_answer.c, which observes the waits.
+ * admissions' waited_ms, and each class's: class_wait.h), which `status`
+ * and the metrics show. The bounds are defined in class_wait.c;
+ * waitq_answer.c observes the waits.
  */
 
 #ifndef ADMITD_WAIT_HIST_H
