@@ -147,10 +147,11 @@ static void cli_tenant_weights(json_t *tw)
 	const char *name;
 	json_t *o;
 
-	json_object_foreach (tw, name, o)
+	json_object_foreach (tw, name, o) {
 		printf("%-11s %s %lld, ttl_ms %lld\n", "weight", name,
 		       (long long)json_integer_value(json_object_get(o, "weight")),
 		       (long long)json_integer_value(json_object_get(o, "ttl_ms")));
+	}
 }
 
 /*
