@@ -186,6 +186,35 @@ class TestTenantOverrideLocal(TenantOverrideCase, unittest.TestCase):
     mode = "local"
 
 
+class TestTenantOverrideKeyTable(unittest.TestCase):
+    """Past max_keys in local mode, a key holding a tenant's weight is kept
+    as one under an override is (the weight would be lost): a new key is
+    refused instead, and every weight acknowledged holds, through the idle
+    sweep too."""
+
+    def test_weights_past_max_keys_are_kept_or_refused(self):
+        d = Admitd("[admitd]\nmax_keys = 100\n\n[scope t]\nrule = requests 5/1h\n"
+                   "override_max = 2\n").start()
+        self.addCleanup(d.cleanup, failed=False)
+        c = d.connect()
+        self.addCleanup(c.close)
+        acked = []
+        for i in range(120):
+            r = ovr(c, "acme", 2, ttl_ms=600000, key="o%d" % i)
+            if r.get("ok"):
+                acked.append(i)
+                continue
+            self.assertEqual(r.get("error"), "unavailable", r)
+            self.assertIn("under an override", r["message"])
+        self.assertEqual(acked, list(range(100)))
+        time.sleep(1.5)  # the idle sweep has walked every key meanwhile
+        for i in acked:
+            r = c.request({"op": "inspect", "scope": "t", "key": "o%d" % i})
+            self.assertEqual(r["tenant_weights"]["acme"]["weight"], 2, r)
+        st = c.request({"op": "status"})
+        self.assertEqual((st["keys"], st["key_evictions"]), (100, 0), st)
+
+
 class TestTenantOverrideRedis(TenantOverrideCase, unittest.TestCase):
     mode = "redis"
 
