@@ -32,7 +32,7 @@ const struct class_wait *class_wait_find(const struct scope_rt *sc, const char *
 	return NULL;
 }
 
-void class_wait_observe(struct scope_rt *sc, const struct conf_class *cls, int64_t ms)
+void class_wait_observe(struct scope_rt *sc, const struct conf_class *cls, size_t b, int64_t ms)
 {
 	const char *name = cls != NULL ? cls->name : "";
 	struct class_wait *cw;
@@ -46,7 +46,7 @@ void class_wait_observe(struct scope_rt *sc, const struct conf_class *cls, int64
 		cw->next = sc->cwait;
 		sc->cwait = cw;
 	}
-	wait_hist_observe(cw->hist, ms);
+	cw->hist[b < WAIT_HIST_NBUCKETS ? b : WAIT_HIST_NBOUNDS]++;
 	cw->ms_total += (uint64_t)(ms > 0 ? ms : 0);
 }
 

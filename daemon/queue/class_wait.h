@@ -34,10 +34,11 @@ struct class_wait {
 
 /*
  * class_wait_observe - one admission of class cls (NULL: none) in sc
- * waited ms. Its first in a class makes the class's entry: without
- * memory for it, it is not counted.
+ * waited ms, in bucket b (wait_hist_bucket's, found once for the scope's
+ * histogram and this). Its first in a class makes the class's entry:
+ * without memory for it, it is not counted.
  */
-void class_wait_observe(struct scope_rt *sc, const struct conf_class *cls, int64_t ms);
+void class_wait_observe(struct scope_rt *sc, const struct conf_class *cls, size_t b, int64_t ms);
 /* class_wait_find - sc's entry of class name cls ("": none), NULL before its first. */
 const struct class_wait *class_wait_find(const struct scope_rt *sc, const char *cls);
 /*

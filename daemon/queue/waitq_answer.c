@@ -256,9 +256,10 @@ void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now)
 	for (i = 0; i < w->nt; i++) {
 		struct scope_rt *sc = w->t[i].kq->sc;
 		if (waitq_first_of_scope(w, i)) {
+			size_t b = wait_hist_bucket(now - w->start_ms);
 			sc->wait_ms_total += (uint64_t)(now - w->start_ms);
-			wait_hist_observe(sc->wait_hist, now - w->start_ms);
-			class_wait_observe(sc, w->t[i].cls, now - w->start_ms);
+			sc->wait_hist[b]++;
+			class_wait_observe(sc, w->t[i].cls, b, now - w->start_ms);
 			sc->admitted++;
 			if (res->via == VIA_FALLBACK)
 				sc->fallbacks++;

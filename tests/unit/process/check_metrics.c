@@ -117,9 +117,10 @@ START_TEST(test_render_exact)
 	wait_hist_observe(api->wait_hist, 40);
 	wait_hist_observe(api->wait_hist, 40000);
 	api->wait_ms_total = 40040;
-	class_wait_observe(api, NULL, 0);
-	class_wait_observe(api, NULL, 40);
-	class_wait_observe(&ad.rt.scopes[1], &ad.rt.conf->scopes[1].classes[0], 3000);
+	class_wait_observe(api, NULL, wait_hist_bucket(0), 0);
+	class_wait_observe(api, NULL, wait_hist_bucket(40), 40);
+	class_wait_observe(&ad.rt.scopes[1], &ad.rt.conf->scopes[1].classes[0],
+			   wait_hist_bucket(3000), 3000);
 	ad.rt.nconns = 2;
 	ad.rt.reloads_ok = 1;
 	ad.rt.key_evictions = 11;
