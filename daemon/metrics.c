@@ -169,6 +169,8 @@ METRICS_SCOPE_FIELD(m_batches, sc->batches)
 METRICS_SCOPE_FIELD(m_batched, sc->batched)
 METRICS_SCOPE_FIELD(m_refused_known, sc->refused_known)
 METRICS_SCOPE_FIELD(m_admitted_ahead, sc->admitted_ahead)
+METRICS_SCOPE_FIELD(m_tickets, sc->tickets)
+METRICS_SCOPE_FIELD(m_tickets_dropped, sc->tickets_dropped)
 METRICS_SCOPE_FIELD(m_leases, sc->leases > 0 ? sc->leases : 0)
 METRICS_SCOPE_FIELD(m_waiters, sc->waiting > 0 ? sc->waiting : 0)
 #undef METRICS_SCOPE_FIELD
@@ -273,6 +275,13 @@ static void m_build_info(struct mw *w, const struct admitd *ad, const char *name
 	X(admissions_ahead_total, "counter",                                                       \
 	  "Acquires admitted from units an earlier Redis call booked ahead, with no call.",        \
 	  m_admitted_ahead)                                                                        \
+	X(fair_tickets_total, "counter",                                                           \
+	  "fair = yes: tickets this daemon's waiters took in their keys' queues in Redis.",        \
+	  m_tickets)                                                                               \
+	X(fair_tickets_dropped_total, "counter",                                                   \
+	  "fair = yes: tickets this daemon's calls dropped: of pods gone, or of its own waiters "  \
+	  "that had left.",                                                                        \
+	  m_tickets_dropped)                                                                       \
 	X(redis_up, "gauge", "1 while Redis takes calls, else 0 (always 0 in local mode).",        \
 	  m_redis_up)                                                                              \
 	X(connections, "gauge", "Client connections open now.", m_connections)                     \

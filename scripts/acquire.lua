@@ -111,8 +111,12 @@ end
 -- is decided; then, once the acquire's own cost is admitted, up to `extra`
 -- more units are booked for the daemon to hand out itself, as many as the
 -- bucket holds above the class's floor. out[o + 7] is how many it booked.
+--
+-- qkey (the 'f' group): a fair key's tickets (fair_call); while any wait,
+-- the acquire is refused (code -9: it takes a ticket instead) and books
+-- nothing, but what it gives back still comes back.
 local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor, code,
-			     not_after, cost, extra, give)
+			     not_after, cost, extra, give, qkey)
 	if extra then out[o + 7] = 0 end
 	if not_after > 0 and now > not_after then
 		out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, 0, -6, 0, 0, 0
@@ -128,6 +132,11 @@ local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor,
 	if gave then -- units come back: the level at t drops
 		a = a - give * 1000
 		if a < 0 then a = 0 end
+	end
+	if qkey and redis.call('EXISTS', qkey) == 1 then -- a fair key's waiters go first
+		if gave then redis.call('HSET', key, 'a', int_arg(a)) end
+		out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, 1, -9, a, b, t
+		return
 	end
 	if kind == 'token-bucket' or kind == 'leaky-bucket' then
 		ok, na, nb, nt, ttl = strat_bucket_try(a, b, t, amount, window_ms, burst, now, cost, floor)
@@ -427,6 +436,185 @@ local function acquire_one(KEYS, ARGV)
 	return left({ count, wait, code, now, next_booked, next_before, ad_amt }, count)
 end
 
+-- ---- One order across the fleet (a scope with fair = yes) ----
+--
+-- The waiters of a contended (key, class), on every pod, hold tickets in one
+-- sorted set under the key's hash tag: KEYS[1] the tickets (score: the
+-- ticket's start tag; member 'SEQ|POD|WID|FLOW|WEIGHT', SEQ twelve digits
+-- of the class's arrival counter, so equal tags go in arrival order),
+-- KEYS[2] the class's tags (v: its virtual time; seq: the counter; f:FLOW:
+-- a flow's last finish tag), KEYS[3] the key's pods (pod -> the Redis time
+-- its tickets lapse unless it asks again). Start-time fair queuing: a
+-- ticket's start tag is max(v, its flow's last finish tag), its finish tag
+-- the start plus cost * 1000 / weight; tickets go in start-tag order and v
+-- moves to the tag of each ticket admitted. When the last ticket leaves,
+-- the tags go (no credit is banked while idle).
+--
+-- Only the pod whose ticket is first takes it: a call admits the tickets at
+-- the front that are this pod's and listed in the call, in order, as far as
+-- the limits allow (acquire_one); a first ticket of a pod that has not
+-- asked for FAIR_TTL is dropped (the pod is gone), and so is a first ticket
+-- of this pod that it does not list (its waiter left).
+local FAIR_SCALE = 1000
+
+local function fair_parse(m)
+	return string.match(m, '^(%d+)|([^|]*)|([^|]*)|([^|]*)|(%d+)$')
+end
+
+-- The call: ARGV 'F' pod ttl_ms n, then n times wid member flow weight try
+-- (the waiters this pod lists, in its order; member '' when it holds no
+-- ticket), then acquire_one's ARGV for the n of them (their lease ids and
+-- count n); KEYS the three above, then acquire_one's KEYS.
+-- Returns { acquire_one's reply (admitted m of the n listed; the next one's
+-- wait and code, -9 when tickets of other pods are ahead of it), ahead (the
+-- tickets ahead of the first listed waiter not admitted), the tickets left
+-- (after a stale run: 1, unknown), the tickets it dropped (of pods gone, or
+-- this pod's that it no longer lists), then per listed
+-- waiter its member and start tag ('' '' when it holds none: admitted, a
+-- try, or refused for good) }.
+local function fair_call(KEYS, ARGV)
+	local fq, fs, fp = KEYS[1], KEYS[2], KEYS[3]
+	local pod, ttl, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+	local L, at = {}, {}
+	for i = 1, n do
+		local b = 4 + (i - 1) * 5
+		L[i] = { wid = ARGV[b + 1], member = ARGV[b + 2], flow = ARGV[b + 3],
+			 weight = tonumber(ARGV[b + 4]), try = ARGV[b + 5] == '1' }
+		at[L[i].wid] = i
+	end
+	local k, a = {}, {}
+	for j = 4, #KEYS do k[#k + 1] = KEYS[j] end
+	for j = 5 + n * 5, #ARGV do a[#a + 1] = ARGV[j] end
+	local cost = tonumber(a[3])
+	local ids = {}
+	for id in string.gmatch(a[1], '[^,]+') do ids[#ids + 1] = id end
+
+	-- Reap: first tickets of pods gone, and this pod's own that it no
+	-- longer lists (bounded per call; the rest at the next). Nobody
+	-- waiting costs one read.
+	local front = redis.call('ZRANGE', fq, 0, n + 63, 'WITHSCORES')
+	local f, reaped = 1, 0
+	if #front > 0 then redis.call('ZREMRANGEBYSCORE', fp, '-inf', now) end
+	while f < #front and reaped < 64 do
+		local _, p, wid = fair_parse(front[f])
+		local gone
+		if p == pod then
+			gone = at[wid] == nil
+		else
+			gone = p == nil or redis.call('ZSCORE', fp, p) == false
+		end
+		if not gone then break end
+		redis.call('ZREM', fq, front[f])
+		f, reaped = f + 2, reaped + 1
+	end
+	local contended = f < #front
+
+	-- Who may be admitted now: nobody waits, the listed in order; else
+	-- this pod's tickets at the front, as far as they are listed in order.
+	local c, mine = 0, {}
+	if not contended then
+		c = n
+	else
+		local g = f
+		while g < #front and c < n do
+			local _, p, wid = fair_parse(front[g])
+			if p ~= pod or at[wid] ~= c + 1 then break end
+			c, g = c + 1, g + 2
+			mine[c] = { front[g - 2], front[g - 1] }
+		end
+	end
+	local r, m
+	if c > 0 then
+		a[1], a[2] = table.concat(ids, ',', 1, c), tostring(c)
+		r = acquire_one(k, a)
+		m = r[1]
+		if r[3] == -6 then return { r, 0, 1, reaped } end -- stale: nothing booked
+		if m == c and m < n then r[2], r[3] = 1, -9 end -- the next is behind others
+		if m == n and not contended and reaped == 0 then return { r, 0, 0, 0 } end
+	else
+		r, m = { 0, 1, -9, now, 0, 0, 0 }, 0
+	end
+
+	-- The admitted leave the queue; v moves to the last one's tag.
+	local v = nil
+	for i = 1, m do
+		if mine[i] then
+			v = mine[i][2]
+			redis.call('ZREM', fq, mine[i][1])
+		end
+	end
+	-- The others that wait hold a ticket: new ones (or ones Redis lost) are
+	-- tagged now, in the order listed.
+	local st, out = nil, { r, 0, 0, reaped }
+	local left = redis.call('ZCARD', fq)
+	for i = m + 1, n do
+		local e, s = L[i], false
+		if e.member ~= '' then s = redis.call('ZSCORE', fq, e.member) end
+		if not s and not e.try then
+			if st == nil then
+				local h = redis.call('HMGET', fs, 'v', 'seq')
+				st = { v = tonumber(v or h[1]) or 0, seq = tonumber(h[2]) or 0 }
+			end
+			local fl = tonumber(redis.call('HGET', fs, 'f:' .. e.flow)) or 0
+			s = st.v
+			if fl > s then s = fl end
+			st.seq = st.seq + 1
+			e.member = string.format('%012d', st.seq) .. '|' .. pod .. '|' .. e.wid .. '|' ..
+				   e.flow .. '|' .. e.weight
+			redis.call('ZADD', fq, s, e.member)
+			redis.call('HSET', fs, 'f:' .. e.flow, s + cost * FAIR_SCALE / e.weight,
+				   'seq', st.seq)
+			left = left + 1
+		elseif not s then
+			e.member = ''
+		end
+		e.s = s
+	end
+	out[3] = left
+	if left == 0 then
+		redis.call('DEL', fs)
+	else
+		if v then redis.call('HSET', fs, 'v', v) end
+		redis.call('ZADD', fp, now + ttl, pod)
+		redis.call('PEXPIRE', fq, ttl * 4)
+		redis.call('PEXPIRE', fs, ttl * 4)
+		redis.call('PEXPIRE', fp, ttl * 4)
+	end
+	for i = 1, n do
+		local e = L[i]
+		if i <= m or not e.s then
+			out[#out + 1], out[#out + 2] = '', ''
+		else
+			out[#out + 1], out[#out + 2] = e.member, tostring(e.s)
+		end
+	end
+	if m < n and L[m + 1].member ~= '' then
+		out[2] = redis.call('ZRANK', fq, L[m + 1].member) or 0
+	elseif m < n then
+		out[2] = left
+	end
+	return out
+end
+
+-- A waiter left unserved: ARGV 'FL' member cost; KEYS[1..2] as above. Its
+-- ticket goes, and when it was its flow's last, the flow's charge for it.
+local function fair_leave(KEYS, ARGV)
+	local fq, fs, mb = KEYS[1], KEYS[2], ARGV[2]
+	local s = redis.call('ZSCORE', fq, mb)
+	if not s then return 0 end
+	redis.call('ZREM', fq, mb)
+	if redis.call('ZCARD', fq) == 0 then
+		redis.call('DEL', fs)
+		return 1
+	end
+	local _, _, _, flow, weight = fair_parse(mb)
+	local fk = 'f:' .. (flow or '')
+	local fl = tonumber(redis.call('HGET', fs, fk))
+	local fin = tonumber(s) + tonumber(ARGV[3]) * FAIR_SCALE / (tonumber(weight) or 1)
+	if fl and math.abs(fl - fin) < 1e-6 then redis.call('HSET', fs, fk, s) end
+	return 1
+end
+
 -- admitd: per call
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -443,6 +631,8 @@ now_s = string.format('%d', now)
 --   'a' kind amount window_ms burst floor code not_after n, then n times
 --       cost extra give: the same, each booking up to extra units ahead and
 --       taking give back (acquire_plain)
+--   'f' the same as 'a', for a fair key: KEYS two per acquire, its rule
+--       hash and its tickets (refused while tickets wait)
 --   'g' nk na ARGV_1 .. ARGV_na
 --       one acquire of any plan; KEYS: its nk KEYS
 -- and KEYS are every group's KEYS in order. The reply is flat: the Redis
@@ -450,11 +640,13 @@ now_s = string.format('%d', now)
 -- (acquire_plain's), for 'a' seven (the seventh: the units booked ahead),
 -- for 'g' acquire_one's reply (a table).
 -- A lone plain acquire is this form too, with one group of one.
+if ARGV[1] == 'F' then return fair_call(KEYS, ARGV) end
+if ARGV[1] == 'FL' then return fair_leave(KEYS, ARGV) end
 if ARGV[1] ~= '=' then return acquire_one(KEYS, ARGV) end
 local ng, out, kb, ab, o = num(ARGV[2]), { now }, 0, 2, 1
 for _ = 1, ng do
 	local g = ARGV[ab + 1]
-	if g == 'p' or g == 'a' then
+	if g == 'p' or g == 'a' or g == 'f' then
 		local kind, amount, window_ms, burst = ARGV[ab + 2], num(ARGV[ab + 3]),
 		    num(ARGV[ab + 4]), num(ARGV[ab + 5])
 		local floor, code, not_after, n = num(ARGV[ab + 6]), num(ARGV[ab + 7]),
@@ -467,13 +659,21 @@ for _ = 1, ng do
 				o = o + 6
 			end
 			ab = ab + n
-		else
+		elseif g == 'a' then
 			for i = 1, n do
 				acquire_plain(out, o, KEYS[kb + i], kind, amount, window_ms, burst,
 					      floor, code, not_after, num(ARGV[ab + 1]),
 					      num(ARGV[ab + 2]), num(ARGV[ab + 3]))
 				o, ab = o + 7, ab + 3
 			end
+		else
+			for i = 1, n do
+				acquire_plain(out, o, KEYS[kb + 2 * i - 1], kind, amount, window_ms, burst,
+					      floor, code, not_after, num(ARGV[ab + 1]),
+					      num(ARGV[ab + 2]), num(ARGV[ab + 3]), KEYS[kb + 2 * i])
+				o, ab = o + 7, ab + 3
+			end
+			kb = kb + n
 		end
 		kb = kb + n
 	else

@@ -96,6 +96,7 @@ struct conf_scope {
 	bool fallback_divisor_auto;
 	char *default_key; /* NULL = a request must give key or url */
 	bool shadow;
+	bool fair; /* one order of waiters across the fleet (tickets in Redis) */
 	enum conf_fail_mode fail_mode;
 	int64_t max_waiters; /* per scope; default 1024 */
 	/* adaptive = yes: the requests rules move between a floor and their

@@ -89,7 +89,7 @@ struct conf_key {
 
 /* Keys of each table, without its terminator (conf_keys.c checks them). */
 #define CONF_ADMITD_NKEYS 31
-#define CONF_SCOPE_NKEYS  23
+#define CONF_SCOPE_NKEYS  24
 
 extern const struct conf_key conf_admitd_keys[CONF_ADMITD_NKEYS + 1];
 extern const struct conf_key conf_scope_keys[CONF_SCOPE_NKEYS + 1];

@@ -150,6 +150,10 @@ const struct conf_key conf_scope_keys[] = {
 	  "`weight TENANT = W` (1..1000, at most 64 per scope): under contention a key's "
 	  "waiters of TENANT (an acquire's \"tenant\") get W shares of each class's turns; "
 	  "every unlisted tenant weighs 1, all of them together as one" },
+	{ "fair", CT_BOOL, SCOPE_OFF(fair), "no", 0, 0, 0,
+	  "with Redis, one queue per key and class across every daemon: a contended key's "
+	  "waiters hold tickets in Redis and are admitted in the tickets' order (tenant "
+	  "weights, then arrival), whichever pod they wait on" },
 	{ "default_class", CT_NAME, SCOPE_OFF(default_class), NULL, 0, 0, 0,
 	  "class of a request that names none" },
 	{ "timeout", CT_DURATION, SCOPE_OFF(timeout_ms), "30s", 0, MS_HOUR, 0,

@@ -128,6 +128,7 @@ const char *conf_plan_which_rule(const struct conf_scope *cs, long which)
 	case PLAN_WHICH_SERIALIZED: return PLAN_RULE_MIN_DELAY;
 	case PLAN_WHICH_CLUSTER: return PLAN_RULE_CLUSTER;
 	case PLAN_WHICH_OWNER: return PLAN_RULE_OWNER;
+	case PLAN_WHICH_FLEET: return PLAN_RULE_QUEUE;
 	case PLAN_WHICH_QUOTA: return cs->quota_text;
 	default: return which >= 0 && (size_t)which < cs->nrules ? cs->rules[which].text : "redis";
 	}
@@ -140,8 +141,8 @@ bool conf_plan_holds_too(const struct conf_scope *cs, const struct conf_class *x
 	struct strat_params p;
 	size_t r, k;
 
-	if (rule == NULL)
-		return false;
+	if (rule == NULL || strcmp(rule, PLAN_RULE_QUEUE) == 0)
+		return false; /* the class's own queue (across daemons) holds no other */
 	for (r = 0; r < cs->nrules && cs->rules[r].text != rule; r++)
 		;
 	if (r == cs->nrules)

@@ -63,6 +63,7 @@ static inline const struct conf_plan *conf_plan_of(const struct conf_scope *s,
 #define PLAN_WHICH_STALE      (-6) /* Redis only: the script ran after its deadline */
 #define PLAN_WHICH_SERIALIZED (-7) /* min_delay, one at a time: a lease is held */
 #define PLAN_WHICH_OWNER      (-8) /* fallback: another pod serves the key's one at a time */
+#define PLAN_WHICH_FLEET      (-9) /* Redis, a fair scope: other pods' tickets are first */
 
 /* Static names of the settings a refusal can name. */
 #define PLAN_RULE_PENALTY	 "penalty"

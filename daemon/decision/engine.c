@@ -43,8 +43,12 @@ bool eng_can_batch(struct rt *ad, const struct waiter *w)
 {
 	const struct conf_scope *cs = w->t[0].kq->sc->cs;
 
-	return ad->redis != NULL && !ad->shutting_down && backend_up(ad->redis) && w->nt == 1 &&
-	       cs->min_delay_ms == 0 && !cs->shadow && !backend_ahead_on(ad->redis, w);
+	if (ad->redis == NULL || ad->shutting_down || !backend_up(ad->redis) || w->nt != 1)
+		return false;
+	/* A fair key's waiters are always asked in the form that carries their
+	 * tickets, alone or not (one at a time where min_delay paces). */
+	return backend_fair(ad->redis, w) ||
+	       (cs->min_delay_ms == 0 && !cs->shadow && !backend_ahead_on(ad->redis, w));
 }
 
 void eng_acquire_batch(struct rt *ad, struct waiter *const *ws, size_t n, eng_batch_cb *cb,
@@ -242,6 +246,12 @@ static void eng_forget(struct kq *kq)
 	backend_ahead_drop(kq, true);
 }
 
+static void eng_leave(struct rt *ad, const struct waiter *w)
+{
+	if (ad->redis != NULL)
+		backend_fair_leave(ad->redis, w);
+}
+
 static int64_t eng_turn_delay(struct rt *ad, int64_t turn_mono, int64_t window_ms)
 {
 	return backend_turn_delay(ad->redis, turn_mono, window_ms);
@@ -255,4 +265,5 @@ const struct decider eng_decider = { .acquire = eng_acquire,
 				     .sends = adrt_sends,
 				     .min_delay = eng_min_delay,
 				     .forget = eng_forget,
+				     .leave = eng_leave,
 				     .turn_delay = eng_turn_delay };

@@ -80,6 +80,8 @@ void op_status(struct client *c, struct request *rq)
 		preply_int(r, "penalties", (int64_t)sc->penalties);
 		preply_int(r, "refused_known", (int64_t)sc->refused_known);
 		preply_int(r, "admitted_ahead", (int64_t)sc->admitted_ahead);
+		preply_int(r, "tickets", (int64_t)sc->tickets);
+		preply_int(r, "tickets_dropped", (int64_t)sc->tickets_dropped);
 		preply_list(r, "wait_buckets");
 		for (j = 0; j < WAIT_HIST_NBUCKETS; j++)
 			preply_int(r, NULL, (int64_t)sc->wait_hist[j]);

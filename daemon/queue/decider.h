@@ -53,6 +53,8 @@ struct eng_res {
 	const char *shadow_rule; /* eng_merge: the first shadow target's refusal */
 	bool share_short;	 /* fallback: this pod's share of a limit refused it */
 	const struct kq *by;	 /* refusals: the target whose limit decided */
+	int64_t ask_min_ms;	 /* refusals: a sleeping head asks again no sooner (0: any) */
+	int64_t ask_max_ms;	 /* ... and no later (0: at its wait's end) */
 	struct lim_left left;	 /* what the tightest limit allows after this decision */
 };
 
@@ -110,6 +112,9 @@ struct decider {
 	/* forget - what the deciders remember of kq is dropped: a refusal Redis
 	 * gave, units booked ahead (given back). */
 	void (*forget)(struct kq *kq);
+	/* leave - w leaves its queue unserved while it holds a ticket in a
+	 * queue across daemons (w->fl_member): the ticket goes. */
+	void (*leave)(struct rt *rt, const struct waiter *w);
 	/* turn_delay - a refused head's slot after a window's turn (0: none). */
 	int64_t (*turn_delay)(struct rt *rt, int64_t turn_mono, int64_t window_ms);
 };

@@ -51,6 +51,9 @@
 static void waitq_decided(void *arg, const struct eng_res *res);
 
 static bool waitq_send_batch(struct kq *kq, struct waiter *w);
+static void waitq_fleet_wake(struct kq *kq);
+static void waitq_sleep(struct kq *kq, struct waiter *w, int64_t now, int64_t wait_ms);
+static bool waitq_batchable(const struct waiter *w, const struct waiter *x, int64_t extra);
 
 static void waitq_deadline_cb(evutil_socket_t fd, short what, void *arg);
 
@@ -288,6 +291,8 @@ void waitq_pump(struct kq *kq)
 	kq->in_pump = true;
 	if (kq->wake_at == 0)
 		waitq_wake_heads(kq);
+	if (kq->sc->cs->fair && !kq->busy)
+		waitq_fleet_wake(kq);
 	while (!kq->busy && !TAILQ_EMPTY(&kq->waiters)) {
 		int64_t now = clock_mono_ms();
 		bool gone, own = true;
@@ -326,8 +331,8 @@ void waitq_pump(struct kq *kq)
 		w->inflight = true;
 		for (i = 0; i < w->nt; i++)
 			w->t[i].kq->pending++;
-		if (kq->sc->ad->dec->can_batch(kq->sc->ad, w) && TAILQ_NEXT(w, kq_link) != NULL &&
-		    waitq_send_batch(kq, w))
+		if (kq->sc->ad->dec->can_batch(kq->sc->ad, w) &&
+		    (TAILQ_NEXT(w, kq_link) != NULL || kq->sc->cs->fair) && waitq_send_batch(kq, w))
 			continue;
 		kq->sc->ad->dec->acquire(kq->sc->ad, w, w->lease_id, waitq_decided, w);
 	}
@@ -443,6 +448,10 @@ static void waitq_settle(struct waiter *w, const struct eng_res *res, int64_t no
 	} else {
 		int64_t wait =
 		    waitq_jitter(kq->sc->cs, res->retry_after_ms) + waitq_turn_delay(kq, res, now);
+		if (res->ask_min_ms > 0 && wait < res->ask_min_ms)
+			wait = res->ask_min_ms;
+		if (res->ask_max_ms > 0 && wait > res->ask_max_ms)
+			wait = res->ask_max_ms;
 		if (now + wait > w->deadline_ms) /* jitter never costs the last try; */
 			wait = w->deadline_ms - now + (res->slot_wait ? 1 : 0); /* a slot
 			* wait ends at the deadline */
@@ -523,6 +532,40 @@ static void waitq_decided_batch(void *arg, struct waiter *const *ws, size_t n,
 		waitq_pump(kq);
 }
 
+/*
+ * A fair scope's waiters take their tickets in the shared queue as they
+ * arrive, through their class head's call: a sleeping head asks within
+ * WAITQ_FLEET_GATHER_MS when one of the waiters its call would carry holds
+ * none yet (the arrivals of that time share the call, and a head due
+ * sooner carries them anyway).
+ */
+static void waitq_fleet_wake(struct kq *kq)
+{
+	struct waitq_heads h;
+	size_t i, n;
+	struct waiter *x;
+	int64_t now = clock_mono_ms();
+
+	waitq_heads(kq, &h);
+	for (i = 0; i < h.n; i++) {
+		struct waiter *w = h.w[i];
+		if (w->wake_at <= now + WAITQ_FLEET_GATHER_MS ||
+		    !kq->sc->ad->dec->can_batch(kq->sc->ad, w))
+			continue;
+		for (x = w, n = 0; x != NULL && n < WAITQ_BATCH; x = TAILQ_NEXT(x, kq_link)) {
+			if (x->t[0].cls != w->t[0].cls)
+				continue;
+			if (x != w && !waitq_batchable(w, x, 0))
+				break;
+			if (x->fl_member[0] == '\0' && !x->try_only && !x->inflight) {
+				waitq_sleep(kq, w, now, WAITQ_FLEET_GATHER_MS);
+				break;
+			}
+			n++;
+		}
+	}
+}
+
 /* May x follow head w in one batched call (same shape, slot free)? */
 static bool waitq_batchable(const struct waiter *w, const struct waiter *x, int64_t extra)
 {
@@ -555,7 +598,7 @@ static bool waitq_send_batch(struct kq *kq, struct waiter *w)
 		kq->pending++;
 		ws[n++] = x;
 	}
-	if (n == 1)
+	if (n == 1 && !kq->sc->cs->fair)
 		return false;
 	kq->sc->ad->dec->acquire_batch(kq->sc->ad, ws, n, waitq_decided_batch, kq);
 	return true;

@@ -29,6 +29,9 @@
 struct conf_class;
 struct kq;
 
+/* A ticket's name in a queue across daemons: the store's, at most this long. */
+#define WAITQ_FLEET_MEMBER 224
+
 /* waiter: waitq.c. An acquire from a connection, queued on its first target's kq
  * (one list; each class's waiters in start-tag order, then arrival: waitq_class.c;
  * the first waiter of each class is that class's head). */
@@ -63,6 +66,11 @@ struct waiter {
 	double fq_s, fq_f;		 /* its start and finish tags */
 	bool fq_served;			 /* admitted: V moved to fq_s */
 	uint64_t seq;			 /* arrival order on this daemon */
+	/* Its ticket in its key's queue across daemons (a fair scope on
+	 * Redis: waitq_fleet.c), as the store last saw it; "": none. */
+	char fl_member[WAITQ_FLEET_MEMBER];
+	double fl_s;	 /* ... the ticket's start tag */
+	uint64_t fl_seq; /* ... and its arrival number there */
 };
 
 void waitq_add(struct waiter *w);
@@ -94,6 +102,13 @@ void waitq_wake_all(struct rt *ad);
 void waitq_shutdown_all(struct rt *ad);
 /* waitq_free_all - at exit, before scopes_free: drop every waiter left. */
 void waitq_free_all(struct rt *ad);
+/*
+ * waitq_fleet_place - the store says w holds ticket member (start tag s)
+ * in its key's queue across daemons, or none (member NULL): w moves to its
+ * ticket's place among its class's waiters (ticketed ones by tag, then by
+ * their arrival number there; before every waiter without a ticket).
+ */
+void waitq_fleet_place(struct waiter *w, const char *member, double s);
 /* waitq_slot_freed - a lease of kq ended (rt->slot_freed): its head may go. */
 void waitq_slot_freed(struct kq *kq);
 

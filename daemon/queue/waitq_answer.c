@@ -63,6 +63,8 @@ void waitq_remove(struct waiter *w)
 	}
 	/* kq's timer may stay armed for w: it then finds no head due, and is set again */
 	waitq_fair_leave(kq, w);
+	if (w->fl_member[0] != '\0')
+		kq->sc->ad->dec->leave(kq->sc->ad, w);
 	TAILQ_REMOVE(&kq->waiters, w, kq_link);
 	kq->nwait--;
 	waitq_unlink_conn(w);

@@ -18,6 +18,8 @@
 #define WAITQ_BATCH 16
 /* The most class heads of one key a pass looks at (more classes wait their turn). */
 #define WAITQ_HEADS 64
+/* A fair key's new waiter gets its ticket within this (waitq_fleet_wake). */
+#define WAITQ_FLEET_GATHER_MS 10
 
 /* A key's class heads, in the order they are asked. */
 struct waitq_heads {

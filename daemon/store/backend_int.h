@@ -17,7 +17,8 @@
  * ahead for a hot key), rb_rel.c (one release.lua call of a lease),
  * rb_queue.c (the outage queue), rb_release.c (releases), rb_rebook.c
  * (reconciliations and rebooks), rb_writeback.c (the write-back of what the
- * fallback admitted), rb_acquire.c (the acquires of one waiter and of a hot
+ * fallback admitted), rb_fair.c (a fair key's queue across daemons: its
+ * call's form and reply, a waiter's ticket dropped), rb_acquire.c (the acquires of one waiter and of a hot
  * key's batch, their replies and rollbacks), rb_operator.c
  * (inspect/reset/override), rb_status.c (what `status` reads), rb_health.c
  * (up or down, the heartbeat, the divisor and the fallback's share), and
@@ -47,6 +48,10 @@
 #define RB_QUEUE_MAX	   100000
 #define RB_QUEUE_MAX_BYTES (64 * 1024 * 1024)
 #define RB_QUEUE_ATTEMPTS  20
+/* A pod's tickets in a fair key's queue lapse when it has not asked for this
+ * long (it is gone); its heads ask at least every RB_FAIR_ASK_MS. */
+#define RB_FAIR_TTL_MS 1500
+#define RB_FAIR_ASK_MS (RB_FAIR_TTL_MS / 3)
 /* Waited past a late call's not_after before reconciling it (clock steps). */
 #define RB_CLOCK_MARGIN_MS 50
 /*
@@ -71,6 +76,7 @@ enum rb_op {
 	RB_OP_WRITEBACK,
 	RB_OP_OVERRIDE,
 	RB_OP_GIVE_BACK, /* units booked ahead and not handed out (rb_ahead.c) */
+	RB_OP_LEAVE,	 /* the ticket of a waiter that left a fair key's queue (rb_fair.c) */
 	RB_OP__COUNT
 };
 extern const char *const rb_op_names[RB_OP__COUNT];
@@ -273,6 +279,8 @@ void rb_key(struct rargs *a, const struct backend *b, const struct conf_scope *c
 	    const char *suffix, long idx);
 size_t rb_keys(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
 	       const char *key, const struct conf_plan *pl);
+void rb_fair_queue_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+		       const char *key, const struct conf_class *cls);
 void rb_penalty_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
 		    const char *key);
 unsigned rb_affinity(const struct conf_scope *cs, const char *key);
@@ -280,6 +288,17 @@ void rb_adapt_args(struct rargs *a, const struct conf_scope *cs);
 void rb_acquire_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 		     const char *lease_id, size_t count, int64_t not_after, const struct waiter *w,
 		     size_t *nkeys);
+/* ---- rb_fair.c ---- */
+/* rb_fair_on: w's scope is fair and w is of the kind that takes tickets;
+ * rb_fair_now: ... and it is asked in the fair form now. */
+bool rb_fair_on(const struct waiter *w);
+bool rb_fair_now(const struct waiter *w);
+void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, size_t n,
+		  const char *ids, int64_t not_after, size_t *nkeys);
+const struct rval *rb_fair_reply(struct waiter *const *ws, size_t n, const struct rval *reply,
+				 int64_t *ahead);
+int64_t rb_fair_behind(const struct conf_scope *cs, const struct conf_class *cls, int64_t ahead,
+		       int64_t cost, int64_t *ask_min);
 /* What one plain acquire books ahead and gives back (rb_ahead_ask; rb_plain's fields). */
 struct rb_ask {
 	bool books_ahead, ahead;
@@ -289,9 +308,11 @@ struct rb_ask {
 struct rb_plain {
 	const char *kind; /* strat_kind_name's: one pointer per kind */
 	int64_t amount, window_ms, burst, floor, code, not_after, cost;
-	bool books_ahead;    /* its plan books ahead (rb_ahead_ask) */
-	bool ahead;	     /* sent in an 'a' group: books extra ahead, gives give back */
-	int64_t extra, give; /* units (rb_ahead_ask); both 0: a 'p' group */
+	bool books_ahead;	      /* its plan books ahead (rb_ahead_ask) */
+	bool ahead;		      /* sent in an 'a' group: books extra ahead, gives give back */
+	bool queue;		      /* ... an 'f' group: a fair key, refused while tickets wait */
+	const struct conf_class *cls; /* queue: the class whose tickets are checked */
+	int64_t extra, give;	      /* units (rb_ahead_ask); both 0: a 'p' group */
 };
 /* The numbers a plain acquire's reply has in the '=' form. */
 #define RB_PLAIN_NUMS(ahead) ((ahead) ? 7u : 6u)

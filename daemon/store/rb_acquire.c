@@ -224,7 +224,8 @@ static void rb_acq_ahead(struct rb_acq *q, struct eng_res *res)
 static void rb_acq_plain(struct rb_acq *q, bool plain, const struct rb_ask *ask)
 {
 	q->ahead = plain && ask != NULL && ask->books_ahead;
-	q->form7 = plain && ask != NULL && ask->ahead;
+	/* a fair key's plain acquire alone is an 'f' group: the 'a' layout */
+	q->form7 = plain && ask != NULL && (ask->ahead || rb_fair_on(q->w));
 	q->give = q->form7 ? ask->give : 0;
 }
 
@@ -297,6 +298,12 @@ static void rb_acq_done(struct rb_acq *q)
 		rb_rollback(q, false);
 		return;
 	}
+	if (!res.admitted && res.retry_after_ms >= 0 && rb_fair_on(w)) {
+		/* A fair key is at its limit: its waiters take tickets, this
+		 * one now (its class head asks in the fair form at once). */
+		w->t[0].kq->fl_queued = true;
+		res.ask_max_ms = 1;
+	}
 	q->res = res;
 	if (!res.admitted) {
 		eng_refused_keep(w, &res); /* asked again here only once it can pass */
@@ -326,6 +333,8 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 		}
 		if (reply->n >= 7 && reply->a[6].type == RV_INT)
 			adrt_mirror(q->w->t[i].kq, reply->a[6].i);
+		if (q->r[i].code == PLAN_WHICH_FLEET)
+			q->w->t[i].kq->fl_queued = true; /* its tickets' turn: take one */
 		if (q->r[i].code == PLAN_WHICH_STALE) {
 			rb_stale(q->b, RB_OP_ACQUIRE);
 			q->r[i].out = RB_R_STALE;
@@ -509,7 +518,34 @@ struct rb_batch {
 	eng_batch_cb *cb;
 	void *arg;
 	int64_t not_after_mono;
+	bool fair; /* the fair form: the waiters' tickets, then the acquire's reply */
 };
+
+bool backend_fair(const struct backend *b, const struct waiter *w)
+{
+	return b != NULL && rb_fair_now(w);
+}
+
+/* The refusal of ws[i] by a limit or, in a fair key, by the tickets ahead. */
+static void rb_batch_refused(struct rb_batch *q, struct eng_res *res, const struct rval *reply,
+			     int64_t ahead)
+{
+	const struct target_rt *t = &q->ws[0]->t[0];
+	const struct conf_scope *cs = t->kq->sc->cs;
+	long code = (long)reply->a[2].i;
+	int64_t retry = reply->a[1].i, ask_min = 0;
+
+	if (code == PLAN_WHICH_FLEET)
+		retry = rb_fair_behind(cs, t->cls, ahead, t->cost, &ask_min);
+	eng_merge(res, t->kq, false, retry, conf_plan_which_rule(cs, code),
+		  conf_plan_which_slot(cs, code),
+		  retry < 0 ? conf_plan_which_limit(cs, t->cls, code) : 0);
+	eng_merge_end(res);
+	if (q->fair) { /* its pod's tickets lapse unless it asks within RB_FAIR_TTL_MS */
+		res->ask_min_ms = ask_min;
+		res->ask_max_ms = RB_FAIR_ASK_MS;
+	}
+}
 
 static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
@@ -518,9 +554,14 @@ static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
 	struct eng_res res[ENG_BATCH_MAX];
 	const struct target_rt *t = &q->ws[0]->t[0];
 	const struct conf_scope *cs = t->kq->sc->cs;
-	bool ok = st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n >= 4 &&
-		  reply->a[0].type == RV_INT && reply->a[1].type == RV_INT &&
-		  reply->a[2].type == RV_INT && reply->a[0].i >= 0 && (size_t)reply->a[0].i <= q->n;
+	int64_t ahead = 0;
+	bool ok;
+
+	if (q->fair && st == RP_OK && reply != NULL && reply->type == RV_ARR)
+		reply = rb_fair_reply(q->ws, q->n, reply, &ahead);
+	ok = st == RP_OK && reply != NULL && reply->type == RV_ARR && reply->n >= 4 &&
+	     reply->a[0].type == RV_INT && reply->a[1].type == RV_INT &&
+	     reply->a[2].type == RV_INT && reply->a[0].i >= 0 && (size_t)reply->a[0].i <= q->n;
 	size_t i, m;
 
 	memset(res, 0, sizeof(res));
@@ -551,13 +592,7 @@ static void rb_batch_cb(void *arg, enum rp_status st, const struct rval *reply)
 				res[i].admitted = true;
 				res[i].booked = conf_plan_of(cs, t->cls)->release_books;
 			} else if (i == m) {
-				long code = (long)reply->a[2].i;
-				eng_merge(
-				    &res[i], t->kq, false, reply->a[1].i,
-				    conf_plan_which_rule(cs, code), conf_plan_which_slot(cs, code),
-				    reply->a[1].i < 0 ? conf_plan_which_limit(cs, t->cls, code)
-						      : 0);
-				eng_merge_end(&res[i]);
+				rb_batch_refused(q, &res[i], reply, ahead);
 			} else {
 				res[i].undecided = true;
 			}
@@ -615,8 +650,12 @@ bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n
 	q->cb = cb;
 	q->arg = arg;
 	not_after = rb_not_after(b, &q->not_after_mono);
+	q->fair = rb_fair_on(ws[0]);
 	/* (batched waiters reserve nothing: waitq_batchable) */
-	rb_acquire_args(&a, b, &ws[0]->t[0], ids, n, not_after, ws[0], &nkeys);
+	if (q->fair)
+		rb_fair_args(&a, b, ws, n, ids, not_after, &nkeys);
+	else
+		rb_acquire_args(&a, b, &ws[0]->t[0], ids, n, not_after, ws[0], &nkeys);
 	if (a.oom || rb_eval(b, ws[0]->t[0].kq->sc->cs, ws[0]->t[0].kq->key, b->s_acquire, &a,
 			     nkeys, rb_batch_cb, q) != 0) {
 		free(q);
@@ -624,8 +663,10 @@ bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n
 		return false;
 	}
 	b->calls[RB_OP_ACQUIRE]++; /* one call admits the whole batch */
-	ws[0]->t[0].kq->sc->batches++;
-	ws[0]->t[0].kq->sc->batched += n;
+	if (n > 1) {
+		ws[0]->t[0].kq->sc->batches++;
+		ws[0]->t[0].kq->sc->batched += n;
+	}
 	rargs_clear(&a);
 	return true;
 }

@@ -258,8 +258,8 @@ bool backend_ahead_take(struct backend *b, struct waiter *w, struct eng_res *res
 	int64_t cost = w->t[0].cost, now;
 
 	if (a == NULL || a->n <= 0 || a->b != b || w->nt != 1 || w->nreserve != 0 ||
-	    a->cls != w->t[0].cls || cost > a->n)
-		return false;
+	    a->cls != w->t[0].cls || cost > a->n || kq->fl_queued)
+		return false; /* (fl_queued: a fair key's tickets go first) */
 	now = clock_mono_ms();
 	if (now >= a->at + b->ad->conf->redis_book_ahead_ms)
 		return false; /* too old to hand out: the next call gives them back */

@@ -190,6 +190,16 @@ size_t rb_keys(struct rargs *a, const struct backend *b, const struct conf_scope
 	return 3 + pl->nrules;
 }
 
+/* A fair key's tickets of class cls (acquire.lua's fair_call). */
+void rb_fair_queue_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+		       const char *key, const struct conf_class *cls)
+{
+	const char *cname = cls != NULL ? cls->name : "";
+	const char *q[7] = { b->ad->conf->prefix, ":{", cs->name, ":", key, "}:fq:", cname };
+
+	rargs_cat(a, q, 7);
+}
+
 /* The hash that holds a key's penalty (conf_plan.c says which). */
 void rb_penalty_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
 		    const char *key)
@@ -402,6 +412,8 @@ void rb_plain_call(struct rargs *a, const struct backend *b, const struct conf_s
 		   const char *key, const struct rb_plain *p)
 {
 	rb_key(a, b, cs, key, "r", (long)p->code);
+	if (p->queue)
+		rb_fair_queue_key(a, b, cs, key, p->cls);
 	rargs_str(a, "=");
 	rargs_int(a, 1);
 	rb_plain_group(a, p, 1);
@@ -426,8 +438,12 @@ static void rb_plain_args(struct rargs *a, struct backend *b, const struct targe
 		p->extra = ask->extra;
 		p->give = ask->give;
 	}
+	if (ask != NULL && cs->fair && !cs->shadow) { /* an 'f' group: the 'a' layout, two keys */
+		p->queue = p->ahead = true;
+		p->cls = t->cls;
+	}
 	rb_plain_call(a, b, cs, t->kq->key, p);
-	*nkeys = 1;
+	*nkeys = p->queue ? 2 : 1;
 }
 
 /* One acquire's part of its group: its cost ('a': then extra and give). */
@@ -446,7 +462,7 @@ void rb_plain_costs(struct rargs *a, const struct rb_plain *p)
  */
 void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n)
 {
-	rargs_str(a, p->ahead ? "a" : "p");
+	rargs_str(a, p->queue ? "f" : p->ahead ? "a" : "p");
 	rargs_str(a, p->kind);
 	rargs_int(a, p->amount);
 	rargs_int(a, p->window_ms);
@@ -480,7 +496,7 @@ bool rb_plain_same(const struct rb_plain *x, const struct rb_plain *y)
 {
 	return x->kind == y->kind && x->amount == y->amount && x->window_ms == y->window_ms &&
 	       x->burst == y->burst && x->floor == y->floor && x->code == y->code &&
-	       x->not_after == y->not_after && x->ahead == y->ahead;
+	       x->not_after == y->not_after && x->ahead == y->ahead && x->queue == y->queue;
 }
 
 const char *const rb_mode_names[] = { "release", "rollback", "reconcile", "rebook", "outcome" };

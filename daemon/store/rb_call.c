@@ -21,7 +21,8 @@
 
 const char *const rb_op_names[RB_OP__COUNT] = { "acquire",   "release",	  "rollback", "penalize",
 						"heartbeat", "reconcile", "rebook",   "inspect",
-						"reset",     "writeback", "override", "give_back" };
+						"reset",     "writeback", "override", "give_back",
+						"leave" };
 
 /* One script call on the connection of (cs, key). */
 int rb_eval(struct backend *b, const struct conf_scope *cs, const char *key, int script,
