@@ -37,8 +37,10 @@ void class_wait_observe(struct scope_rt *sc, const struct conf_class *cls, size_
 	const char *name = cls != NULL ? cls->name : "";
 	struct class_wait *cw;
 
-	for (cw = sc->cwait; cw != NULL && strcmp(cw->cls, name) != 0; cw = cw->next)
-		;
+	/* no class (the common case): its entry found with no call */
+	for (cw = sc->cwait; cw != NULL; cw = cw->next)
+		if (name[0] == '\0' ? cw->cls[0] == '\0' : strcmp(cw->cls, name) == 0)
+			break;
 	if (cw == NULL) {
 		if ((cw = calloc(1, sizeof(*cw))) == NULL)
 			return;
