@@ -96,11 +96,11 @@ class TenantOverrideCase(DaemonCase):
         self.assertEqual(inspect(c)["tenant_weights"]["bronze"]["weight"], 4)
         # bronze's waiters queued before it keep their tags: it takes about
         # one turn of them (4 waiters a quarter of gold's pace) to settle
-        time.sleep(t_set + 0.8 - time.monotonic())
+        time.sleep(max(0.0, t_set + 0.8 - time.monotonic()))
         t1 = time.monotonic()
-        time.sleep(t_set + 2.8 - time.monotonic())
+        time.sleep(max(0.0, t_set + 2.8 - time.monotonic()))
         during = self.shares(ld, t1, time.monotonic(), {"gold": 1, "bronze": 1})
-        time.sleep(t_set + 3.5 - time.monotonic())
+        time.sleep(max(0.0, t_set + 3.5 - time.monotonic()))
         self.assertNotIn("tenant_weights", inspect(c))
         t2 = time.monotonic()
         time.sleep(2.5)
