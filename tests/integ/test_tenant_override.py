@@ -19,25 +19,17 @@ import unittest
 
 from .harness import Admitd
 from .redis_util import key_name, wait_backend
-from .test_class_queue import DaemonCase
-from .test_tenants import RATE, Load
+from .test_tenants import CONF as TENANTS_CONF
+from .test_tenants import RATE, LoadCase
 
-CONF = """
-[admitd]
-redis_timeout = 100ms
-
-[scope t]
-rule = requests token-bucket %d/1s burst=1
-weight gold = 4
-weight bronze = 1
-override_max = 4
-fail_mode = fallback
-max_waiters = 4096
-
+# test_tenants' scope t (gold 4, silver 2, bronze 1) without silver, taking
+# overrides up to 4 times; and a scope that takes none
+CONF = TENANTS_CONF.replace("weight silver = 2\n", "override_max = 4\n") + """
 [scope plain]
 rule = requests token-bucket %d/1s burst=1
 weight gold = 4
-""" % (RATE, RATE)
+""" % RATE
+assert "override_max = 4" in CONF
 
 
 def ovr(c, tenant, weight, ttl_ms=3000, scope="t", key="k", **kw):
@@ -53,22 +45,8 @@ def inspect(c, key="k"):
     return r
 
 
-class TenantOverrideCase(DaemonCase):
+class TenantOverrideCase(LoadCase):
     CONF = CONF
-
-    def setUp(self):
-        self.loads = []
-        super().setUp()
-
-    def tearDown(self):
-        for ld in self.loads:
-            ld.stop.set()
-        super().tearDown()
-
-    def load(self, tenants, per_tenant):
-        ld = Load(self.d, tenants, per_tenant).start()
-        self.loads.append(ld)
-        return ld
 
     def shares(self, ld, t0, t1, want):
         """Each tenant's share of what ld got in [t0, t1) is within 10% of
