@@ -6,7 +6,7 @@
  * rb_operator.c - the Redis backend's operator calls.
  *
  * Owns: inspect (what Redis holds for a key), reset (its state deleted) and
- * override (a temporary limit set in Redis), each one script call whose
+ * override (a temporary limit, or a tenant's weight, set in Redis), each one script call whose
  * reply answers the operator through the engine's callback.
  */
 
@@ -26,6 +26,7 @@ struct rb_op_ctx {
 	bool fair; /* inspect: the class's queue across daemons too */
 	eng_insp_cb *insp_cb;
 	eng_reset_cb *reset_cb;
+	backend_tovr_cb *tovr_cb;
 	enum rb_op op; /* reset_cb's: RB_OP_RESET or RB_OP_OVERRIDE */
 	void *arg;
 };
@@ -154,6 +155,7 @@ out:
 	return ok;
 }
 
+/* A reset's or an override's reply: told (an integer) or not; a tenant's weight, -1: full. */
 static void rb_reset_cb(void *arg, enum rp_status st, const struct rval *reply)
 {
 	struct rb_op_ctx *x = arg;
@@ -161,58 +163,89 @@ static void rb_reset_cb(void *arg, enum rp_status st, const struct rval *reply)
 
 	if (!ok && st != RP_SHUTDOWN)
 		rb_failed(x->b, x->op, st, reply);
-	x->reset_cb(x->arg, ok ? VIA_REDIS : VIA_FALLBACK, ok);
+	if (x->tovr_cb != NULL)
+		x->tovr_cb(x->arg, !ok		  ? BACKEND_TOVR_UNTOLD
+				   : reply->i < 0 ? BACKEND_TOVR_FULL
+						  : BACKEND_TOVR_SET);
+	else
+		x->reset_cb(x->arg, ok ? VIA_REDIS : VIA_FALLBACK, ok);
 	free(x);
+}
+
+/* Send x's call (script, with a's arguments, the first nkeys keys): true when sent. */
+static bool rb_op_send(struct rb_op_ctx *x, int script, struct rargs *a, size_t nkeys)
+{
+	struct backend *b = x->b;
+	bool ok =
+	    !a->oom && rb_eval(b, x->kq->sc->cs, x->kq->key, script, a, nkeys, rb_reset_cb, x) == 0;
+
+	if (ok)
+		b->calls[x->op]++;
+	else
+		free(x);
+	rargs_clear(a);
+	return ok;
+}
+
+/* The context of an operator call on kq, NULL when Redis takes none now. */
+static struct rb_op_ctx *rb_op_new(struct backend *b, struct kq *kq, enum rb_op op, void *arg)
+{
+	struct rb_op_ctx *x;
+
+	if (b->closing || !b->up || !rpool_up(b->pool) || (x = calloc(1, sizeof(*x))) == NULL)
+		return NULL;
+	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .op = op, .arg = arg };
+	return x;
 }
 
 bool backend_reset(struct backend *b, struct kq *kq, eng_reset_cb *cb, void *arg)
 {
-	struct rb_op_ctx *x = calloc(1, sizeof(*x));
+	struct rb_op_ctx *x = rb_op_new(b, kq, RB_OP_RESET, arg);
 	struct rargs a = { 0 };
-	bool ok = false;
 
-	if (b->closing || !b->up || !rpool_up(b->pool) || x == NULL)
-		goto out;
+	if (x == NULL)
+		return false;
+	x->reset_cb = cb;
 	rb_key(&a, b, kq->sc->cs, kq->key, "s", -1);
 	if (kq->sc->cs->penalty_rule >= 0)
 		rb_penalty_key(&a, b, kq->sc->cs, kq->key);
-	*x = (struct rb_op_ctx){ .b = b, .kq = kq, .op = RB_OP_RESET, .reset_cb = cb, .arg = arg };
-	ok = !a.oom && rb_eval(b, kq->sc->cs, kq->key, b->s_reset, &a, a.n, rb_reset_cb, x) == 0;
-	if (ok)
-		b->calls[RB_OP_RESET]++;
-out:
-	if (!ok)
-		free(x);
-	rargs_clear(&a);
-	return ok;
+	return rb_op_send(x, b->s_reset, &a, a.n);
 }
 
 bool backend_override(struct backend *b, struct kq *kq, int64_t ttl_ms, int64_t min_delay_ms,
 		      const int64_t *amount, eng_reset_cb *cb, void *arg)
 {
 	const struct conf_scope *cs = kq->sc->cs;
-	struct rb_op_ctx *x = calloc(1, sizeof(*x));
+	struct rb_op_ctx *x = rb_op_new(b, kq, RB_OP_OVERRIDE, arg);
 	struct rargs a = { 0 };
-	bool ok = false;
 	size_t i;
 
-	if (b->closing || !b->up || !rpool_up(b->pool) || x == NULL)
-		goto out;
+	if (x == NULL)
+		return false;
+	x->reset_cb = cb;
 	rb_key(&a, b, cs, kq->key, "a", -1);
 	rargs_int(&a, ttl_ms);
 	rargs_int(&a, min_delay_ms);
 	rargs_int(&a, (int64_t)cs->nrules);
 	for (i = 0; i < cs->nrules; i++)
 		rargs_int(&a, amount != NULL ? amount[i] : 0);
-	*x = (struct rb_op_ctx){
-		.b = b, .kq = kq, .op = RB_OP_OVERRIDE, .reset_cb = cb, .arg = arg
-	};
-	ok = !a.oom && rb_eval(b, cs, kq->key, b->s_override, &a, 1, rb_reset_cb, x) == 0;
-	if (ok)
-		b->calls[RB_OP_OVERRIDE]++;
-out:
-	if (!ok)
-		free(x);
-	rargs_clear(&a);
-	return ok;
+	return rb_op_send(x, b->s_override, &a, 1);
+}
+
+bool backend_override_tenant(struct backend *b, struct kq *kq, const char *tenant, int weight,
+			     int64_t ttl_ms, int max, backend_tovr_cb *cb, void *arg)
+{
+	struct rb_op_ctx *x = rb_op_new(b, kq, RB_OP_OVERRIDE, arg);
+	struct rargs a = { 0 };
+
+	if (x == NULL)
+		return false;
+	x->tovr_cb = cb;
+	rb_key(&a, b, kq->sc->cs, kq->key, "a", -1);
+	rargs_int(&a, ttl_ms);
+	rargs_str(&a, "tw");
+	rargs_str(&a, tenant);
+	rargs_int(&a, weight);
+	rargs_int(&a, max);
+	return rb_op_send(x, b->s_override, &a, 1);
 }
