@@ -412,6 +412,20 @@ int admit_override(struct admit *a, const char *scope, const char *key, const ch
 		   int64_t ttl_ms, int64_t min_delay_ms, const struct admit_rule_amount *rules,
 		   size_t nrules, struct admit_result *res);
 
+/*
+ * admit_override_tenant - for ttl_ms (1 to 30 days), tenant (1 to 64 of
+ * [A-Za-z0-9_.-]) weighs weight (1 to 1000) in the order of one key's
+ * waiters, instead of its conf `weight` line (1 when unlisted); the key's
+ * other limits and overrides are left alone. At most the scope's
+ * override_max times the conf weight, and at most 16 tenants a key, else
+ * ADMIT_E_BAD_REQUEST. Key and url, res and ADMIT_E_UNAVAILABLE as for
+ * admit_override; admit_reset lifts it, admit_inspect's res->raw shows it
+ * ("tenant_weights").
+ */
+int admit_override_tenant(struct admit *a, const char *scope, const char *key, const char *url,
+			  const char *tenant, int64_t weight, int64_t ttl_ms,
+			  struct admit_result *res);
+
 /* Free what a result holds and zero it. */
 void admit_result_free(struct admit_result *res);
 

@@ -315,3 +315,26 @@ int admit_override(struct admit *a, const char *scope, const char *key, const ch
 				    "(at most 16, each rule named once)");
 	return admit_roundtrip(a, req, 0, false, res);
 }
+
+int admit_override_tenant(struct admit *a, const char *scope, const char *key, const char *url,
+			  const char *tenant, int64_t weight, int64_t ttl_ms,
+			  struct admit_result *res)
+{
+	json_t *req = NULL;
+
+	if (a != NULL && ttl_ms >= 1 && tenant != NULL && tenant[0] != '\0' &&
+	    strlen(tenant) <= 64 && weight >= 1 && weight <= 1000) {
+		req = json_pack("{s:s, s:I, s:s, s:I}", "op", "override", "ttl_ms",
+				(json_int_t)ttl_ms, "tenant", tenant, "weight", (json_int_t)weight);
+		if (req != NULL && admit_set_target(req, scope, key, url, NULL, 0) < 0) {
+			json_decref(req);
+			req = NULL;
+		}
+	}
+	if (req == NULL)
+		return admit_refuse(res,
+				    "override of a tenant's weight needs a handle, a scope, at "
+				    "most one of key and url, a ttl_ms >= 1, a tenant of 1 "
+				    "to 64 characters and a weight from 1 to 1000");
+	return admit_roundtrip(a, req, 0, false, res);
+}

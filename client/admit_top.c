@@ -6,6 +6,7 @@
  * admit_top.c - `admit top` and the activity table `admit status` shares.
  *
  * Owns: the columns of the table (a static array: heading, what it shows),
+ * the contended keys listed after it (the status reply's "contended"),
  * the arithmetic over two status replies (counter deltas over the uptime
  * between them; wait percentiles from the per-bucket deltas of the wait
  * histogram, interpolated within a bucket as Prometheus's
@@ -35,6 +36,7 @@
 
 #define TOP_LINE_MAX   512
 #define TOP_SCOPE_MAX  32 /* a longer scope name is cut in the table */
+#define TOP_KEY_MAX    40 /* ... and a longer key in the contended keys */
 #define TOP_CELL_WIDTH 7
 
 enum top_kind {
@@ -238,6 +240,41 @@ static void top_adaptive(const struct admit_result *cur, int w,
 	json_decref(root);
 }
 
+/*
+ * The keys with the most waiters on the daemon, a line each after the
+ * table (none when nothing waits): the status reply's "contended", its
+ * scope, key (cut at TOP_KEY_MAX), class, waiters and tenant flows.
+ */
+static void top_contended(const struct admit_result *cur, int w,
+			  void (*emit)(void *ctx, const char *line), void *ctx)
+{
+	char line[TOP_LINE_MAX];
+	json_t *root, *list, *e;
+	size_t i, len;
+
+	if (cur->raw == NULL || (root = json_loads(cur->raw, 0, NULL)) == NULL)
+		return;
+	list = json_object_get(root, "contended");
+	json_array_foreach (list, i, e) {
+		const char *key = json_string_value(json_object_get(e, "key"));
+		const char *cls = json_string_value(json_object_get(e, "class"));
+		if (i == 0) {
+			len = 0;
+			top_cell(line, &len, "%-*s %-*s %-12s %7s %7s", w, "CONTENDED", TOP_KEY_MAX,
+				 "KEY", "CLASS", "WAITING", "TENANTS");
+			emit(ctx, line);
+		}
+		len = 0;
+		top_cell(line, &len, "%-*.*s %-*.*s %-12.12s %7lld %7lld", w, w,
+			 json_string_value(json_object_get(e, "scope")), TOP_KEY_MAX, TOP_KEY_MAX,
+			 key != NULL ? key : "?", cls != NULL && cls[0] != '\0' ? cls : "-",
+			 (long long)json_integer_value(json_object_get(e, "waiters")),
+			 (long long)json_integer_value(json_object_get(e, "tenants")));
+		emit(ctx, line);
+	}
+	json_decref(root);
+}
+
 void top_table(const struct admit_result *cur, const struct admit_result *prev,
 	       void (*emit)(void *ctx, const char *line), void *ctx)
 {
@@ -270,6 +307,7 @@ void top_table(const struct admit_result *cur, const struct admit_result *prev,
 		emit(ctx, line);
 	}
 	top_adaptive(cur, w < 8 ? 8 : w, emit, ctx);
+	top_contended(cur, w < 9 ? 9 : w, emit, ctx);
 }
 
 /* ---- the live view ---- */

@@ -56,6 +56,7 @@ enum cli_opt_id {
 	O_TTL,
 	O_MIN_DELAY,
 	O_RULE,
+	O_WEIGHT,
 	O_HELP,
 	O__COUNT
 };

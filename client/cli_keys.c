@@ -8,8 +8,8 @@
  *
  * Owns: penalize's hold (a duration converted here, a Retry-After header
  * value passed on as is), reset, and override's --ttl, --min-delay and
- * repeated --rule RULE=N, each checked against the protocol's bounds in the
- * units the command line gave. No key or --url: the scope's default key.
+ * repeated --rule RULE=N, or its --tenant T --weight W, each checked
+ * against the protocol's bounds in the units the command line gave. No key or --url: the scope's default key.
  */
 
 #include "cli.h"
@@ -85,6 +85,28 @@ static int cli_rule_amounts(const struct cli_args *ar, struct admit_rule_amount 
 	return 0;
 }
 
+/* override --tenant T --weight W: one tenant's weight on the key, nothing else. */
+static int cli_override_tenant(struct admit *a, const struct cli_args *ar, const char *key,
+			       const char *url, int64_t ttl_ms)
+{
+	struct admit_result r;
+	int64_t w;
+
+	if (!ar->set[O_TENANT] || !ar->set[O_WEIGHT])
+		return cli_usage_error("%s: --tenant T and --weight W go together", "override");
+	if (ar->set[O_MIN_DELAY] || ar->nmulti > 0)
+		return cli_usage_error("%s: a tenant's weight is set alone (no --min-delay, "
+				       "--rule)",
+				       "override");
+	if (cli_int(ar->val[O_WEIGHT], &w) < 0 || w < 1 || w > 1000)
+		return cli_usage_error("--weight %s: want a whole number from 1 to 1000",
+				       ar->val[O_WEIGHT]);
+	admit_override_tenant(a, ar->pos[0], key, url, ar->val[O_TENANT], w, ttl_ms, &r);
+	if (r.err == ADMIT_OK)
+		printf("override\n");
+	return cli_done("override", &r);
+}
+
 int cmd_override(struct admit *a, const struct cli_args *ar)
 {
 	struct admit_rule_amount rules[CLI_MAX_MULTI];
@@ -105,6 +127,8 @@ int cmd_override(struct admit *a, const struct cli_args *ar)
 				       ar->val[O_TTL]);
 	if (ttl_ms > CLI_MAX_TTL_MS)
 		return cli_usage_error("--ttl %s: at most 30 days (720h)", ar->val[O_TTL]);
+	if (ar->set[O_TENANT] || ar->set[O_WEIGHT])
+		return cli_override_tenant(a, ar, key, url, ttl_ms);
 	if (ar->set[O_MIN_DELAY] && cli_duration(ar->val[O_MIN_DELAY], true, &min_delay_ms) < 0)
 		return cli_usage_error("--min-delay %s: want a duration like 500ms, 2s",
 				       ar->val[O_MIN_DELAY]);

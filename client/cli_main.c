@@ -75,6 +75,9 @@ static const struct cli_opt {
 		     "RULE=N   override: the rule's amount (RULE: its name, or its\n"
 		     "                    0-based index in the scope); repeat for more rules",
 		     true },
+	[O_WEIGHT] = { "weight", true,
+		       "W      override: --tenant T's weight on the key (1..1000),\n"
+		       "                    within the scope's override_max" },
 	[O_HELP] = { "help", false, "         this help" },
 };
 
@@ -126,18 +129,25 @@ static const struct cli_cmd cli_cmds[] = {
 	{ "inspect", "SCOPE [KEY] [--url URL] [--class C] [--json]", 1, 2,
 	  OPT(O_URL) | OPT(O_CLASS) | OPT(O_JSON), false, cmd_inspect,
 	  "where the key stands, one line per item: penalty, pacing, leases,\n"
-	  "\t\tquota, each rule's remaining units (--json: the raw reply)" },
-	{ "override", "SCOPE [KEY] [--url URL] --ttl D [--min-delay D] [--rule RULE=N]...", 1, 2,
-	  OPT(O_URL) | OPT(O_TTL) | OPT(O_MIN_DELAY) | OPT(O_RULE), false, cmd_override,
+	  "\t\tquota, each rule's remaining units, tenants' weights set, and\n"
+	  "\t\tits queue here, a line per class (--json: the raw reply)" },
+	{ "override",
+	  "SCOPE [KEY] [--url URL] --ttl D [--min-delay D] [--rule RULE=N]... | --tenant T "
+	  "--weight W",
+	  1, 2,
+	  OPT(O_URL) | OPT(O_TTL) | OPT(O_MIN_DELAY) | OPT(O_RULE) | OPT(O_TENANT) | OPT(O_WEIGHT),
+	  false, cmd_override,
 	  "for --ttl, replace the key's min_delay and rule amounts (on every\n"
-	  "\t\tdaemon; a new override replaces the last, reset lifts it); within\n"
+	  "\t\tdaemon; a new override replaces the last, reset lifts it), or\n"
+	  "\t\tset one tenant's weight on the key (--tenant T --weight W); within\n"
 	  "\t\tthe scope's override_max when it loosens; prints \"override\"" },
 	{ "status", "[--json]", 0, 0, OPT(O_JSON), false, cmd_status,
 	  "top's table once (since the daemon started), then the counters\n"
 	  "\t\tas tables (--json: the raw reply)" },
 	{ "top", "[--interval D]", 0, 0, OPT(O_INTERVAL), false, cmd_top,
 	  "a live view, one row per scope: admissions/s, refusals/s by\n"
-	  "\t\treason, waiters, leases, wait p50/p99 of the interval; q quits" },
+	  "\t\treason, waiters, leases, wait p50/p99 of the interval, then\n"
+	  "\t\tthe keys with the most waiters and their tenants; q quits" },
 	{ "ping", "", 0, 0, 0, false, cmd_ping, "exit 0 when the daemon answers" },
 };
 

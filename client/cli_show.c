@@ -9,13 +9,15 @@
  * Owns: status's tables (top's activity table once, then the totals per
  * scope, refusals by code and the Redis counters), top's --interval (the
  * live view itself is admit_top.c's), inspect's one line per item (penalty,
- * pacing, leases, quota, each rule's remaining units), --json's raw reply,
+ * pacing, leases, quota, each rule's remaining units, each tenant weight
+ * set, each class of the key's queue), --json's raw reply,
  * and ping's "ok". A counter the daemon did not send is shown as "-".
  */
 
 #include "cli.h"
 #include "admit_top.h"
 
+#include <jansson.h>
 #include <string.h>
 
 /* A counter for a table: its value, or "-" when the daemon did not send it. */
@@ -139,6 +141,56 @@ static void cli_item(const char *name, int64_t v)
 		printf("%-11s %lld\n", name, (long long)v);
 }
 
+/* "tenant T W, ttl_ms N" per tenant weight set on the key (the reply's "tenant_weights"). */
+static void cli_tenant_weights(json_t *tw)
+{
+	const char *name;
+	json_t *o;
+
+	json_object_foreach (tw, name, o) {
+		printf("%-11s %s %lld, ttl_ms %lld\n", "weight", name,
+		       (long long)json_integer_value(json_object_get(o, "weight")),
+		       (long long)json_integer_value(json_object_get(o, "ttl_ms")));
+	}
+}
+
+/*
+ * One line per class of the key's queue here (the reply's "queue"), in the
+ * order their heads are asked: its waiters, V, and each tenant flow's
+ * waiters, weight and next start tag ("default*": the shared flow).
+ */
+static void cli_inspect_queue(const char *raw)
+{
+	json_t *root = raw != NULL ? json_loads(raw, 0, NULL) : NULL, *cl, *fl;
+	size_t i, j;
+
+	if (root == NULL)
+		return;
+	cli_tenant_weights(json_object_get(root, "tenant_weights"));
+	json_array_foreach (json_object_get(root, "queue"), i, cl) {
+		json_t *v = json_object_get(cl, "v");
+		printf("%-11s class \"%s\" priority %lld: %lld waiting", "queue",
+		       json_string_value(json_object_get(cl, "class")),
+		       (long long)json_integer_value(json_object_get(cl, "priority")),
+		       (long long)json_integer_value(json_object_get(cl, "waiters")));
+		if (json_is_number(v))
+			printf(", V %g", json_number_value(v));
+		json_array_foreach (json_object_get(cl, "tenants"), j, fl) {
+			json_t *s = json_object_get(fl, "next_start");
+			printf("%s %s%s %lld (weight %lld", j == 0 ? ";" : ",",
+			       json_string_value(json_object_get(fl, "tenant")),
+			       json_is_true(json_object_get(fl, "shared")) ? "*" : "",
+			       (long long)json_integer_value(json_object_get(fl, "waiters")),
+			       (long long)json_integer_value(json_object_get(fl, "weight")));
+			if (json_is_number(s))
+				printf(", next %g", json_number_value(s));
+			printf(")");
+		}
+		printf("\n");
+	}
+	json_decref(root);
+}
+
 int cmd_inspect(struct admit *a, const struct cli_args *ar)
 {
 	const struct admit_inspect *in;
@@ -170,6 +222,7 @@ int cmd_inspect(struct admit *a, const struct cli_args *ar)
 		       in->rules[i].rule ? in->rules[i].rule : "?",
 		       (long long)in->rules[i].remaining, (long long)in->rules[i].capacity,
 		       (long long)in->rules[i].full_in_ms);
+	cli_inspect_queue(r.raw);
 	admit_result_free(&r);
 	return EXIT_ADMITTED;
 }

@@ -20,6 +20,7 @@
 #include "adaptive_rt.h"
 #include "admitd.h"
 #include "backend.h"
+#include "class_wait.h"
 
 #include <event2/buffer.h>
 #include <inttypes.h>
@@ -93,28 +94,60 @@ static void metrics_seconds(char *buf, size_t len, int64_t ms)
 		buf[--n] = '\0';
 }
 
+/* One histogram's samples, labelled by lab (`scope="S"` and more): buckets, sum, count. */
+static void mw_hist(struct mw *w, const char *name, const char *lab, const uint64_t *hist,
+		    uint64_t ms_total)
+{
+	char le[24];
+	uint64_t cum = 0;
+	size_t j;
+
+	for (j = 0; j < WAIT_HIST_NBOUNDS; j++) {
+		cum += hist[j];
+		metrics_seconds(le, sizeof(le), wait_hist_bounds_ms[j]);
+		mw_printf(w, "%s_bucket{%s,le=\"%s\"} %" PRIu64 "\n", name, lab, le, cum);
+	}
+	cum += hist[WAIT_HIST_NBOUNDS];
+	mw_printf(w, "%s_bucket{%s,le=\"+Inf\"} %" PRIu64 "\n", name, lab, cum);
+	mw_printf(w, "%s_sum{%s} %" PRIu64 ".%03" PRIu64 "\n", name, lab, ms_total / 1000,
+		  ms_total % 1000);
+	mw_printf(w, "%s_count{%s} %" PRIu64 "\n", name, lab, cum);
+}
+
 static void m_wait(struct mw *w, const struct admitd *ad, const char *name)
 {
-	char le[WAIT_HIST_NBOUNDS][24];
-	size_t i, j;
-
-	for (j = 0; j < WAIT_HIST_NBOUNDS; j++)
-		metrics_seconds(le[j], sizeof(le[j]), wait_hist_bounds_ms[j]);
+	char lab[128];
+	size_t i;
 
 	for (i = 0; i < ad->rt.nscopes; i++) {
 		const struct scope_rt *sc = &ad->rt.scopes[i];
-		uint64_t cum = 0;
-		for (j = 0; j < WAIT_HIST_NBOUNDS; j++) {
-			cum += sc->wait_hist[j];
-			mw_printf(w, "%s_bucket{scope=\"%s\",le=\"%s\"} %" PRIu64 "\n", name,
-				  sc->cs->name, le[j], cum);
-		}
-		cum += sc->wait_hist[WAIT_HIST_NBOUNDS];
-		mw_printf(w, "%s_bucket{scope=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name,
-			  sc->cs->name, cum);
-		mw_printf(w, "%s_sum{scope=\"%s\"} %" PRIu64 ".%03" PRIu64 "\n", name, sc->cs->name,
-			  sc->wait_ms_total / 1000, sc->wait_ms_total % 1000);
-		mw_printf(w, "%s_count{scope=\"%s\"} %" PRIu64 "\n", name, sc->cs->name, cum);
+		snprintf(lab, sizeof(lab), "scope=\"%s\"", sc->cs->name);
+		mw_hist(w, name, lab, sc->wait_hist, sc->wait_ms_total);
+	}
+}
+
+/* m_class_wait's walk over one scope's classes. */
+struct mw_class {
+	struct mw *w;
+	const char *name, *scope;
+};
+
+static void m_class_wait_one(void *arg, const char *cls, const struct class_wait *cw)
+{
+	static const uint64_t none[WAIT_HIST_NBUCKETS];
+	const struct mw_class *x = arg;
+	char lab[200];
+
+	snprintf(lab, sizeof(lab), "scope=\"%s\",class=\"%s\"", x->scope, cls);
+	mw_hist(x->w, x->name, lab, cw != NULL ? cw->hist : none, cw != NULL ? cw->ms_total : 0);
+}
+
+/* Per class of each scope; class="" counts the acquires without one. */
+static void m_class_wait(struct mw *w, const struct admitd *ad, const char *name)
+{
+	for (size_t i = 0; i < ad->rt.nscopes; i++) {
+		struct mw_class x = { w, name, ad->rt.scopes[i].cs->name };
+		class_wait_each(&ad->rt.scopes[i], m_class_wait_one, &x);
 	}
 }
 
@@ -136,6 +169,8 @@ METRICS_SCOPE_FIELD(m_batches, sc->batches)
 METRICS_SCOPE_FIELD(m_batched, sc->batched)
 METRICS_SCOPE_FIELD(m_refused_known, sc->refused_known)
 METRICS_SCOPE_FIELD(m_admitted_ahead, sc->admitted_ahead)
+METRICS_SCOPE_FIELD(m_tickets, sc->tickets)
+METRICS_SCOPE_FIELD(m_tickets_dropped, sc->tickets_dropped)
 METRICS_SCOPE_FIELD(m_leases, sc->leases > 0 ? sc->leases : 0)
 METRICS_SCOPE_FIELD(m_waiters, sc->waiting > 0 ? sc->waiting : 0)
 #undef METRICS_SCOPE_FIELD
@@ -207,6 +242,9 @@ static void m_build_info(struct mw *w, const struct admitd *ad, const char *name
 	  m_acquires)                                                                              \
 	X(acquire_wait_seconds, "histogram", "How long admitted acquires waited, by scope.",       \
 	  m_wait)                                                                                  \
+	X(acquire_class_wait_seconds, "histogram",                                                 \
+	  "How long admitted acquires waited, by scope and class (\"\": without a class).",        \
+	  m_class_wait)                                                                            \
 	X(releases_total, "counter", "Release requests naming a lease of the scope.", m_releases)  \
 	X(penalties_total, "counter", "Penalize requests naming the scope.", m_penalties)          \
 	X(shadow_limited_total, "counter", "Admissions a shadow scope would have refused.",        \
@@ -237,6 +275,13 @@ static void m_build_info(struct mw *w, const struct admitd *ad, const char *name
 	X(admissions_ahead_total, "counter",                                                       \
 	  "Acquires admitted from units an earlier Redis call booked ahead, with no call.",        \
 	  m_admitted_ahead)                                                                        \
+	X(fair_tickets_total, "counter",                                                           \
+	  "fair = yes: tickets this daemon's waiters took in their keys' queues in Redis.",        \
+	  m_tickets)                                                                               \
+	X(fair_tickets_dropped_total, "counter",                                                   \
+	  "fair = yes: tickets this daemon's calls dropped: of pods gone, or of its own waiters "  \
+	  "that had left.",                                                                        \
+	  m_tickets_dropped)                                                                       \
 	X(redis_up, "gauge", "1 while Redis takes calls, else 0 (always 0 in local mode).",        \
 	  m_redis_up)                                                                              \
 	X(connections, "gauge", "Client connections open now.", m_connections)                     \

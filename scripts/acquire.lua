@@ -461,29 +461,54 @@ local function fair_parse(m)
 	return string.match(m, '^(%d+)|([^|]*)|([^|]*)|([^|]*)|(%d+)$')
 end
 
--- The call: ARGV 'F' pod ttl_ms n, then n times wid member flow weight try
--- (the waiters this pod lists, in its order; member '' when it holds no
--- ticket), then acquire_one's ARGV for the n of them (their lease ids and
--- count n); KEYS the three above, then acquire_one's KEYS.
+-- e's tenant's weight set by an override in force (see fair_call's ovr):
+-- e becomes its own flow at that weight. sk: the key's state hash.
+local function fair_override(e, ovr, sk)
+	local v = redis.call('HGET', adapt_key(sk), 'tw:' .. e.tenant)
+	local w, u = string.match(v or '', '^(%d+):(%d+)$')
+	w, u = tonumber(w), tonumber(u)
+	if not w or not u or u <= now or w < 1 then return end
+	local cap = math.floor(ovr * e.weight / 1000)
+	if cap > 1000 then cap = 1000 end
+	if cap < 1 then cap = 1 end
+	if w > cap then w = cap end
+	e.flow, e.weight = e.tenant, w
+end
+
+-- The call: ARGV 'F' pod ttl_ms n nh ovr, then n times wid member flow
+-- weight try tenant (the waiters this pod lists, in its order; member ''
+-- when it holds no ticket; flow and weight the conf's: a listed tenant, or
+-- '' and 1; tenant its own name), then acquire_one's ARGV for the n of them (their lease ids and
+-- count n); KEYS the three above, then the tickets of the nh classes that go
+-- before this one (a higher priority, held to every limit this one is:
+-- while another pod's ticket waits in one, this class admits nobody; this
+-- pod's own tickets there are its own order's), then acquire_one's KEYS.
 -- Returns { acquire_one's reply (admitted m of the n listed; the next one's
 -- wait and code, -9 when tickets of other pods are ahead of it), ahead (the
 -- tickets ahead of the first listed waiter not admitted), the tickets left
--- (after a stale run: 1, unknown), then per listed
+-- (after a stale run: 1, unknown), the tickets it dropped (of pods gone, or
+-- this pod's that it no longer lists), then per listed
 -- waiter its member and start tag ('' '' when it holds none: admitted, a
 -- try, or refused for good) }.
+-- ovr: the scope's override_max times 1000 (0: it takes no override). A
+-- tenant whose weight an override sets (field tw:TENANT of the key's
+-- adaptive hash, 'W:UNTIL', UNTIL a Redis time) is tagged as its own flow
+-- at that weight while it holds, within ovr times its conf weight and 1000.
 local function fair_call(KEYS, ARGV)
 	local fq, fs, fp = KEYS[1], KEYS[2], KEYS[3]
-	local pod, ttl, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+	local pod, ttl, n, nh = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+	local ovr = tonumber(ARGV[6]) or 0
 	local L, at = {}, {}
 	for i = 1, n do
-		local b = 4 + (i - 1) * 5
+		local b = 6 + (i - 1) * 6
 		L[i] = { wid = ARGV[b + 1], member = ARGV[b + 2], flow = ARGV[b + 3],
-			 weight = tonumber(ARGV[b + 4]), try = ARGV[b + 5] == '1' }
+			 weight = tonumber(ARGV[b + 4]), try = ARGV[b + 5] == '1',
+			 tenant = ARGV[b + 6] }
 		at[L[i].wid] = i
 	end
 	local k, a = {}, {}
-	for j = 4, #KEYS do k[#k + 1] = KEYS[j] end
-	for j = 5 + n * 5, #ARGV do a[#a + 1] = ARGV[j] end
+	for j = 4 + nh, #KEYS do k[#k + 1] = KEYS[j] end
+	for j = 7 + n * 6, #ARGV do a[#a + 1] = ARGV[j] end
 	local cost = tonumber(a[3])
 	local ids = {}
 	for id in string.gmatch(a[1], '[^,]+') do ids[#ids + 1] = id end
@@ -492,8 +517,22 @@ local function fair_call(KEYS, ARGV)
 	-- longer lists (bounded per call; the rest at the next). Nobody
 	-- waiting costs one read.
 	local front = redis.call('ZRANGE', fq, 0, n + 63, 'WITHSCORES')
-	local f, reaped = 1, 0
-	if #front > 0 then redis.call('ZREMRANGEBYSCORE', fp, '-inf', now) end
+	local f, reaped, held = 1, 0, 0
+	if #front > 0 or nh > 0 then redis.call('ZREMRANGEBYSCORE', fp, '-inf', now) end
+	for h = 1, nh do -- the classes before this one: another pod's ticket waits?
+		local hk = KEYS[3 + h]
+		local hf = redis.call('ZRANGE', hk, 0, 63)
+		for j = 1, #hf do
+			local _, p = fair_parse(hf[j])
+			if p == nil or redis.call('ZSCORE', fp, p) == false then
+				redis.call('ZREM', hk, hf[j])
+				reaped = reaped + 1
+			elseif p ~= pod then
+				held = held + #hf - j + 1
+				break
+			end
+		end
+	end
 	while f < #front and reaped < 64 do
 		local _, p, wid = fair_parse(front[f])
 		local gone
@@ -506,14 +545,14 @@ local function fair_call(KEYS, ARGV)
 		redis.call('ZREM', fq, front[f])
 		f, reaped = f + 2, reaped + 1
 	end
-	local contended = f < #front
+	local contended = f < #front or held > 0
 
 	-- Who may be admitted now: nobody waits, the listed in order; else
 	-- this pod's tickets at the front, as far as they are listed in order.
 	local c, mine = 0, {}
 	if not contended then
 		c = n
-	else
+	elseif held == 0 then
 		local g = f
 		while g < #front and c < n do
 			local _, p, wid = fair_parse(front[g])
@@ -527,9 +566,9 @@ local function fair_call(KEYS, ARGV)
 		a[1], a[2] = table.concat(ids, ',', 1, c), tostring(c)
 		r = acquire_one(k, a)
 		m = r[1]
-		if r[3] == -6 then return { r, 0, 1 } end -- stale: nothing booked
+		if r[3] == -6 then return { r, 0, 1, reaped } end -- stale: nothing booked
 		if m == c and m < n then r[2], r[3] = 1, -9 end -- the next is behind others
-		if m == n and not contended and reaped == 0 then return { r, 0, 0 } end
+		if m == n and not contended and reaped == 0 then return { r, 0, 0, 0 } end
 	else
 		r, m = { 0, 1, -9, now, 0, 0, 0 }, 0
 	end
@@ -544,7 +583,7 @@ local function fair_call(KEYS, ARGV)
 	end
 	-- The others that wait hold a ticket: new ones (or ones Redis lost) are
 	-- tagged now, in the order listed.
-	local st, out = nil, { r, 0, 0 }
+	local st, out = nil, { r, 0, 0, reaped }
 	local left = redis.call('ZCARD', fq)
 	for i = m + 1, n do
 		local e, s = L[i], false
@@ -554,6 +593,7 @@ local function fair_call(KEYS, ARGV)
 				local h = redis.call('HMGET', fs, 'v', 'seq')
 				st = { v = tonumber(v or h[1]) or 0, seq = tonumber(h[2]) or 0 }
 			end
+			if ovr > 0 and e.tenant ~= '' then fair_override(e, ovr, k[1]) end
 			local fl = tonumber(redis.call('HGET', fs, 'f:' .. e.flow)) or 0
 			s = st.v
 			if fl > s then s = fl end
@@ -588,9 +628,9 @@ local function fair_call(KEYS, ARGV)
 		end
 	end
 	if m < n and L[m + 1].member ~= '' then
-		out[2] = redis.call('ZRANK', fq, L[m + 1].member) or 0
+		out[2] = held + (redis.call('ZRANK', fq, L[m + 1].member) or 0)
 	elseif m < n then
-		out[2] = left
+		out[2] = held + left
 	end
 	return out
 end

@@ -155,6 +155,24 @@ bool conf_plan_holds_too(const struct conf_scope *cs, const struct conf_class *x
 	return conf_class_floor(y, &p) >= conf_class_floor(x, &p);
 }
 
+bool conf_plan_holds_always(const struct conf_scope *cs, const struct conf_class *x,
+			    const struct conf_class *y)
+{
+	const struct conf_plan *px = conf_plan_of(cs, x), *py = conf_plan_of(cs, y);
+	size_t i, k;
+
+	if ((x != NULL ? x->priority : 0) <= (y != NULL ? y->priority : 0) || x == y)
+		return false;
+	for (i = 0; i < px->nrules; i++) {
+		struct strat_params p = conf_rule_params(&cs->rules[px->rules[i]]);
+		for (k = 0; k < py->nrules && py->rules[k] != px->rules[i]; k++)
+			;
+		if (k == py->nrules || conf_class_floor(y, &p) < conf_class_floor(x, &p))
+			return false;
+	}
+	return true;
+}
+
 bool conf_plan_which_slot(const struct conf_scope *cs, long which)
 {
 	return which == PLAN_WHICH_CLUSTER || which == PLAN_WHICH_SERIALIZED ||

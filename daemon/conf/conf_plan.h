@@ -86,6 +86,16 @@ const char *conf_plan_which_rule(const struct conf_scope *cs, long which);
  * named rule of x's), or one where x keeps a higher floor (x may have been
  * refused for its floor only), or no rule at all.
  */
+/*
+ * conf_plan_holds_always - does class x (NULL: none) go before class y
+ * whatever refused x: a higher priority, and every rule x is held to y is
+ * held to as well, with a floor on it no lower than x's? Then no unit y
+ * could take is one x could not, and while x waits y waits behind it
+ * (a fair scope's queues across daemons: rb_fair.c). A rule of x's own, or
+ * a higher floor, makes x's waits its own: no.
+ */
+bool conf_plan_holds_always(const struct conf_scope *cs, const struct conf_class *x,
+			    const struct conf_class *y);
 bool conf_plan_holds_too(const struct conf_scope *cs, const struct conf_class *x, const char *rule,
 			 const struct conf_class *y);
 

@@ -13,6 +13,7 @@
 #define ADMITD_OPS_H
 
 #include "client.h"
+#include "proto.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -28,7 +29,9 @@ struct op_pend {
 	char *id;	     /* raw JSON id to echo, owned */
 	struct kq *kq;	     /* reset, inspect, override: the key (a ref is held) */
 	const struct conf_class *cls;
-	int64_t ttl_ms; /* override: echoed */
+	int64_t ttl_ms;			 /* override: echoed */
+	char tenant[PROTO_NAME_MAX + 1]; /* override of a tenant's weight: whose */
+	int weight;			 /* ... and the weight */
 };
 
 /* ops_dispatch - do what the request line asks and reply to c, now or later. */

@@ -19,7 +19,10 @@
 #include "backend.h"
 #include "clock.h"
 #include "engine.h"
+#include "class_wait.h"
 #include "log.h"
+#include "tenant_ovr.h"
+#include "waitq_show.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,10 +80,13 @@ void op_status(struct client *c, struct request *rq)
 		preply_int(r, "penalties", (int64_t)sc->penalties);
 		preply_int(r, "refused_known", (int64_t)sc->refused_known);
 		preply_int(r, "admitted_ahead", (int64_t)sc->admitted_ahead);
+		preply_int(r, "tickets", (int64_t)sc->tickets);
+		preply_int(r, "tickets_dropped", (int64_t)sc->tickets_dropped);
 		preply_list(r, "wait_buckets");
 		for (j = 0; j < WAIT_HIST_NBUCKETS; j++)
 			preply_int(r, NULL, (int64_t)sc->wait_hist[j]);
 		preply_pop(r);
+		class_wait_reply(r, sc);
 		preply_push(r, "refusals");
 		for (e = ADMIT_E_BAD_REQUEST; e < ADMIT_E__COUNT; e++)
 			if (sc->outcome[e] > 0)
@@ -90,7 +96,28 @@ void op_status(struct client *c, struct request *rq)
 		preply_pop(r);
 	}
 	preply_pop(r);
+	waitq_show_contended(r, ad);
 	client_reply(c, r);
+}
+
+/*
+ * The "tickets" object of a fair scope's inspect on Redis: the class's
+ * queue across daemons (docs/fairness.md): tickets waiting, the virtual
+ * time, and per tenant flow with tickets how many ("" the default flow).
+ */
+static void ops_inspect_tickets(struct preply *r, const struct eng_insp *in)
+{
+	size_t i;
+
+	preply_push(r, "tickets");
+	preply_int(r, "waiting", in->tickets);
+	preply_str(r, "virtual_time", in->fair_v != NULL ? in->fair_v : "0");
+	preply_push(r, "tenants");
+	for (i = 0; i < in->nflows; i++)
+		preply_int(r, in->flows[i].name[0] != '\0' ? in->flows[i].name : "default",
+			   in->flows[i].n);
+	preply_pop(r);
+	preply_pop(r);
 }
 
 /* The "override" object of an inspect reply: what is in force, and for how long. */
@@ -155,6 +182,8 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 		preply_pop(r);
 	}
 	adrt_inspect(r, cs, in);
+	if (in->fair)
+		ops_inspect_tickets(r, in);
 	if (in->ov != NULL && in->ov->until > in->now && cs->override_milli > 0) {
 		div.ov = in->ov;
 		div.ov_milli = cs->override_milli;
@@ -183,6 +212,8 @@ static void op_inspect_done(void *arg, const struct eng_insp *in)
 		preply_pop(r);
 	}
 	preply_pop(r);
+	tovr_reply(r, p->kq, clock_mono_ms());
+	waitq_show_queue(r, p->kq);
 	ops_pend_done(p, r);
 }
 
@@ -233,6 +264,7 @@ void op_reset(struct client *c, struct request *rq)
 
 	if (p != NULL) {
 		log_info("key reset", "scope=%s key=\"%s\"", p->kq->sc->cs->name, p->kq->key);
+		tovr_lift(p->kq);
 		eng_reset(p->kq, op_reset_done, p);
 	}
 }
@@ -316,8 +348,11 @@ static void op_override_done(void *arg, enum via via, bool ok)
 
 	if (!ok) {
 		r = preply_error(p->id, ADMIT_E_UNAVAILABLE,
-				 "override here only: Redis could not be told, other daemons keep "
-				 "the key's limits");
+				 p->tenant[0] != '\0'
+				     ? "override here only: Redis could not be told, other daemons "
+				       "keep the tenant's weight"
+				     : "override here only: Redis could not be told, other daemons "
+				       "keep the key's limits");
 	} else {
 		r = preply_new(p->id, true);
 		preply_int(r, "ttl_ms", p->ttl_ms);
@@ -326,9 +361,104 @@ static void op_override_done(void *arg, enum via via, bool ok)
 	ops_pend_done(p, r);
 }
 
+/* The key has TOVR_MAX tenants' weights in force, here or in Redis. */
+static void ops_tovr_full(struct op_pend *p)
+{
+	char msg[200];
+
+	snprintf(msg, sizeof(msg),
+		 "tenant: the key has %d tenants' weights in force, the most it takes (one "
+		 "ends, or reset lifts them)",
+		 TOVR_MAX);
+	ops_pend_done(p, preply_error(p->id, ADMIT_E_BAD_REQUEST, msg));
+}
+
+/*
+ * The tenant's weight is set in this daemon (the order of its own
+ * waiters). false, after replying, when it cannot be.
+ */
+static bool ops_tovr_here(struct op_pend *p)
+{
+	int64_t now = clock_mono_ms();
+	bool oom;
+
+	if (tovr_put(p->kq, p->tenant, p->weight, now + p->ttl_ms, now, &oom))
+		return true;
+	if (oom)
+		ops_pend_done(p, preply_error(p->id, ADMIT_E_UNAVAILABLE, "out of memory"));
+	else
+		ops_tovr_full(p);
+	return false;
+}
+
+/*
+ * Redis answered: this daemon keeps what it set there, for its own order
+ * (and what it could not tell Redis, as an override of rules is kept).
+ * Refused full there: nothing is set.
+ */
+static void op_override_tenant_done(void *arg, enum backend_tovr res)
+{
+	struct op_pend *p = arg;
+
+	if (res == BACKEND_TOVR_FULL) {
+		ops_tovr_full(p);
+		return;
+	}
+	if (ops_tovr_here(p))
+		op_override_done(p, res == BACKEND_TOVR_SET ? VIA_REDIS : VIA_FALLBACK,
+				 res == BACKEND_TOVR_SET);
+}
+
+/*
+ * override of one tenant's weight on the key for ttl_ms: at most
+ * override_max times its conf weight (1 unlisted), and CONF_WEIGHT_MAX;
+ * at most TOVR_MAX tenants a key. In Redis for every daemon, and here.
+ */
+static void op_override_tenant(struct op_pend *p, const struct request *rq)
+{
+	const struct conf_scope *cs = p->kq->sc->cs;
+	struct rt *ad = p->kq->sc->ad;
+	int cap = tovr_weight_cap(cs, rq->tenant);
+	char msg[256];
+
+	if (cap == 0) {
+		snprintf(msg, sizeof(msg),
+			 "[scope %s] takes no overrides (override_max in its conf section allows "
+			 "them)",
+			 cs->name);
+		ops_pend_done(p, preply_error(p->id, ADMIT_E_BAD_REQUEST, msg));
+		return;
+	}
+	if (rq->ov_weight > cap) {
+		snprintf(msg, sizeof(msg),
+			 "weight: %lld for tenant %s loosens past override_max (%g) times its "
+			 "weight (%d): at most %d",
+			 (long long)rq->ov_weight, rq->tenant, cs->override_max,
+			 conf_weight_find(cs, rq->tenant) != NULL
+			     ? conf_weight_find(cs, rq->tenant)->weight
+			     : 1,
+			 cap);
+		ops_pend_done(p, preply_error(p->id, ADMIT_E_BAD_REQUEST, msg));
+		return;
+	}
+	p->ttl_ms = rq->ov_ttl_ms;
+	snprintf(p->tenant, sizeof(p->tenant), "%s", rq->tenant);
+	p->weight = (int)rq->ov_weight;
+	log_info("tenant weight override", "scope=%s key=\"%s\" tenant=%s weight=%d ttl_ms=%lld",
+		 cs->name, p->kq->key, p->tenant, p->weight, (long long)p->ttl_ms);
+	if (ad->redis != NULL &&
+	    backend_override_tenant(ad->redis, p->kq, p->tenant, p->weight, p->ttl_ms, TOVR_MAX,
+				    op_override_tenant_done, p))
+		return;
+	if (ops_tovr_here(p))
+		op_override_done(p, ad->redis == NULL ? VIA_LOCAL : VIA_FALLBACK,
+				 ad->redis == NULL);
+}
+
 /*
  * override: the key's own min_delay and rule amounts for ttl_ms, for every
- * daemon on the Redis (replacing any override it had).
+ * daemon on the Redis (replacing any override it had); or one tenant's
+ * weight on it (op_override_tenant).
  */
 void op_override(struct client *c, struct request *rq)
 {
@@ -339,6 +469,10 @@ void op_override(struct client *c, struct request *rq)
 
 	if (p == NULL)
 		return;
+	if (rq->has_tenant) {
+		op_override_tenant(p, rq);
+		return;
+	}
 	cs = p->kq->sc->cs;
 	if ((amount = calloc(cs->nrules + 1, sizeof(*amount))) == NULL) {
 		ops_pend_done(p, preply_error(p->id, ADMIT_E_UNAVAILABLE, "out of memory"));

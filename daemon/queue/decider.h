@@ -74,6 +74,13 @@ struct eng_settled {
 };
 typedef void eng_settled_cb(void *arg, const struct eng_settled *s);
 
+/* A tenant flow of a fair key's queue across daemons, as inspect shows it. */
+struct eng_flow {
+	const char *name;
+	int64_t n;
+};
+#define ENG_INSP_FLOWS 80 /* flows shown at most (a class tracks 65) */
+
 /* What inspect reports of one key, on the deciding limiter's clock. */
 struct eng_insp {
 	enum via via;
@@ -83,6 +90,12 @@ struct eng_insp {
 	const struct strat_state *rules; /* by conf rule index */
 	struct adapt_state ad;		 /* adaptive scopes: the key's learned amount */
 	const struct lim_ovr *ov;	 /* the key's override in force; NULL: none */
+	/* a fair scope on Redis: the class's queue across daemons */
+	bool fair;
+	int64_t tickets;	      /* waiting */
+	const char *fair_v;	      /* its virtual time, as Redis keeps it */
+	size_t nflows;		      /* tenant flows with tickets */
+	const struct eng_flow *flows; /* ... each: its name ("" the default) and count */
 };
 typedef void eng_insp_cb(void *arg, const struct eng_insp *in);
 

@@ -25,9 +25,11 @@
 
 #include "scope.h"
 
+#include "class_wait.h"
 #include "clock.h"
 #include "decider.h"
 #include "log.h"
+#include "tenant_ovr.h"
 
 #include <event2/event.h>
 #include <stdint.h>
@@ -75,6 +77,7 @@ static void kq_free_parts(struct kq *kq)
 		event_free(kq->retry_ev);
 	kq->retry_ev = NULL;
 	kq->sc->ad->dec->forget(kq);
+	tovr_lift(kq);
 	if (kq->lim_ext) {
 		lim_state_free(kq_lim(kq));
 		kq->lim_ext = false;
@@ -96,6 +99,7 @@ static void scope_free_keys(struct scope_rt *sc)
 		return;
 	htab_each(sc->keys, kq_free_cb, NULL);
 	htab_free(sc->keys);
+	class_wait_free(sc);
 	sc->keys = NULL;
 }
 
@@ -142,6 +146,15 @@ static void kq_free(struct kq *kq)
 	htab_del(kq->sc->keys, kq->key); /* frees kq, which lives in the entry */
 }
 
+/* The latest end of kq's overrides in force (its own, its tenants' weights); 0: none. */
+static int64_t kq_ovr_until(struct kq *kq, int64_t now)
+{
+	const struct lim_ovr *ov = lim_ovr_in_force(kq_lim(kq), kq->sc->cs, now);
+	int64_t until = tovr_until(kq, now);
+
+	return ov != NULL && ov->until > until ? ov->until : until;
+}
+
 /*
  * Idle kqs whose override has ended since eviction passed them over go back
  * to idle_keys (empty when this is called, so in the order they were
@@ -150,16 +163,16 @@ static void kq_free(struct kq *kq)
 static void kq_kept_ended(struct rt *ad, int64_t now)
 {
 	struct kq *kq, *nx;
-	const struct lim_ovr *ov;
+	int64_t until;
 
 	ad->kept_until = INT64_MAX;
 	for (kq = TAILQ_FIRST(&ad->kept_keys); kq != NULL; kq = nx) {
 		nx = TAILQ_NEXT(kq, idle_link);
-		if ((ov = lim_ovr_in_force(kq_lim(kq), kq->sc->cs, now)) == NULL) {
+		if ((until = kq_ovr_until(kq, now)) == 0) {
 			kq_idle_out(kq);
 			kq_idle_in(kq);
-		} else if (ov->until < ad->kept_until) {
-			ad->kept_until = ov->until;
+		} else if (until < ad->kept_until) {
+			ad->kept_until = until;
 		}
 	}
 }
@@ -178,15 +191,14 @@ static void kq_kept_ended(struct rt *ad, int64_t now)
  */
 static struct kq *kq_victim(struct rt *ad)
 {
-	int64_t now = clock_mono_ms();
-	const struct lim_ovr *ov;
+	int64_t now = clock_mono_ms(), until;
 	struct kq *kq;
 
 	while ((kq = TAILQ_FIRST(&ad->idle_keys)) != NULL) {
-		if ((ov = lim_ovr_in_force(kq_lim(kq), kq->sc->cs, now)) == NULL)
+		if ((until = kq_ovr_until(kq, now)) == 0)
 			return kq;
-		if (TAILQ_EMPTY(&ad->kept_keys) || ov->until < ad->kept_until)
-			ad->kept_until = ov->until;
+		if (TAILQ_EMPTY(&ad->kept_keys) || until < ad->kept_until)
+			ad->kept_until = until;
 		kq_idle_out(kq);
 		TAILQ_INSERT_TAIL(&ad->kept_keys, kq, idle_link);
 		kq->kept = true;
@@ -261,7 +273,7 @@ static void kq_sweep_one(void *arg, const char *key, void *val)
 	(void)key;
 	if (kq->nwait > 0 || kq->held > 0 || kq->busy || kq->refs > 0 || kq->pending > 0)
 		return;
-	if (!lim_idle(kq_lim(kq), sw->sc->cs, sw->now))
+	if (!lim_idle(kq_lim(kq), sw->sc->cs, sw->now) || tovr_until(kq, sw->now) > 0)
 		return;
 	kq_free(kq);
 }
@@ -291,6 +303,7 @@ static void kq_sweep_retired(struct rt *ad)
 		log_info("removed scope finished", "scope=%s", r->cs->name);
 		*pp = r->retired_next;
 		htab_free(r->keys);
+		class_wait_free(r);
 		free(r);
 	}
 }

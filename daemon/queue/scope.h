@@ -27,6 +27,8 @@
 #include <sys/queue.h>
 
 struct event;
+struct class_wait;
+struct tovr_set;
 
 /*
  * kq: scope.c (table, life, LRU) and waitq.c (queue, pump). One key of one
@@ -51,12 +53,13 @@ struct kq {
 	struct rb_ahead *ahead;	     /* units booked ahead in Redis (rb_ahead.c) */
 	bool
 	    fl_queued; /* a fair scope's key: tickets waited in Redis at its last call (rb_fair.c) */
-	struct fairq_cls *fq; /* its classes' fair-queuing tags, while waiters are tagged */
-	int64_t wake_at;      /* the earliest head's wake: retry_ev; 0: unarmed */
-	uint16_t lim_cap;     /* rules the state inline in the entry has room for */
-	bool lim_ext;	      /* lim is a separate allocation (a reload added rules) */
-	bool slot_wait;	      /* a head waits for a lease slot (a release may end it) */
-	bool busy;	      /* a backend decision for the head is in flight */
+	struct fairq_cls *fq;  /* its classes' fair-queuing tags, while waiters are tagged */
+	struct tovr_set *tovr; /* tenants' weights set on it (tenant_ovr.h); NULL: none */
+	int64_t wake_at;       /* the earliest head's wake: retry_ev; 0: unarmed */
+	uint16_t lim_cap;      /* rules the state inline in the entry has room for */
+	bool lim_ext;	       /* lim is a separate allocation (a reload added rules) */
+	bool slot_wait;	       /* a head waits for a lease slot (a release may end it) */
+	bool busy;	       /* a backend decision for the head is in flight */
 	bool in_pump;
 	bool kept; /* idle, on ad->kept_keys: eviction passed it over for its override */
 };
@@ -110,8 +113,13 @@ struct scope_rt {
 	/* Batched Redis acquire calls (one for the head of a key and the
 	 * waiters like it behind), and the attempts they carried. */
 	uint64_t batches, batched;
+	/* fair = yes: tickets this daemon's waiters took in their keys' queues
+	 * across daemons, and tickets its calls dropped (of pods gone, or of
+	 * its own waiters that had left) (rb_fair.c) */
+	uint64_t tickets, tickets_dropped;
 	/* waited_ms of admissions, per bucket (metrics.h) */
 	uint64_t wait_hist[WAIT_HIST_NBUCKETS];
+	struct class_wait *cwait; /* ... and per class (class_wait.h), owned */
 };
 
 bool scopes_init(struct rt *ad) MUST_CHECK;

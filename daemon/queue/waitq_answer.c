@@ -12,6 +12,7 @@
 
 #include "waitq_int.h"
 
+#include "class_wait.h"
 #include "clock.h"
 #include "lease.h"
 #include "log.h"
@@ -20,11 +21,6 @@
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-/* The wait histogram's bounds (wait_hist.h): waits are observed as admissions answer. */
-const int64_t wait_hist_bounds_ms[WAIT_HIST_NBOUNDS] = {
-	0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
-};
 
 /* Is target i the first of w's targets in its scope (counted once a scope)? */
 bool waitq_first_of_scope(const struct waiter *w, size_t i)
@@ -262,8 +258,10 @@ void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now)
 	for (i = 0; i < w->nt; i++) {
 		struct scope_rt *sc = w->t[i].kq->sc;
 		if (waitq_first_of_scope(w, i)) {
+			size_t b = wait_hist_bucket(now - w->start_ms);
 			sc->wait_ms_total += (uint64_t)(now - w->start_ms);
-			wait_hist_observe(sc->wait_hist, now - w->start_ms);
+			sc->wait_hist[b]++;
+			class_wait_observe(sc, w->t[i].cls, b, now - w->start_ms);
 			sc->admitted++;
 			if (res->via == VIA_FALLBACK)
 				sc->fallbacks++;

@@ -16,6 +16,7 @@
 #include "lease.h"
 #include "log.h"
 #include "scope.h"
+#include "tenant_ovr.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -118,22 +119,22 @@ struct waiter *waitq_behind(struct waiter *w)
  * is in flight (a batch): their answers do not depend on where they stand,
  * and a light tenant then waits for one call, not for the batch behind it.
  * Without memory for the tags, w goes untagged to the tail (arrival order).
- * A scope with no `weight` line has one flow, whose start tags are arrival
- * order: w goes to the tail with no tag and no state (the common case
- * costs nothing).
+ * A scope with no `weight` line, on a key with no tenant weight set at run
+ * time (tenant_ovr.h), has one flow, whose start tags are arrival order: w
+ * goes to the tail with no tag and no state (the common case costs nothing).
  */
 void waitq_fair_insert(struct kq *kq, struct waiter *w)
 {
-	const char *cname = w->t[0].cls != NULL ? w->t[0].cls->name : "";
-	const struct conf_weight *cw;
+	const char *cname = w->t[0].cls != NULL ? w->t[0].cls->name : "", *flow;
 	struct fairq_cls *c;
 	struct waiter *x, *first = NULL;
+	int weight;
 
-	if (kq->sc->cs->nweights == 0) {
+	if (kq->sc->cs->nweights == 0 && kq->tovr == NULL) {
 		TAILQ_INSERT_TAIL(&kq->waiters, w, kq_link);
 		return;
 	}
-	cw = conf_weight_find(kq->sc->cs, w->tenant);
+	flow = tovr_flow(kq, w->tenant, &weight);
 	for (c = kq->fq; c != NULL && strcmp(c->cls, cname) != 0; c = c->next)
 		;
 	if (c == NULL && (c = fairq_cls_new(cname)) != NULL) {
@@ -145,8 +146,7 @@ void waitq_fair_insert(struct kq *kq, struct waiter *w)
 		return;
 	}
 	w->fq = c;
-	w->fq_slot = fairq_join(c, cw != NULL ? cw->name : NULL, w->t[0].cost,
-				cw != NULL ? cw->weight : 1, &w->fq_s, &w->fq_f);
+	w->fq_slot = fairq_join(c, flow, w->t[0].cost, weight, &w->fq_s, &w->fq_f);
 	TAILQ_FOREACH_REVERSE(x, &kq->waiters, waiter_list, kq_link)
 	{
 		if (x->t[0].cls != w->t[0].cls)

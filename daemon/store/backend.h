@@ -156,6 +156,17 @@ bool backend_reset(struct backend *b, struct kq *kq, eng_reset_cb *cb, void *arg
 bool backend_override(struct backend *b, struct kq *kq, int64_t ttl_ms, int64_t min_delay_ms,
 		      const int64_t *amount, eng_reset_cb *cb, void *arg);
 
+/* What backend_override_tenant's callback is told: set, Redis not told, or refused full. */
+enum backend_tovr { BACKEND_TOVR_SET, BACKEND_TOVR_UNTOLD, BACKEND_TOVR_FULL };
+typedef void backend_tovr_cb(void *arg, enum backend_tovr res);
+/*
+ * backend_override_tenant - set tenant's weight on the key in Redis for
+ * ttl_ms (override.lua's tenant form), unless max other tenants have one
+ * in force there: true when sent (cb later).
+ */
+bool backend_override_tenant(struct backend *b, struct kq *kq, const char *tenant, int weight,
+			     int64_t ttl_ms, int max, backend_tovr_cb *cb, void *arg);
+
 /*
  * backend_share - this pod's fallback share of cs's limits now (LIM_WHOLE
  * when b is NULL): the divisor, the rank the last heartbeat gave and the

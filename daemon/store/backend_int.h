@@ -52,6 +52,8 @@
  * long (it is gone); its heads ask at least every RB_FAIR_ASK_MS. */
 #define RB_FAIR_TTL_MS 1500
 #define RB_FAIR_ASK_MS (RB_FAIR_TTL_MS / 3)
+/* The classes whose tickets one fair call checks before its own's, at most. */
+#define RB_FAIR_HOLDERS 16
 /* Waited past a late call's not_after before reconciling it (clock steps). */
 #define RB_CLOCK_MARGIN_MS 50
 /*
@@ -279,8 +281,8 @@ void rb_key(struct rargs *a, const struct backend *b, const struct conf_scope *c
 	    const char *suffix, long idx);
 size_t rb_keys(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
 	       const char *key, const struct conf_plan *pl);
-void rb_fair_queue_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
-		       const char *key, const struct conf_class *cls);
+void rb_fair_class_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+		       const char *key, const char *what, const struct conf_class *cls);
 void rb_penalty_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
 		    const char *key);
 unsigned rb_affinity(const struct conf_scope *cs, const char *key);

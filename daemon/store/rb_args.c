@@ -190,12 +190,12 @@ size_t rb_keys(struct rargs *a, const struct backend *b, const struct conf_scope
 	return 3 + pl->nrules;
 }
 
-/* A fair key's tickets of class cls (acquire.lua's fair_call). */
-void rb_fair_queue_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
-		       const char *key, const struct conf_class *cls)
+/* A fair key's tickets ("}:fq:") or tags ("}:fs:") of class cls (acquire.lua's fair_call). */
+void rb_fair_class_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
+		       const char *key, const char *what, const struct conf_class *cls)
 {
 	const char *cname = cls != NULL ? cls->name : "";
-	const char *q[7] = { b->ad->conf->prefix, ":{", cs->name, ":", key, "}:fq:", cname };
+	const char *q[7] = { b->ad->conf->prefix, ":{", cs->name, ":", key, what, cname };
 
 	rargs_cat(a, q, 7);
 }
@@ -413,7 +413,7 @@ void rb_plain_call(struct rargs *a, const struct backend *b, const struct conf_s
 {
 	rb_key(a, b, cs, key, "r", (long)p->code);
 	if (p->queue)
-		rb_fair_queue_key(a, b, cs, key, p->cls);
+		rb_fair_class_key(a, b, cs, key, "}:fq:", p->cls);
 	rargs_str(a, "=");
 	rargs_int(a, 1);
 	rb_plain_group(a, p, 1);

@@ -28,14 +28,29 @@
 static void rb_fair_keys(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
 			 const char *key, const struct conf_class *cls, bool pods)
 {
-	const char *cname = cls != NULL ? cls->name : "";
-	const char *t[7] = { b->ad->conf->prefix, ":{", cs->name, ":", key, "}:fs:", cname };
 	const char *p[6] = { b->ad->conf->prefix, ":{", cs->name, ":", key, "}:fp" };
 
-	rb_fair_queue_key(a, b, cs, key, cls);
-	rargs_cat(a, t, 7);
+	rb_fair_class_key(a, b, cs, key, "}:fq:", cls);
+	rb_fair_class_key(a, b, cs, key, "}:fs:", cls);
 	if (pods)
 		rargs_cat(a, p, 6);
+}
+
+/*
+ * The classes of cs whose waiters go before cls's across daemons
+ * (conf_plan_holds_always): into hs (at most max); returns how many.
+ */
+static size_t rb_fair_holders(const struct conf_scope *cs, const struct conf_class *cls,
+			      const struct conf_class **hs, size_t max)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i <= cs->nclasses && n < max; i++) {
+		const struct conf_class *h = i < cs->nclasses ? &cs->classes[i] : NULL;
+		if (conf_plan_holds_always(cs, h, cls))
+			hs[n++] = h;
+	}
+	return n;
 }
 
 bool rb_fair_on(const struct waiter *w)
@@ -48,11 +63,15 @@ bool rb_fair_on(const struct waiter *w)
 bool rb_fair_now(const struct waiter *w)
 {
 	const struct kq *kq = w->t[0].kq;
+	const struct conf_class *hs[1];
 
 	/* A plain plan's acquire checks the key's tickets itself (an 'f'
-	 * group, which books ahead): it takes a ticket once some wait. */
+	 * group, which books ahead): it takes a ticket once some wait. That
+	 * group checks its own class's tickets only: a class held behind
+	 * another's always asks in the fair form. */
 	return rb_fair_on(w) &&
-	       (kq->fl_queued || kq->nwait > 1 || !conf_plan_of(kq->sc->cs, w->t[0].cls)->plain);
+	       (kq->fl_queued || kq->nwait > 1 || !conf_plan_of(kq->sc->cs, w->t[0].cls)->plain ||
+		rb_fair_holders(kq->sc->cs, w->t[0].cls, hs, 1) > 0);
 }
 
 void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, size_t n,
@@ -60,8 +79,9 @@ void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, 
 {
 	const struct target_rt *t = &ws[0]->t[0];
 	const struct conf_scope *cs = t->kq->sc->cs;
+	const struct conf_class *hs[RB_FAIR_HOLDERS];
 	struct rargs acq = { 0 };
-	size_t i, nk = 0;
+	size_t i, nk = 0, nh = rb_fair_holders(cs, t->cls, hs, RB_FAIR_HOLDERS);
 
 	rb_acquire_args(&acq, b, t, ids, n, not_after, ws[0], &nk);
 	if (acq.oom) {
@@ -69,12 +89,16 @@ void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, 
 		goto out;
 	}
 	rb_fair_keys(a, b, cs, t->kq->key, t->cls, true);
+	for (i = 0; i < nh; i++)
+		rb_fair_class_key(a, b, cs, t->kq->key, "}:fq:", hs[i]);
 	for (i = 0; i < nk; i++)
 		rargs_str(a, acq.v[i]);
 	rargs_str(a, "F");
 	rargs_str(a, b->pod_id);
 	rargs_int(a, RB_FAIR_TTL_MS);
 	rargs_int(a, (int64_t)n);
+	rargs_int(a, (int64_t)nh);
+	rargs_int(a, cs->override_milli);
 	for (i = 0; i < n; i++) {
 		const struct conf_weight *cw = conf_weight_find(cs, ws[i]->tenant);
 		char wid[24];
@@ -84,10 +108,11 @@ void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, 
 		rargs_str(a, cw != NULL ? cw->name : "");
 		rargs_int(a, cw != NULL ? cw->weight : 1);
 		rargs_str(a, ws[i]->try_only ? "1" : "0");
+		rargs_str(a, ws[i]->tenant);
 	}
 	for (i = nk; i < acq.n; i++)
 		rargs_str(a, acq.v[i]);
-	*nkeys = nk + 3;
+	*nkeys = nk + 3 + nh;
 out:
 	rargs_clear(&acq);
 }
@@ -97,20 +122,27 @@ const struct rval *rb_fair_reply(struct waiter *const *ws, size_t n, const struc
 {
 	size_t i;
 
-	if (reply == NULL || reply->type != RV_ARR || reply->n < 3 || reply->a[0].type != RV_ARR ||
-	    reply->a[1].type != RV_INT || reply->a[2].type != RV_INT)
+	struct kq *kq = ws[0]->t[0].kq;
+
+	if (reply == NULL || reply->type != RV_ARR || reply->n < 4 || reply->a[0].type != RV_ARR ||
+	    reply->a[1].type != RV_INT || reply->a[2].type != RV_INT || reply->a[3].type != RV_INT)
 		return NULL;
 	*ahead = reply->a[1].i;
 	/* while tickets wait, this pod's acquires of the key take one too */
-	ws[0]->t[0].kq->fl_queued = reply->a[2].i > 0;
-	if (reply->n < 3 + 2 * n)
+	kq->fl_queued = reply->a[2].i > 0;
+	if (reply->a[3].i > 0)
+		kq->sc->tickets_dropped += (uint64_t)reply->a[3].i;
+	if (reply->n < 4 + 2 * n)
 		return &reply->a[0]; /* nobody waits, or a stale run: nothing placed */
 	for (i = 0; i < n; i++) {
-		const struct rval *m = &reply->a[3 + 2 * i], *s = &reply->a[4 + 2 * i];
-		if (m->type == RV_STR && m->len > 0 && s->type == RV_STR)
+		const struct rval *m = &reply->a[4 + 2 * i], *s = &reply->a[5 + 2 * i];
+		if (m->type == RV_STR && m->len > 0 && s->type == RV_STR) {
+			if (strcmp(ws[i]->fl_member, m->s) != 0)
+				kq->sc->tickets++; /* a new one (or one Redis had lost) */
 			waitq_fleet_place(ws[i], m->s, strtod(s->s, NULL));
-		else
+		} else {
 			waitq_fleet_place(ws[i], NULL, 0);
+		}
 	}
 	return &reply->a[0];
 }

@@ -220,7 +220,31 @@ static enum admit_err proto_penalty(json_t *root, struct request *rq, char *msg,
 	return ADMIT_OK;
 }
 
-/* override: one target, its ttl, a min_delay and rule amounts (at least one of these). */
+static enum admit_err proto_tenant(json_t *root, struct request *rq, char *msg, size_t msglen);
+
+/* An override's "tenant" and "weight": one tenant's weight, and nothing else. */
+static enum admit_err proto_override_tenant(json_t *root, struct request *rq, bool has_delay,
+					    char *msg, size_t msglen)
+{
+	bool has_weight;
+
+	PROTO_TRY(proto_tenant(root, rq, msg, msglen));
+	PROTO_TRY(proto_int(root, "weight", 1, PROTO_MAX_WEIGHT, NULL, &rq->ov_weight, &has_weight,
+			    msg, msglen));
+	if (has_weight != rq->has_tenant)
+		PROTO_FAIL(ADMIT_E_BAD_REQUEST,
+			   "\"tenant\" and \"weight\" go together (a tenant's weight on the key)");
+	if (rq->has_tenant && (has_delay || rq->nov > 0))
+		PROTO_FAIL(ADMIT_E_BAD_REQUEST,
+			   "a tenant's weight is set alone: \"min_delay_ms\" and \"rules\" are "
+			   "another override");
+	return ADMIT_OK;
+}
+
+/*
+ * override: one target, its ttl, and a min_delay and rule amounts (at least
+ * one of these), or one tenant's weight.
+ */
 static enum admit_err proto_override(json_t *root, struct request *rq, char *msg, size_t msglen)
 {
 	bool has_ttl, has_delay;
@@ -239,9 +263,11 @@ static enum admit_err proto_override(json_t *root, struct request *rq, char *msg
 		rq->ov_min_delay_ms = -1;
 	PROTO_TRY(
 	    proto_counts(root, "rules", &proto_rules_of, rq->ov_rules, &rq->nov, msg, msglen));
-	if (!has_delay && rq->nov == 0)
+	PROTO_TRY(proto_override_tenant(root, rq, has_delay, msg, msglen));
+	if (!has_delay && rq->nov == 0 && !rq->has_tenant)
 		PROTO_FAIL(ADMIT_E_BAD_REQUEST,
-			   "give \"min_delay_ms\" or \"rules\" (what the override sets)");
+			   "give \"min_delay_ms\" or \"rules\", or \"tenant\" and \"weight\" (what "
+			   "the override sets)");
 	return ADMIT_OK;
 }
 
@@ -366,6 +392,7 @@ static void proto_request_init(struct request *rq)
 	rq->penalty_until_wall_ms = 0;
 	rq->ov_ttl_ms = 0;
 	rq->ov_min_delay_ms = 0; /* an override without it: -1 */
+	rq->ov_weight = 0;
 	rq->nov = 0;
 }
 
@@ -527,7 +554,8 @@ bool proto_request_equal(const struct request *a, const struct request *b)
 	    a->outcome != b->outcome || a->nreserve != b->nreserve ||
 	    a->penalty_ms != b->penalty_ms ||
 	    a->penalty_until_wall_ms != b->penalty_until_wall_ms || a->ov_ttl_ms != b->ov_ttl_ms ||
-	    a->ov_min_delay_ms != b->ov_min_delay_ms || a->nov != b->nov)
+	    a->ov_min_delay_ms != b->ov_min_delay_ms || a->ov_weight != b->ov_weight ||
+	    a->nov != b->nov)
 		return false;
 	for (i = 0; i < a->ntargets; i++)
 		if (!proto_target_equal(&a->targets[i], &b->targets[i]))

@@ -42,6 +42,7 @@ enum proto_op {
 #define PROTO_MAX_COST	      1000000000LL
 #define PROTO_MAX_TIMEOUT_MS  (24LL * 3600 * 1000)
 #define PROTO_MAX_OVERRIDE_MS (30LL * 24 * 3600 * 1000) /* an override's ttl_ms */
+#define PROTO_MAX_WEIGHT      1000			/* an override's tenant weight */
 
 struct proto_target {
 	char scope[PROTO_NAME_MAX + 1];
@@ -67,7 +68,8 @@ struct request {
 	int64_t timeout_ms;
 	bool detach;
 	bool no_lease; /* acquire: "lease": false, an admission with nothing to release */
-	char tenant[PROTO_NAME_MAX + 1]; /* acquire: "tenant" ([A-Za-z0-9_.-]); "" when absent */
+	char tenant[PROTO_NAME_MAX +
+		    1]; /* acquire, override: "tenant" ([A-Za-z0-9_.-]); "" when absent */
 	bool has_tenant;
 	char lease[PROTO_LEASE_MAX + 1];
 	size_t ntokens;
@@ -81,6 +83,7 @@ struct request {
 	/* override: for ttl_ms, min_delay_ms (-1: not given; 0 in other ops) and rule amounts
 	 * (name: a rule's name, or its index in the scope, in decimal) */
 	int64_t ov_ttl_ms, ov_min_delay_ms;
+	int64_t ov_weight; /* override with "tenant": the tenant's weight (1..1000); else 0 */
 	size_t nov;
 	struct proto_token ov_rules[PROTO_MAX_TOKENS];
 };

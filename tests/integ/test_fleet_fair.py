@@ -22,14 +22,15 @@ Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_fleet_fair -v
 """
 
 import os
+import signal
 import sys
 import threading
 import time
 import unittest
 
 from . import harness
-from .harness import acquire_req, now, unstalled
-from .redis_util import Pods, status
+from .harness import Admitd, acquire_req, now, unstalled
+from .redis_util import Pods, status, wait_backend
 
 CONF = """
 [scope f]
@@ -55,6 +56,19 @@ timeout = 30s
 rule = requests token-bucket 1000000/1s
 fair = yes
 
+[scope o]
+rule = requests token-bucket 12/1s burst=6
+fair = yes
+timeout = 30s
+
+[scope cls]
+rule = requests token-bucket 20/1s burst=1
+fair = yes
+timeout = 30s
+class interactive = priority=10
+class batch =
+default_class = batch
+
 [scope t]
 rule = requests token-bucket 30/1s burst=1
 fair = yes
@@ -67,9 +81,11 @@ weight bronze = 1
 
 class Backlog:
     """Threads that acquire (scope, key) again as soon as admitted, each on
-    its own connection to daemon pods[i]: (pod, tenant, sent, received)."""
+    its own connection to daemon pods[i]: (pod, tenant, sent, received,
+    backend)."""
 
-    def __init__(self, pods, scope, per_pod, tenants=(None,), key="k"):
+    def __init__(self, pods, scope, per_pod, tenants=(None,), key="k", cls=None):
+        self.cls = cls
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.got, self.errors = [], []
@@ -88,13 +104,15 @@ class Backlog:
                     req = acquire_req(scope, key, timeout_ms=30000, lease=False)
                     if tenant is not None:
                         req["tenant"] = tenant
+                    if self.cls is not None:
+                        req["class"] = self.cls
                     t0 = now()
                     r = c.request(req, timeout=40)
                     t1 = now()
                     if not r.get("ok"):
                         raise AssertionError("refused: %r" % r)
                     with self.lock:
-                        self.got.append((pod, tenant, t0, t1))
+                        self.got.append((pod, tenant, t0, t1, r.get("backend")))
         except Exception as e:  # noqa: BLE001 (reported by finish)
             if not self.stop.is_set():
                 self.errors.append(e)
@@ -147,8 +165,8 @@ class FleetFairCase(unittest.TestCase):
             not getattr(self._outcome, "success", True)
         self.pods.cleanup(failed)
 
-    def backlog(self, pods, scope, per_pod, tenants=(None,)):
-        ld = Backlog(pods, scope, per_pod, tenants).start()
+    def backlog(self, pods, scope, per_pod, tenants=(None,), cls=None):
+        ld = Backlog(pods, scope, per_pod, tenants, cls=cls).start()
         self.loads.append(ld)
         return ld
 
@@ -177,11 +195,14 @@ class FleetFairCase(unittest.TestCase):
                % (per, total, t1 - t0, inv, pairs, calls))
         self.assertGreater(pairs, 200)
         self.assertLessEqual(inv / pairs, 0.02, "%d of %d pairs inverted" % (inv, pairs))
-        # contended admissions cost at most 2 calls each, on every pod
-        for d in self.pods.daemons:
+        # contended admissions cost about 2 calls each (one takes the
+        # ticket, one admits it), on every pod; each admission's waiter
+        # took a ticket
+        for i, d in enumerate(self.pods.daemons):
             st = status(d)
-            mine = sum(1 for g in ld.admitted() if g[0] == self.pods.daemons.index(d))
+            mine = sum(1 for g in ld.admitted() if g[0] == i)
             self.assertLessEqual(st["redis"]["calls"]["acquire"], 2.5 * mine + 10)
+            self.assertGreaterEqual(st["scopes"]["f"]["tickets"], mine * 0.8)
 
     def test_weights_across_pods_and_a_light_tenant(self):
         ld = self.backlog(self.pods.daemons, "t", 2, tenants=("gold", "silver", "bronze"))
@@ -223,6 +244,48 @@ class FleetFairCase(unittest.TestCase):
             self.assertTrue(all(any(g[0] == i and g[1] == t for g in got)
                                 for t in counts), i)
 
+    def test_class_priority_across_pods(self):
+        """interactive (priority 10) waits on one pod, batch on another:
+        while interactive waits, the units go to it; then batch gets them all."""
+        d0, d1, _ = self.pods.daemons
+        batch = self.backlog([d0], "cls", 3, cls="batch")
+        time.sleep(1.0)
+        inter = self.backlog([d1], "cls", 3, cls="interactive")
+        time.sleep(1.0)
+        t0 = now()
+        time.sleep(3.0)
+        t1 = now()
+        inter.finish()
+        time.sleep(1.0)
+        t2 = now()
+        time.sleep(2.0)
+        t3 = now()
+        batch.finish()
+        self.assertEqual(batch.errors + inter.errors, [])
+        n_inter, n_batch = len(inter.admitted(t0, t1)), len(batch.admitted(t0, t1))
+        report("class priority across pods: interactive %d, batch %d in 3 s; then batch "
+               "alone %d in 2 s" % (n_inter, n_batch, len(batch.admitted(t2, t3))))
+        self.assertGreater(n_inter, 20 * unstalled(t0, t1) * 0.6)
+        self.assertLessEqual(n_batch, 0.1 * (n_inter + n_batch), (n_inter, n_batch))
+        self.assertGreater(len(batch.admitted(t2, t3)), 20 * unstalled(t2, t3) * 0.6)
+
+    def test_inspect_shows_the_queue_across_pods(self):
+        d0, d1, d2 = self.pods.daemons
+        ld = self.backlog([d0, d1], "t", 2, tenants=("gold", "bronze"))
+        time.sleep(1.0)
+        with d2.connect() as c:  # a pod with no waiter of its own sees them
+            r = c.request({"op": "inspect", "scope": "t", "key": "k"})
+        ld.finish()
+        self.assertTrue(r.get("ok"), r)
+        tk = r["tickets"]
+        self.assertGreaterEqual(tk["waiting"], 2, r)
+        self.assertLessEqual(set(tk["tenants"]), {"gold", "bronze"}, r)
+        self.assertEqual(sum(tk["tenants"].values()), tk["waiting"], r)
+        self.assertGreaterEqual(float(tk["virtual_time"]), 0)
+        with d2.connect() as c:  # a scope that is not fair shows none
+            r = c.request({"op": "inspect", "scope": "nf", "key": "k"})
+        self.assertNotIn("tickets", r)
+
     def test_kill9_of_a_pod_holding_the_first_tickets(self):
         d0, d1, d2 = self.pods.daemons
         ld_dead = self.backlog([d0], "k9", 4)
@@ -247,9 +310,81 @@ class FleetFairCase(unittest.TestCase):
                "longest wait %.3f s, %d admitted in 5 s" % (
                    max(gaps), after[0] - t_kill, max(waits), len(after)))
         self.assertLess(max(gaps), 3.0, gaps[:5])
+        # the dead pod's tickets were dropped by the live pods' calls
+        self.assertGreaterEqual(sum(status(d)["scopes"]["k9"]["tickets_dropped"]
+                                    for d in (d1, d2)), 1)
         # no waiter of the live pods waited more than 3 s beyond its turn
         # at the limit (6 waiters at 10/s: 0.6 s)
         self.assertLess(max(waits), 3.0 + 0.6, sorted(waits)[-3:])
+
+    def test_pod_paused_past_its_turn_then_resumed(self):
+        """SIGSTOP a pod longer than its tickets live: the others go on;
+        SIGCONT: its waiters take new tickets and are served, within the
+        limit."""
+        d0, d1, _ = self.pods.daemons
+        ld = self.backlog([d0, d1], "k9", 3)
+        time.sleep(1.0)
+        d0.proc.send_signal(signal.SIGSTOP)
+        t_stop = now()
+        try:
+            time.sleep(3.0)
+        finally:
+            d0.proc.send_signal(signal.SIGCONT)
+        t_cont = now()
+        time.sleep(3.0)
+        t_end = now()
+        ld.finish()
+        self.assertEqual(ld.errors, [])
+        paused = ld.admitted(t_stop + 2.0, t_cont)
+        self.assertGreater(sum(1 for g in paused if g[0] == 1), 5, "the live pod stalled")
+        after = ld.admitted(t_cont + 0.5, t_end)
+        self.assertGreater(sum(1 for g in after if g[0] == 0), 3, "the resumed pod starved")
+        self.assertGreater(sum(1 for g in after if g[0] == 1), 3)
+        everything = ld.admitted(t_stop, t_end)
+        self.assertLessEqual(len(everything), 10 * (t_end - t_stop) + 1 + 2)
+
+    def test_outage_and_return(self):
+        """Redis stops: each pod serves its own waiters (its share of the
+        limit: the third daemon counts, so a third each, burst 2); Redis returns: the queue across pods resumes, within the
+        limit, tickets again."""
+        d0, d1, _ = self.pods.daemons
+        ld = self.backlog([d0, d1], "o", 3)
+        time.sleep(1.5)
+        self.assertGreater(self.tickets("o"), 0)
+        self.pods.redis.stop()
+        t_down = now()
+        for d in (d0, d1):
+            wait_backend(d, "fallback", 10)
+        time.sleep(3.0)
+        t_back = now()
+        self.pods.redis.restart()
+        for d in (d0, d1):
+            wait_backend(d, "redis", 15)
+        t_up = now()
+        deadline = time.time() + 5
+        while self.tickets("o") == 0 and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertGreater(self.tickets("o"), 0, "no queue across pods after the return")
+        time.sleep(3.0)
+        t_end = now()
+        ld.finish()
+        self.assertEqual(ld.errors, [])
+        down = ld.admitted(t_down + 1.0, t_back)
+        self.assertGreater(len(down), 5, "the fallback served nobody")
+        self.assertTrue(all(g[4] == "fallback" for g in down), down[:3])
+        for i in (0, 1):  # each pod served its own waiters
+            self.assertGreater(sum(1 for g in down if g[0] == i), 0, i)
+        up = ld.admitted(t_up, t_end)
+        report("outage: %d admitted in %.1f s of fallback (%r per pod); %d in %.1f s after "
+               "the return, %d via redis" % (
+                   len(down), t_back - t_down - 1.0, [sum(1 for g in down if g[0] == i)
+                                                      for i in (0, 1)],
+                   len(up), t_end - t_up, sum(1 for g in up if g[4] == "redis")))
+        # after the return: the limit (12/s, burst 6), and no burst beyond it
+        self.assertLessEqual(len(up), 12 * (t_end - t_up) + 6 + 2, up[:3])
+        self.assertGreater(sum(1 for g in up if g[4] == "redis"), 10)
+        both = {g[0] for g in up if g[4] == "redis"}
+        self.assertEqual(both, {0, 1})
 
     def test_try_and_budget_behind_other_pods_tickets(self):
         d0, d1, _ = self.pods.daemons
@@ -318,6 +453,28 @@ class FleetFairCase(unittest.TestCase):
         self.assertEqual(self.pods.redis.command("KEYS", "*{f:u}:f*"), [])
         self.assertEqual(calls[0], calls[1])
         self.assertGreater(calls[0], 0)
+
+
+class LocalFairCase(unittest.TestCase):
+    """fair = yes without Redis: the daemon's own order (docs/fairness.md),
+    nothing else changes."""
+
+    def test_local_mode_serves_in_order(self):
+        d = Admitd(CONF).start()
+        self.addCleanup(d.cleanup)
+        with d.connect() as c1, d.connect() as c2:
+            self.assertTrue(c1.request(acquire_req("slow", "k", timeout_ms=0, lease=False))["ok"])
+            c1.send(acquire_req("slow", "k", timeout_ms=5000, lease=False, id=1))
+            time.sleep(0.2)
+            c2.send(acquire_req("slow", "k", timeout_ms=5000, lease=False, id=2))
+            first = c1.recv(timeout=5)
+            second = c2.recv(timeout=5)
+        self.assertTrue(first["ok"] and second["ok"], (first, second))
+        self.assertEqual(first["backend"], "local")
+        self.assertLess(first["waited_ms"], second["waited_ms"])
+        st = status(d)["scopes"]["slow"]
+        self.assertEqual((st["tickets"], st["tickets_dropped"]), (0, 0))
+
 
 if __name__ == "__main__":
     unittest.main()

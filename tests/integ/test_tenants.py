@@ -96,8 +96,8 @@ class Load:
         return out
 
 
-class TenantCase(DaemonCase):
-    CONF = CONF
+class LoadCase(DaemonCase):
+    """A DaemonCase whose backlogged loads (load) are stopped at its end."""
 
     def setUp(self):
         self.loads = []
@@ -120,6 +120,10 @@ class TenantCase(DaemonCase):
         ld = Load(self.d, tenants, per_tenant).start()
         self.loads.append(ld)
         return ld
+
+
+class TenantCase(LoadCase):
+    CONF = CONF
 
     def assert_shares(self, counts, want):
         check_shares(self, counts, want)

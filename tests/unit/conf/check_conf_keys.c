@@ -388,6 +388,41 @@ START_TEST(test_plan_holds_too)
 }
 END_TEST
 
+/* Which classes a fair scope's queue across daemons holds behind which. */
+START_TEST(test_plan_holds_always)
+{
+	struct conf *c = load("[scope car]\n"
+			      "rule prio = requests token-bucket 10/1s burst=10\n"
+			      "rule main = requests token-bucket 60/1m\n"
+			      "rule = concurrency 8\n"
+			      "class priority = prio priority=5\n"
+			      "class main = main priority=10\n"
+			      "class background = main floor=20\n"
+			      "class hifloor = main floor=30 priority=20\n"
+			      "class peer = main priority=10\n");
+	const struct conf_scope *s;
+
+	ck_assert_msg(c != NULL, "%s", errtext);
+	s = conf_scope_find(c, "car");
+#define CLS(n) conf_class_find(s, n)
+	/* higher, every rule of it shared, a floor no higher: held behind */
+	ck_assert(conf_plan_holds_always(s, CLS("main"), CLS("background")));
+	/* no class: held to the unnamed rule only, not to main's */
+	ck_assert(!conf_plan_holds_always(s, CLS("main"), NULL));
+	ck_assert(!conf_plan_holds_always(s, CLS("background"), CLS("main"))); /* lower */
+	ck_assert(!conf_plan_holds_always(s, CLS("main"), CLS("peer")));       /* equal */
+	ck_assert(!conf_plan_holds_always(s, CLS("main"), CLS("main")));
+	/* a rule of its own (prio), or one the lower class lacks (main) */
+	ck_assert(!conf_plan_holds_always(s, CLS("priority"), CLS("background")));
+	ck_assert(!conf_plan_holds_always(s, CLS("main"), CLS("priority")));
+	/* a higher floor than the lower class's: its waits may be its own */
+	ck_assert(!conf_plan_holds_always(s, CLS("hifloor"), CLS("background")));
+	ck_assert(!conf_plan_holds_always(s, CLS("hifloor"), CLS("main")));
+#undef CLS
+	conf_free(c);
+}
+END_TEST
+
 START_TEST(test_classes)
 {
 	struct conf *c = load("[scope car]\n"
@@ -545,6 +580,7 @@ static Suite *conf_keys_suite(void)
 	tcase_add_test(tc, test_rules_in_scope);
 	tcase_add_test(tc, test_classes);
 	tcase_add_test(tc, test_plan_holds_too);
+	tcase_add_test(tc, test_plan_holds_always);
 	tcase_add_test(tc, test_plans);
 	tcase_add_test(tc, test_syntax_tolerance);
 	suite_add_tcase(s, tc);

@@ -3,10 +3,11 @@
  * bucket choice at and around each bound, and the exact Prometheus text of
  * a daemon in local mode whose counters the test sets (HELP and TYPE once
  * per family, every outcome of every scope, cumulative buckets, _sum and
- * _count, zeros for the backend's operations without a backend).
+ * _count, the same per class, zeros for the backend's operations without a backend).
  */
 
 #include "admitd.h"
+#include "class_wait.h"
 #include "metrics.h"
 #include "scope.h"
 
@@ -22,9 +23,11 @@ static void setup(void)
 {
 	memset(&ad, 0, sizeof(ad));
 	TAILQ_INIT(&ad.conns.list);
-	ad.rt.conf = conf_load_string("[scope api]\nrule = requests 5/1s\n[scope db.main]\n"
-				      "max_concurrent = 2\n",
-				      "test.conf", stderr);
+	ad.rt.conf =
+	    conf_load_string("[scope api]\nrule = requests 5/1s\n[scope db.main]\n"
+			     "max_concurrent = 2\nrule fast = requests 9/1s\nclass hi = fast\n"
+			     "class lo = fast\ndefault_class = lo\n",
+			     "test.conf", stderr);
 	ck_assert_ptr_nonnull(ad.rt.conf);
 	ck_assert(scopes_init(&ad.rt));
 }
@@ -110,10 +113,16 @@ START_TEST(test_render_exact)
 	api->batches = 2;
 	api->batched = 12;
 	api->admitted_ahead = 13;
+	api->tickets = 21;
+	api->tickets_dropped = 2;
 	wait_hist_observe(api->wait_hist, 0);
 	wait_hist_observe(api->wait_hist, 40);
 	wait_hist_observe(api->wait_hist, 40000);
 	api->wait_ms_total = 40040;
+	class_wait_observe(api, NULL, wait_hist_bucket(0), 0);
+	class_wait_observe(api, NULL, wait_hist_bucket(40), 40);
+	class_wait_observe(&ad.rt.scopes[1], &ad.rt.conf->scopes[1].classes[0],
+			   wait_hist_bucket(3000), 3000);
 	ad.rt.nconns = 2;
 	ad.rt.reloads_ok = 1;
 	ad.rt.key_evictions = 11;
@@ -135,6 +144,23 @@ START_TEST(test_render_exact)
 	ck_assert(has_line(t, "admitd_acquire_wait_seconds_sum{scope=\"api\"} 40.040"));
 	ck_assert(has_line(t, "admitd_acquire_wait_seconds_count{scope=\"api\"} 3"));
 	ck_assert(has_line(t, "admitd_acquire_wait_seconds_count{scope=\"db.main\"} 0"));
+	/* per class: "" for the acquires without one; a scope's classes, counted or not */
+	ck_assert(has_line(t, "# TYPE admitd_acquire_class_wait_seconds histogram"));
+	ck_assert(has_line(t, "admitd_acquire_class_wait_seconds_bucket{scope=\"api\",class=\"\","
+			      "le=\"0\"} 1"));
+	ck_assert(has_line(t, "admitd_acquire_class_wait_seconds_bucket{scope=\"api\",class=\"\","
+			      "le=\"0.05\"} 2"));
+	ck_assert(has_line(t, "admitd_acquire_class_wait_seconds_sum{scope=\"api\",class=\"\"} "
+			      "0.040"));
+	ck_assert(has_line(t, "admitd_acquire_class_wait_seconds_bucket{scope=\"db.main\","
+			      "class=\"hi\",le=\"2.5\"} 0"));
+	ck_assert(has_line(t, "admitd_acquire_class_wait_seconds_bucket{scope=\"db.main\","
+			      "class=\"hi\",le=\"5\"} 1"));
+	ck_assert(has_line(t, "admitd_acquire_class_wait_seconds_count{scope=\"db.main\","
+			      "class=\"lo\"} 0"));
+	/* db.main has a default_class: no acquire of it is without a class */
+	ck_assert(strstr(t, "{scope=\"db.main\",class=\"\"") == NULL);
+	ck_assert_uint_eq(count_of(t, "\nadmitd_acquire_class_wait_seconds_count{"), 3);
 	ck_assert(has_line(t, "admitd_releases_total{scope=\"api\"} 5"));
 	ck_assert(has_line(t, "admitd_penalties_total{scope=\"api\"} 6"));
 	ck_assert(has_line(t, "admitd_leases{scope=\"api\"} 7"));
@@ -143,6 +169,8 @@ START_TEST(test_render_exact)
 	ck_assert(has_line(t, "admitd_redis_batches_total{scope=\"api\"} 2"));
 	ck_assert(has_line(t, "admitd_redis_batched_acquires_total{scope=\"api\"} 12"));
 	ck_assert(has_line(t, "admitd_admissions_ahead_total{scope=\"api\"} 13"));
+	ck_assert(has_line(t, "admitd_fair_tickets_total{scope=\"api\"} 21"));
+	ck_assert(has_line(t, "admitd_fair_tickets_dropped_total{scope=\"api\"} 2"));
 	ck_assert(has_line(t, "admitd_keys 0"));
 	/* no adaptive scope: the family has no samples */
 	ck_assert(strstr(t, "\nadmitd_adaptive_amount{") == NULL);
@@ -157,8 +185,8 @@ START_TEST(test_render_exact)
 	ck_assert(has_line(t, "admitd_build_info{version=\"" ADMITD_VERSION "\"} 1"));
 	/* one HELP and one TYPE per family, and nothing but them starts with # */
 	ck_assert_uint_eq(count_of(t, "# HELP "), count_of(t, "# TYPE "));
-	ck_assert_uint_eq(count_of(t, "# HELP "), 22);
-	ck_assert_uint_eq(count_of(t, "\n#"), 2 * 22 - 1);
+	ck_assert_uint_eq(count_of(t, "# HELP "), 25);
+	ck_assert_uint_eq(count_of(t, "\n#"), 2 * 25 - 1);
 	free(t);
 }
 END_TEST
