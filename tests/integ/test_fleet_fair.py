@@ -61,6 +61,13 @@ rule = requests token-bucket 12/1s burst=6
 fair = yes
 timeout = 30s
 
+[scope tov]
+rule = requests token-bucket 30/1s burst=1
+fair = yes
+timeout = 30s
+override_max = 4
+weight gold = 4
+
 [scope cls]
 rule = requests token-bucket 20/1s burst=1
 fair = yes
@@ -268,6 +275,28 @@ class FleetFairCase(unittest.TestCase):
         self.assertGreater(n_inter, 20 * unstalled(t0, t1) * 0.6)
         self.assertLessEqual(n_batch, 0.1 * (n_inter + n_batch), (n_inter, n_batch))
         self.assertGreater(len(batch.admitted(t2, t3)), 20 * unstalled(t2, t3) * 0.6)
+
+    def test_a_weight_set_on_one_pod_tags_every_pods_tickets(self):
+        """gold 4, bronze 1 (unlisted); a third pod, with no waiter, sets
+        bronze's weight to 4: both pods' tickets follow it, 1:1."""
+        d0, d1, d2 = self.pods.daemons
+        with d2.connect() as c:
+            r = c.request({"op": "override", "scope": "tov", "key": "k", "tenant": "bronze",
+                           "weight": 4, "ttl_ms": 30000})
+        self.assertTrue(r.get("ok"), r)
+        ld = self.backlog([d0, d1], "tov", 2, tenants=("gold", "bronze"))
+        time.sleep(1.0)
+        t0 = now()
+        time.sleep(4.0)
+        t1 = now()
+        ld.finish()
+        self.assertEqual(ld.errors, [])
+        got = ld.admitted(t0, t1)
+        gold = sum(1 for g in got if g[1] == "gold")
+        bronze = sum(1 for g in got if g[1] == "bronze")
+        report("a weight set on a third pod: gold %d, bronze %d" % (gold, bronze))
+        self.assertGreater(gold + bronze, 60)
+        self.assertLess(abs(bronze / (gold + bronze) - 0.5), 0.05, (gold, bronze))
 
     def test_inspect_shows_the_queue_across_pods(self):
         d0, d1, d2 = self.pods.daemons
