@@ -461,6 +461,30 @@ local function fair_parse(m)
 	return string.match(m, '^(%d+)|([^|]*)|([^|]*)|([^|]*)|(%d+)$')
 end
 
+-- How long until the rate rules of acquire_one's call (k, a) let one more
+-- acquire of its cost pass, as they stand (the wait the first ticket has
+-- left; the daemon adds a unit's interval per ticket ahead). Pacing,
+-- penalties and run-time amounts aside: an estimate of when to ask.
+local function fair_first_wait(k, a)
+	local nrules, cost = tonumber(a[13]), tonumber(a[3])
+	local fu, fppm = tonumber(a[4]), 0
+	if fu < 0 then fu, fppm = 0, -fu end
+	local w = 0
+	for i = 1, nrules do
+		local b = 13 + (i - 1) * 7
+		if a[b + 1] == 'r' then
+			local ops, np = strat_prep({ kind = a[b + 2], amount = tonumber(a[b + 3]),
+				window_ms = tonumber(a[b + 4]), burst = tonumber(a[b + 5]) })
+			local h = redis.call('HMGET', k[3 + i], 'a', 'b', 't')
+			local st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
+			local ok, wi = strat_check_prepared(st, ops, np, now, cost,
+							   strat_floor_prepared(np, fu, fppm))
+			if not ok and wi > w then w = wi end
+		end
+	end
+	return w
+end
+
 -- e's tenant's weight set by an override in force (see fair_call's ovr):
 -- e becomes its own flow at that weight. sk: the key's state hash.
 local function fair_override(e, ovr, sk)
@@ -484,7 +508,8 @@ end
 -- while another pod's ticket waits in one, this class admits nobody; this
 -- pod's own tickets there are its own order's), then acquire_one's KEYS.
 -- Returns { acquire_one's reply (admitted m of the n listed; the next one's
--- wait and code, -9 when tickets of other pods are ahead of it), ahead (the
+-- wait and code; code -9 when tickets of other pods are ahead of it, and the
+-- wait then the first ticket's, fair_first_wait), ahead (the
 -- tickets ahead of the first listed waiter not admitted), the tickets left
 -- (after a stale run: 1, unknown), the tickets it dropped (of pods gone, or
 -- this pod's that it no longer lists), then per listed
@@ -567,10 +592,10 @@ local function fair_call(KEYS, ARGV)
 		r = acquire_one(k, a)
 		m = r[1]
 		if r[3] == -6 then return { r, 0, 1, reaped } end -- stale: nothing booked
-		if m == c and m < n then r[2], r[3] = 1, -9 end -- the next is behind others
+		if m == c and m < n then r[2], r[3] = fair_first_wait(k, a), -9 end -- behind others
 		if m == n and not contended and reaped == 0 then return { r, 0, 0, 0 } end
 	else
-		r, m = { 0, 1, -9, now, 0, 0, 0 }, 0
+		r, m = { 0, fair_first_wait(k, a), -9, now, 0, 0, 0 }, 0
 	end
 
 	-- The admitted leave the queue; v moves to the last one's tag.

@@ -300,7 +300,7 @@ void rb_fair_args(struct rargs *a, struct backend *b, struct waiter *const *ws, 
 const struct rval *rb_fair_reply(struct waiter *const *ws, size_t n, const struct rval *reply,
 				 int64_t *ahead);
 int64_t rb_fair_behind(const struct conf_scope *cs, const struct conf_class *cls, int64_t ahead,
-		       int64_t cost, int64_t *ask_min);
+		       int64_t cost, int64_t first, int64_t *ask_min);
 /* What one plain acquire books ahead and gives back (rb_ahead_ask; rb_plain's fields). */
 struct rb_ask {
 	bool books_ahead, ahead;

@@ -536,7 +536,7 @@ static void rb_batch_refused(struct rb_batch *q, struct eng_res *res, const stru
 	int64_t retry = reply->a[1].i, ask_min = 0;
 
 	if (code == PLAN_WHICH_FLEET)
-		retry = rb_fair_behind(cs, t->cls, ahead, t->cost, &ask_min);
+		retry = rb_fair_behind(cs, t->cls, ahead, t->cost, retry, &ask_min);
 	eng_merge(res, t->kq, false, retry, conf_plan_which_rule(cs, code),
 		  conf_plan_which_slot(cs, code),
 		  retry < 0 ? conf_plan_which_limit(cs, t->cls, code) : 0);

@@ -148,9 +148,9 @@ const struct rval *rb_fair_reply(struct waiter *const *ws, size_t n, const struc
 }
 
 int64_t rb_fair_behind(const struct conf_scope *cs, const struct conf_class *cls, int64_t ahead,
-		       int64_t cost, int64_t *ask_min)
+		       int64_t cost, int64_t first, int64_t *ask_min)
 {
-	int64_t bound = 0, est = cs->concurrency_retry_ms;
+	int64_t bound = 0, est = 0;
 	size_t i;
 	const struct conf_plan *pl = conf_plan_of(cs, cls);
 
@@ -160,8 +160,9 @@ int64_t rb_fair_behind(const struct conf_scope *cs, const struct conf_class *cls
 	 * rule holds now (its burst or window whole): a lower bound, so a
 	 * `budget_exceeded` on it is never wrong (none where the amounts move
 	 * at run time: adaptive scopes, overrides). The head asks again when
-	 * that cost would pass at the rule's rate from empty (the rule is
-	 * spent while waiters queue): its ticket is first then, or nearly.
+	 * its turn comes if every ticket ahead takes its unit on time: the
+	 * first one's unit in `first` ms (the script's estimate), then one
+	 * unit's interval of the tightest rule a ticket ahead.
 	 */
 	for (i = 0; i < pl->nrules; i++) {
 		const struct conf_rule *r = &cs->rules[pl->rules[i]];
@@ -172,7 +173,7 @@ int64_t rb_fair_behind(const struct conf_scope *cs, const struct conf_class *cls
 		lump = p.burst > p.amount ? p.burst : p.amount;
 		need = (ahead + 1) * cost;
 		b = need > lump ? (need - lump) * p.window_ms / p.amount : 0;
-		e = need * p.window_ms / p.amount;
+		e = ahead * cost * p.window_ms / p.amount;
 		if (b > bound)
 			bound = b;
 		if (e > est)
@@ -180,6 +181,9 @@ int64_t rb_fair_behind(const struct conf_scope *cs, const struct conf_class *cls
 	}
 	if (cs->adaptive || cs->override_milli > 0)
 		bound = 0;
+	est += first > 0 ? first : 0;
+	if (est < cs->concurrency_retry_ms) /* not a rate: as a slot's wait */
+		est = cs->concurrency_retry_ms;
 	*ask_min = est < RB_FAIR_ASK_MS ? est : RB_FAIR_ASK_MS;
 	return bound > 1 ? bound : 1;
 }

@@ -21,15 +21,14 @@ What each test holds to, and why its margins are what they are:
 Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_fleet_fair -v
 """
 
-import os
 import signal
-import sys
 import threading
 import time
 import unittest
 
 from . import harness
 from .harness import Admitd, acquire_req, now, unstalled
+from .fair_util import Backlog, inverted_pairs, report
 from .redis_util import Pods, status, wait_backend
 
 CONF = """
@@ -61,6 +60,13 @@ rule = requests token-bucket 12/1s burst=6
 fair = yes
 timeout = 30s
 
+[scope tov]
+rule = requests token-bucket 30/1s burst=1
+fair = yes
+timeout = 30s
+override_max = 4
+weight gold = 4
+
 [scope cls]
 rule = requests token-bucket 20/1s burst=1
 fair = yes
@@ -77,78 +83,6 @@ weight gold = 4
 weight silver = 2
 weight bronze = 1
 """
-
-
-class Backlog:
-    """Threads that acquire (scope, key) again as soon as admitted, each on
-    its own connection to daemon pods[i]: (pod, tenant, sent, received,
-    backend)."""
-
-    def __init__(self, pods, scope, per_pod, tenants=(None,), key="k", cls=None):
-        self.cls = cls
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.got, self.errors = [], []
-        self.threads = [threading.Thread(target=self.run, args=(i, d, scope, key, t), daemon=True)
-                        for i, d in enumerate(pods) for t in tenants for _ in range(per_pod)]
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def run(self, pod, d, scope, key, tenant):
-        try:
-            with d.connect(timeout=40) as c:
-                while not self.stop.is_set():
-                    req = acquire_req(scope, key, timeout_ms=30000, lease=False)
-                    if tenant is not None:
-                        req["tenant"] = tenant
-                    if self.cls is not None:
-                        req["class"] = self.cls
-                    t0 = now()
-                    r = c.request(req, timeout=40)
-                    t1 = now()
-                    if not r.get("ok"):
-                        raise AssertionError("refused: %r" % r)
-                    with self.lock:
-                        self.got.append((pod, tenant, t0, t1, r.get("backend")))
-        except Exception as e:  # noqa: BLE001 (reported by finish)
-            if not self.stop.is_set():
-                self.errors.append(e)
-
-    def finish(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-
-    def admitted(self, t0=float("-inf"), t1=float("inf")):
-        with self.lock:
-            return [g for g in self.got if t0 <= g[3] < t1]
-
-
-def report(*a):
-    """FAIR_REPORT=1: print what a test measured (the closing note's numbers)."""
-    if os.environ.get("FAIR_REPORT"):
-        print(*a, file=sys.stderr)
-
-
-def inverted_pairs(got, apart=0.1):
-    """(pairs, inverted): pairs of admissions whose requests were sent more
-    than `apart` s apart and waited together (the later was sent before the
-    earlier was answered); inverted: the later was answered first."""
-    got = sorted(got, key=lambda g: g[2])
-    pairs = inv = 0
-    for i, a in enumerate(got):
-        for b in got[i + 1:]:
-            if b[2] >= a[3]:
-                break
-            if b[2] - a[2] <= apart:
-                continue
-            pairs += 1
-            if b[3] < a[3]:
-                inv += 1
-    return pairs, inv
 
 
 @unittest.skipIf(harness.VALGRIND, "timing shares; run under ASan instead of valgrind")
@@ -268,6 +202,28 @@ class FleetFairCase(unittest.TestCase):
         self.assertGreater(n_inter, 20 * unstalled(t0, t1) * 0.6)
         self.assertLessEqual(n_batch, 0.1 * (n_inter + n_batch), (n_inter, n_batch))
         self.assertGreater(len(batch.admitted(t2, t3)), 20 * unstalled(t2, t3) * 0.6)
+
+    def test_a_weight_set_on_one_pod_tags_every_pods_tickets(self):
+        """gold 4, bronze 1 (unlisted); a third pod, with no waiter, sets
+        bronze's weight to 4: both pods' tickets follow it, 1:1."""
+        d0, d1, d2 = self.pods.daemons
+        with d2.connect() as c:
+            r = c.request({"op": "override", "scope": "tov", "key": "k", "tenant": "bronze",
+                           "weight": 4, "ttl_ms": 30000})
+        self.assertTrue(r.get("ok"), r)
+        ld = self.backlog([d0, d1], "tov", 2, tenants=("gold", "bronze"))
+        time.sleep(1.0)
+        t0 = now()
+        time.sleep(4.0)
+        t1 = now()
+        ld.finish()
+        self.assertEqual(ld.errors, [])
+        got = ld.admitted(t0, t1)
+        gold = sum(1 for g in got if g[1] == "gold")
+        bronze = sum(1 for g in got if g[1] == "bronze")
+        report("a weight set on a third pod: gold %d, bronze %d" % (gold, bronze))
+        self.assertGreater(gold + bronze, 60)
+        self.assertLess(abs(bronze / (gold + bronze) - 0.5), 0.05, (gold, bronze))
 
     def test_inspect_shows_the_queue_across_pods(self):
         d0, d1, d2 = self.pods.daemons

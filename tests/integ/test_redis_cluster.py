@@ -33,6 +33,7 @@ import types
 import unittest
 
 from . import harness
+from .fair_util import Backlog, inverted_pairs
 from .harness import SLACK, acquire_req, late_allowance, max_overlap, now
 from .redis_deploy import (ConfCheckMixin, RedisClusterDeploy, _bindable, admitd_slot,
                            key_slot, start_pods, what_is_missing)
@@ -70,6 +71,12 @@ lease_ttl = 30s
 quota = 10/1h
 cluster_concurrency = 4
 lease_ttl = 30s
+
+[scope fair]
+rule = requests token-bucket 20/1s burst=2
+fair = yes
+timeout = 30s
+weight gold = 2
 """
 
 EXTRA = "redis_timeout = 100ms\n"
@@ -118,6 +125,31 @@ class ClusterCase(unittest.TestCase):
 
 
 class InvariantsTest(ClusterCase):
+
+    def test_fair_queue_across_pods_on_the_keys_owner(self):
+        """fair = yes on a Cluster: the tickets live under the key's hash
+        tag, on its owner; three pods with equal load get a third each, in
+        arrival order, every reply through Redis."""
+        p = self.pods()
+        ld = Backlog(p.daemons, "fair", 3).start()
+        try:
+            time.sleep(1.5)
+            fair_keys = [k for k in self.keys_on_owner("fair", "k") if ":fq:" in k]
+            t0 = now()
+            time.sleep(4.0)
+            t1 = now()
+        finally:
+            ld.finish()
+        self.assertEqual(ld.errors, [])
+        self.assertEqual(fair_keys, ["admitd:{fair:k}:fq:"])
+        got = ld.admitted(t0, t1)
+        self.assertTrue(all(g[4] == "redis" for g in got), got[:3])
+        per = [sum(1 for g in got if g[0] == i) for i in range(3)]
+        self.assertLessEqual(sum(per), 20 * (t1 - t0) + 2 + 1, per)
+        for n in per:
+            self.assertLess(abs(n / sum(per) - 1 / 3), 0.15 / 3, per)
+        pairs, inv = inverted_pairs(ld.admitted())
+        self.assertLessEqual(inv, 0.02 * pairs, (inv, pairs))
 
     def hammer_keys(self, pods, scope, keys, duration, **kw):
         """hammer() on each key at once (per_daemon clients per daemon and
