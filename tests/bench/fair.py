@@ -7,7 +7,7 @@ its limit), as a table, a JSON file and a picture.
 Owns: the runs (a private redis-server and the real daemons, through
 tests/integ/redis_util.py's Pods), their measurements, the table on stdout,
 tests/bench/results/fair.json, and the picture (gnuplot; --png). The
-clients are tests/integ/test_fleet_fair.py's Backlog (threads that acquire
+clients are tests/integ/fair_util.py's Backlog (threads that acquire
 again as soon as admitted, `"lease": false`) and its inverted_pairs.
 
 Contended (scopes `fair` and `plain`: one rule, requests token-bucket
@@ -71,7 +71,7 @@ from tests.bench.bench_env import RESULTS_DIR, proc_cpu_s  # noqa: E402
 from tests.bench.bench_redis import SCRIPT_CMDS, commandstats  # noqa: E402
 from tests.integ.harness import acquire_req, now  # noqa: E402
 from tests.integ.redis_util import Pods, status  # noqa: E402
-from tests.integ.test_fleet_fair import Backlog, inverted_pairs  # noqa: E402
+from tests.integ.fair_util import Backlog, inverted_pairs  # noqa: E402
 
 WEIGHTS = (("gold", 4), ("silver", 2), ("bronze", 1))
 LIGHT = "light"
