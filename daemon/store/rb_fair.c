@@ -173,7 +173,7 @@ int64_t rb_fair_behind(const struct conf_scope *cs, const struct conf_class *cls
 		lump = p.burst > p.amount ? p.burst : p.amount;
 		need = (ahead + 1) * cost;
 		b = need > lump ? (need - lump) * p.window_ms / p.amount : 0;
-		e = ahead * cost * p.window_ms / p.amount;
+		e = (ahead * cost * p.window_ms + p.amount - 1) / p.amount; /* rounded up */
 		if (b > bound)
 			bound = b;
 		if (e > est)
@@ -181,7 +181,7 @@ int64_t rb_fair_behind(const struct conf_scope *cs, const struct conf_class *cls
 	}
 	if (cs->adaptive || cs->override_milli > 0)
 		bound = 0;
-	est += first > 0 ? first : 0;
+	est += (first > 0 ? first : 0) + 1; /* a ms late, rather than a call early */
 	if (est < cs->concurrency_retry_ms) /* not a rate: as a slot's wait */
 		est = cs->concurrency_retry_ms;
 	*ask_min = est < RB_FAIR_ASK_MS ? est : RB_FAIR_ASK_MS;
