@@ -498,7 +498,15 @@ def fair_args(argv=None):
     if args.quick:
         args.reps, args.seconds, args.warmup, args.uncontended = 1, 2.5, 1.0, 500
         args.rows = "all:100,split:100"
+    for name, v, low in (("--reps", args.reps, 1), ("--conns", args.conns, 1),
+                         ("--uncontended", args.uncontended, 0)):
+        if v < low:
+            ap.error("%s must be at least %d" % (name, low))
+    if args.seconds <= 0 or args.warmup < 0 or args.uncontended_rate <= 0:
+        ap.error("--seconds and --uncontended-rate must be above 0, --warmup not below")
     args.rows = [x.strip() for x in args.rows.split(",") if x.strip()]
+    if not args.rows:
+        ap.error("--rows: at least one LAYOUT:RATE")
     for row in args.rows:
         layout, _, rate = row.partition(":")
         if layout not in LAYOUT_WORDS or not rate.isdigit() or int(rate) < 1:

@@ -6,8 +6,8 @@ values are sane: admissions on both contended scopes and both uncontended
 ones, Redis calls, script time and CPU per admission above zero, shares
 that add up, a light tenant that was served, and no ticket left behind by an
 uncontended key. The timings themselves are reported by the bench, never
-held here (test_fleet_fair.py holds the bounds). Also `--help`, and a bad
---rows refused.
+held here (test_fleet_fair.py holds the bounds). Also `--help`, and bad
+arguments refused.
 
 Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_bench_fair -v
 """
@@ -38,9 +38,12 @@ class BenchFairHelp(unittest.TestCase):
     def test_help(self):
         p = run_fair(["--help"], 30)
         self.assertEqual(p.returncode, 0, p.stdout)
-        p = run_fair(["--rows", "all:0"], 30)
-        self.assertEqual(p.returncode, 2, p.stdout)
-        self.assertIn("is not LAYOUT:RATE", p.stdout)
+        for args, says in ((["--rows", "all:0"], "is not LAYOUT:RATE"),
+                           (["--reps", "0"], "--reps must be at least 1"),
+                           (["--uncontended-rate", "0"], "must be above 0")):
+            p = run_fair(args, 30)
+            self.assertEqual(p.returncode, 2, p.stdout)
+            self.assertIn(says, p.stdout)
         for flag in ("--quick", "--reps", "--seconds", "--rows", "--json", "--png"):
             self.assertIn(flag, p.stdout)
 
