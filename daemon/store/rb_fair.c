@@ -151,6 +151,7 @@ int64_t rb_fair_behind(const struct conf_scope *cs, const struct conf_class *cls
 		       int64_t cost, int64_t first, int64_t *ask_min)
 {
 	int64_t bound = 0, est = 0;
+	bool rated = false;
 	size_t i;
 	const struct conf_plan *pl = conf_plan_of(cs, cls);
 
@@ -178,11 +179,12 @@ int64_t rb_fair_behind(const struct conf_scope *cs, const struct conf_class *cls
 			bound = b;
 		if (e > est)
 			est = e;
+		rated = true;
 	}
 	if (cs->adaptive || cs->override_milli > 0)
 		bound = 0;
 	est += (first > 0 ? first : 0) + 1; /* a ms late, rather than a call early */
-	if (est < cs->concurrency_retry_ms) /* not a rate: as a slot's wait */
+	if (!rated) /* no rate to count turns by (slots, a quota): a slot's wait */
 		est = cs->concurrency_retry_ms;
 	*ask_min = est < RB_FAIR_ASK_MS ? est : RB_FAIR_ASK_MS;
 	return bound > 1 ? bound : 1;
