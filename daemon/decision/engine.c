@@ -42,13 +42,16 @@ void eng_acquire(struct rt *ad, struct waiter *w, const char *lease_id, eng_cb *
 bool eng_can_batch(struct rt *ad, const struct waiter *w)
 {
 	const struct conf_scope *cs = w->t[0].kq->sc->cs;
+	bool now;
 
 	if (ad->redis == NULL || ad->shutting_down || !backend_up(ad->redis) || w->nt != 1)
 		return false;
-	/* A fair key's waiters are always asked in the form that carries their
-	 * tickets, alone or not (one at a time where min_delay paces). */
-	return backend_fair(ad->redis, w) ||
-	       (cs->min_delay_ms == 0 && !cs->shadow && !backend_ahead_on(ad->redis, w));
+	/* A fair key's waiters go in the form that carries their tickets once
+	 * some wait (alone or not; one at a time where min_delay paces), and
+	 * never in a batch before (their acquire checks for tickets itself). */
+	if (backend_fair(ad->redis, w, &now))
+		return now;
+	return cs->min_delay_ms == 0 && !cs->shadow && !backend_ahead_on(ad->redis, w);
 }
 
 void eng_acquire_batch(struct rt *ad, struct waiter *const *ws, size_t n, eng_batch_cb *cb,

@@ -63,8 +63,12 @@ void backend_ahead_drop(struct kq *kq, bool give);
  * waiters of one key (single target, same shape), each under its own lease
  * id; false when Redis cannot take it now (cb is not called).
  */
-/* backend_fair - is w asked in the queue its key's fair scope shares across daemons? */
-bool backend_fair(const struct backend *b, const struct waiter *w);
+/*
+ * backend_fair - is w a waiter of a fair scope that takes tickets (*now:
+ * and is it asked in the form that carries them now, rather than by an
+ * acquire that checks for tickets itself)?
+ */
+bool backend_fair(const struct backend *b, const struct waiter *w, bool *now);
 /* backend_fair_leave - w leaves unserved: its ticket in that queue goes (no answer). */
 void backend_fair_leave(struct backend *b, const struct waiter *w);
 bool backend_acquire_batch(struct backend *b, struct waiter *const *ws, size_t n, eng_batch_cb *cb,

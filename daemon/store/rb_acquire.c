@@ -521,9 +521,10 @@ struct rb_batch {
 	bool fair; /* the fair form: the waiters' tickets, then the acquire's reply */
 };
 
-bool backend_fair(const struct backend *b, const struct waiter *w)
+bool backend_fair(const struct backend *b, const struct waiter *w, bool *now)
 {
-	return b != NULL && rb_fair_now(w);
+	*now = b != NULL && rb_fair_now(w);
+	return b != NULL && rb_fair_on(w);
 }
 
 /* The refusal of ws[i] by a limit or, in a fair key, by the tickets ahead. */

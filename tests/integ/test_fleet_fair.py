@@ -411,6 +411,32 @@ class FleetFairCase(unittest.TestCase):
         self.assertGreater(calls[0], 0)
 
 
+class UncontendedFormCase(unittest.TestCase):
+    """Nobody waiting on a plain plan's fair key: its acquire is the plain
+    one that checks the queue (an EXISTS in the script), not the fair form
+    (which reads the queue with a ZRANGE), booking ahead or not."""
+
+    def test_plain_acquire_while_nobody_waits(self):
+        with Pods(CONF, n=1, admitd_extra="redis_book_ahead = 0") as p:
+            p.redis.command("CONFIG", "RESETSTAT")
+            with p.daemons[0].connect() as c:
+                for i in range(20):
+                    r = c.request(acquire_req("f", "u", timeout_ms=2000, lease=False, id=i))
+                    self.assertTrue(r.get("ok"), r)
+                    time.sleep(0.06)  # under 20/s: nobody waits
+            stats = p.redis.command("INFO", "commandstats")
+
+        def calls(cmd):
+            for line in stats.splitlines():
+                if line.startswith("cmdstat_%s:" % cmd):
+                    return int(line.split("calls=")[1].split(",")[0])
+            return 0
+        self.assertEqual(calls("exists"), 20, stats)
+        # the heartbeat reads the pods with one ZRANGE a second; the fair
+        # form would read the queue with one an acquire
+        self.assertLessEqual(calls("zrange"), 3, stats)
+
+
 class LocalFairCase(unittest.TestCase):
     """fair = yes without Redis: the daemon's own order (docs/fairness.md),
     nothing else changes."""
