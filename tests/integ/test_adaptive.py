@@ -43,6 +43,18 @@ def amount(c, scope, key):
     return r["adaptive"]["amount_milli"]
 
 
+def wait_amount(c, scope, key, want, deadline=5.0):
+    """The key's amount as c's daemon reads it once it is want, or the last
+    read after deadline: an outcome another daemon reported reaches Redis
+    on that daemon's own connection, after its client's reply."""
+    end = time.monotonic() + deadline
+    got = amount(c, scope, key)
+    while got != want and time.monotonic() < end:
+        time.sleep(0.02)
+        got = amount(c, scope, key)
+    return got
+
+
 def take(c, scope, key, outcome=None):
     """Acquire (without waiting) and release with outcome: whether admitted."""
     r = c.request(acquire_req(scope, key, timeout_ms=0))
@@ -177,7 +189,7 @@ class TestAdaptiveCluster(unittest.TestCase):
             c = [d.connect() for d in p.daemons]
             self.assertTrue(take(c[0], "a", "k", "limited"))
             for i in range(3):
-                self.assertEqual(amount(c[i], "a", "k"), 30000, "pod %d" % i)
+                self.assertEqual(wait_amount(c[i], "a", "k", 30000), 30000, "pod %d" % i)
             key = "admitd:{a:k}:a"
             self.assertGreater(p.redis.command("PTTL", key), 0)  # idle keys vanish
             # A burst of 429s from the other pods within the interval counts once.
@@ -195,7 +207,7 @@ class TestAdaptiveCluster(unittest.TestCase):
             r = c[2].request({"op": "penalize", "scope": "a", "key": "k", "retry_after_ms": 0})
             self.assertTrue(r["ok"], r)
             for i in range(3):
-                self.assertEqual(amount(c[i], "a", "k"), 15000, "pod %d" % i)
+                self.assertEqual(wait_amount(c[i], "a", "k", 15000), 15000, "pod %d" % i)
                 self.assertEqual(amount(c[i], "a", "k2"), 60000, "pod %d" % i)
             self.assertTrue(c[0].request({"op": "reset", "scope": "a", "key": "k"})["ok"])
             self.assertEqual(amount(c[1], "a", "k"), 60000)

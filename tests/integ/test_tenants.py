@@ -14,6 +14,7 @@ import threading
 import time
 import unittest
 
+from . import harness
 from .harness import acquire_req, now, unstalled
 from .test_class_queue import DaemonCase
 from .test_reload import ReloadCase
@@ -173,7 +174,10 @@ class TenantCase(LoadCase):
         br = self.load(["bronze"], 6)
         t0, t1 = self.window(1.0, 3.0)
         alone = br.counts(t0, t1).get("bronze", 0)
-        self.assertGreater(alone, 0.9 * RATE * (t1 - t0), "bronze alone: %d" % alone)
+        # the whole rate, less the stalls measured meanwhile; under valgrind
+        # the daemon itself is slow (one run reached 45 of 50 a second)
+        floor = 0.7 if harness.VALGRIND else 0.9
+        self.assertGreater(alone, floor * RATE * unstalled(t0, t1), "bronze alone: %d" % alone)
         # gold joins: contended now, bronze gets its weight's share of it
         go = self.load(["gold"], 6)
         t2, t3 = self.window(1.0, 4.0)
