@@ -20,6 +20,9 @@
 #define WAITQ_HEADS 64
 /* A fair key's new waiter gets its ticket within this (waitq_fleet_wake). */
 #define WAITQ_FLEET_GATHER_MS 10
+/* ... or within this when its tenant has a ticket here already: under the
+ * 100 ms apart at which arrival order across pods is held to. */
+#define WAITQ_FLEET_GATHER_BACKLOG_MS 80
 
 /* A key's class heads, in the order they are asked. */
 struct waitq_heads {
