@@ -45,18 +45,20 @@ struct htab {
 
 /* ---- SipHash-2-4 ---------------------------------------------------- */
 
-static uint64_t rotl64(uint64_t x, unsigned r)
+static inline uint64_t rotl64(uint64_t x, unsigned r)
 {
 	return (x << r) | (x >> (64 - r));
 }
 
-static uint64_t load64le(const unsigned char *p)
+/* A little-endian word at any alignment: one load on a little-endian host. */
+static inline uint64_t load64le(const unsigned char *p)
 {
-	uint64_t w = 0;
-	int i;
+	uint64_t w;
 
-	for (i = 7; i >= 0; i--)
-		w = (w << 8) | p[i];
+	memcpy(&w, p, sizeof(w));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	w = __builtin_bswap64(w);
+#endif
 	return w;
 }
 
@@ -70,64 +72,58 @@ static void store64le(uint8_t *p, uint64_t w)
 	}
 }
 
-struct sipstate {
-	uint64_t v0, v1, v2, v3;
-};
-
-static void sipround(struct sipstate *s)
-{
-	s->v0 += s->v1;
-	s->v1 = rotl64(s->v1, 13);
-	s->v1 ^= s->v0;
-	s->v0 = rotl64(s->v0, 32);
-	s->v2 += s->v3;
-	s->v3 = rotl64(s->v3, 16);
-	s->v3 ^= s->v2;
-	s->v0 += s->v3;
-	s->v3 = rotl64(s->v3, 21);
-	s->v3 ^= s->v0;
-	s->v2 += s->v1;
-	s->v1 = rotl64(s->v1, 17);
-	s->v1 ^= s->v2;
-	s->v2 = rotl64(s->v2, 32);
-}
-
-/* One message word: c = 2 compression rounds. */
-static void sipcompress(struct sipstate *s, uint64_t m)
-{
-	s->v3 ^= m;
-	sipround(s);
-	sipround(s);
-	s->v0 ^= m;
-}
+/* One SipRound on v0..v3, in place (a macro: the compiler keeps the state
+ * in registers, where a function per round spilled it). */
+#define SIPROUND(v0, v1, v2, v3)         \
+	do {                             \
+		(v0) += (v1);            \
+		(v1) = rotl64((v1), 13); \
+		(v1) ^= (v0);            \
+		(v0) = rotl64((v0), 32); \
+		(v2) += (v3);            \
+		(v3) = rotl64((v3), 16); \
+		(v3) ^= (v2);            \
+		(v0) += (v3);            \
+		(v3) = rotl64((v3), 21); \
+		(v3) ^= (v0);            \
+		(v2) += (v1);            \
+		(v1) = rotl64((v1), 17); \
+		(v1) ^= (v2);            \
+		(v2) = rotl64((v2), 32); \
+	} while (0)
 
 static uint64_t sip24(uint64_t k0, uint64_t k1, const void *msg, size_t len)
 {
 	const unsigned char *p = msg;
-	struct sipstate s = {
-		.v0 = k0 ^ 0x736f6d6570736575ULL, /* "somepseudorandomlygeneratedbytes" */
-		.v1 = k1 ^ 0x646f72616e646f6dULL,
-		.v2 = k0 ^ 0x6c7967656e657261ULL,
-		.v3 = k1 ^ 0x7465646279746573ULL,
-	};
+	/* "somepseudorandomlygeneratedbytes" */
+	uint64_t v0 = k0 ^ 0x736f6d6570736575ULL, v1 = k1 ^ 0x646f72616e646f6dULL;
+	uint64_t v2 = k0 ^ 0x6c7967656e657261ULL, v3 = k1 ^ 0x7465646279746573ULL;
+	unsigned char tail[8] = { 0 };
 	size_t left = len;
-	uint64_t last;
-	int i;
+	uint64_t m;
 
-	for (; left >= 8; left -= 8, p += 8)
-		sipcompress(&s, load64le(p));
+	/* one message word at a time: c = 2 compression rounds */
+	for (; left >= 8; left -= 8, p += 8) {
+		m = load64le(p);
+		v3 ^= m;
+		SIPROUND(v0, v1, v2, v3);
+		SIPROUND(v0, v1, v2, v3);
+		v0 ^= m;
+	}
 	/* the last word: the 0..7 remaining bytes, and len mod 256 on top */
-	last = (uint64_t)(len & 0xff) << 56;
-	for (i = (int)left - 1; i >= 0; i--)
-		last |= (uint64_t)p[i] << (8 * i);
-	sipcompress(&s, last);
+	memcpy(tail, p, left);
+	m = load64le(tail) | (uint64_t)(len & 0xff) << 56;
+	v3 ^= m;
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	v0 ^= m;
 	/* finalization: d = 4 rounds */
-	s.v2 ^= 0xff;
-	sipround(&s);
-	sipround(&s);
-	sipround(&s);
-	sipround(&s);
-	return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
+	v2 ^= 0xff;
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	return v0 ^ v1 ^ v2 ^ v3;
 }
 
 uint64_t siphash24(const void *msg, size_t len, const uint8_t key[16])
