@@ -40,6 +40,7 @@ struct htab {
 	size_t nb;
 	size_t n;
 	int walking;	 /* >0 inside htab_each: no resize */
+	bool issued;	 /* keys the daemon drew at random: htab_issued_hash */
 	uint64_t k0, k1; /* this table's SipHash key */
 };
 
@@ -202,9 +203,43 @@ static void htab_seed_init(void)
 
 /* ---- the table ------------------------------------------------------- */
 
+/*
+ * The hash of a table of issued keys (htab_issued): unkeyed, a multiply
+ * and a shift a word. Its keys are already uniformly random, so all it
+ * must do is fold every byte of them into the bits a bucket index takes.
+ */
+static uint64_t htab_issued_hash(const void *msg, size_t len)
+{
+	const uint64_t mul = 0x9e3779b97f4a7c15ULL; /* 2^64 / golden ratio, odd */
+	const unsigned char *p = msg;
+	unsigned char tail[8] = { 0 };
+	uint64_t h = len * mul;
+
+	for (; len >= 8; len -= 8, p += 8) {
+		h = (h ^ load64le(p)) * mul;
+		h ^= h >> 32;
+	}
+	memcpy(tail, p, len);
+	h = (h ^ load64le(tail)) * mul;
+	return h ^ (h >> 29);
+}
+
+static uint64_t htab_hash_len(const struct htab *h, const char *key, size_t len)
+{
+	return h->issued ? htab_issued_hash(key, len) : sip24(h->k0, h->k1, key, len);
+}
+
 static uint64_t htab_hash(const struct htab *h, const char *key)
 {
-	return sip24(h->k0, h->k1, key, strlen(key));
+	return htab_hash_len(h, key, strlen(key));
+}
+
+bool htab_issued(struct htab *h)
+{
+	if (h->n != 0)
+		return h->issued;
+	h->issued = true;
+	return true;
 }
 
 struct htab *htab_new(void)
@@ -284,7 +319,7 @@ void *htab_get(const struct htab *h, const char *key)
 bool htab_put(struct htab *h, const char *key, void *val)
 {
 	size_t klen = strlen(key);
-	uint64_t hash = sip24(h->k0, h->k1, key, klen);
+	uint64_t hash = htab_hash_len(h, key, klen);
 	struct hent **pp = htab_slot(h, key, hash);
 	struct hent *e;
 
@@ -309,7 +344,7 @@ bool htab_put(struct htab *h, const char *key, void *val)
 void *htab_put_inline(struct htab *h, const char *key, size_t valsize, const char **stored)
 {
 	size_t klen = strlen(key), voff = (valsize + 15) & ~(size_t)15;
-	uint64_t hash = sip24(h->k0, h->k1, key, klen);
+	uint64_t hash = htab_hash_len(h, key, klen);
 	struct hent **pp = htab_slot(h, key, hash);
 	struct hent *e;
 	char *block;

@@ -9,11 +9,18 @@
  * table never frees them. Used for the per-scope key tables and the lease
  * table, both of which grow and shrink with traffic.
  *
- * Keys come from clients (upstream host names, lease ids), so the hash is
- * keyed: SipHash-2-4 under a 128-bit secret drawn once per process from
- * getrandom(). Each table copies the process secret when it is created, so
- * a table's bucket layout cannot be predicted from outside (no hash
- * flooding) and never changes under it.
+ * Which hash a table uses depends on who chooses its keys:
+ * - keys a client chooses (the per-scope key tables: upstream host names,
+ *   tenants; and every table by default) are hashed keyed: SipHash-2-4
+ *   under a 128-bit secret drawn once per process from getrandom(). Each
+ *   table copies the process secret when it is created, so a table's
+ *   bucket layout cannot be predicted from outside (no hash flooding) and
+ *   never changes under it.
+ * - keys the daemon issues itself, drawn from the kernel's CSPRNG (the
+ *   lease table: lease nonces, lease.c), are hashed unkeyed and cheaply
+ *   once the table is marked so (htab_issued). Only the daemon inserts
+ *   there; a client's bytes are only ever looked up, which walks one
+ *   chain whose length random keys set, so there is nothing to flood.
  */
 
 #ifndef ADMITD_HTAB_H
@@ -26,6 +33,12 @@
 struct htab;
 
 struct htab *htab_new(void);
+/*
+ * htab_issued - h's keys are strings the daemon drew at random (never a
+ * client's): hash them unkeyed, a few instructions a word. Only while h is
+ * empty; returns whether h hashes so now.
+ */
+bool htab_issued(struct htab *h);
 /* htab_free - frees the table and its keys, not the values. */
 void htab_free(struct htab *h);
 

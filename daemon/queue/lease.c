@@ -333,6 +333,10 @@ struct lease *lease_new(struct rt *ad, const struct lease_of *of, enum via via)
 			ttl = of->t[i].kq->sc->cs->lease_ttl_ms;
 	if ((q = lease_ttlq_of(ad, ttl)) == NULL)
 		return NULL;
+	/* The table's keys are nonces lease_make_id drew (htab.h says why
+	 * they need no keyed hash); it is made empty, before any lease. */
+	if (htab_count(ad->leases) == 0)
+		htab_issued(ad->leases);
 	lease_spec_of(&sp, of->nonce, of->t, of->nt, of->reserve, of->nreserve);
 	if ((handle = lease_id_place(&sp, lease_place_cb, &pl)) == NULL) {
 		if (pl.l != NULL) /* never: the table took it, then the handle failed */

@@ -8,6 +8,11 @@
  * secret differing per draw (kernel and fallback), the bucket layout
  * following the secret, and a flood of 20,000 keys that all collide under
  * the old unseeded FNV-1a staying spread out.
+ *
+ * Issued keys (htab_issued: the cheap unkeyed hash of the lease table):
+ * only an empty table switches, and 50,000 random nonces, or as many
+ * counters of the same form, spread as a random layout does. htab_take:
+ * an inline value outlives its entry, and is the caller's to free.
  */
 
 #include "htab.h"
@@ -17,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #define NKEYS 10000
 
@@ -607,6 +613,92 @@ START_TEST(test_inline_values)
 }
 END_TEST
 
+/* n keys of a lease nonce's form (32 lowercase hex digits): random, or counters. */
+#define NISSUED 50000
+static char (*nonces(bool random))[33]
+{
+	static const char hex[] = "0123456789abcdef";
+	char(*keys)[33] = malloc(NISSUED * sizeof(*keys));
+	unsigned char(*raw)[16] = malloc(NISSUED * sizeof(*raw));
+	size_t i, j, got = 0;
+
+	ck_assert_ptr_nonnull(keys);
+	ck_assert_ptr_nonnull(raw);
+	while (random && got < NISSUED * sizeof(*raw)) {
+		ssize_t r = getrandom((unsigned char *)raw + got, NISSUED * sizeof(*raw) - got, 0);
+
+		ck_assert_int_gt(r, 0);
+		got += (size_t)r;
+	}
+	for (i = 0; i < NISSUED; i++) {
+		for (j = 0; j < 16; j++) {
+			unsigned b = random ? raw[i][j] : (unsigned)((i >> (8 * (15 - j))) & 0xff);
+			keys[i][2 * j] = hex[b >> 4];
+			keys[i][2 * j + 1] = hex[b & 15];
+		}
+		keys[i][32] = '\0';
+	}
+	free(raw);
+	return keys;
+}
+
+START_TEST(test_issued_keys)
+{
+	struct htab *t = htab_new();
+	bool random;
+
+	ck_assert_ptr_nonnull(t);
+	ck_assert(htab_put(t, "a", V(1)));
+	ck_assert(!htab_issued(t)); /* not once it holds a key: its layout stays */
+	ck_assert_uint_eq(UNV(htab_get(t, "a")), 1);
+	htab_free(t);
+	for (random = false;; random = true) {
+		char(*keys)[33] = nonces(random);
+		size_t i;
+
+		t = htab_new();
+		ck_assert_ptr_nonnull(t);
+		ck_assert(htab_issued(t));
+		for (i = 0; i < NISSUED; i++)
+			ck_assert(htab_put(t, keys[i], V(i + 1)));
+		ck_assert_uint_eq(htab_count(t), NISSUED);
+		/* 50,000 keys in 65,536 buckets: a random layout's longest
+		 * chain is about 8 */
+		ck_assert_uint_lt(htab_max_chain(t), 16);
+		for (i = 0; i < NISSUED; i++)
+			ck_assert_msg(UNV(htab_get(t, keys[i])) == i + 1, "key %zu lost", i);
+		for (i = 0; i < NISSUED; i += 2)
+			ck_assert_uint_eq(UNV(htab_del(t, keys[i])), i + 1);
+		ck_assert_uint_lt(htab_max_chain(t), 16);
+		for (i = 0; i < NISSUED; i++)
+			ck_assert_uint_eq(UNV(htab_get(t, keys[i])), i % 2 ? i + 1 : 0);
+		htab_free(t);
+		free(keys);
+		if (random)
+			break;
+	}
+}
+END_TEST
+
+START_TEST(test_take_inline)
+{
+	const char *stored;
+	char *v = htab_put_inline(h, "lease", 64, &stored);
+
+	ck_assert_ptr_nonnull(v);
+	memset(v, 'x', 64);
+	ck_assert(htab_put(h, "plain", V(7)));
+	ck_assert_ptr_eq(htab_take(h, "lease"), v); /* out of the table, still there */
+	ck_assert_ptr_null(htab_get(h, "lease"));
+	ck_assert_uint_eq(htab_count(h), 1);
+	ck_assert_int_eq(v[63], 'x');
+	free(v); /* the block: valgrind and ASan check it goes whole */
+	ck_assert_uint_eq(UNV(htab_take(h, "plain")), 7);
+	ck_assert_ptr_null(htab_take(h, "plain"));
+	ck_assert_uint_eq(htab_count(h), 0);
+}
+END_TEST
+
 static Suite *htab_suite(void)
 {
 	Suite *s = suite_create("htab");
@@ -630,6 +722,8 @@ static Suite *htab_suite(void)
 	tcase_add_test(tc, test_flood_fixed_seeds);
 	tcase_add_test(tc, test_walk_in_slices_covers_every_key);
 	tcase_add_test(tc, test_inline_values);
+	tcase_add_test(tc, test_issued_keys);
+	tcase_add_test(tc, test_take_inline);
 	suite_add_tcase(s, tc);
 	return s;
 }
