@@ -159,9 +159,38 @@ static bool preply_key(struct preply *r, const char *k)
 	return !r->failed;
 }
 
+/*
+ * Spare builders: a reply's builder is handed back at finish, so the next
+ * reply takes it instead of an allocation (two a request otherwise). The
+ * daemon builds replies on its one loop thread; a few spares cover a loop
+ * pass that holds several builders at once.
+ */
+#define PREPLY_SPARES 8
+static struct preply *preply_spare[PREPLY_SPARES];
+static size_t preply_nspare;
+
+static struct preply *preply_get(void)
+{
+	struct preply *r;
+
+	if (preply_nspare == 0)
+		return calloc(1, sizeof(struct preply));
+	r = preply_spare[--preply_nspare];
+	*r = (struct preply){ 0 };
+	return r;
+}
+
+static void preply_put(struct preply *r)
+{
+	if (preply_nspare < PREPLY_SPARES)
+		preply_spare[preply_nspare++] = r;
+	else
+		free(r);
+}
+
 struct preply *preply_new(const char *id_json, bool ok)
 {
-	struct preply *r = calloc(1, sizeof(*r));
+	struct preply *r = preply_get();
 
 	if (r == NULL)
 		return NULL;
@@ -272,7 +301,7 @@ void preply_free(struct preply *r)
 {
 	if (r != NULL) {
 		free(r->buf);
-		free(r);
+		preply_put(r);
 	}
 }
 
@@ -303,6 +332,6 @@ char *preply_finish(struct preply *r, size_t *len)
 	r->buf[r->len] = '\0';
 	line = r->buf;
 	*len = r->len;
-	free(r);
+	preply_put(r);
 	return line;
 }

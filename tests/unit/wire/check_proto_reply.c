@@ -3,7 +3,8 @@
  * daemon/wire/proto_reply.c: each reply is parsed back with jansson and its
  * fields, nesting, id round trip, error form, bytes and failure modes
  * checked, and a reply quoting client bytes cut mid-character keeps the
- * decode's error code.
+ * decode's error code. A builder handed back (finished, freed, failed) is
+ * the next reply's, and starts it clean.
  */
 
 #include "proto.h"
@@ -12,6 +13,7 @@
 #include <glob.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,6 +271,45 @@ START_TEST(test_reply_invalid_utf8)
 }
 END_TEST
 
+/* The next reply takes the builder a finished or freed one handed back,
+ * with nothing of the last reply in it (nesting, failure, bytes). */
+START_TEST(test_reply_builder_reused_clean)
+{
+	struct preply *r = preply_new("1", true);
+	uintptr_t was = (uintptr_t)r;
+	size_t len = 0;
+	char *line;
+	json_t *j;
+
+	ck_assert_ptr_nonnull(r);
+	preply_push(r, "a");
+	preply_list(r, "b");
+	preply_free(r); /* left two levels deep */
+	r = preply_new("2", false);
+	ck_assert_uint_eq((uintptr_t)r, was);
+	preply_int(r, "n", 5);
+	line = preply_finish(r, &len);
+	ck_assert_str_eq(line, "{\"ok\":false,\"id\":2,\"n\":5}\n");
+	free(line);
+
+	r = preply_new(NULL, true);
+	ck_assert_uint_eq((uintptr_t)r, was);
+	preply_item(r); /* not in an array: the builder fails */
+	line = preply_finish(r, &len);
+	ck_assert_ptr_nonnull(strstr(line, "out of memory"));
+	free(line);
+
+	r = preply_new("3", true);
+	ck_assert_uint_eq((uintptr_t)r, was);
+	preply_str(r, "s", "x");
+	j = finish_parse(r);
+	ck_assert_int_eq(json_integer_value(json_object_get(j, "id")), 3);
+	ck_assert_str_eq(json_string_value(json_object_get(j, "s")), "x");
+	ck_assert_uint_eq(json_object_size(j), 3);
+	json_decref(j);
+}
+END_TEST
+
 static Suite *proto_reply_suite(void)
 {
 	Suite *s = suite_create("proto_reply");
@@ -282,6 +323,7 @@ static Suite *proto_reply_suite(void)
 	tcase_add_test(tc, test_reply_bytes);
 	tcase_add_test(tc, test_reply_failed);
 	tcase_add_test(tc, test_reply_invalid_utf8);
+	tcase_add_test(tc, test_reply_builder_reused_clean);
 	suite_add_tcase(s, tc);
 	return s;
 }
