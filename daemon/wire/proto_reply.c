@@ -91,6 +91,30 @@ static size_t preply_utf8(const unsigned char *s)
 	return n;
 }
 
+/* 1 for the bytes a JSON string holds as they are: printable ASCII but '"'
+ * and '\\' (so 0 for the NUL that ends a string). */
+static const unsigned char preply_plain[256] = {
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x00 */
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x10 */
+	1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x20 */
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x30 */
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x40 */
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, /* 0x50 */
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x60 */
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, /* 0x70 */
+							/* 0x80 to 0xff: 0 */
+};
+
+/* How many bytes from s on need no escaping. */
+static size_t preply_plain_len(const unsigned char *s)
+{
+	size_t n = 0;
+
+	while (preply_plain[s[n]])
+		n++;
+	return n;
+}
+
 static void preply_string(struct preply *r, const char *v)
 {
 	static const char hex[] = "0123456789abcdef";
@@ -100,8 +124,7 @@ static void preply_string(struct preply *r, const char *v)
 
 	/* Most strings (names, keys, lease handles) are printable ASCII with
 	 * nothing to escape: copied as they are. */
-	for (n = 0; s[n] >= 0x20 && s[n] < 0x7f && s[n] != '"' && s[n] != '\\'; n++)
-		;
+	n = preply_plain_len(s);
 	if (s[n] == '\0') {
 		if (preply_room(r, n + 2)) {
 			r->buf[r->len++] = '"';
@@ -147,8 +170,26 @@ static void preply_string(struct preply *r, const char *v)
 /* Start a member: the comma, and "key": unless in an array. */
 static bool preply_key(struct preply *r, const char *k)
 {
+	const unsigned char *s = (const unsigned char *)k;
+	size_t n;
+
 	if (r == NULL || r->failed)
 		return false;
+	/* The common member: a plain key, written with its comma, quotes and
+	 * colon in one go. */
+	if (!r->array[r->depth] && k != NULL && s[n = preply_plain_len(s)] == '\0') {
+		if (!preply_room(r, n + 4))
+			return false;
+		if (!r->first[r->depth])
+			r->buf[r->len++] = ',';
+		r->first[r->depth] = false;
+		r->buf[r->len++] = '"';
+		memcpy(r->buf + r->len, k, n);
+		r->len += n;
+		r->buf[r->len++] = '"';
+		r->buf[r->len++] = ':';
+		return true;
+	}
 	if (!r->first[r->depth])
 		preply_raw(r, ",", 1);
 	r->first[r->depth] = false;

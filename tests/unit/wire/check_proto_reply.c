@@ -271,6 +271,39 @@ START_TEST(test_reply_invalid_utf8)
 }
 END_TEST
 
+/* Member names that need escaping (a client's key as an object's member)
+ * take the general path; plain ones the one-copy path: both parse back. */
+START_TEST(test_reply_member_names)
+{
+	struct preply *r = preply_new("7", true);
+	json_t *j, *o;
+
+	preply_push(r, "keys");
+	preply_int(r, "plain.host:443", 1);
+	preply_int(r, "say \"hi\"\\", 2);
+	preply_int(r, "caf\xc3\xa9", 3);
+	preply_int(r, "tab\there", 4);
+	preply_int(r, "", 5);
+	preply_pop(r);
+	preply_list(r, "list");
+	preply_item(r);
+	preply_int(r, "x", 6);
+	preply_pop(r);
+	preply_pop(r);
+	j = finish_parse(r);
+	o = json_object_get(j, "keys");
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "plain.host:443")), 1);
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "say \"hi\"\\")), 2);
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "caf\xc3\xa9")), 3);
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "tab\there")), 4);
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "")), 5);
+	ck_assert_uint_eq(json_object_size(o), 5);
+	o = json_array_get(json_object_get(j, "list"), 0);
+	ck_assert_int_eq(json_integer_value(json_object_get(o, "x")), 6);
+	json_decref(j);
+}
+END_TEST
+
 /* The next reply takes the builder a finished or freed one handed back,
  * with nothing of the last reply in it (nesting, failure, bytes). */
 START_TEST(test_reply_builder_reused_clean)
@@ -324,6 +357,7 @@ static Suite *proto_reply_suite(void)
 	tcase_add_test(tc, test_reply_failed);
 	tcase_add_test(tc, test_reply_invalid_utf8);
 	tcase_add_test(tc, test_reply_builder_reused_clean);
+	tcase_add_test(tc, test_reply_member_names);
 	suite_add_tcase(s, tc);
 	return s;
 }
