@@ -385,24 +385,20 @@ static struct hent *htab_unlink(struct htab *h, const char *key)
 void *htab_del(struct htab *h, const char *key)
 {
 	struct hent *e = htab_unlink(h, key);
-	void *val;
+	/* an inline value goes with its entry */
+	void *val = e != NULL && e->voff == 0 ? e->val : NULL;
 
-	if (e == NULL)
-		return NULL;
-	val = e->voff != 0 ? NULL : e->val; /* an inline value goes with its entry */
-	hent_free(e);
+	if (e != NULL)
+		hent_free(e);
 	return val;
 }
 
 void *htab_take(struct htab *h, const char *key)
 {
 	struct hent *e = htab_unlink(h, key);
-	void *val;
+	void *val = e != NULL ? e->val : NULL;
 
-	if (e == NULL)
-		return NULL;
-	val = e->val;
-	if (e->voff == 0)
+	if (e != NULL && e->voff == 0)
 		free(e); /* an inline value's block holds the entry: freed with it */
 	return val;
 }
