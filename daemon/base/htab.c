@@ -367,39 +367,20 @@ void *htab_put_inline(struct htab *h, const char *key, size_t valsize, const cha
 	return block;
 }
 
-/* Unlink key's entry; NULL when absent. The caller frees it. */
-static struct hent *htab_unlink(struct htab *h, const char *key)
+void *htab_del(struct htab *h, const char *key)
 {
 	struct hent **pp = htab_slot(h, key, htab_hash(h, key));
 	struct hent *e = *pp;
+	void *val;
 
 	if (e == NULL)
 		return NULL;
 	*pp = e->next;
+	val = e->voff != 0 ? NULL : e->val; /* an inline value goes with its entry */
+	hent_free(e);
 	h->n--;
 	if (h->walking == 0 && h->nb > 16 && h->n < h->nb / 8)
 		htab_resize(h, h->nb / 2);
-	return e;
-}
-
-void *htab_del(struct htab *h, const char *key)
-{
-	struct hent *e = htab_unlink(h, key);
-	/* an inline value goes with its entry */
-	void *val = e != NULL && e->voff == 0 ? e->val : NULL;
-
-	if (e != NULL)
-		hent_free(e);
-	return val;
-}
-
-void *htab_take(struct htab *h, const char *key)
-{
-	struct hent *e = htab_unlink(h, key);
-	void *val = e != NULL ? e->val : NULL;
-
-	if (e != NULL && e->voff == 0)
-		free(e); /* an inline value's block holds the entry: freed with it */
 	return val;
 }
 

@@ -56,12 +56,6 @@ void *htab_put_inline(struct htab *h, const char *key, size_t valsize, const cha
 
 /* htab_del - remove; returns the value that was there (NULL for an inline one). */
 void *htab_del(struct htab *h, const char *key);
-/*
- * htab_take - remove, and return the value that was there: an inline one
- * (htab_put_inline) is now the caller's, its block with it (free() the
- * value), so that it outlives its place in the table.
- */
-void *htab_take(struct htab *h, const char *key);
 size_t htab_count(const struct htab *h);
 
 /*

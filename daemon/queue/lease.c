@@ -242,6 +242,15 @@ static void lease_spec_of(struct lease_spec *sp, const char *nonce, const struct
 	}
 }
 
+/* The handle of a lease: its nonce, then what a release needs. */
+static char *lease_handle(const struct lease *l)
+{
+	struct lease_spec sp;
+
+	lease_spec_of(&sp, l->id, l->t, l->nt, l->reserve, l->nreserve);
+	return lease_id_make(&sp);
+}
+
 char *lease_body_of(const struct target_rt *t, size_t nt, const struct meter_tokens *rs, size_t nrs)
 {
 	struct lease_spec sp;
@@ -294,57 +303,14 @@ bool lease_full_msg(const struct rt *ad, char *msg, size_t len)
 	return true;
 }
 
-/*
- * Where a new lease's handle goes: the end of the lease's block, which is
- * the lease table's entry too (htab_put_inline), made now that its size
- * is known.
- */
-struct lease_place {
-	struct rt *ad;
-	const char *nonce;
-	struct lease *l;
-};
-
-static char *lease_place_cb(void *arg, size_t size)
-{
-	struct lease_place *pl = arg;
-	const char *stored;
-
-	pl->l = htab_put_inline(pl->ad->leases, pl->nonce, sizeof(struct lease) + size, &stored);
-	return pl->l != NULL ? (char *)(pl->l + 1) : NULL;
-}
-
-/*
- * One allocation a lease: the lease, its handle after it, and its entry in
- * the lease table (key included), all freed by the table's htab_del.
- */
 struct lease *lease_new(struct rt *ad, const struct lease_of *of, enum via via)
 {
-	struct lease_place pl = { .ad = ad, .nonce = of->nonce };
-	struct lease_ttlq *q;
-	struct lease_spec sp;
+	struct lease *l = calloc(1, sizeof(*l));
 	int64_t ttl = 0, now = clock_mono_ms();
-	struct lease *l;
-	char *handle;
 	size_t i;
 
-	for (i = 0; i < of->nt; i++)
-		if (of->t[i].kq->sc->cs->lease_ttl_ms > ttl)
-			ttl = of->t[i].kq->sc->cs->lease_ttl_ms;
-	if ((q = lease_ttlq_of(ad, ttl)) == NULL)
+	if (l == NULL)
 		return NULL;
-	/* The table's keys are nonces lease_make_id drew (htab.h says why
-	 * they need no keyed hash); it is made empty, before any lease. */
-	if (htab_count(ad->leases) == 0)
-		htab_issued(ad->leases);
-	lease_spec_of(&sp, of->nonce, of->t, of->nt, of->reserve, of->nreserve);
-	if ((handle = lease_id_place(&sp, lease_place_cb, &pl)) == NULL) {
-		if (pl.l != NULL) /* never: the table took it, then the handle failed */
-			htab_del(ad->leases, of->nonce);
-		return NULL;
-	}
-	l = pl.l;
-	l->handle = handle;
 	memcpy(l->id, of->nonce, sizeof(l->id) - 1);
 	l->reserve = of->reserve;
 	l->nreserve = of->nreserve;
@@ -352,13 +318,23 @@ struct lease *lease_new(struct rt *ad, const struct lease_of *of, enum via via)
 	l->via = via;
 	l->nt = of->nt;
 	memcpy(l->t, of->t, of->nt * sizeof(of->t[0]));
+	for (i = 0; i < l->nt; i++)
+		if (l->t[i].kq->sc->cs->lease_ttl_ms > ttl)
+			ttl = l->t[i].kq->sc->cs->lease_ttl_ms;
 	l->deadline_ms = now + ttl;
-	l->ttlq = q;
-	TAILQ_INSERT_TAIL(&q->leases, l, ttl_link);
-	if (!lease_ttlq_arm(q, now)) { /* it was idle, and cannot be set */
-		TAILQ_REMOVE(&q->leases, l, ttl_link);
-		htab_del(ad->leases, l->id); /* frees l */
-		return NULL;
+	/* The table's keys are nonces lease_make_id drew, never a client's
+	 * (htab.h: why they need no keyed hash); marked while it is empty. */
+	if (htab_count(ad->leases) == 0)
+		htab_issued(ad->leases);
+	l->handle = lease_handle(l);
+	l->ttlq = lease_ttlq_of(ad, ttl);
+	if (l->handle == NULL || l->ttlq == NULL || !htab_put(ad->leases, l->id, l))
+		goto fail;
+	TAILQ_INSERT_TAIL(&l->ttlq->leases, l, ttl_link);
+	if (!lease_ttlq_arm(l->ttlq, now)) { /* it was idle, and cannot be set */
+		TAILQ_REMOVE(&l->ttlq->leases, l, ttl_link);
+		htab_del(ad->leases, l->id);
+		goto fail;
 	}
 	ad->nleases++;
 	for (i = 0; i < l->nt; i++) {
@@ -370,6 +346,10 @@ struct lease *lease_new(struct rt *ad, const struct lease_of *of, enum via via)
 		TAILQ_INSERT_TAIL(&l->conn->leases, l, conn_link);
 	}
 	return l;
+fail:
+	free(l->handle);
+	free(l);
+	return NULL;
 }
 
 /* A lease's targets in kept scopes: the class of the same name, or none
@@ -404,11 +384,12 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 		  via_name(l->via), (int)l->backend_booked, (int)l->redis_maybe);
 	if (l->backend_booked || l->redis_maybe || ntokens > 0 || l->ad->dec->sends(l))
 		l->ad->dec->release(l, tk, i);
-	htab_take(l->ad->leases, l->id); /* l is ours now: its block holds the entry */
+	htab_del(l->ad->leases, l->id);
 	l->ad->nleases--;
 	if (l->conn != NULL)
 		TAILQ_REMOVE(&l->conn->leases, l, conn_link);
 	TAILQ_REMOVE(&l->ttlq->leases, l, ttl_link); /* its timer may fire early: harmless */
+	free(l->handle);
 	free(l->reserve);
 	if (l->expired) {
 		for (i = 0; i < l->nt; i++)
@@ -416,7 +397,7 @@ void lease_release(struct lease *l, const struct proto_token *tokens, size_t nto
 	} else {
 		lease_unslot(l);
 	}
-	free(l); /* its handle and its table entry with it */
+	free(l);
 }
 
 /* l's slots are free (it ended, or expired): the keys' heads may go. */
@@ -444,7 +425,9 @@ static void lease_free_cb(void *arg UNUSED, const char *key UNUSED, void *val)
 {
 	struct lease *l = val;
 
-	free(l->reserve); /* l itself goes with its entry (htab_free) */
+	free(l->handle);
+	free(l->reserve);
+	free(l);
 }
 
 void lease_free_all(struct rt *ad)

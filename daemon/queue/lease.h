@@ -45,7 +45,7 @@ struct lease_ttlq {
 /* lease: lease.c. Admission granted; released by op, by close, or by TTL. */
 struct lease {
 	char id[LEASE_NONCE_LEN + 1]; /* the nonce it is booked under */
-	char *handle; /* what the client holds (lease_id.h): after the lease, in its block */
+	char *handle;		      /* what the client holds (lease_id.h), owned */
 	TAILQ_ENTRY(lease) conn_link;
 	struct client *conn; /* NULL when detached */
 	struct rt *ad;

@@ -8,8 +8,6 @@
 
 #include "lease_id.h"
 
-#include "attr.h"
-
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,18 +56,11 @@ static bool lease_put(unsigned char *buf, size_t *off, const char *s, size_t max
 	return true;
 }
 
-static char *lease_id_malloc(void *arg UNUSED, size_t size)
-{
-	return malloc(size);
-}
-
 /*
- * The handle of sp, written where place(arg, size) says; with nonce NULL:
- * its body alone (what follows the '.'), which names the lease's targets
- * and reservation but not the lease.
+ * The handle of sp with nonce NULL: its body alone (what follows the '.'),
+ * which names the lease's targets and reservation but not the lease.
  */
-static char *lease_id_encode(const struct lease_spec *sp, const char *nonce,
-			     char *(*place)(void *arg, size_t size), void *arg)
+static char *lease_id_encode(const struct lease_spec *sp, const char *nonce)
 {
 	unsigned char raw[LEASE_ID_PAYLOAD_MAX];
 	size_t n = 0, i, o = 0;
@@ -94,7 +85,7 @@ static char *lease_id_encode(const struct lease_spec *sp, const char *nonce,
 		    !lease_put(raw, &n, num, LEASE_ID_COUNT_MAX - 1))
 			return NULL;
 	}
-	out = place(arg, (nonce != NULL ? LEASE_NONCE_LEN + 1 : 0) + (n + 2) / 3 * 4 + 1);
+	out = malloc(LEASE_NONCE_LEN + 2 + (n + 2) / 3 * 4);
 	if (out == NULL)
 		return NULL;
 	if (nonce != NULL) {
@@ -120,21 +111,16 @@ static char *lease_id_encode(const struct lease_spec *sp, const char *nonce,
 	return out;
 }
 
-char *lease_id_place(const struct lease_spec *sp, char *(*place)(void *arg, size_t size), void *arg)
+char *lease_id_make(const struct lease_spec *sp)
 {
 	if (sp->nonce == NULL || !lease_id_nonce_ok(sp->nonce, strlen(sp->nonce)))
 		return NULL;
-	return lease_id_encode(sp, sp->nonce, place, arg);
-}
-
-char *lease_id_make(const struct lease_spec *sp)
-{
-	return lease_id_place(sp, lease_id_malloc, NULL);
+	return lease_id_encode(sp, sp->nonce);
 }
 
 char *lease_id_body(const struct lease_spec *sp)
 {
-	return lease_id_encode(sp, NULL, lease_id_malloc, NULL);
+	return lease_id_encode(sp, NULL);
 }
 
 char *lease_id_format(const struct lease_ref *ref)

@@ -68,15 +68,6 @@ struct lease_spec {
 char *lease_id_make(const struct lease_spec *sp);
 
 /*
- * lease_id_place - lease_id_make, written where place(arg, size) says:
- * size bytes, its NUL included (a lease's handle in the lease's own block,
- * not an allocation of its own). NULL when place returns NULL, or as
- * lease_id_make (then place is not called).
- */
-char *lease_id_place(const struct lease_spec *sp, char *(*place)(void *arg, size_t size),
-		     void *arg);
-
-/*
  * lease_id_body - what lease_id_make puts after the nonce and its '.' (the
  * targets and the reservation, sp->nonce unused), malloc'd; NULL as
  * lease_id_make. A lease's settlement record in Redis holds it, so that a

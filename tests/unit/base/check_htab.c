@@ -11,8 +11,7 @@
  *
  * Issued keys (htab_issued: the cheap unkeyed hash of the lease table):
  * only an empty table switches, and 50,000 random nonces, or as many
- * counters of the same form, spread as a random layout does. htab_take:
- * an inline value outlives its entry, and is the caller's to free.
+ * counters of the same form, spread as a random layout does.
  */
 
 #include "htab.h"
@@ -680,25 +679,6 @@ START_TEST(test_issued_keys)
 }
 END_TEST
 
-START_TEST(test_take_inline)
-{
-	const char *stored;
-	char *v = htab_put_inline(h, "lease", 64, &stored);
-
-	ck_assert_ptr_nonnull(v);
-	memset(v, 'x', 64);
-	ck_assert(htab_put(h, "plain", V(7)));
-	ck_assert_ptr_eq(htab_take(h, "lease"), v); /* out of the table, still there */
-	ck_assert_ptr_null(htab_get(h, "lease"));
-	ck_assert_uint_eq(htab_count(h), 1);
-	ck_assert_int_eq(v[63], 'x');
-	free(v); /* the block: valgrind and ASan check it goes whole */
-	ck_assert_uint_eq(UNV(htab_take(h, "plain")), 7);
-	ck_assert_ptr_null(htab_take(h, "plain"));
-	ck_assert_uint_eq(htab_count(h), 0);
-}
-END_TEST
-
 static Suite *htab_suite(void)
 {
 	Suite *s = suite_create("htab");
@@ -723,7 +703,6 @@ static Suite *htab_suite(void)
 	tcase_add_test(tc, test_walk_in_slices_covers_every_key);
 	tcase_add_test(tc, test_inline_values);
 	tcase_add_test(tc, test_issued_keys);
-	tcase_add_test(tc, test_take_inline);
 	suite_add_tcase(s, tc);
 	return s;
 }
