@@ -32,16 +32,36 @@ static int lease_b64_val(unsigned char c)
 	return -1;
 }
 
+/*
+ * Eight bytes at once (every release checks a nonce). For a byte x below
+ * 0x80, x + (0x80 - c) has its top bit set exactly when x >= c, and never
+ * carries into the next byte: so each byte's top bit of lease_ge(w, c) says
+ * x >= c, for all eight at once.
+ */
+#define LEASE_ONES  0x0101010101010101ULL
+#define LEASE_HIGHS 0x8080808080808080ULL
+
+static uint64_t lease_ge(uint64_t w, unsigned c)
+{
+	return (w + LEASE_ONES * (0x80 - c)) & LEASE_HIGHS;
+}
+
 bool lease_id_nonce_ok(const char *s, size_t len)
 {
+	uint64_t bad = 0;
 	size_t i;
 
 	if (len != LEASE_NONCE_LEN)
 		return false;
-	for (i = 0; i < len; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return false;
-	return true;
+	for (i = 0; i < LEASE_NONCE_LEN; i += 8) {
+		uint64_t w, digit, hex;
+
+		memcpy(&w, s + i, sizeof(w));
+		digit = lease_ge(w, '0') & ~lease_ge(w, '9' + 1);
+		hex = lease_ge(w, 'a') & ~lease_ge(w, 'f' + 1);
+		bad |= (w & LEASE_HIGHS) | ((digit | hex) ^ LEASE_HIGHS);
+	}
+	return bad == 0;
 }
 
 /* Append s and its NUL to buf at *off; false when s is longer than max. */

@@ -278,6 +278,32 @@ START_TEST(test_parse_target_count)
 }
 END_TEST
 
+/* Every byte value at every place of a nonce: only 0-9 and a-f pass (the
+ * check takes eight bytes at a time). */
+START_TEST(test_nonce_every_byte)
+{
+	char s[LEASE_NONCE_LEN + 1];
+	size_t at;
+	unsigned b;
+
+	memset(s, '7', LEASE_NONCE_LEN);
+	s[LEASE_NONCE_LEN] = '\0';
+	ck_assert(lease_id_nonce_ok(s, LEASE_NONCE_LEN));
+	ck_assert(!lease_id_nonce_ok(s, LEASE_NONCE_LEN - 1));
+	for (at = 0; at < LEASE_NONCE_LEN; at++) {
+		for (b = 0; b < 256; b++) {
+			bool hex = (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f');
+
+			s[at] = (char)b;
+			ck_assert_msg(lease_id_nonce_ok(s, LEASE_NONCE_LEN) == hex,
+				      "byte 0x%02x at %zu", b, at);
+		}
+		s[at] = at % 2 ? 'f' : '0';
+	}
+	ck_assert(lease_id_nonce_ok(s, LEASE_NONCE_LEN));
+}
+END_TEST
+
 static Suite *lease_id_suite(void)
 {
 	Suite *s = suite_create("lease_id");
@@ -289,6 +315,7 @@ static Suite *lease_id_suite(void)
 	tcase_add_test(tc, test_format_refuses);
 	tcase_add_loop_test(tc, test_parse_refuses, 0, (int)(sizeof(bad) / sizeof(bad[0])));
 	tcase_add_test(tc, test_parse_target_count);
+	tcase_add_test(tc, test_nonce_every_byte);
 	suite_add_tcase(s, tc);
 	return s;
 }
