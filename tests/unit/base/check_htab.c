@@ -631,7 +631,10 @@ static char (*nonces(bool random))[33]
 	}
 	for (i = 0; i < NISSUED; i++) {
 		for (j = 0; j < 16; j++) {
-			unsigned b = random ? raw[i][j] : (unsigned)((i >> (8 * (15 - j))) & 0xff);
+			/* counters: i big-endian in the last 8 bytes, zeros before */
+			unsigned b = random  ? raw[i][j]
+				     : j < 8 ? 0
+					     : (unsigned)((i >> (8 * (15 - j))) & 0xff);
 			keys[i][2 * j] = hex[b >> 4];
 			keys[i][2 * j + 1] = hex[b & 15];
 		}
