@@ -96,7 +96,7 @@ class BenchPlotTest(unittest.TestCase):
         if shutil.which("gnuplot") is None:
             self.skipTest("gnuplot is not installed (Debian: gnuplot-nox)")
         rows = [dict(r, conns=c) for r in self.rows for c in (1, 256)
-                if r["label"] == "admitd local distinct" and r["conns"] == 64] + self.rows
+                if r["label"] == "admitd local per-conn key" and r["conns"] == 64] + self.rows
         self.assertIsNone(bench_run.plot(rows, {"date": "d"}, self.tmp))
         self.assertTrue(os.path.getsize(os.path.join(self.tmp, "bench.png")) > 10000)
         gp = self.left(self.script(rows))
