@@ -14,6 +14,7 @@ import time
 
 from tests.bench import plot as bench_plot
 from tests.bench import redis_cost
+from tests.bench.bench_env import KEYSPACE_PER_CONN
 from tests.bench.bench_rows import KEY_WORDS
 
 
@@ -209,8 +210,8 @@ def goals_lines(res):
          ratio(25000, ipp), 1.0, "" if not ipp else " (%.0f instructions)" % ipp)
 
     out.append(" the key space (64 connections x %s keys of each one's own) and the socket path:"
-               % ("{:,}".format(rows["admitd.redis.keyspace.c64"]["params"]["per_conn"])
-                  if "admitd.redis.keyspace.c64" in rows else "1,000"))
+               % "{:,}".format(rows.get("admitd.redis.keyspace.c64", {}).get("params", {})
+                               .get("per_conn", KEYSPACE_PER_CONN)))
     for what, rid in (("acquire+release", "admitd.redis.keyspace.c64"),
                       ("\"lease\": false", "admitd.redis.keyspace.oneshot.c64")):
         r = per_rep_ratio(rows, "rlf.keyspace", rid, "redis_cpu_us_per_adm")

@@ -237,13 +237,16 @@ def build_rows(args):
 def select_rows(rows, regex):
     """The rows whose id matches regex (None: all), with the rows they are
     compared with: their ceiling, their peer, their base and (admitd on
-    Redis) local mode on the same load."""
+    Redis) local mode on the same load, with that local row's echo."""
     if regex is None:
         return rows
+    by = {r.id: r for r in rows}
     keep = {r.id for r in rows if re.search(regex, r.id)}
-    for r in rows:
-        if r.id in keep:
-            keep |= {x for x in (r.ceiling, r.peer, r.local, r.kw.get("base")) if x}
+    for rid in list(keep):
+        r = by[rid]
+        keep |= {x for x in (r.ceiling, r.peer, r.local, r.kw.get("base")) if x}
+        if r.local in by:  # goal 4's local row is held against its echo too
+            keep |= {by[r.local].ceiling} - {None}
     return [r for r in rows if r.id in keep]
 
 

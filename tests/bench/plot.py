@@ -28,7 +28,12 @@ import subprocess
 import sys
 import tempfile
 
-# (row label, legend text, colour, point type, dash type)
+# The key-space points sit this far right of their count, clear of the lines'
+# bars (set at most 0.075 apart) and of the other points.
+KS_DX = 0.15
+
+# (row label, legend text, colour, point type, dash type); POINTS: (row label,
+# legend text, colour, point type[, x offset])
 LINES = (
     ("admitd local per-conn key", "admitd local, a key per connection", "#1f77b4", 7, 1),
     ("admitd local hot", "admitd local, one hot key", "#17becf", 5, 2),
@@ -36,13 +41,15 @@ LINES = (
     ("admitd redis hot", "admitd on Redis, one hot key", "#ff7f0e", 11, 5),
 )
 POINTS = (
-    ("admitd local keyspace", "admitd local, key space", "#1f77b4", 6),
-    ("admitd redis keyspace", "admitd on Redis, key space", "#d62728", 8),
-    ("admitd redis keyspace one-shot", "admitd on Redis, key space, one-shot", "#d62728", 4),
+    ("admitd local keyspace", "admitd local, key space", "#1f77b4", 6, KS_DX),
+    ("admitd redis keyspace", "admitd on Redis, key space", "#d62728", 8, KS_DX),
+    ("admitd redis keyspace one-shot", "admitd on Redis, key space, one-shot", "#d62728", 4,
+     KS_DX),
     ("rate-limiter-flexible per-loop key", "rate-limiter-flexible, a key per loop", "#2ca02c",
      13),
     ("rate-limiter-flexible hot", "rate-limiter-flexible, hot", "#2ca02c", 12),
-    ("rate-limiter-flexible keyspace", "rate-limiter-flexible, key space", "#2ca02c", 10),
+    ("rate-limiter-flexible keyspace", "rate-limiter-flexible, key space", "#2ca02c", 10,
+     KS_DX),
     ("limits fixed-window per-loop key", "limits, a key per loop", "#9467bd", 13),
     ("limits fixed-window hot", "limits, hot", "#9467bd", 12),
     ("unix echo", "Unix echo (pairs/s = round trips / 2)", "#555555", 3),
@@ -152,17 +159,18 @@ def script(rows, title, png, dat_dir):
         ymax = max(ymax, max(rate(r, "max") for r in pts))
         last = pts[-1]
         ends.append((pos[last["conns"]] + dodge, rate(last), "%s  %s" % (text, fmt(rate(last))), col))
-    for label, text, col, pt in POINTS:
+    for label, text, col, pt, *dx in POINTS:
         pts = [r for r in by.get(label, []) if r["conns"] in pos]
+        dx = dx[0] if dx else 0
         for r in pts:
             p = os.path.join(dat_dir, "point-%s-%d.dat" % (label.replace(" ", "-"), r["conns"]))
             with open(p, "w") as f:
-                f.write("%d %g %g %g\n" % (pos[r["conns"]], rate(r), rate(r, "min"),
+                f.write("%g %g %g %g\n" % (pos[r["conns"]] + dx, rate(r), rate(r, "min"),
                                             rate(r, "max")))
             plots.append("%s u 1:2:3:4 w yerrorbars lc rgb '%s' lw 1.5 pt %d ps 2 notitle"
                          % (gq(p), col, pt))
             ymax = max(ymax, rate(r, "max"))
-            ends.append((pos[r["conns"]], rate(r), "%s  %s%s" % (
+            ends.append((pos[r["conns"]] + dx, rate(r), "%s  %s%s" % (
                 text, fmt(rate(r)), "" if r["conns"] == xs[-1] else " (%d conns)" % r["conns"]),
                 col))
     for label, text, col, dt in CEILINGS:
