@@ -6,7 +6,7 @@ with the real parts at a small size: tests/bench/loadgen -K against a real
 admitd (the scope's key count in `status`, and a per-key limit that refuses
 exactly the acquire that comes back to a key once too often, so the order
 is j % N), pairs and one-shot; tests/bench/peers/rlf.js --keys keyspace
-against a real redis-server (the keys rate-limiter-flexible wrote); and the
+against a real redis-server (the keys of its calls, in order, by MONITOR); and the
 rows a run makes: --rows selects a key-space row with what it is compared
 with, and the report's goals 1-4 are the medians of the per-repetition
 ratios, met or not.
@@ -26,6 +26,7 @@ from .harness import REPO, Admitd, RedisServer
 
 sys.path.insert(0, REPO)
 from tests.bench import bench_report, bench_rows  # noqa: E402
+from tests.bench.bench_redis import Monitor  # noqa: E402
 
 LOADGEN = os.path.join(REPO, "tests", "bench", "loadgen")
 RLF = os.path.join(REPO, "tests", "bench", "peers", "rlf.js")
@@ -122,22 +123,35 @@ class RlfKeyspace(unittest.TestCase):
                              "rate-limiter-flexible")):
             self.skipTest("no node or no tests/bench/peers/node_modules (make bench installs it)")
         redis = RedisServer().start()
+        mon = None
         try:
+            # What rate-limiter-flexible sent (its keys expire within 1 s, so
+            # Redis's keys afterwards would depend on the box's pace).
+            mon = Monitor(redis)
+            a = mon.mark()
             r = subprocess.run(["node", RLF, "--socket", redis.sock_path, "--conc", "3",
                                 "--keys", "keyspace", "--per-loop", "4", "--seconds", "0.5",
                                 "--warmup", "0.1"], capture_output=True, text=True, timeout=60)
             self.assertEqual(r.returncode, 0, r.stderr)
             out = json.loads(r.stdout.strip().splitlines()[-1])
             self.assertEqual((out["errors"], out["rejected"], out["per_loop"]), (0, 0, 4))
-            self.assertGreater(out["ops_all"], 12)
-            keys = sorted(k.decode() if isinstance(k, bytes) else k
-                          for k in redis.command("KEYS", "*"))
-            self.assertEqual(keys, sorted("rlf:k%d-%d" % (i, j)
-                                          for i in range(3) for j in range(4)))
+            keys = [args[3] for cmd, _, args in mon.between(a, mon.mark())
+                    if cmd in ("EVALSHA", "EVAL") and len(args) > 3]
+            self.assertEqual(len(keys), out["ops_all"])
+            self.assertGreater(len(keys), 3 * 4)
+            for i in range(3):
+                # Loop i's calls in order: its own 4 keys, round and round.
+                mine = [k for k in keys if k.startswith("rlf:k%d-" % i)]
+                self.assertEqual(mine, ["rlf:k%d-%d" % (i, j % 4) for j in range(len(mine))])
+                self.assertGreaterEqual(len(mine), 4)
+            self.assertEqual(sum(len([k for k in keys if k.startswith("rlf:k%d-" % i)])
+                                 for i in range(3)), len(keys))
             bad = subprocess.run(["node", RLF, "--socket", redis.sock_path, "--keys", "keyspace",
                                   "--per-loop", "0"], capture_output=True, text=True, timeout=60)
             self.assertEqual(bad.returncode, 2, bad.stderr)
         finally:
+            if mon is not None:
+                mon.close()
             redis.cleanup()
 
 
