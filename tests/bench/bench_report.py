@@ -93,7 +93,7 @@ def topology_lines(summary):
         rr = r.get("ratio_redis")
         if rr:
             out.append("  %s @%d: %.2fx of admitd redis %s @%d (min %.2f, max %.2f)"
-                       % (r["label"], r["conns"], rr["median"], r["keys"], r["conns"],
+                       % (r["label"], r["conns"], rr["median"], KEY_WORDS[r["keys"]], r["conns"],
                           rr["min"], rr["max"]))
     return ["topologies against one plain Redis (goal: within 20%):"] + out if out else []
 
