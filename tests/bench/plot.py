@@ -93,7 +93,8 @@ def rows_from_md(path, section):
         def num(k):
             v = cells.get(k, "-")
             return None if v in ("-", "") else float(v)
-        rows.append({"label": RENAMED.get(cells["row"], cells["row"]), "conns": int(cells["conns"]), "unit": cells["unit"],
+        rows.append({"label": RENAMED.get(cells["row"], cells["row"]),
+                     "conns": int(cells["conns"]), "unit": cells["unit"],
                      "rate": {"median": num("median"), "min": num("min"), "max": num("max")},
                      "p50_us": num("p50 us"), "p99_us": num("p99 us")})
     return rows, m.group(0)[3:]

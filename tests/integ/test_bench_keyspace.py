@@ -6,10 +6,10 @@ with the real parts at a small size: tests/bench/loadgen -K against a real
 admitd (the scope's key count in `status`, and a per-key limit that refuses
 exactly the acquire that comes back to a key once too often, so the order
 is j % N), pairs and one-shot; tests/bench/peers/rlf.js --keys keyspace
-against a real redis-server (the keys of its calls, in order, by MONITOR); and the
-rows a run makes: --rows selects a key-space row with what it is compared
-with, and the report's goals 1-4 are the medians of the per-repetition
-ratios, met or not.
+against a real redis-server (the keys of its calls, in order, by MONITOR);
+and the rows a run makes: --rows selects a key-space row with what it is
+compared with, and the report's goals 1-4 are the medians of the
+per-repetition ratios, met or not.
 
 Run: ADMITD_BIN=daemon/admitd python3 -m unittest tests.integ.test_bench_keyspace -v
 """
