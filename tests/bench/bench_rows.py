@@ -1,8 +1,9 @@
 """bench_rows.py - the benchmark's rows and the load they run.
 
 Owns: the loadgen (tests/bench/loadgen) and redis-benchmark runs and their
-problems, a run's Sample and a table Row, which rows a run makes
-(build_rows, select_rows: --rows, --conns, --topologies), the peers' setup
+problems, a run's Sample and a table Row, which rows a run makes and what
+each is compared with (build_rows, select_rows: --rows, --conns,
+--topologies), the peers' setup
 (npm ci for rate-limiter-flexible, python3-limits), the echo server, and
 the summaries over repetitions (median with min and max).
 """
@@ -19,14 +20,18 @@ import subprocess
 import tempfile
 
 from tests.bench.bench_env import (
-    CEIL_CONNS, children_cpu_s, ECHO, ECHO_CONNS, LIMITS_PYTHON, LOADGEN, log, PEERS, proc_cpu_s)
+    CEIL_CONNS, children_cpu_s, ECHO, ECHO_CONNS, KEYSPACE_PER_CONN, LIMITS_PYTHON, LOADGEN, log,
+    PEERS, proc_cpu_s)
 from tests.bench.bench_redis import commandstats, sha1, wait_for
 
 
 def loadgen(sock, scope, conns, keys=0, seconds=3.0, warmup=0.5, pairs=0, timeout_ms=1000,
-            cdf=None, oneshot=False):
-    cmd = [LOADGEN, "-s", sock, "-S", scope, "-c", str(conns), "-k", str(keys),
+            cdf=None, oneshot=False, per_conn=0):
+    """One loadgen run: keys in all (0: one per connection), or per_conn keys
+    of each connection's own (-K: the key space)."""
+    cmd = [LOADGEN, "-s", sock, "-S", scope, "-c", str(conns),
            "-d", str(seconds), "-w", str(warmup), "-t", str(timeout_ms)]
+    cmd += ["-K", str(per_conn)] if per_conn else ["-k", str(keys)]
     if oneshot:
         cmd += ["-1"]
     if pairs:
@@ -143,10 +148,26 @@ class Row:
         self.skipped = None
         self.ceiling = None   # id of the matching ceiling row
         self.peer = None      # id of the rate-limiter-flexible row
+        self.local = None     # admitd redis: id of the local-mode row of the same load
         self.cdfs = []        # per repetition (CDF_CONNS rows)
 
 
+# The rows' words for their keys: "distinct" is one key per connection (per
+# loop for the peers), taken hundreds of times a second; "keyspace" is
+# KEYSPACE_PER_CONN keys of each connection's own, each coming back every
+# second or two.
+KEY_WORDS = {"distinct": "per-conn key", "hot": "hot", "keyspace": "keyspace"}
+PEER_KEY_WORDS = dict(KEY_WORDS, distinct="per-loop key")
+
+
+def echo_id(conns):
+    return "echo" if conns == ECHO_CONNS else "echo.c%d" % conns
+
+
 def build_rows(args):
+    # The key-space rows, the one-shot rows and the second echo run at 64
+    # connections (the peers' loops), or the largest count asked for.
+    c = 64 if 64 in args.conns else max(args.conns)
     rows = [
         Row("ceil.bucket.rand.p1", "ceiling bucket.lua rand -P1", "ceiling", CEIL_CONNS,
             "distinct", script="bucket", pipeline=1),
@@ -157,6 +178,8 @@ def build_rows(args):
         Row("ceil.acquire.rand.p16", "ceiling acquire.lua rand -P16", "ceiling", CEIL_CONNS,
             "distinct", script="admitd", pipeline=16),
         Row("echo", "unix echo", "echo", ECHO_CONNS, "distinct", unit="rt/s"),
+    ] + ([Row(echo_id(c), "unix echo", "echo", c, "distinct", unit="rt/s")]
+         if c != ECHO_CONNS else []) + [
         # One client, no load: the latency goal's terms (acquire p50 at one
         # connection against these two p50s).
         Row("ceil.bucket.rand.p1.c1", "ceiling bucket.lua rand -P1", "ceiling", 1,
@@ -165,50 +188,65 @@ def build_rows(args):
     ]
     for mode in ("local", "redis"):
         for keys in ("distinct", "hot"):
-            for c in args.conns:
-                rows.append(Row("admitd.%s.%s.c%d" % (mode, keys, c), "admitd %s %s" % (mode, keys),
-                                "admitd", c, keys, mode=mode))
+            for n in args.conns:
+                rows.append(Row("admitd.%s.%s.c%d" % (mode, keys, n),
+                                "admitd %s %s" % (mode, KEY_WORDS[keys]), "admitd", n, keys,
+                                mode=mode))
+    # The key space: 1000 keys a connection (acquire+release pairs).
+    for mode in ("local", "redis"):
+        rows.append(Row("admitd.%s.keyspace.c%d" % (mode, c), "admitd %s keyspace" % mode,
+                        "admitd", c, "keyspace", mode=mode, per_conn=KEYSPACE_PER_CONN))
     # One-shot: "lease": false, no release; one round trip an admission, as
     # rate-limiter-flexible's consume is one call.
-    c = 64 if 64 in args.conns else max(args.conns)
     for mode in ("local", "redis"):
-        for keys in ("distinct", "hot"):
+        for keys in ("distinct", "hot", "keyspace"):
             rows.append(Row("admitd.%s.%s.oneshot.c%d" % (mode, keys, c),
-                            "admitd %s %s one-shot" % (mode, keys), "admitd", c, keys,
-                            mode=mode, oneshot=True))
+                            "admitd %s %s one-shot" % (mode, KEY_WORDS[keys]), "admitd", c, keys,
+                            mode=mode, oneshot=True,
+                            per_conn=KEYSPACE_PER_CONN if keys == "keyspace" else 0))
     for mode in args.topologies:
         for keys in ("distinct", "hot"):
-            for c in args.topo_conns:
-                rows.append(Row("admitd.%s.%s.c%d" % (mode, keys, c), "admitd %s %s" % (mode, keys),
-                                "admitd", c, keys, mode=mode,
-                                base="admitd.redis.%s.c%d" % (keys, c)))
+            for n in args.topo_conns:
+                rows.append(Row("admitd.%s.%s.c%d" % (mode, keys, n),
+                                "admitd %s %s" % (mode, KEY_WORDS[keys]), "admitd", n, keys,
+                                mode=mode, base="admitd.redis.%s.c%d" % (keys, n)))
+    for keys in ("distinct", "hot", "keyspace"):
+        rows.append(Row("rlf.%s" % keys, "rate-limiter-flexible %s" % PEER_KEY_WORDS[keys], "rlf",
+                        args.peer_conc, keys,
+                        per_conn=KEYSPACE_PER_CONN if keys == "keyspace" else 0))
     for keys in ("distinct", "hot"):
-        rows.append(Row("rlf.%s" % keys, "rate-limiter-flexible %s" % keys, "rlf",
-                        args.peer_conc, keys))
-    for keys in ("distinct", "hot"):
-        rows.append(Row("limits.%s" % keys, "limits %s %s" % (args.limits_strategy, keys),
+        rows.append(Row("limits.%s" % keys, "limits %s %s" % (args.limits_strategy,
+                                                             PEER_KEY_WORDS[keys]),
                         "limits", args.peer_conc, keys))
+    ids = {r.id for r in rows}
     for r in rows:
         if r.kind == "echo":
             continue
         if r.kind == "admitd" and r.kw["mode"] == "local":
-            r.ceiling = "echo"
+            # The echo at the same connections when it ran, else at ECHO_CONNS.
+            r.ceiling = echo_id(r.conns) if echo_id(r.conns) in ids else "echo"
         elif r.id not in ("ceil.bucket.rand.p16", "ceil.bucket.hot.p16"):
             r.ceiling = "ceil.bucket.hot.p16" if r.keys == "hot" else "ceil.bucket.rand.p16"
         if r.kind != "rlf":
             r.peer = "rlf.%s" % r.keys
+        if r.kind == "admitd" and r.kw["mode"] == "redis":
+            r.local = r.id.replace("admitd.redis.", "admitd.local.", 1)
     return rows
 
 
 def select_rows(rows, regex):
     """The rows whose id matches regex (None: all), with the rows they are
-    compared with: their ceiling, their peer and their base."""
+    compared with: their ceiling, their peer, their base and (admitd on
+    Redis) local mode on the same load, with that local row's echo."""
     if regex is None:
         return rows
+    by = {r.id: r for r in rows}
     keep = {r.id for r in rows if re.search(regex, r.id)}
-    for r in rows:
-        if r.id in keep:
-            keep |= {x for x in (r.ceiling, r.peer, r.kw.get("base")) if x}
+    for rid in list(keep):
+        r = by[rid]
+        keep |= {x for x in (r.ceiling, r.peer, r.local, r.kw.get("base")) if x}
+        if r.local in by:  # goal 4's local row is held against its echo too
+            keep |= {by[r.local].ceiling} - {None}
     return [r for r in rows if r.id in keep]
 
 
@@ -285,17 +323,19 @@ def summarize_rows(rows):
     out = []
     for r in rows:
         d = {"id": r.id, "label": r.label, "kind": r.kind, "conns": r.conns, "keys": r.keys,
-             "unit": r.unit, "ceiling": r.ceiling, "peer": r.peer, "params": r.kw}
+             "unit": r.unit, "ceiling": r.ceiling, "peer": r.peer, "local": r.local,
+             "params": r.kw}
         if r.skipped or not r.runs:
             d["skipped"] = r.skipped or "no clean run"
             out.append(d)
             continue
         d["rate"] = summarize([x["rate"] for x in r.runs])
         for k in ("p50_us", "p99_us", "cpu_us_per_req", "redis_calls_per_adm",
-                  "redis_cmds_per_adm", "redis_cpu_us_per_adm", "client_cpu_us_per_adm"):
+                  "redis_cmds_per_adm", "redis_cpu_us_per_adm", "client_cpu_us_per_adm",
+                  "ahead_per_adm"):
             d[k] = median_of(r, k)
         for name, ref_id in (("ratio_ceiling", r.ceiling), ("ratio_rlf", r.peer),
-                             ("ratio_redis", r.kw.get("base"))):
+                             ("ratio_redis", r.kw.get("base")), ("ratio_local", r.local)):
             ref = by_id.get(ref_id)
             if ref is None or not ref.runs:
                 continue

@@ -20,8 +20,8 @@ import time
 
 from tests.integ.harness import Admitd
 from tests.bench.bench_env import (
-    ADMITD, BUCKET_LUA, CDF_CONNS, LG_TIMEOUT_MS, LIMITS_PYTHON, log, PEERS, RAND_KEYSPACE,
-    TB_RATE)
+    ADMITD, BUCKET_LUA, CDF_CONNS, KEYSPACE_MAX_AHEAD, LG_TIMEOUT_MS, LIMITS_PYTHON, log, PEERS,
+    RAND_KEYSPACE, TB_RATE)
 from tests.bench.bench_redis import status, wait_for
 from tests.bench.bench_rows import loadgen, redis_benchmark, Sample
 from tests.bench import redis_cost
@@ -86,13 +86,23 @@ class Bench:
         oneshot = bool(row.kw.get("oneshot"))
         if row.conns == CDF_CONNS and row.kind in ("admitd", "echo") and not oneshot:
             cdf = os.path.join(self.cdf_dir, "%s.rep%d.dat" % (row.id, rep))
+        ahead0 = self.admitted_ahead(row, server)
         s = Sample(redis or self.redis, server.pid)
         lg = loadgen(sock, "tb", row.conns, keys=1 if row.keys == "hot" else row.conns,
                      seconds=self.args.seconds, warmup=self.args.warmup,
-                     timeout_ms=LG_TIMEOUT_MS, cdf=cdf, oneshot=oneshot)
+                     timeout_ms=LG_TIMEOUT_MS, cdf=cdf, oneshot=oneshot,
+                     per_conn=row.kw.get("per_conn", 0))
         # a one-shot admission is one request (no release)
         requests = lg["sent"] + (0 if oneshot else lg["pairs_all"])
         d = s.done(lg["admitted"], requests)
+        if ahead0 is not None:  # None too from a daemon without the count
+            # Admissions handed out from units booked ahead (no Redis call).
+            ahead = self.admitted_ahead(row, server) - ahead0
+            d["ahead_per_adm"] = ahead / max(lg["admitted"], 1)
+            if row.keys == "keyspace" and d["ahead_per_adm"] > KEYSPACE_MAX_AHEAD:
+                self.note(row, rep, "%.3f of the admissions came from units booked ahead "
+                          "(at most %.2f on a key space of cold keys)"
+                          % (d["ahead_per_adm"], KEYSPACE_MAX_AHEAD))
         for p in lg["problems"]:
             self.note(row, rep, p)
         if lg["backend"][backend] != lg["admitted"]:
@@ -105,12 +115,21 @@ class Bench:
         d["cpu_us_per_req"] = d.pop("server_cpu_us_per_req")
         return d
 
+    def admitted_ahead(self, row, server):
+        """The throughput scope's admitted_ahead in admitd's status (admitd
+        on Redis only; None for other rows)."""
+        if row.kind != "admitd" or row.kw["mode"] == "local":
+            return None
+        return status(server)["scopes"]["tb"].get("admitted_ahead")
+
     def run_peer(self, row, rep):
         a = self.args
         if row.kind == "rlf":
             cmd = ["node", os.path.join(PEERS, "rlf.js"), "--socket", self.redis.sock_path,
                    "--conc", str(row.conns), "--keys", row.keys, "--seconds", str(a.seconds),
                    "--warmup", str(a.warmup), "--points", str(TB_RATE)]
+            if row.kw.get("per_conn"):
+                cmd += ["--per-loop", str(row.kw["per_conn"])]
         else:
             cmd = [LIMITS_PYTHON, os.path.join(PEERS, "limits_bench.py"), "--socket",
                    self.redis.sock_path, "--threads", str(row.conns), "--keys", row.keys,

@@ -5,16 +5,18 @@
 /*
  * loadgen.c - closed-loop load generator for the admitd benchmarks.
  *
- *   loadgen -s SOCKET -S SCOPE [-c CONNS] [-k KEYS] [-d SECONDS] [-w WARMUP_S]
- *           [-n PAIRS] [-t TIMEOUT_MS] [-H CDF_FILE] [-1]
+ *   loadgen -s SOCKET -S SCOPE [-c CONNS] [-k KEYS | -K PER_CONN] [-d SECONDS]
+ *           [-w WARMUP_S] [-n PAIRS] [-t TIMEOUT_MS] [-H CDF_FILE] [-1]
  *
  * Owns: CONNS connections to admitd's socket, each running acquire then
  * release in a loop (one request in flight per connection, no pipelining),
- * on key "k<i % KEYS>" (KEYS defaults to CONNS: distinct keys; -k 1 is one
- * hot key), and its own clock (CLOCK_MONOTONIC) for latencies. One thread
- * and epoll(7): the generator must cost less than what it measures, which a
- * Python client would not, and must not cost more per wakeup at 256
- * connections than at 16 (poll(2) would).
+ * on key "k<i % KEYS>" (KEYS defaults to CONNS: one key per connection; -k 1
+ * is one hot key), or with -K a key space: connection i's j-th acquire is on
+ * key "k<i>-<j % PER_CONN>", so CONNS x PER_CONN keys, each taken once every
+ * PER_CONN acquires of its connection; and its own clock (CLOCK_MONOTONIC)
+ * for latencies. One thread and epoll(7): the generator must cost less than
+ * what it measures, which a Python client would not, and must not cost more
+ * per wakeup at 256 connections than at 16 (poll(2) would).
  *
  * The same loop drives tests/bench/echo (a fixed reply per line), which is
  * how the benchmark measures the bare cost of a Unix-socket round trip.
@@ -63,6 +65,7 @@ enum lg_state { LG_IDLE = 0, LG_ACQ, LG_REL };
 struct lg_conn {
 	int fd;
 	int key;
+	int cycle; /* -K: which of the connection's own keys the next acquire takes */
 	enum lg_state st;
 	char rbuf[LG_RBUF];
 	size_t rlen;
@@ -85,6 +88,7 @@ struct lg {
 	/* options */
 	const char *sock, *scope, *cdf_path;
 	int conns, keys, timeout_ms;
+	int per_conn; /* -K: keys of each connection's own (0: -k's keys) */
 	double seconds, warmup;
 	long long pairs_target; /* count mode when > 0 */
 	bool oneshot;		/* -1: "lease": false, no release */
@@ -223,6 +227,16 @@ static bool lg_next(struct lg *g, struct lg_conn *c)
 	c->st = LG_ACQ;
 	c->t_acq = lg_now();
 	g->sent++;
+	if (g->per_conn > 0) {
+		int j = c->cycle;
+		c->cycle = (c->cycle + 1) % g->per_conn;
+		return lg_send(
+		    g, c,
+		    "{\"op\":\"acquire\",\"scope\":\"%s\",\"key\":\"k%d-%d\",\"id\":%" PRIu64
+		    ",\"timeout_ms\":%d%s}\n",
+		    g->scope, c->key, j, c->next_id++, g->timeout_ms,
+		    g->oneshot ? ",\"lease\":false" : "");
+	}
 	return lg_send(g, c,
 		       "{\"op\":\"acquire\",\"scope\":\"%s\",\"key\":\"k%d\",\"id\":%" PRIu64
 		       ",\"timeout_ms\":%d%s}\n",
@@ -442,15 +456,16 @@ static void lg_report(struct lg *g, double elapsed_s)
 	double secs = g->pairs_target > 0 ? elapsed_s : g->seconds;
 	size_t i;
 
-	printf("{\"conns\":%d,\"keys\":%d,\"seconds\":%.3f,\"elapsed_s\":%.3f,\"pairs\":%lld,"
+	printf("{\"conns\":%d,\"keys\":%d,\"keys_per_conn\":%d,\"seconds\":%.3f,\"elapsed_s\":%.3f,"
+	       "\"pairs\":%lld,"
 	       "\"pairs_per_s\":%.1f,\"sent\":%lld,\"admitted\":%lld,\"pairs_all\":%lld,"
 	       "\"release_errors\":%lld,\"unheld\":%lld,"
 	       "\"backend\":{\"redis\":%lld,\"local\":%lld,\"fallback\":%lld,\"other\":%lld},"
 	       "\"errors\":{",
-	       g->conns, g->keys, secs, elapsed_s, g->pairs,
-	       secs > 0 ? (double)g->pairs / secs : 0.0, g->sent, g->admitted, g->pairs_all,
-	       g->release_errors, g->unheld, g->via_redis, g->via_local, g->via_fallback,
-	       g->via_other);
+	       g->conns, g->per_conn > 0 ? g->conns * g->per_conn : g->keys, g->per_conn, secs,
+	       elapsed_s, g->pairs, secs > 0 ? (double)g->pairs / secs : 0.0, g->sent, g->admitted,
+	       g->pairs_all, g->release_errors, g->unheld, g->via_redis, g->via_local,
+	       g->via_fallback, g->via_other);
 	for (i = 0; i < g->nerr; i++)
 		printf("%s\"%s\":%lld", i ? "," : "", g->err[i].name, g->err[i].n);
 	printf("},\"acquire_us\":{\"n\":%zu,\"p50\":%u,\"p90\":%u,\"p99\":%u,\"p999\":%u,"
@@ -464,9 +479,9 @@ static void lg_report(struct lg *g, double elapsed_s)
 
 static void lg_usage(void)
 {
-	fprintf(stderr,
-		"usage: loadgen -s SOCKET -S SCOPE [-c CONNS] [-k KEYS] [-d SECONDS]\n"
-		"               [-w WARMUP_S] [-n PAIRS] [-t TIMEOUT_MS] [-H CDF_FILE] [-1]\n");
+	fprintf(stderr, "usage: loadgen -s SOCKET -S SCOPE [-c CONNS] [-k KEYS | -K PER_CONN]\n"
+			"               [-d SECONDS] [-w WARMUP_S] [-n PAIRS] [-t TIMEOUT_MS]\n"
+			"               [-H CDF_FILE] [-1]\n");
 }
 
 int main(int argc, char **argv)
@@ -477,12 +492,13 @@ int main(int argc, char **argv)
 	int opt, i, rc = 1;
 	int64_t t_end;
 
-	while ((opt = getopt(argc, argv, "s:S:c:k:d:w:n:t:H:1")) != -1) {
+	while ((opt = getopt(argc, argv, "s:S:c:k:K:d:w:n:t:H:1")) != -1) {
 		switch (opt) {
 		case 's': g.sock = optarg; break;
 		case 'S': g.scope = optarg; break;
 		case 'c': g.conns = atoi(optarg); break;
 		case 'k': g.keys = atoi(optarg); break;
+		case 'K': g.per_conn = atoi(optarg); break;
 		case 'd': g.seconds = atof(optarg); break;
 		case 'w': g.warmup = atof(optarg); break;
 		case 'n': g.pairs_target = atoll(optarg); break;
@@ -493,7 +509,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (g.sock == NULL || g.scope == NULL || g.conns < 1 || g.conns > 100000 ||
-	    g.seconds <= 0 || g.warmup < 0 || strlen(g.scope) > 64) {
+	    g.seconds <= 0 || g.warmup < 0 || strlen(g.scope) > 64 || g.per_conn < 0 ||
+	    g.per_conn > 100000000 / g.conns || (g.per_conn > 0 && g.keys > 0)) {
 		lg_usage();
 		return 2;
 	}
@@ -508,7 +525,7 @@ int main(int argc, char **argv)
 		g.c[i].fd = -1;
 	for (i = 0; i < g.conns; i++) {
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &g.c[i] };
-		g.c[i].key = i % g.keys;
+		g.c[i].key = g.per_conn > 0 ? i : i % g.keys;
 		g.c[i].fd = lg_connect(g.sock);
 		if (g.c[i].fd < 0) {
 			fprintf(stderr, "loadgen: connect %s: %s\n", g.sock, strerror(errno));

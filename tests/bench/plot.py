@@ -9,8 +9,9 @@ of one "## Measured on ..." section (the data the README quotes):
 
 Left: admissions/s against the connection counts the admitd rows were
 measured at (the axis is those counts, nothing wider), admitd's four
-pair series as lines with min..max bars, the peers and the Unix echo (in
-pairs/s: round trips / 2) as points, the ceilings as horizontal lines; each
+pair series (a key per connection, one hot key) as lines with min..max
+bars, the key-space rows, the peers and the Unix echo (in pairs/s: round
+trips / 2) as points, the ceilings as horizontal lines; each
 series is labelled where it ends, labels spread apart with a leader line to
 their point. Right: each row's acquire latency at the largest connection
 count, p50 (dot) to p99 (bar end).
@@ -27,20 +28,45 @@ import subprocess
 import sys
 import tempfile
 
-# (row label, legend text, colour, point type, dash type)
+# The key-space points sit this far right of their count, clear of the lines'
+# bars (set at most 0.075 apart) and of the other points.
+KS_DX = 0.15
+
+# (row label, legend text, colour, point type, dash type); POINTS: (row label,
+# legend text, colour, point type[, x offset])
 LINES = (
-    ("admitd local distinct", "admitd local, distinct keys", "#1f77b4", 7, 1),
+    ("admitd local per-conn key", "admitd local, a key per connection", "#1f77b4", 7, 1),
     ("admitd local hot", "admitd local, one hot key", "#17becf", 5, 2),
-    ("admitd redis distinct", "admitd on Redis, distinct keys", "#d62728", 9, 4),
+    ("admitd redis per-conn key", "admitd on Redis, a key per connection", "#d62728", 9, 4),
     ("admitd redis hot", "admitd on Redis, one hot key", "#ff7f0e", 11, 5),
 )
 POINTS = (
-    ("rate-limiter-flexible distinct", "rate-limiter-flexible, distinct", "#2ca02c", 13),
+    ("admitd local keyspace", "admitd local, key space", "#1f77b4", 6, KS_DX),
+    ("admitd redis keyspace", "admitd on Redis, key space", "#d62728", 8, KS_DX),
+    ("admitd redis keyspace one-shot", "admitd on Redis, key space, one-shot", "#d62728", 4,
+     KS_DX),
+    ("rate-limiter-flexible per-loop key", "rate-limiter-flexible, a key per loop", "#2ca02c",
+     13),
     ("rate-limiter-flexible hot", "rate-limiter-flexible, hot", "#2ca02c", 12),
-    ("limits fixed-window distinct", "limits, distinct", "#9467bd", 13),
+    ("rate-limiter-flexible keyspace", "rate-limiter-flexible, key space", "#2ca02c", 10,
+     KS_DX),
+    ("limits fixed-window per-loop key", "limits, a key per loop", "#9467bd", 13),
     ("limits fixed-window hot", "limits, hot", "#9467bd", 12),
     ("unix echo", "Unix echo (pairs/s = round trips / 2)", "#555555", 3),
 )
+# Rows of runs recorded before the key-space rows, when "distinct" meant a
+# key per connection (per loop for the peers): their labels now.
+RENAMED = {
+    "admitd local distinct": "admitd local per-conn key",
+    "admitd redis distinct": "admitd redis per-conn key",
+    "admitd local distinct one-shot": "admitd local per-conn key one-shot",
+    "admitd redis distinct one-shot": "admitd redis per-conn key one-shot",
+    "admitd cluster distinct": "admitd cluster per-conn key",
+    "admitd tls distinct": "admitd tls per-conn key",
+    "rate-limiter-flexible distinct": "rate-limiter-flexible per-loop key",
+    "limits fixed-window distinct": "limits fixed-window per-loop key",
+    "limits moving-window distinct": "limits moving-window per-loop key",
+}
 CEILINGS = (
     ("ceiling bucket.lua hot -P16", "ceiling: bucket.lua, hot key, -P16", "#8c564b", 2),
     ("ceiling acquire.lua rand -P16", "ceiling: acquire.lua, random keys, -P16", "#e377c2", 4),
@@ -50,7 +76,8 @@ CEILINGS = (
 
 
 def rows_from_md(path, section):
-    """The rows of the first table under the heading that starts with section."""
+    """The rows of the first table under the heading that starts with section
+    (labels of older runs renamed as the rows are named now: RENAMED)."""
     with open(path) as f:
         text = f.read()
     m = re.search(r"^## " + re.escape(section) + r".*$", text, re.M)
@@ -66,7 +93,8 @@ def rows_from_md(path, section):
         def num(k):
             v = cells.get(k, "-")
             return None if v in ("-", "") else float(v)
-        rows.append({"label": cells["row"], "conns": int(cells["conns"]), "unit": cells["unit"],
+        rows.append({"label": RENAMED.get(cells["row"], cells["row"]),
+                     "conns": int(cells["conns"]), "unit": cells["unit"],
                      "rate": {"median": num("median"), "min": num("min"), "max": num("max")},
                      "p50_us": num("p50 us"), "p99_us": num("p99 us")})
     return rows, m.group(0)[3:]
@@ -104,8 +132,10 @@ def script(rows, title, png, dat_dir):
         if r.get("rate") and r["rate"].get("median") is not None:
             by.setdefault(r["label"], []).append(r)
     xs = sorted({r["conns"] for label, *_ in LINES for r in by.get(label, [])})
+    if not xs:  # a run of some rows (--rows): the counts of its points
+        xs = sorted({r["conns"] for label, *_ in POINTS for r in by.get(label, [])})
     if not xs:
-        raise ValueError("no admitd rows to plot")
+        raise ValueError("no rows to plot")
     pos = {c: i for i, c in enumerate(xs)}          # categories: the counts measured
     xend = len(xs) - 1
     xmin, xmax = -0.35, xend + 0.25
@@ -130,17 +160,18 @@ def script(rows, title, png, dat_dir):
         ymax = max(ymax, max(rate(r, "max") for r in pts))
         last = pts[-1]
         ends.append((pos[last["conns"]] + dodge, rate(last), "%s  %s" % (text, fmt(rate(last))), col))
-    for label, text, col, pt in POINTS:
+    for label, text, col, pt, *dx in POINTS:
         pts = [r for r in by.get(label, []) if r["conns"] in pos]
+        dx = dx[0] if dx else 0
         for r in pts:
             p = os.path.join(dat_dir, "point-%s-%d.dat" % (label.replace(" ", "-"), r["conns"]))
             with open(p, "w") as f:
-                f.write("%d %g %g %g\n" % (pos[r["conns"]], rate(r), rate(r, "min"),
+                f.write("%g %g %g %g\n" % (pos[r["conns"]] + dx, rate(r), rate(r, "min"),
                                             rate(r, "max")))
             plots.append("%s u 1:2:3:4 w yerrorbars lc rgb '%s' lw 1.5 pt %d ps 2 notitle"
                          % (gq(p), col, pt))
             ymax = max(ymax, rate(r, "max"))
-            ends.append((pos[r["conns"]], rate(r), "%s  %s%s" % (
+            ends.append((pos[r["conns"]] + dx, rate(r), "%s  %s%s" % (
                 text, fmt(rate(r)), "" if r["conns"] == xs[-1] else " (%d conns)" % r["conns"]),
                 col))
     for label, text, col, dt in CEILINGS:

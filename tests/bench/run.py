@@ -29,12 +29,17 @@ for admitd, one script call for a ceiling, one consume()/hit() for a peer.
             with the KEYS/ARGV admitd sent, captured with MONITOR), random keys
             -P 16.
   echo      tests/bench/echo (a fixed reply per request line) driven by the
-            loadgen at 16 connections: the cost of the Unix-socket round trips
-            alone, in round trips/s (a pair is two).
+            loadgen at 16 connections, and at 64 when 64 is measured: the
+            cost of the Unix-socket round trips alone, in round trips/s (a
+            pair is two).
   admitd    loadgen -> admitd local / admitd on Redis, at each of --conns
-            connections, distinct keys (one per connection) and one hot key,
-            on scope `tb` (one rule, requests token-bucket 1000000/1s: every
-            call admits, a refusal would be cheaper work).
+            connections, a key per connection ("per-conn key") and one hot
+            key, on scope `tb` (one rule, requests token-bucket 1000000/1s:
+            every call admits, a refusal would be cheaper work); at 64
+            connections the key space too (loadgen -K 1000: each connection
+            cycles through 1,000 keys of its own, 64,000 keys, each coming
+            back every second or two, too late for units booked ahead), and
+            the one-shot rows ("lease": false) of all three.
   topology  the same admitd rows (distinct keys and one hot key, at each of
             --topo-conns connections) with admitd on a 3-master Redis Cluster
             (redis+cluster://, tests/integ/redis_deploy.py) and on a TLS
@@ -47,17 +52,22 @@ for admitd, one script call for a ceiling, one consume()/hit() for a peer.
   peers     rate-limiter-flexible (npm, on ioredis; `npm ci` from the
             committed package-lock.json into tests/bench/peers/node_modules)
             and Debian's python3-limits (RedisStorage, --limits-strategy),
-            --peer-conc loops/threads, distinct keys and one hot key, against
-            the same Redis. Skipped with a row saying why when node/npm or the
+            --peer-conc loops/threads, a key per loop and one hot key, and
+            for rate-limiter-flexible the key space (each loop cycling through
+            1,000 keys of its own, as the loadgen's -K), against the same
+            Redis. Skipped with a row saying why when node/npm or the
             package is missing.
-  columns   ratio to the matching ceiling (distinct -> bucket.lua random
-            -P 16, hot -> bucket.lua hot -P 16, admitd local -> echo pairs/s),
+  columns   ratio to the matching ceiling (per-conn key and key space ->
+            bucket.lua random -P 16, hot -> bucket.lua hot -P 16, admitd
+            local -> echo pairs/s at the same connections),
             ratio to rate-limiter-flexible (same keys), p50/p99 latency
             (admitd: acquire, from the loadgen's clock; ceilings: per call,
             from redis-benchmark; peers: per consume/hit), admitd's CPU per
             request (/proc/PID/stat utime+stime over the run / requests),
-            Redis EVALSHA calls and Redis CPU per admission (INFO
-            commandstats and /proc deltas).
+            Redis EVALSHA calls, admissions from units booked ahead (the
+            scope's admitted_ahead in status) and Redis CPU per admission
+            (INFO commandstats and /proc deltas); in latest.json, a Redis
+            row's ratio to local mode's row of the same load.
   callgrind admitd local under valgrind --tool=callgrind serving a fixed
             number of pairs (16 connections): instructions per acquire+release
             pair, the difference of two runs (BASE and BASE+--callgrind-pairs
@@ -70,11 +80,14 @@ for admitd, one script call for a ceiling, one consume()/hit() for a peer.
             batches of 8 and 32 (the daemon's library, FUNCTION DUMP; its
             captured acquire). Repeatable where Redis CPU is not; runs with
             --counts-only too (--redis-cost 0 skips it).
-  goals     the Redis-cost goals, each with its figure and whether it is met
-            (goals_lines: Redis CPU and admissions/s against
-            rate-limiter-flexible, a one-rule scope against bucket.lua, local
-            mode against the echo, Cluster and TLS against plain Redis,
-            instructions per pair).
+  goals     the goals, each with its figure and whether it is met
+            (goals_lines): first the ones kept so that nothing else is lost
+            (Redis CPU and admissions/s against rate-limiter-flexible on a key
+            per connection and one hot key, a one-rule scope against
+            bucket.lua, Cluster and TLS against plain Redis, instructions per
+            pair), then the key space's 1-4: Redis CPU per admission and
+            one-shot admissions/s against rate-limiter-flexible, local mode
+            against the echo at 16 and 64, Redis pairs against local pairs.
   picture   results/bench.png (gnuplot, tests/bench/plot.py): admissions/s
             against the connection counts measured, and each row's p50 and
             p99 acquire latency at the largest. --publish copies it to

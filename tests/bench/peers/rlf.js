@@ -1,12 +1,14 @@
 // rlf.js - the Node peer of admitd's benchmark: rate-limiter-flexible's
 // RateLimiterRedis on one ioredis client, as a Node service would use it.
 //
-//   node rlf.js --socket PATH [--conc 64] [--keys distinct|hot]
-//               [--seconds 3] [--warmup 0.5] [--points 1000000]
+//   node rlf.js --socket PATH [--conc 64] [--keys distinct|hot|keyspace]
+//               [--per-loop 1000] [--seconds 3] [--warmup 0.5] [--points 1000000]
 //
 // CONC async loops each await consume(key) back to back (one call in flight
 // per loop; ioredis pipelines the loops' calls on its one connection). Key
-// "k<i>" per loop (distinct) or "k0" for all (hot). The limit is POINTS per
+// "k<i>" per loop (distinct), "k0" for all (hot), or a key space: loop i's
+// j-th call on "k<i>-<j % PER_LOOP>" (keyspace: CONC x PER_LOOP keys, each
+// loop cycling through its own, as the loadgen's -K does). The limit is POINTS per
 // second, large enough that everything is admitted (a rejection is cheaper
 // work). Only calls that start and end within the SECONDS after the warmup
 // count. Prints one JSON line: ops, ops_per_s, ops_all (every call, warmup
@@ -18,7 +20,10 @@ const Redis = require('ioredis');
 const { RateLimiterRedis } = require('rate-limiter-flexible');
 
 function args(argv) {
-  const o = { socket: null, conc: 64, keys: 'distinct', seconds: 3, warmup: 0.5, points: 1000000 };
+  const o = {
+    socket: null, conc: 64, keys: 'distinct', 'per-loop': 1000, seconds: 3, warmup: 0.5,
+    points: 1000000,
+  };
   for (let i = 2; i < argv.length; i += 2) {
     const k = argv[i].replace(/^--/, '');
     if (!(k in o) || i + 1 >= argv.length) {
@@ -27,8 +32,10 @@ function args(argv) {
     }
     o[k] = typeof o[k] === 'number' ? Number(argv[i + 1]) : argv[i + 1];
   }
-  if (!o.socket || !['distinct', 'hot'].includes(o.keys)) {
-    process.stderr.write('usage: node rlf.js --socket PATH [--conc N] [--keys distinct|hot]\n');
+  if (!o.socket || !['distinct', 'hot', 'keyspace'].includes(o.keys) ||
+      !(Number.isInteger(o['per-loop']) && o['per-loop'] > 0)) {
+    process.stderr.write('usage: node rlf.js --socket PATH [--conc N] ' +
+                         '[--keys distinct|hot|keyspace] [--per-loop N]\n');
     process.exit(2);
   }
   return o;
@@ -55,10 +62,14 @@ async function main() {
   let ops = 0, opsAll = 0, rejected = 0, errors = 0, lastError = '';
 
   async function loop(i) {
-    const key = o.keys === 'hot' ? 'k0' : `k${i}`;
+    const fixed = o.keys === 'hot' ? 'k0' : `k${i}`;
+    const perLoop = o['per-loop'];
+    let j = 0;
     for (;;) {
       const a = now();
       if (a >= winEnd) return;
+      const key = o.keys === 'keyspace' ? `k${i}-${j}` : fixed;
+      j = j + 1 === perLoop ? 0 : j + 1;
       try {
         await limiter.consume(key, 1);
       } catch (e) {
@@ -84,7 +95,8 @@ async function main() {
       'rate-limiter-flexible': require('rate-limiter-flexible/package.json').version,
       ioredis: require('ioredis/package.json').version, node: process.version,
     },
-    conc: o.conc, keys: o.keys, seconds: o.seconds, elapsed_s: elapsed,
+    conc: o.conc, keys: o.keys, per_loop: o.keys === 'keyspace' ? o['per-loop'] : null,
+    seconds: o.seconds, elapsed_s: elapsed,
     ops, ops_per_s: ops / o.seconds, ops_all: opsAll, rejected, errors, last_error: lastError,
     latency_us: {
       p50: quantile(lat, 0.5), p90: quantile(lat, 0.9), p99: quantile(lat, 0.99),
