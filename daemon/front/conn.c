@@ -417,9 +417,8 @@ static void conn_read_lines(struct conn *c)
 {
 	size_t n = conn_dispatch(c, c->in.buf + c->in.off, c->in.len);
 
-	conn_buf_drain(&c->in, n, CONN_READ_MAX + 4096);
-	if (c->closing)
-		conn_buf_drain(&c->in, c->in.len, 0); /* early, to free it */
+	/* Emptied, it is freed: most reads bring whole lines and need none. */
+	conn_buf_drain(&c->in, c->closing ? c->in.len : n, 0);
 }
 
 /* Keep the bytes of one read that were not dispatched; false: out of memory. */
@@ -478,7 +477,8 @@ static void conn_read_cb(evutil_socket_t fd, short what UNUSED, void *arg)
 		conn_read_lines(c);
 	}
 	c->in_read = false;
-	conn_flush(c);
+	if (!c->write_armed) /* else write_ev writes when the socket takes more */
+		conn_flush(c);
 	return;
 oom:
 	log_ratelimited(LOG_SLOT_ACCEPT, 1000, "out of memory reading a client: closing",
