@@ -129,6 +129,17 @@ static void conn_buf_drain(struct conn_buf *b, size_t n, size_t keep)
 	}
 }
 
+/* Free c's events (those made: conn_new may fail halfway). */
+static void conn_events_free(struct conn *c)
+{
+	struct event *evs[] = { c->read_ev, c->write_ev, c->flush_ev, c->close_ev };
+	size_t i;
+
+	for (i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
+		if (evs[i] != NULL)
+			event_free(evs[i]);
+}
+
 static size_t conn_max_output(struct conn *c)
 {
 	size_t line2 = 2 * (size_t)c->cl.ad->conf->max_line + CONN_OUTPUT_HIGH;
@@ -148,10 +159,7 @@ static void conn_free(struct conn *c)
 	ops_conn_closed(&c->cl);
 	TAILQ_REMOVE(&cs->list, c, link);
 	rt->nconns--;
-	event_free(c->read_ev);
-	event_free(c->write_ev);
-	event_free(c->flush_ev);
-	event_free(c->close_ev); /* also when it is active: a drop's free is this one */
+	conn_events_free(c); /* close_ev also when it is active: a drop's free is this one */
 	evutil_closesocket(c->fd);
 	free(c->in.buf);
 	free(c->out.buf); /* unsent output (a dropped client's) goes with it */
@@ -503,14 +511,7 @@ void conn_new(struct conns *cs, int fd, const struct ucred *cred)
 	c->close_ev = evtimer_new(ad->base, conn_close_cb, c);
 	if (c->read_ev == NULL || c->write_ev == NULL || c->flush_ev == NULL ||
 	    c->close_ev == NULL) {
-		if (c->read_ev != NULL)
-			event_free(c->read_ev);
-		if (c->write_ev != NULL)
-			event_free(c->write_ev);
-		if (c->flush_ev != NULL)
-			event_free(c->flush_ev);
-		if (c->close_ev != NULL)
-			event_free(c->close_ev);
+		conn_events_free(c);
 		evutil_closesocket(fd);
 		free(c);
 		return;
