@@ -62,9 +62,12 @@
 #define CONN_OUTPUT_LOW	 (512 * 1024)
 /* The hard cap; conn_max_output raises it so one max_line line's reply fits past HIGH. */
 #define CONN_MAX_OUTPUT (4 * 1024 * 1024)
-/* One read(2) takes at most this much; the input kept between reads is the
- * start of a line (at most max_line) or lines held back by backpressure. */
+/* One read(2) into the scratch buffer takes at most this much; the input
+ * kept between reads is the start of a line (at most max_line) or lines held
+ * back by backpressure. */
 #define CONN_READ_MAX (64 * 1024)
+/* Room made in the input, when it holds the start of a line, for the next read. */
+#define CONN_IN_READ (16 * 1024)
 /* An emptied output buffer larger than this is given back. */
 #define CONN_OUT_KEEP (64 * 1024)
 
@@ -93,24 +96,33 @@ static void conn_cl_waiter_done(struct client *cl)
 static const struct client_cb conn_client_cb = { .reply = conn_cl_reply,
 						 .waiter_done = conn_cl_waiter_done };
 
-/* Room for n more bytes after b's data (moved to the front first); false: out of memory. */
+/*
+ * Room for n more bytes after b's data; false: out of memory. The data is
+ * moved to the front only when more than half the buffer has been drained
+ * (the move costs no more than what was taken off), else the buffer doubles.
+ */
 static bool conn_buf_reserve(struct conn_buf *b, size_t n)
 {
 	size_t cap;
 	char *nb;
 
-	if (b->off > 0 && b->off + b->len + n > b->cap) {
-		memmove(b->buf, b->buf + b->off, b->len);
-		b->off = 0;
-	}
 	if (b->off + b->len + n <= b->cap)
 		return true;
-	for (cap = b->cap > 0 ? b->cap : 4096; cap < b->len + n; cap *= 2)
+	if (b->len + n <= b->cap / 2) {
+		memmove(b->buf, b->buf + b->off, b->len);
+		b->off = 0;
+		return true;
+	}
+	for (cap = b->cap > 0 ? b->cap * 2 : 4096; cap < b->len + n; cap *= 2)
 		;
-	if ((nb = realloc(b->buf, cap)) == NULL)
+	if ((nb = malloc(cap)) == NULL)
 		return false;
+	if (b->len > 0)
+		memcpy(nb, b->buf + b->off, b->len);
+	free(b->buf);
 	b->buf = nb;
 	b->cap = cap;
+	b->off = 0;
 	return true;
 }
 
@@ -459,9 +471,10 @@ static void conn_read_cb(evutil_socket_t fd, short what UNUSED, void *arg)
 	if (c->in.len == 0) {
 		r = recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT);
 	} else {
-		if (!conn_buf_reserve(&c->in, CONN_READ_MAX))
+		if (!conn_buf_reserve(&c->in, CONN_IN_READ))
 			goto oom;
-		r = recv(fd, c->in.buf + c->in.off + c->in.len, CONN_READ_MAX, MSG_DONTWAIT);
+		r = recv(fd, c->in.buf + c->in.off + c->in.len, c->in.cap - c->in.off - c->in.len,
+			 MSG_DONTWAIT);
 	}
 	if (r < 0) {
 		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
