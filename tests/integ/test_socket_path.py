@@ -10,6 +10,7 @@ answered by Redis, and a client that lets its socket fill.
 """
 
 import json
+import time
 import unittest
 
 from .harness import DaemonCase, redis_daemon
@@ -72,6 +73,19 @@ class SocketPathTest(DaemonCase):
         # batch over in a few reads.
         self.assertLessEqual(writes, 1 + 4, (replies, writes))
         self.assertEqual(waits, 0)
+
+    def test_lines_split_across_reads(self):
+        # Chunks of 7 bytes cut lines anywhere: a line's start is held
+        # between reads, a chunk may end one line and start the next.
+        c = self.conn()
+        data = b"".join(json.dumps({"op": "ping", "id": i}).encode() + b"\r\n"
+                        for i in range(50))
+        for off in range(0, len(data), 7):
+            c.send(data[off:off + 7])
+            time.sleep(0.0005)
+        got = recv_n(c, 50)
+        self.assertEqual([r.get("id") for r in got], list(range(50)))
+        self.assertEqual(c.request({"op": "ping", "id": "after"}), {"ok": True, "id": "after"})
 
     def test_full_socket_waits_then_delivers_in_order(self):
         probe, c = self.conn(), self.conn()
