@@ -5,24 +5,33 @@
 /*
  * conn.c - one client connection: bytes in, lines out.
  *
- * Owns: struct conn and its bufferevent. Frames input into lines (LF, a
- * trailing CR tolerated) with a hard cap of max_line checked before the
- * newline arrives; hands each line to ops.c; writes replies; bounds the
- * output a client leaves unread (below). On close it cancels the
- * connection's waiters (they book nothing) and releases its leases that are
- * not detached.
+ * Owns: struct conn, its socket, its events and its two buffers. Frames
+ * input into lines (LF, a trailing CR tolerated) with a hard cap of max_line
+ * checked before the newline arrives; hands each line to ops.c; writes
+ * replies; bounds the output a client leaves unread (below). On close it
+ * cancels the connection's waiters (they book nothing) and releases its
+ * leases that are not detached.
+ *
+ * The socket path, at an echo's pace. A connection's read event stays added
+ * while it reads (EV_PERSIST: no epoll_ctl per request). One read is
+ * dispatched line by line, the lines answered at once (local mode) gathered
+ * in the output, and written with one write(2) at the end of the read
+ * callback, in the same loop pass. Replies that come later (Redis replies,
+ * timers, a release by another connection) are gathered the same way per
+ * loop pass: the first makes flush_ev active, which writes them all once
+ * the pass's other callbacks have run. Only when the socket takes less than
+ * all of it is write_ev added; it is deleted once the output is empty.
  *
  * Unread output. Past CONN_OUTPUT_HIGH of unsent replies the connection stops
  * reading, and stops dispatching lines it has already read, until the client
  * has taken all but CONN_OUTPUT_LOW (backpressure: a pipelining client that
  * reads is slowed down, never cut off). A client that takes none of its
- * pending output for client_write_timeout is closed at once (the libevent
- * write timeout only runs while output is pending: an idle client, or one
- * waiting for an acquire, is never timed out). Replies to waiters are not
- * held back by backpressure: past the hard cap the connection is closed at
- * once, its output discarded (libevent owns the start of a socket
- * bufferevent's output, so it cannot be drained; it goes with the
- * bufferevent).
+ * pending output for client_write_timeout is closed at once (write_ev's
+ * timeout, which only runs while it is added, that is while output is
+ * pending, and restarts whenever the socket takes some: an idle client, or
+ * one waiting for an acquire, is never timed out). Replies to waiters are
+ * not held back by backpressure: past the hard cap the connection is closed
+ * at once, its output discarded.
  */
 
 #include "conn.h"
@@ -34,13 +43,14 @@
 #include "proto.h"
 #include "waitq.h"
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
+#include <errno.h>
 #include <event2/event.h>
 #include <poll.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 /*
  * Backpressure watermarks. A client that sends its whole pipeline before it
@@ -52,6 +62,14 @@
 #define CONN_OUTPUT_LOW	 (512 * 1024)
 /* The hard cap; conn_max_output raises it so one max_line line's reply fits past HIGH. */
 #define CONN_MAX_OUTPUT (4 * 1024 * 1024)
+/* One read(2) into the scratch buffer takes at most this much; the input
+ * kept between reads is the start of a line (at most max_line) or lines held
+ * back by backpressure. */
+#define CONN_READ_MAX (64 * 1024)
+/* Room made in the input, when it holds the start of a line, for the next read. */
+#define CONN_IN_READ (16 * 1024)
+/* An emptied output buffer larger than this is given back. */
+#define CONN_OUT_KEEP (64 * 1024)
 
 static void conn_close_after_flush(struct conn *c);
 static void conn_read_lines(struct conn *c);
@@ -78,9 +96,60 @@ static void conn_cl_waiter_done(struct client *cl)
 static const struct client_cb conn_client_cb = { .reply = conn_cl_reply,
 						 .waiter_done = conn_cl_waiter_done };
 
-static size_t conn_output_len(struct conn *c)
+/*
+ * Room for n more bytes after b's data; false: out of memory. The data is
+ * moved to the front only when more than half the buffer has been drained
+ * (the move costs no more than what was taken off), else the buffer doubles.
+ */
+static bool conn_buf_reserve(struct conn_buf *b, size_t n)
 {
-	return evbuffer_get_length(bufferevent_get_output(c->bev));
+	size_t cap;
+	char *nb;
+
+	if (b->off + b->len + n <= b->cap)
+		return true;
+	if (b->len + n <= b->cap / 2) {
+		memmove(b->buf, b->buf + b->off, b->len);
+		b->off = 0;
+		return true;
+	}
+	for (cap = b->cap > 0 ? b->cap * 2 : 4096; cap < b->len + n; cap *= 2)
+		;
+	if ((nb = malloc(cap)) == NULL)
+		return false;
+	if (b->len > 0)
+		memcpy(nb, b->buf + b->off, b->len);
+	free(b->buf);
+	b->buf = nb;
+	b->cap = cap;
+	b->off = 0;
+	return true;
+}
+
+/* Take n bytes off the front of b; an emptied buffer larger than keep is freed. */
+static void conn_buf_drain(struct conn_buf *b, size_t n, size_t keep)
+{
+	b->off += n;
+	b->len -= n;
+	if (b->len > 0)
+		return;
+	b->off = 0;
+	if (b->cap > keep) {
+		free(b->buf);
+		b->buf = NULL;
+		b->cap = 0;
+	}
+}
+
+/* Free c's events (those made: conn_new may fail halfway). */
+static void conn_events_free(struct conn *c)
+{
+	struct event *evs[] = { c->read_ev, c->write_ev, c->flush_ev, c->close_ev };
+	size_t i;
+
+	for (i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
+		if (evs[i] != NULL)
+			event_free(evs[i]);
 }
 
 static size_t conn_max_output(struct conn *c)
@@ -102,8 +171,10 @@ static void conn_free(struct conn *c)
 	ops_conn_closed(&c->cl);
 	TAILQ_REMOVE(&cs->list, c, link);
 	rt->nconns--;
-	bufferevent_free(c->bev); /* unsent output (a dropped client's) goes with it */
-	event_free(c->close_ev);  /* also when it is active: a drop's free is this one */
+	conn_events_free(c); /* close_ev also when it is active: a drop's free is this one */
+	evutil_closesocket(c->fd);
+	free(c->in.buf);
+	free(c->out.buf); /* unsent output (a dropped client's) goes with it */
 	free(c);
 	if (rt->shutting_down && rt->nconns == 0 && cs->drained != NULL)
 		event_active(cs->drained, EV_TIMEOUT, 0);
@@ -121,10 +192,12 @@ static void conn_drop(struct conn *c)
 		return;
 	c->dropped = true;
 	c->closing = true;
-	/* Should this fail, the callbacks still ignore it until close_ev runs. */
-	if (bufferevent_disable(c->bev, EV_READ | EV_WRITE) != 0)
-		log_debug("cannot disable a dropped connection", "conn=%llu",
+	/* Should these fail, the callbacks still ignore it until close_ev runs. */
+	if (event_del(c->read_ev) != 0 || event_del(c->write_ev) != 0 ||
+	    event_del(c->flush_ev) != 0)
+		log_debug("cannot stop a dropped connection's events", "conn=%llu",
 			  (unsigned long long)c->id);
+	conn_buf_drain(&c->out, c->out.len, 0);
 	event_active(c->close_ev, EV_TIMEOUT, 0);
 }
 
@@ -132,7 +205,7 @@ static void conn_drop(struct conn *c)
 static void conn_pause_reads(struct conn *c)
 {
 	c->reads_paused = true;
-	if (bufferevent_disable(c->bev, EV_READ) != 0) {
+	if (event_del(c->read_ev) != 0) {
 		/* It would go on reading into its input without bound. */
 		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot pause reading a client: closing",
 				"conn=%llu", (unsigned long long)c->id);
@@ -147,28 +220,91 @@ static void conn_resume_reads(struct conn *c)
 	conn_read_lines(c);
 	if (c->reads_paused || c->closing || c->half_closed)
 		return;
-	if (bufferevent_enable(c->bev, EV_READ) != 0) {
+	if (event_add(c->read_ev, NULL) != 0) {
 		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot resume reading a client: closing",
 				"conn=%llu", (unsigned long long)c->id);
 		conn_close_after_flush(c);
 	}
 }
 
-/* Called after a write that left at most CONN_OUTPUT_LOW (the write low watermark). */
-static void conn_write_cb(struct bufferevent *bev, void *arg)
+/*
+ * Write what c's output holds, in one write(2). What the socket does not take
+ * waits for write_ev (added now, with the write timeout); write_ev goes once
+ * the output is empty. Safe anywhere: it never frees c (a failed write drops
+ * it; a closing connection's last byte makes close_ev active).
+ */
+static void conn_flush(struct conn *c)
 {
-	struct conn *c = arg;
-	size_t left = evbuffer_get_length(bufferevent_get_output(bev));
+	struct timeval wto;
+	int64_t wto_ms;
+	ssize_t n = 0;
 
 	if (c->dropped)
 		return;
+	if (c->out.len > 0) {
+		n = send(c->fd, c->out.buf + c->out.off, c->out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		c->cl.ad->conn_writes++;
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+			/* The peer is gone (EPIPE, ECONNRESET): nothing more reaches it. */
+			log_debug("client write failed: closing", "conn=%llu err=\"%s\"",
+				  (unsigned long long)c->id, strerror(errno));
+			conn_drop(c);
+			return;
+		}
+		if (n > 0)
+			conn_buf_drain(&c->out, (size_t)n, CONN_OUT_KEEP);
+	}
+	if (c->out.len > 0 && !c->write_armed) {
+		wto_ms = c->cl.ad->conf->client_write_timeout_ms;
+		wto.tv_sec = (time_t)(wto_ms / 1000);
+		wto.tv_usec = (suseconds_t)(wto_ms % 1000 * 1000);
+		if (event_add(c->write_ev, &wto) != 0) {
+			log_ratelimited(LOG_SLOT_ACCEPT, 1000,
+					"cannot wait to write to a client: closing", "conn=%llu",
+					(unsigned long long)c->id);
+			conn_drop(c);
+			return;
+		}
+		c->write_armed = true;
+		c->cl.ad->conn_write_waits++;
+	} else if (c->out.len == 0 && c->write_armed) {
+		/* Should it fail, the next write_cb finds nothing to write and tries again. */
+		if (event_del(c->write_ev) == 0)
+			c->write_armed = false;
+	}
 	if (c->closing) {
-		if (left == 0)
-			conn_free(c);
+		if (c->out.len == 0)
+			event_active(c->close_ev, EV_TIMEOUT, 0);
 		return;
 	}
-	if (c->reads_paused)
+	if (n > 0 && c->reads_paused && c->out.len <= CONN_OUTPUT_LOW)
 		conn_resume_reads(c);
+}
+
+/* The replies of a loop pass, written once its other callbacks have run. */
+static void conn_flush_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
+{
+	struct conn *c = arg;
+
+	c->flush_queued = false;
+	if (!c->write_armed)
+		conn_flush(c);
+}
+
+/* The socket takes more (or took none of it for client_write_timeout). */
+static void conn_write_cb(evutil_socket_t fd UNUSED, short what, void *arg)
+{
+	struct conn *c = arg;
+
+	if (c->dropped)
+		return;
+	if (what & EV_TIMEOUT) {
+		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "client takes none of its replies: closing",
+				"conn=%llu pending=%zu", (unsigned long long)c->id, c->out.len);
+		conn_free(c);
+		return;
+	}
+	conn_flush(c);
 }
 
 /*
@@ -178,7 +314,7 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
  */
 static bool conn_peer_gone(struct conn *c)
 {
-	struct pollfd pfd = { .fd = bufferevent_getfd(c->bev), .events = POLLOUT };
+	struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
 
 	if (pfd.fd < 0)
 		return true;
@@ -189,29 +325,15 @@ static bool conn_peer_gone(struct conn *c)
  * EOF: a client that is gone gets nothing more (its waiters book nothing,
  * its leases are released). One that only finished sending is still owed
  * the replies to its waiting acquires: it is closed when the last is sent.
- * A write timeout (output pending, none of it taken for client_write_timeout)
- * closes at once: waiting for a flush is what it timed out on.
+ * Called from the read callback only (c may be freed).
  */
-static void conn_event_cb(struct bufferevent *bev UNUSED, short what, void *arg)
+static void conn_eof(struct conn *c)
 {
-	struct conn *c = arg;
-
-	if (c->dropped)
-		return; /* close_ev frees it */
-	if (what & BEV_EVENT_TIMEOUT) {
-		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "client takes none of its replies: closing",
-				"conn=%llu pending=%zu", (unsigned long long)c->id,
-				conn_output_len(c));
-		conn_free(c);
-		return;
-	}
-	if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && !c->closing &&
-	    (!TAILQ_EMPTY(&c->cl.waiters) || !TAILQ_EMPTY(&c->cl.pends) ||
-	     conn_output_len(c) > 0) &&
+	if (!c->closing &&
+	    (!TAILQ_EMPTY(&c->cl.waiters) || !TAILQ_EMPTY(&c->cl.pends) || c->out.len > 0) &&
 	    !conn_peer_gone(c)) {
 		c->half_closed = true;
-		/* (libevent has already disabled reading at EOF: this cannot fail.) */
-		if (bufferevent_disable(c->bev, EV_READ) != 0) {
+		if (event_del(c->read_ev) != 0) {
 			conn_free(c);
 			return;
 		}
@@ -219,8 +341,7 @@ static void conn_event_cb(struct bufferevent *bev UNUSED, short what, void *arg)
 		conn_waiter_done(c);
 		return;
 	}
-	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-		conn_free(c);
+	conn_free(c);
 }
 
 void conn_sweep(struct conns *cs)
@@ -252,105 +373,159 @@ static void conn_close_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *ar
 /*
  * Stop reading, flush what is queued, then close. Never frees at once: the
  * caller may be deep in this connection's read loop, so the free runs from
- * the loop (the write callback, or close_ev when nothing is left to write).
+ * the loop (close_ev, made active by the flush that leaves nothing, or now
+ * when nothing is left to write).
  */
 static void conn_close_after_flush(struct conn *c)
 {
 	if (c->dropped)
 		return;
 	c->closing = true;
-	if (bufferevent_disable(c->bev, EV_READ) != 0) {
+	if (event_del(c->read_ev) != 0) {
 		/* Still reading, and nothing dispatches what it reads. */
 		conn_drop(c);
 		return;
 	}
-	if (conn_output_len(c) == 0)
+	if (c->out.len == 0)
 		event_active(c->close_ev, EV_TIMEOUT, 0);
 }
 
-/* Dispatch the complete lines read so far, until closing or paused. */
-static void conn_read_lines(struct conn *c)
+/*
+ * Dispatch the complete lines of buf (len bytes) until closing or paused;
+ * returns the bytes consumed. A line longer than max_line, or more than
+ * max_line without a newline, is answered line_too_long and closes (all of
+ * buf consumed).
+ */
+static size_t conn_dispatch(struct conn *c, const char *buf, size_t len)
 {
-	struct evbuffer *in = bufferevent_get_input(c->bev);
-	size_t max_line = (size_t)c->cl.ad->conf->max_line;
+	size_t max_line = (size_t)c->cl.ad->conf->max_line, done = 0, n;
+	const char *line, *eol;
 
-	while (!c->closing && !c->reads_paused) {
-		struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_LF);
-		size_t len;
-		const char *line;
-
-		if (eol.pos < 0) {
-			if (evbuffer_get_length(in) > max_line)
+	while (!c->closing && !c->reads_paused && done < len) {
+		line = buf + done;
+		eol = memchr(line, '\n', len - done);
+		if (eol == NULL) {
+			if (len - done > max_line)
 				goto too_long;
-			return;
+			break;
 		}
-		len = (size_t)eol.pos;
-		if (len > max_line)
+		n = (size_t)(eol - line);
+		if (n > max_line)
 			goto too_long;
-		/* Decoded where it lies (made contiguous), not copied out: the
-		 * codec takes a length, and only this loop consumes the input. */
-		line = (const char *)evbuffer_pullup(in, (ev_ssize_t)(len + 1));
-		if (line == NULL) {
-			log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot read a line: closing",
-					"conn=%llu", (unsigned long long)c->id);
-			conn_close_after_flush(c);
-			return;
-		}
-		if (len > 0 && line[len - 1] == '\r')
-			len--;
+		done += n + 1;
+		if (n > 0 && line[n - 1] == '\r')
+			n--;
 		/* Answered like any malformed line: a client that sent it waits
 		 * for a reply, and the replies stay in step with the lines. */
-		if (len == 0)
+		if (n == 0)
 			conn_send_reply(c,
 					preply_error(NULL, ADMIT_E_BAD_REQUEST,
 						     "empty line: a request is one JSON object"));
 		else
-			ops_dispatch(&c->cl, line, len);
-		if (evbuffer_drain(in, (size_t)eol.pos + 1) != 0) {
-			log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot drain a line: closing",
-					"conn=%llu", (unsigned long long)c->id);
-			conn_close_after_flush(c);
-			return;
-		}
+			ops_dispatch(&c->cl, line, n);
 	}
-	return;
+	return done;
 too_long:
 	conn_send_reply(
 	    c, preply_error(NULL, ADMIT_E_LINE_TOO_LONG, "request line longer than max_line"));
-	/* Early, to free it; should it fail, it goes with the bufferevent. */
-	if (evbuffer_drain(in, evbuffer_get_length(in)) != 0)
-		log_debug("cannot drain an over-long line", "conn=%llu", (unsigned long long)c->id);
 	conn_close_after_flush(c);
+	return len;
 }
 
-static void conn_read_cb(struct bufferevent *bev UNUSED, void *arg)
+/* Dispatch the lines held in c's input, until closing or paused. */
+static void conn_read_lines(struct conn *c)
 {
-	struct conn *c = arg;
+	size_t n = conn_dispatch(c, c->in.buf + c->in.off, c->in.len);
 
-	if (!c->dropped)
+	/* Emptied, it is freed: most reads bring whole lines and need none. */
+	conn_buf_drain(&c->in, c->closing ? c->in.len : n, 0);
+}
+
+/* Keep the bytes of one read that were not dispatched; false: out of memory. */
+static bool conn_keep_input(struct conn *c, const char *rest, size_t n)
+{
+	if (n == 0 || c->closing)
+		return true;
+	if (!conn_buf_reserve(&c->in, n))
+		return false;
+	memcpy(c->in.buf + c->in.off + c->in.len, rest, n);
+	c->in.len += n;
+	return true;
+}
+
+/*
+ * One read(2), its lines dispatched and their replies written in one write
+ * at the end. With no partial line held, it reads into a scratch buffer and
+ * dispatches from there: only what is left (the start of a line, lines held
+ * back) is copied into the connection's input.
+ */
+static void conn_read_cb(evutil_socket_t fd, short what UNUSED, void *arg)
+{
+	static char scratch[CONN_READ_MAX];
+	struct conn *c = arg;
+	ssize_t r;
+	size_t used;
+
+	if (c->dropped || c->closing || c->reads_paused)
+		return;
+	if (c->in.len == 0) {
+		r = recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+	} else {
+		if (!conn_buf_reserve(&c->in, CONN_IN_READ))
+			goto oom;
+		r = recv(fd, c->in.buf + c->in.off + c->in.len, c->in.cap - c->in.off - c->in.len,
+			 MSG_DONTWAIT);
+	}
+	if (r < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+			return;
+		conn_free(c); /* ECONNRESET and the like: the peer is gone */
+		return;
+	}
+	if (r == 0) {
+		conn_eof(c);
+		return;
+	}
+	c->in_read = true;
+	if (c->in.len == 0) {
+		used = conn_dispatch(c, scratch, (size_t)r);
+		if (!conn_keep_input(c, scratch + used, (size_t)r - used)) {
+			c->in_read = false;
+			goto oom;
+		}
+	} else {
+		c->in.len += (size_t)r;
 		conn_read_lines(c);
+	}
+	c->in_read = false;
+	if (!c->write_armed) /* else write_ev writes when the socket takes more */
+		conn_flush(c);
+	return;
+oom:
+	log_ratelimited(LOG_SLOT_ACCEPT, 1000, "out of memory reading a client: closing",
+			"conn=%llu", (unsigned long long)c->id);
+	conn_close_after_flush(c);
+	conn_flush(c);
 }
 
 void conn_new(struct conns *cs, int fd, const struct ucred *cred)
 {
 	struct rt *ad = cs->rt;
 	struct conn *c = calloc(1, sizeof(*c));
-	int64_t wto_ms = ad->conf->client_write_timeout_ms;
-	struct timeval wto = { (time_t)(wto_ms / 1000), (suseconds_t)(wto_ms % 1000 * 1000) };
 
 	if (c == NULL) {
 		evutil_closesocket(fd);
 		return;
 	}
-	c->bev = bufferevent_socket_new(ad->base, fd, BEV_OPT_CLOSE_ON_FREE);
+	c->fd = fd;
+	c->read_ev = event_new(ad->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
+	c->write_ev = event_new(ad->base, fd, EV_WRITE | EV_PERSIST, conn_write_cb, c);
+	c->flush_ev = event_new(ad->base, -1, 0, conn_flush_cb, c);
 	c->close_ev = evtimer_new(ad->base, conn_close_cb, c);
-	if (c->bev == NULL || c->close_ev == NULL) {
-		if (c->bev != NULL)
-			bufferevent_free(c->bev);
-		else
-			evutil_closesocket(fd);
-		if (c->close_ev != NULL)
-			event_free(c->close_ev);
+	if (c->read_ev == NULL || c->write_ev == NULL || c->flush_ev == NULL ||
+	    c->close_ev == NULL) {
+		conn_events_free(c);
+		evutil_closesocket(fd);
 		free(c);
 		return;
 	}
@@ -370,13 +545,9 @@ void conn_new(struct conns *cs, int fd, const struct ucred *cred)
 	TAILQ_INIT(&c->cl.pends);
 	TAILQ_INSERT_TAIL(&cs->list, c, link);
 	ad->nconns++;
-	bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-	/* The write callback runs when a write leaves at most LOW (resume reading). */
-	bufferevent_setwatermark(c->bev, EV_WRITE, CONN_OUTPUT_LOW, 0);
 	/* No read timeout: an idle client is fine. The write timeout runs only
-	 * while output is pending and restarts whenever the socket takes some. */
-	if (bufferevent_set_timeouts(c->bev, NULL, &wto) != 0 ||
-	    bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0) {
+	 * while output is pending (write_ev, conn_flush). */
+	if (event_add(c->read_ev, NULL) != 0) {
 		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "cannot set up a connection: closing",
 				"conn=%llu", (unsigned long long)c->id);
 		conn_free(c);
@@ -384,13 +555,14 @@ void conn_new(struct conns *cs, int fd, const struct ucred *cred)
 }
 
 /*
- * Queue a reply. Past the high watermark the connection stops reading; past
- * the hard cap it is dropped. Safe anywhere: it never frees c.
+ * Queue a reply, written at the end of the read callback, by flush_ev later
+ * in this loop pass, or by write_ev when the socket is full. Past the high
+ * watermark the connection stops reading; past the hard cap it is dropped.
+ * Safe anywhere: it never frees c.
  */
 static void conn_send(struct conn *c, const char *line, size_t len)
 {
-	struct evbuffer *out = bufferevent_get_output(c->bev);
-	size_t pending = evbuffer_get_length(out);
+	size_t pending = c->out.len;
 
 	if (c->dropped)
 		return;
@@ -400,11 +572,18 @@ static void conn_send(struct conn *c, const char *line, size_t len)
 		conn_drop(c);
 		return;
 	}
-	if (evbuffer_add(out, line, len) != 0) {
+	if (!conn_buf_reserve(&c->out, len)) {
 		log_ratelimited(LOG_SLOT_ACCEPT, 1000, "out of memory queueing a reply: closing",
 				"conn=%llu", (unsigned long long)c->id);
 		conn_drop(c);
 		return;
+	}
+	memcpy(c->out.buf + c->out.off + c->out.len, line, len);
+	c->out.len += len;
+	c->cl.ad->conn_replies++;
+	if (!c->in_read && !c->write_armed && !c->flush_queued) {
+		c->flush_queued = true;
+		event_active(c->flush_ev, EV_WRITE, 0);
 	}
 	if (pending + len > CONN_OUTPUT_HIGH && !c->reads_paused && !c->closing)
 		conn_pause_reads(c);

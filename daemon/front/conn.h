@@ -6,8 +6,9 @@
  * conn.h - the connections of the Unix socket.
  *
  * conn.c owns each struct conn, from its accept (server.c) until it is
- * freed, and the set of them (struct conns): its framing of request lines,
- * its output and backpressure, half-close and revocation. What a connection
+ * freed, and the set of them (struct conns): its socket, its events and
+ * its two buffers, its framing of request lines, its output and
+ * backpressure, half-close and revocation. What a connection
  * holds below the front (waiters, leases, owed replies) is its struct
  * client, which conn.c answers through (client.h).
  */
@@ -23,15 +24,25 @@
 #include <sys/queue.h>
 #include <sys/socket.h>
 
-struct bufferevent;
 struct event;
+
+/* conn_buf: conn.c. Bytes from buf + off, len of them, in cap allocated. */
+struct conn_buf {
+	char *buf;
+	size_t off, len, cap;
+};
 
 /* conn: conn.c. */
 struct conn {
 	struct client cl; /* what the layers below see of it: first */
 	struct conns *set;
-	struct bufferevent *bev;
+	int fd;
+	struct event *read_ev;	/* EV_READ|EV_PERSIST, added while reading */
+	struct event *write_ev; /* EV_WRITE|EV_PERSIST, added only while the socket is full */
+	struct event *flush_ev; /* made active to write the replies of a loop pass at once */
 	struct event *close_ev; /* deferred free (see conn_close_after_flush) */
+	struct conn_buf in;	/* the start of a line not complete yet, or lines held back */
+	struct conn_buf out;	/* replies not written yet */
 	uint64_t id;
 	TAILQ_ENTRY(conn) link;
 	struct ucred peer; /* the peer's credentials, read at accept (server.c) */
@@ -40,6 +51,9 @@ struct conn {
 	bool half_closed;  /* the peer finished sending: close after its last waiter */
 	bool reads_paused; /* backpressure: too much output unread (not closing) */
 	bool dropped;	   /* closed without a flush: sends are discarded, close_ev frees */
+	bool in_read;	   /* in its read callback: replies are written at its end */
+	bool write_armed;  /* write_ev is added */
+	bool flush_queued; /* flush_ev is active */
 };
 TAILQ_HEAD(conn_list, conn);
 

@@ -28,7 +28,6 @@
 #include "log.h"
 
 #include <errno.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <fcntl.h>
@@ -321,8 +320,7 @@ void server_recheck_peers(struct conns *cs)
 	if (ad->conf->allow_uids.n == 0 && ad->conf->allow_gids.n == 0)
 		return;
 	for (c = TAILQ_FIRST(&cs->list); c != NULL; c = TAILQ_NEXT(c, link)) {
-		if (c->closing || server_peer_allowed(ad->conf, bufferevent_getfd(c->bev), &c->peer,
-						      c->peer_known))
+		if (c->closing || server_peer_allowed(ad->conf, c->fd, &c->peer, c->peer_known))
 			continue;
 		log_info("connection closed: a reload took its peer out of allow_uids/allow_gids",
 			 "conn=%llu uid=%u gid=%u pid=%d", (unsigned long long)c->id,

@@ -46,6 +46,11 @@ void op_status(struct client *c, struct request *rq)
 	preply_str(r, "backend", state);
 	preply_int(r, "backend_since_s", (now - since) / 1000);
 	preply_int(r, "connections", (int64_t)ad->nconns);
+	preply_push(r, "socket");
+	preply_int(r, "replies", (int64_t)ad->conn_replies);
+	preply_int(r, "writes", (int64_t)ad->conn_writes);
+	preply_int(r, "write_waits", (int64_t)ad->conn_write_waits);
+	preply_pop(r);
 	preply_push(r, "reloads");
 	preply_int(r, "ok", (int64_t)ad->reloads_ok);
 	preply_int(r, "error", (int64_t)ad->reloads_error);

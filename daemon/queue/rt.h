@@ -63,6 +63,9 @@ struct rt {
 	uint64_t reloads_error; /* reloads refused: the old conf kept running */
 	int64_t start_ms;
 	bool shutting_down;
+	/* The front's socket path, for `status`: replies queued to clients, the
+	 * write(2)s that sent them, and how often a full socket made one wait. */
+	uint64_t conn_replies, conn_writes, conn_write_waits;
 };
 
 #endif
