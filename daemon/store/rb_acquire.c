@@ -21,6 +21,7 @@
 #include "adaptive_rt.h"
 #include "clock.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -412,6 +413,21 @@ static void rb_acq_unsent(void *arg)
 		rb_acq_done(q);
 }
 
+/*
+ * An empty argument vector without clearing its inline room (about 1.8 KB,
+ * never read before it is written): its fields before iv, those rargs_clear
+ * resets. The inline arrays must stay its last fields.
+ */
+_Static_assert(offsetof(struct rargs, iv) < offsetof(struct rargs, ilen) &&
+		   offsetof(struct rargs, ilen) < offsetof(struct rargs, ibuf) &&
+		   offsetof(struct rargs, ibuf) + RARGS_INLINE_B + _Alignof(max_align_t) >
+		       sizeof(struct rargs),
+	       "struct rargs: the inline room is its tail");
+static void rb_args_empty(struct rargs *a)
+{
+	memset(a, 0, offsetof(struct rargs, iv));
+}
+
 /* How the pass's batch answers an acquire it holds (rb_xbatch.c). */
 static const struct rb_xb_ops rb_acq_xb = { .reply = rb_acq_cb,
 					    .plain = rb_plain_cb,
@@ -456,7 +472,6 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	q = calloc(1, sizeof(*q));
 	if (q == NULL)
 		return false;
-	memset(a, 0, sizeof(a));
 	q->b = b;
 	q->w = w;
 	q->cb = cb;
@@ -468,6 +483,8 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		ask = rb_ahead_ask(b, &w->t[0]);
 	if (w->nt == 1 && b->xb != NULL && rb_acq_queue(q, not_after, alone ? &ask : NULL))
 		return true;
+	for (i = 0; i < w->nt; i++)
+		rb_args_empty(&a[i]);
 	for (i = 0; i < w->nt; i++) {
 		struct rb_acq_part *part = malloc(sizeof(*part));
 		struct rb_plain pa;
@@ -504,7 +521,7 @@ out:
 		rb_ahead_lost(b, q->give); /* never sent */
 		free(q);
 	}
-	for (i = 0; i < PROTO_MAX_TARGETS; i++)
+	for (i = 0; i < w->nt; i++)
 		rargs_clear(&a[i]);
 	return ok;
 }
