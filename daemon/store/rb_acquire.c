@@ -30,7 +30,9 @@ enum rb_outcome { RB_R_REFUSED = 0, RB_R_ADMITTED, RB_R_STALE, RB_R_UNKNOWN };
 /* The general reply's length for a one-rule plan (rb_plain_reply makes one). */
 #define RB_PLAIN_REPLY 13
 
-/* One waiter's acquire: its targets' outcomes, then its answer. */
+/* One waiter's acquire: its targets' outcomes, then its answer (one
+ * allocation, its r[] sized to the waiter's targets: one target's is within
+ * glibc's per-thread cache). */
 struct rb_acq {
 	struct backend *b;
 	struct waiter *w;
@@ -52,7 +54,7 @@ struct rb_acq {
 		long code;
 		int64_t next_booked, next_before;
 		struct lim_left left;
-	} r[PROTO_MAX_TARGETS];
+	} r[]; /* one a target of w (w->nt): allocated to its count */
 };
 
 /* One target's call of an acquire: the arg of its reply's callback. */
@@ -469,7 +471,7 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		b->errors[RB_OP_ACQUIRE]++; /* decided in fallback: Redis was not reached */
 		return false;
 	}
-	q = calloc(1, sizeof(*q));
+	q = calloc(1, offsetof(struct rb_acq, r) + w->nt * sizeof(q->r[0]));
 	if (q == NULL)
 		return false;
 	q->b = b;
