@@ -30,9 +30,15 @@ enum rb_outcome { RB_R_REFUSED = 0, RB_R_ADMITTED, RB_R_STALE, RB_R_UNKNOWN };
 /* The general reply's length for a one-rule plan (rb_plain_reply makes one). */
 #define RB_PLAIN_REPLY 13
 
-/* One waiter's acquire: its targets' outcomes, then its answer (one
- * allocation, its r[] sized to the waiter's targets: one target's is within
- * glibc's per-thread cache). */
+/* One target's call of an acquire: the arg of its reply's callback. */
+struct rb_acq_part {
+	struct rb_acq *q;
+	size_t i;
+};
+
+/* One waiter's acquire: its targets' outcomes and their calls' args, then
+ * its answer (one allocation, its r[] sized to the waiter's targets: one
+ * target's is within glibc's per-thread cache). */
 struct rb_acq {
 	struct backend *b;
 	struct waiter *w;
@@ -54,13 +60,8 @@ struct rb_acq {
 		long code;
 		int64_t next_booked, next_before;
 		struct lim_left left;
-	} r[]; /* one a target of w (w->nt): allocated to its count */
-};
-
-/* One target's call of an acquire: the arg of its reply's callback. */
-struct rb_acq_part {
-	struct rb_acq *q;
-	size_t i;
+		struct rb_acq_part part; /* {this acquire, i} */
+	} r[];				 /* one a target of w (w->nt): allocated to its count */
 };
 
 /* ---- acquire ---- */
@@ -350,7 +351,6 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 			rb_failed(q->b, RB_OP_ACQUIRE, st, reply);
 		q->r[i].out = RB_R_UNKNOWN;
 	}
-	free(part);
 	if (--q->pending == 0)
 		rb_acq_done(q);
 }
@@ -410,7 +410,6 @@ static void rb_acq_unsent(void *arg)
 
 	q->b->errors[RB_OP_ACQUIRE]++;
 	q->r[part->i].out = RB_R_STALE;
-	free(part);
 	if (--q->pending == 0) /* as rb_acq_cb ends */
 		rb_acq_done(q);
 }
@@ -439,18 +438,13 @@ static const struct rb_xb_ops rb_acq_xb = { .reply = rb_acq_cb,
 static bool rb_acq_queue(struct rb_acq *q, int64_t not_after, const struct rb_ask *ask)
 {
 	const struct target_rt *t = &q->w->t[0];
-	struct rb_acq_part *part = malloc(sizeof(*part));
+	struct rb_acq_part *part = &q->r[0].part;
 
-	if (part == NULL)
-		return false;
 	*part = (struct rb_acq_part){ .q = q, .i = 0 };
 	/* before it is queued: a batch that cannot be sent answers at once */
 	rb_acq_plain(q, conf_plan_of(t->kq->sc->cs, t->cls)->plain, ask);
 	q->pending = 1;
-	if (rb_xb_add(q->b, q->w, q->lease_id, not_after, ask, &rb_acq_xb, part))
-		return true;
-	free(part);
-	return false;
+	return rb_xb_add(q->b, q->w, q->lease_id, not_after, ask, &rb_acq_xb, part);
 }
 
 bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, eng_cb *cb,
@@ -463,7 +457,7 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	bool alone = w->nt == 1 && w->nreserve == 0; /* may book ahead */
 	int64_t not_after;
 	bool ok = false;
-	size_t i, made = 0;
+	size_t i;
 
 	if (b->closing)
 		return false;
@@ -488,16 +482,14 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	for (i = 0; i < w->nt; i++)
 		rb_args_empty(&a[i]);
 	for (i = 0; i < w->nt; i++) {
-		struct rb_acq_part *part = malloc(sizeof(*part));
+		struct rb_acq_part *part = &q->r[i].part;
 		struct rb_plain pa;
 		size_t nkeys = 0;
 		bool plain = rb_target_args(&a[i], b, &w->t[i], lease_id, not_after, w,
 					    alone ? &ask : NULL, &pa, &nkeys);
 		rb_acq_plain(q, plain, alone ? &ask : NULL);
-		if (part == NULL || a[i].oom) {
-			free(part);
+		if (a[i].oom)
 			goto out;
-		}
 		part->q = q;
 		part->i = i;
 		calls[i] = (struct rpool_call){ .affinity = rb_affinity(w->t[0].kq->sc->cs,
@@ -509,7 +501,6 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 						.argvlen = a[i].len,
 						.cb = plain ? rb_plain_cb : rb_acq_cb,
 						.arg = part };
-		made++;
 	}
 	q->pending = w->nt;
 	rb_xb_flush(b);
@@ -518,8 +509,6 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		b->calls[RB_OP_ACQUIRE] += w->nt;
 out:
 	if (!ok) {
-		for (i = 0; i < made; i++)
-			free(calls[i].arg);
 		rb_ahead_lost(b, q->give); /* never sent */
 		free(q);
 	}
