@@ -14,7 +14,8 @@ pairs, divided by MORE (what starting and stopping cost cancels out):
   parsed form of a handle even for this daemon's own leases, and an acquire
   through Redis 3.9 KB of outcomes for eight targets when it had one.
 
-Skipped without valgrind, and for an ASan build (valgrind cannot run one).
+Skipped without valgrind, for an ASan build (valgrind cannot run one), and
+with VALGRIND=1 (it runs valgrind itself).
 """
 
 import os
@@ -23,7 +24,7 @@ import shutil
 import unittest
 
 from .harness import Admitd, RedisServer, acquire_req
-from .harness_base import _asan_build
+from .harness_base import VALGRIND, _asan_build
 
 CONF = """
 [scope tb]
@@ -88,6 +89,7 @@ def _warm_redis(d):
 
 @unittest.skipUnless(shutil.which("valgrind"), "valgrind is not installed")
 @unittest.skipIf(_asan_build(), "an ASan build cannot run under valgrind")
+@unittest.skipIf(VALGRIND, "it runs its own valgrind tools (VALGRIND=1 would nest them)")
 class HotPathCostTest(unittest.TestCase):
     def run_once(self, tool, read, pairs, redis):
         """read(daemon) after pairs pairs and a clean stop."""
