@@ -296,8 +296,9 @@ int main(int argc, char **argv)
 		log_warn("not telling the service manager anything", NULL);
 	ad.rt.start_ms = clock_mono_ms();
 	ad.rt.base = event_base_new();
-	ad.rt.leases = htab_new();
-	if (ad.rt.base == NULL || ad.rt.leases == NULL || !scopes_init(&ad.rt))
+	ad.rt.leases = htab_new(); /* its keys are nonces the daemon draws (lease.c) */
+	if (ad.rt.base == NULL || ad.rt.leases == NULL || !htab_issued(ad.rt.leases) ||
+	    !scopes_init(&ad.rt))
 		fatal("cannot initialise", NULL);
 	ad.gc_ev = event_new(ad.rt.base, -1, EV_PERSIST, admitd_gc_cb, &ad);
 	ad.exit_ev = evtimer_new(ad.rt.base, admitd_exit_cb, &ad);

@@ -21,6 +21,7 @@
 #include "adaptive_rt.h"
 #include "clock.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +30,15 @@ enum rb_outcome { RB_R_REFUSED = 0, RB_R_ADMITTED, RB_R_STALE, RB_R_UNKNOWN };
 /* The general reply's length for a one-rule plan (rb_plain_reply makes one). */
 #define RB_PLAIN_REPLY 13
 
-/* One waiter's acquire: its targets' outcomes, then its answer. */
+/* One target's call of an acquire: the arg of its reply's callback. */
+struct rb_acq_part {
+	struct rb_acq *q;
+	size_t i;
+};
+
+/* One waiter's acquire: its targets' outcomes and their calls' args, then
+ * its answer (one allocation, its r[] sized to the waiter's targets: one
+ * target's is within glibc's per-thread cache). */
 struct rb_acq {
 	struct backend *b;
 	struct waiter *w;
@@ -51,13 +60,8 @@ struct rb_acq {
 		long code;
 		int64_t next_booked, next_before;
 		struct lim_left left;
-	} r[PROTO_MAX_TARGETS];
-};
-
-/* One target's call of an acquire: the arg of its reply's callback. */
-struct rb_acq_part {
-	struct rb_acq *q;
-	size_t i;
+		struct rb_acq_part part; /* {this acquire, i} */
+	} r[];				 /* one a target of w (w->nt): allocated to its count */
 };
 
 /* ---- acquire ---- */
@@ -347,7 +351,6 @@ static void rb_acq_cb(void *arg, enum rp_status st, const struct rval *reply)
 			rb_failed(q->b, RB_OP_ACQUIRE, st, reply);
 		q->r[i].out = RB_R_UNKNOWN;
 	}
-	free(part);
 	if (--q->pending == 0)
 		rb_acq_done(q);
 }
@@ -407,9 +410,23 @@ static void rb_acq_unsent(void *arg)
 
 	q->b->errors[RB_OP_ACQUIRE]++;
 	q->r[part->i].out = RB_R_STALE;
-	free(part);
 	if (--q->pending == 0) /* as rb_acq_cb ends */
 		rb_acq_done(q);
+}
+
+/*
+ * An empty argument vector without clearing its inline room (about 1.8 KB,
+ * never read before it is written): its fields before iv, those rargs_clear
+ * resets. The inline arrays must stay its last fields.
+ */
+_Static_assert(offsetof(struct rargs, iv) < offsetof(struct rargs, ilen) &&
+		   offsetof(struct rargs, ilen) < offsetof(struct rargs, ibuf) &&
+		   offsetof(struct rargs, ibuf) + RARGS_INLINE_B + _Alignof(max_align_t) >
+		       sizeof(struct rargs),
+	       "struct rargs: the inline room is its tail");
+static void rb_args_empty(struct rargs *a)
+{
+	memset(a, 0, offsetof(struct rargs, iv));
 }
 
 /* How the pass's batch answers an acquire it holds (rb_xbatch.c). */
@@ -421,18 +438,13 @@ static const struct rb_xb_ops rb_acq_xb = { .reply = rb_acq_cb,
 static bool rb_acq_queue(struct rb_acq *q, int64_t not_after, const struct rb_ask *ask)
 {
 	const struct target_rt *t = &q->w->t[0];
-	struct rb_acq_part *part = malloc(sizeof(*part));
+	struct rb_acq_part *part = &q->r[0].part;
 
-	if (part == NULL)
-		return false;
 	*part = (struct rb_acq_part){ .q = q, .i = 0 };
 	/* before it is queued: a batch that cannot be sent answers at once */
 	rb_acq_plain(q, conf_plan_of(t->kq->sc->cs, t->cls)->plain, ask);
 	q->pending = 1;
-	if (rb_xb_add(q->b, q->w, q->lease_id, not_after, ask, &rb_acq_xb, part))
-		return true;
-	free(part);
-	return false;
+	return rb_xb_add(q->b, q->w, q->lease_id, not_after, ask, &rb_acq_xb, part);
 }
 
 bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, eng_cb *cb,
@@ -445,7 +457,7 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	bool alone = w->nt == 1 && w->nreserve == 0; /* may book ahead */
 	int64_t not_after;
 	bool ok = false;
-	size_t i, made = 0;
+	size_t i;
 
 	if (b->closing)
 		return false;
@@ -453,10 +465,9 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		b->errors[RB_OP_ACQUIRE]++; /* decided in fallback: Redis was not reached */
 		return false;
 	}
-	q = calloc(1, sizeof(*q));
+	q = calloc(1, offsetof(struct rb_acq, r) + w->nt * sizeof(q->r[0]));
 	if (q == NULL)
 		return false;
-	memset(a, 0, sizeof(a));
 	q->b = b;
 	q->w = w;
 	q->cb = cb;
@@ -468,17 +479,17 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		ask = rb_ahead_ask(b, &w->t[0]);
 	if (w->nt == 1 && b->xb != NULL && rb_acq_queue(q, not_after, alone ? &ask : NULL))
 		return true;
+	for (i = 0; i < w->nt; i++)
+		rb_args_empty(&a[i]);
 	for (i = 0; i < w->nt; i++) {
-		struct rb_acq_part *part = malloc(sizeof(*part));
+		struct rb_acq_part *part = &q->r[i].part;
 		struct rb_plain pa;
 		size_t nkeys = 0;
 		bool plain = rb_target_args(&a[i], b, &w->t[i], lease_id, not_after, w,
 					    alone ? &ask : NULL, &pa, &nkeys);
 		rb_acq_plain(q, plain, alone ? &ask : NULL);
-		if (part == NULL || a[i].oom) {
-			free(part);
+		if (a[i].oom)
 			goto out;
-		}
 		part->q = q;
 		part->i = i;
 		calls[i] = (struct rpool_call){ .affinity = rb_affinity(w->t[0].kq->sc->cs,
@@ -490,7 +501,6 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 						.argvlen = a[i].len,
 						.cb = plain ? rb_plain_cb : rb_acq_cb,
 						.arg = part };
-		made++;
 	}
 	q->pending = w->nt;
 	rb_xb_flush(b);
@@ -499,12 +509,10 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 		b->calls[RB_OP_ACQUIRE] += w->nt;
 out:
 	if (!ok) {
-		for (i = 0; i < made; i++)
-			free(calls[i].arg);
 		rb_ahead_lost(b, q->give); /* never sent */
 		free(q);
 	}
-	for (i = 0; i < PROTO_MAX_TARGETS; i++)
+	for (i = 0; i < w->nt; i++)
 		rargs_clear(&a[i]);
 	return ok;
 }
