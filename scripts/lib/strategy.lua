@@ -371,15 +371,16 @@ local function strat_rule_arg(argv, b)
 		tonumber(argv[b + 5])
 end
 
--- Books units of rule p on its state hash key at now. The key lives for the
--- rule's TTL, or until its penalty ends when keep_penalty and that is later.
+-- Books units of rule p on its state key at now (state.lua: one string,
+-- read and written whole). The key lives for the rule's TTL, or until its
+-- penalty ends when keep_penalty and that is later.
 local function strat_book_key(key, p, now_ms, units, keep_penalty)
-	local h = redis.call('HMGET', key, 'a', 'b', 't', 'penalty_until')
-	local st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
+	local a, b, t, pen_until = state_read(key)
+	local st = { a = a, b = b, t = t }
 	strat_book(st, p, now_ms, units)
-	redis.call('HSET', key, 'a', st.a, 'b', st.b, 't', st.t)
 	local ttl = strat_ttl_ms(p)
-	local pen = (tonumber(h[4]) or 0) - now_ms
+	local pen = pen_until - now_ms
+	if pen <= 0 then pen_until = 0 end -- one that has ended is dropped
 	if keep_penalty and pen > ttl then ttl = pen end
-	redis.call('PEXPIRE', key, ttl)
+	state_write(key, st.a, st.b, st.t, pen_until, ttl)
 end
