@@ -62,10 +62,10 @@
 -- end) carries several acquires in one call, and a plain plan's acquire,
 -- alone or not, in fewer arguments.
 
--- This call's Redis time (ms) and as a string, set by the part after the
+-- This call's Redis time (ms), set by the part after the
 -- per-call line below. What precedes that line is defined once, where the
 -- function library is loaded (gen_scripts.sh), not at every call.
-local now, now_s = 0, '0'
+local now = 0
 
 -- tonumber of an argument that repeats from call to call (a conf's params, a
 -- cost, a count). Lua's tonumber is strtod, which costs more than a bucket's
@@ -86,15 +86,19 @@ local function num(s)
 	return v
 end
 
--- An integer as an argument of a Redis call: Redis would otherwise format
--- the number as %.14g, which costs more than a plain bucket's arithmetic.
-local function int_arg(x)
-	if x == now then
-		return now_s
-	elseif x == 0 then
-		return '0'
+-- A TTL (an integer, ms) as an argument of a Redis call: Redis would
+-- otherwise format the number as %.14g, and string.format costs more than a
+-- plain bucket's arithmetic. A conf's rules make few TTLs: they are kept as
+-- the memo of num above is (at most 256).
+local ttl_memo, ttl_memo_n = {}, 0
+local function ttl_arg(x)
+	local s = ttl_memo[x]
+	if s == nil then
+		s = string.format('%d', x)
+		if ttl_memo_n >= 256 then ttl_memo, ttl_memo_n = {}, 0 end
+		ttl_memo[x], ttl_memo_n = s, ttl_memo_n + 1
 	end
-	return string.format('%d', x)
+	return s
 end
 
 -- The plainest plan: one requests rule whose string holds the penalty, and
@@ -123,7 +127,16 @@ local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor,
 		out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, 0, -6, 0, 0, 0
 		return
 	end
-	local a, b, t, penalty_until = state_read(key)
+	-- state_read and state_write (lib/state.lua) written out for the
+	-- common case, a string without a penalty: a call costs more here
+	local v = redis.pcall('GET', key)
+	local a, b, t, penalty_until
+	if v and #v == 24 then
+		a, b, t = struct.unpack(STATE_ABT, v)
+		penalty_until = 0
+	else
+		a, b, t, penalty_until = state_decode(key, v)
+	end
 	local ok, na, nb, nt, ttl, w, ops, np, st
 	local gave = give and give > 0 and a > 0
 	if gave then -- units come back: the level at t drops
@@ -162,7 +175,7 @@ local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor,
 		na, nb, nt, ttl = st.a, st.b, st.t, strat_ttl_prepared(ops, np)
 	end
 	-- Booking means no penalty is in force: one that has ended is dropped.
-	state_write(key, na, nb, nt, 0, int_arg(ttl))
+	redis.call('SET', key, struct.pack(STATE_ABT, na, nb, nt), 'PX', ttl_arg(ttl))
 	out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, 0, -1, na, nb, nt
 end
 
@@ -676,7 +689,6 @@ if redis.replicate_commands then redis.replicate_commands() end
 
 local t = redis.call('TIME')
 now = num(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) -- the seconds repeat
-now_s = string.format('%d', now)
 
 -- A batch of independent acquires of different keys (one call instead of
 -- n), each decided alone, as if it were its own call, at the same instant:

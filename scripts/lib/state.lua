@@ -15,24 +15,28 @@
 
 local STATE_ABT, STATE_ABTP = '<i8i8i8', '<i8i8i8i8'
 
--- key's a, b, t and penalty_until (0 when absent).
-local function state_read(key)
-	local v = redis.pcall('GET', key)
+-- a, b, t and penalty_until (0 when absent) from v, what redis.pcall('GET',
+-- key) replied.
+local function state_decode(key, v)
 	if not v then return 0, 0, 0, 0 end
-	if type(v) == 'table' then
-		if not v.err or not string.find(v.err, 'WRONGTYPE', 1, true) then
-			return error(v.err or 'state_read: unexpected reply')
-		end
-		local h = redis.call('HMGET', key, 'a', 'b', 't', 'penalty_until')
-		return tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3]) or 0,
-		       tonumber(h[4]) or 0
-	end
-	if #v == 24 then
+	local n = #v -- an error reply is a table: 0
+	if n == 24 then
 		local a, b, t = struct.unpack(STATE_ABT, v)
 		return a, b, t, 0
+	elseif n == 32 then
+		local a, b, t, p = struct.unpack(STATE_ABTP, v)
+		return a, b, t, p
 	end
-	local a, b, t, p = struct.unpack(STATE_ABTP, v)
-	return a, b, t, p
+	if type(v) ~= 'table' or not v.err or not string.find(v.err, 'WRONGTYPE', 1, true) then
+		return error('not a rule state: ' .. key)
+	end
+	local h = redis.call('HMGET', key, 'a', 'b', 't', 'penalty_until')
+	return tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3]) or 0, tonumber(h[4]) or 0
+end
+
+-- key's a, b, t and penalty_until (0 when absent).
+local function state_read(key)
+	return state_decode(key, redis.pcall('GET', key))
 end
 
 -- Writes key's state; it lives ttl ms (a number or its decimal string), or,
