@@ -10,6 +10,7 @@ that rewrites the string, inspect and reset.
 """
 
 import re
+import time
 import unittest
 
 from .harness import acquire_req
@@ -105,6 +106,13 @@ class PlanCallsTest(unittest.TestCase):
                 r = c.request(acquire_req("paced", "w", timeout_ms=1000))
                 self.assertEqual(r.get("backend"), "redis", r)
                 c.request({"op": "release", "lease": r["lease"]})
+                # the release is answered before Redis has it: its GET and SET
+                # of the lease's record must land before the count starts
+                t = time.monotonic() + 10
+                while time.monotonic() < t and [
+                        cl.redis.command("GET", k)
+                        for k in cl.redis.command("KEYS", "admitd:{paced:w}:k:*")] != ["D"]:
+                    time.sleep(0.01)
                 before = cmdstats(cl.redis)
                 r = c.request(acquire_req("paced", "k", timeout_ms=1000))
                 self.assertIs(r.get("ok"), True, r)
