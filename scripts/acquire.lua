@@ -6,8 +6,9 @@
 -- The clock is Redis TIME, read once.
 --
 -- KEYS[1] state hash (next_at, penalty_until)   KEYS[2] quota zset (admission instants)
--- KEYS[3] leases zset (lease id -> deadline)     KEYS[4..] one hash per rule in ARGV
--- then, when pen is nrules + 1, the hash of the scope's rule that holds the
+-- KEYS[3] leases zset (lease id -> deadline)     KEYS[4..] one string per rule in
+-- ARGV (lib/state.lua: its counters, and its penalty when it holds it)
+-- then, when pen is nrules + 1, the key of the scope's rule that holds the
 -- key's penalty (a rule this class does not apply)
 -- ARGV: lease_ids count cost floor min_delay_ms serialized cluster_concurrency
 --       quota quota_window_ms lease_ttl_ms concurrency_retry_ms track_leases nrules
@@ -17,11 +18,11 @@
 --       then per rule: meter(r|t|c) kind amount window_ms burst code reserve
 --       (reserve: token units this admission books up front on a t rule)
 --       then pen: where the key's penalty_until is: 0 the state hash (read
---       with next_at), i in 1..nrules rule i's hash (read with its counters),
+--       with next_at), i in 1..nrules rule i's string (read with its counters),
 --       nrules + 1 the extra key. Only pacing and penalties live in the state
---       hash, so a scope without min_delay whose penalty is in a rule's hash
+--       hash, so a scope without min_delay whose penalty is in a rule's string
 --       never reads it: a one-rule scope makes the Redis calls of a plain
---       bucket script (TIME, HMGET, HSET, PEXPIRE)
+--       bucket script (TIME, GET, SET with PX)
 --       then not_after: a Redis time (ms) after which the caller has given up on
 --       this call (it timed out and decided otherwise): book nothing then; 0: none
 --       then rec_ttl rec: when rec_ttl > 0 (a release of this lease settles
@@ -61,10 +62,10 @@
 -- end) carries several acquires in one call, and a plain plan's acquire,
 -- alone or not, in fewer arguments.
 
--- This call's Redis time (ms) and as a string, set by the part after the
+-- This call's Redis time (ms), set by the part after the
 -- per-call line below. What precedes that line is defined once, where the
 -- function library is loaded (gen_scripts.sh), not at every call.
-local now, now_s = 0, '0'
+local now = 0
 
 -- tonumber of an argument that repeats from call to call (a conf's params, a
 -- cost, a count). Lua's tonumber is strtod, which costs more than a bucket's
@@ -85,18 +86,22 @@ local function num(s)
 	return v
 end
 
--- An integer as an argument of a Redis call: Redis would otherwise format
--- the number as %.14g, which costs more than a plain bucket's arithmetic.
-local function int_arg(x)
-	if x == now then
-		return now_s
-	elseif x == 0 then
-		return '0'
+-- A TTL (an integer, ms) as an argument of a Redis call: Redis would
+-- otherwise format the number as %.14g, and string.format costs more than a
+-- plain bucket's arithmetic. A conf's rules make few TTLs: they are kept as
+-- the memo of num above is (at most 256).
+local ttl_memo, ttl_memo_n = {}, 0
+local function ttl_arg(x)
+	local s = ttl_memo[x]
+	if s == nil then
+		s = string.format('%d', x)
+		if ttl_memo_n >= 256 then ttl_memo, ttl_memo_n = {}, 0 end
+		ttl_memo[x], ttl_memo_n = s, ttl_memo_n + 1
 	end
-	return string.format('%d', x)
+	return s
 end
 
--- The plainest plan: one requests rule whose hash holds the penalty, and
+-- The plainest plan: one requests rule whose string holds the penalty, and
 -- nothing else (no pacing, quota, lease set, settlement record, adaptive
 -- amount or override), one admission at a time. The same decision as
 -- acquire_one's general path below, which it must match, made as a plain
@@ -122,11 +127,16 @@ local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor,
 		out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, 0, -6, 0, 0, 0
 		return
 	end
-	local h = redis.call('HMGET', key, 'a', 'b', 't', 'penalty_until')
-	local b, penalty_until = 0, 0 -- both mostly absent or '0'
-	if h[2] and h[2] ~= '0' then b = tonumber(h[2]) or 0 end
-	if h[4] and h[4] ~= '0' then penalty_until = tonumber(h[4]) or 0 end
-	local a, t = tonumber(h[1]) or 0, tonumber(h[3]) or 0
+	-- state_read and state_write (lib/state.lua) written out for the
+	-- common case, a string without a penalty: a call costs more here
+	local v = redis.pcall('GET', key)
+	local a, b, t, penalty_until
+	if v and #v == 24 then
+		a, b, t = struct.unpack(STATE_ABT, v)
+		penalty_until = 0
+	else
+		a, b, t, penalty_until = state_decode(key, v)
+	end
 	local ok, na, nb, nt, ttl, w, ops, np, st
 	local gave = give and give > 0 and a > 0
 	if gave then -- units come back: the level at t drops
@@ -134,7 +144,7 @@ local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor,
 		if a < 0 then a = 0 end
 	end
 	if qkey and redis.call('EXISTS', qkey) == 1 then -- a fair key's waiters go first
-		if gave then redis.call('HSET', key, 'a', int_arg(a)) end
+		if gave then state_write(key, a, b, t, penalty_until, nil) end
 		out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, 1, -9, a, b, t
 		return
 	end
@@ -156,7 +166,7 @@ local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor,
 	if now < penalty_until then wait, c = penalty_until - now, -2 end
 	if not ok and (c == -1 or w == -1 or w > wait) then wait, c = w, code end
 	if c ~= -1 then
-		if gave then redis.call('HSET', key, 'a', int_arg(a)) end -- what came back stays
+		if gave then state_write(key, a, b, t, penalty_until, nil) end -- what came back stays
 		out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, wait, c, a, b, t
 		return
 	end
@@ -164,8 +174,8 @@ local function acquire_plain(out, o, key, kind, amount, window_ms, burst, floor,
 		strat_book_prepared(st, ops, np, now, cost)
 		na, nb, nt, ttl = st.a, st.b, st.t, strat_ttl_prepared(ops, np)
 	end
-	redis.call('HSET', key, 'a', int_arg(na), 'b', int_arg(nb), 't', int_arg(nt))
-	redis.call('PEXPIRE', key, ttl)
+	-- Booking means no penalty is in force: one that has ended is dropped.
+	redis.call('SET', key, struct.pack(STATE_ABT, na, nb, nt), 'PX', ttl_arg(ttl))
 	out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, 0, -1, na, nb, nt
 end
 
@@ -242,9 +252,7 @@ local function acquire_one(KEYS, ARGV)
 		if pen == 0 then penalty_until = tonumber(st[2]) or 0 end
 	end
 	if ov then min_delay = ovr_delay(min_delay, ov_delay, ovr) end
-	if pen == nrules + 1 then
-		penalty_until = tonumber(redis.call('HGET', KEYS[4 + nrules], 'penalty_until')) or 0
-	end
+	if pen == nrules + 1 then penalty_until = state_pen_get(KEYS[4 + nrules]) end
 	local nleases = 0
 	if track then nleases = redis.call('ZCARD', lk) end
 	local nquota = 0
@@ -274,14 +282,9 @@ local function acquire_one(KEYS, ARGV)
 			r.ops, r.np = strat_prep({ kind = ARGV[b + 2], amount = amount,
 				window_ms = tonumber(ARGV[b + 4]), burst = burst })
 			r.floor = strat_floor_prepared(r.np, floor_units, floor_ppm)
-			local h
-			if pen == i then
-				h = redis.call('HMGET', r.key, 'a', 'b', 't', 'penalty_until')
-				penalty_until = tonumber(h[4]) or 0
-			else
-				h = redis.call('HMGET', r.key, 'a', 'b', 't')
-			end
-			r.st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
+			local a, b, t, p = state_read(r.key)
+			if pen == i then penalty_until = p end
+			r.st, r.p = { a = a, b = b, t = t }, p
 		end
 		rules[i] = r
 	end
@@ -420,9 +423,11 @@ local function acquire_one(KEYS, ARGV)
 		if r.meter == 'r' then n = cost * count end
 		if r.meter == 'r' or (r.meter == 't' and n ~= 0) then
 			strat_book_prepared(r.st, r.ops, r.np, now, n)
-			redis.call('HSET', r.key, 'a', r.st.a, 'b', r.st.b, 't', r.st.t)
-			-- Booking means no penalty is in force: this TTL cannot cut one short.
-			redis.call('PEXPIRE', r.key, strat_ttl_prepared(r.ops, r.np))
+			-- Booking means no penalty is in force: this TTL cannot cut one
+			-- short, and one that has ended is dropped.
+			local p = r.p
+			if p <= now then p = 0 end
+			state_write(r.key, r.st.a, r.st.b, r.st.t, p, strat_ttl_prepared(r.ops, r.np))
 		end
 	end
 	if track then nleases = nleases + count end
@@ -475,8 +480,8 @@ local function fair_first_wait(k, a)
 		if a[b + 1] == 'r' then
 			local ops, np = strat_prep({ kind = a[b + 2], amount = tonumber(a[b + 3]),
 				window_ms = tonumber(a[b + 4]), burst = tonumber(a[b + 5]) })
-			local h = redis.call('HMGET', k[3 + i], 'a', 'b', 't')
-			local st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
+			local sa, sb, stt = state_read(k[3 + i])
+			local st = { a = sa, b = sb, t = stt }
 			local ok, wi = strat_check_prepared(st, ops, np, now, cost,
 							   strat_floor_prepared(np, fu, fppm))
 			if not ok and wi > w then w = wi end
@@ -684,19 +689,18 @@ if redis.replicate_commands then redis.replicate_commands() end
 
 local t = redis.call('TIME')
 now = num(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) -- the seconds repeat
-now_s = string.format('%d', now)
 
 -- A batch of independent acquires of different keys (one call instead of
 -- n), each decided alone, as if it were its own call, at the same instant:
 -- ARGV is '=', the number of groups, then the groups in order, each one of
 --   'p' kind amount window_ms burst floor code not_after n cost_1 .. cost_n
 --       n plain acquires (acquire_plain) of one rule's params; KEYS: their
---       n rule hashes
+--       n rule strings
 --   'a' kind amount window_ms burst floor code not_after n, then n times
 --       cost extra give: the same, each booking up to extra units ahead and
 --       taking give back (acquire_plain)
 --   'f' the same as 'a', for a fair key: KEYS two per acquire, its rule
---       hash and its tickets (refused while tickets wait)
+--       string and its tickets (refused while tickets wait)
 --   'g' nk na ARGV_1 .. ARGV_na
 --       one acquire of any plan; KEYS: its nk KEYS
 -- and KEYS are every group's KEYS in order. The reply is flat: the Redis

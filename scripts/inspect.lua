@@ -1,8 +1,9 @@
 -- admitd inspect: one (scope, key)'s state as the acquire script sees it.
 -- Read-only: what time has made irrelevant is skipped, not deleted.
 --
--- KEYS as acquire.lua: state hash, quota zset, leases zset, one hash per rule,
--- then the hash that holds the penalty when it is not the state hash
+-- KEYS as acquire.lua: state hash, quota zset, leases zset, one string per rule
+-- (lib/state.lua), then the rule's string that holds the penalty when it is
+-- not the state hash nor one of those
 -- ARGV[1] quota_window_ms  ARGV[2] nrules, then in a scope that takes
 -- overrides ARGV[3] 1 and per rule its index in the scope
 -- Returns {now_ms, next_at, penalty_until, leases in flight, quota instants
@@ -22,7 +23,7 @@ local window = tonumber(ARGV[1])
 local nq = ARGV[#ARGV - 1] == 'q' and tonumber(ARGV[#ARGV]) or 0
 local nrules = tonumber(ARGV[2]) or (#KEYS - 3)
 local st = redis.call('HMGET', KEYS[1], 'next_at', 'penalty_until')
-if 4 + nrules <= #KEYS - nq then st[2] = redis.call('HGET', KEYS[4 + nrules], 'penalty_until') end
+if 4 + nrules <= #KEYS - nq then st[2] = state_pen_get(KEYS[4 + nrules]) end
 local out = { now, tonumber(st[1]) or 0, tonumber(st[2]) or 0,
 	      redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf') }
 if window > 0 then
@@ -34,10 +35,8 @@ else
 	out[5], out[6] = 0, 0
 end
 for i = 4, 3 + nrules do
-	local h = redis.call('HMGET', KEYS[i], 'a', 'b', 't')
-	out[#out + 1] = tonumber(h[1]) or 0
-	out[#out + 1] = tonumber(h[2]) or 0
-	out[#out + 1] = tonumber(h[3]) or 0
+	local a, b, rt = state_read(KEYS[i])
+	out[#out + 1], out[#out + 2], out[#out + 3] = a, b, rt
 end
 local f = { 'amt', 'td', 'tc', 'tl' }
 if ARGV[3] == '1' then

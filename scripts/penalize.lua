@@ -1,8 +1,8 @@
 -- admitd penalize: hold one (scope, key) back for a delay, across every pod.
 -- Only ever extends the hold (never shortens one another pod made).
 --
--- KEYS[1] the hash that holds the key's penalty (the state hash, or the hash of
--- the scope's first counting rule when it has no min_delay: see acquire.lua)
+-- KEYS[1] the key that holds the key's penalty (the state hash, or the string
+-- of the scope's first counting rule when it has no min_delay: see acquire.lua)
 -- ARGV[1] delay_ms, then in an adaptive scope ceil floor factor step
 -- interval_ms: a penalty is a limited outcome for the key's learned amount
 -- Returns the penalty's end, in Redis TIME milliseconds.
@@ -12,14 +12,6 @@ if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local delay = tonumber(ARGV[1])
-local until_ms = tonumber(redis.call('HGET', KEYS[1], 'penalty_until')) or 0
 adapt_outcome_key(KEYS[1], adapt_arg(ARGV, 1), now, 'limited')
-
-if delay > 0 and now + delay > until_ms then
-	until_ms = now + delay
-	redis.call('HSET', KEYS[1], 'penalty_until', until_ms)
-	if redis.call('PTTL', KEYS[1]) < delay then
-		redis.call('PEXPIRE', KEYS[1], delay)
-	end
-end
-return until_ms
+if delay > 0 then return state_pen_extend(KEYS[1], now + delay, now) end
+return state_pen_get(KEYS[1])

@@ -41,7 +41,7 @@
 -- `held` (as its issuer would say), and the reply names the issuer, which
 -- is told (settled.lua) so that it stops counting the lease.
 --
--- KEYS[1] state hash  KEYS[2] quota zset  KEYS[3] leases zset  KEYS[4..] rule hashes
+-- KEYS[1] state hash  KEYS[2] quota zset  KEYS[3] leases zset  KEYS[4..] rule strings
 -- (the same KEYS as acquire.lua), then the lease's settlement record
 -- KEYS[4 + nrules]
 -- ARGV: lease_id mode paced min_delay_ms nrules (paced: 1 when min_delay
@@ -50,7 +50,7 @@
 --       then x1 x2: rollback: the next_at the admission booked and the one it
 --       replaced; rebook: the ms the lease has left and not_after (a Redis
 --       time after which the caller has given up on this call; 0: none)
---       then pen: i when rule i's hash holds the key's penalty (acquire.lua),
+--       then pen: i when rule i's string holds the key's penalty (acquire.lua),
 --       whose TTL a charge here must not cut below the penalty's end; else 0
 --       then own (1: from the issuing daemon), claim ("POD|BODY|CHARGES":
 --       this daemon, the handle's body and the charges this daemon's conf

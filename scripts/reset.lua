@@ -6,11 +6,11 @@
 --
 -- It also returns an adaptive key to its ceiling: its learned amount goes.
 --
--- KEYS[1] state hash, KEYS[2] (when given) the rule hash that holds the penalty
+-- KEYS[1] state hash, KEYS[2] (when given) the rule's string that holds the penalty
 -- Returns 1 when there was a penalty or pacing to lift, else 0.
 
 redis.call('DEL', adapt_key(KEYS[1]))
 
 local n = redis.call('HDEL', KEYS[1], 'next_at', 'penalty_until')
-if KEYS[2] then n = n + redis.call('HDEL', KEYS[2], 'penalty_until') end
+if KEYS[2] then n = n + state_pen_clear(KEYS[2]) end
 return n > 0 and 1 or 0

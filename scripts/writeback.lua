@@ -15,8 +15,8 @@
 -- same marker, books nothing.
 --
 -- KEYS[1] the marker  KEYS[2] state hash  KEYS[3] quota zset  KEYS[4] the
--- hash that holds the key's penalty  KEYS[5] the lost flag  KEYS[6..] the
--- rule hashes below
+-- key that holds the key's penalty (the state hash or a rule's string)
+-- KEYS[5] the lost flag  KEYS[6..] the rule strings below (lib/state.lua)
 -- ARGV: marker_ttl quota_n quota_own quota_window_ms next_in_ms pen_in_ms
 --       nrules, then per rule: kind amount window_ms burst units own
 -- (next_in, pen_in: the pacing and the penalty still in force, in ms from
@@ -67,7 +67,7 @@ if quota_n > 0 then
 	end
 end
 if next_in > 0 then extend(KEYS[2], 'next_at', now + next_in) end
-if pen_in > 0 then extend(KEYS[4], 'penalty_until', now + pen_in) end
+if pen_in > 0 then state_pen_extend(KEYS[4], now + pen_in, now) end
 
 for i = 1, nrules do
 	local b = 7 + (i - 1) * 6

@@ -347,20 +347,34 @@ local function strat_bucket_try(a, b, t, amount, window_ms, burst, now_ms, cost,
 	if now < t then now = t end
 	local elapsed = now - t
 	local level, pending = 0, 0
-	if a > 0 and strat_idiv(elapsed, window_ms) <= strat_idiv(a, rate) then
-		local drained, p = strat_muldiv(elapsed, rate, b, window_ms)
-		if drained < a then level, pending = a - drained, p end
+	-- strat_idiv and strat_muldiv written out, q - q % 1 for math.floor(q)
+	-- (the same double: the fraction of a double is exact): a call costs
+	-- more than their arithmetic, at every admission.
+	if a > 0 then
+		local qx, qa = elapsed / window_ms, a / rate
+		qx, qa = qx - qx % 1, qa - qa % 1
+		if qx <= qa then
+			local rx = elapsed - qx * window_ms
+			local qy = rate / window_ms
+			qy = qy - qy % 1
+			local n = rx * (rate - qy * window_ms) + b
+			local qn = n / window_ms
+			qn = qn - qn % 1
+			local drained = qx * rate + rx * qy + qn
+			if drained < a then level, pending = a - drained, n - qn * window_ms end
+		end
 	end
 	if level + need > room then return false end
 	local top = (burst + amount) * 1000 -- strat_bucket_book
 	level = level + cost * 1000
 	if level <= 0 or level > top then
-		level = strat_clamp(level, 0, top)
+		if level < 0 then level = 0 elseif level > top then level = top end
 		pending = 0
 	end
-	local windows, ttl = strat_idiv(burst, amount) + 2, STRAT_WAIT_MAX_MS -- strat_bucket_ttl
-	if windows <= strat_idiv(STRAT_WAIT_MAX_MS, window_ms) then ttl = windows * window_ms end
-	return true, level, pending, now, ttl
+	local windows, most = burst / amount, STRAT_WAIT_MAX_MS / window_ms -- strat_bucket_ttl
+	windows, most = windows - windows % 1 + 2, most - most % 1
+	if windows <= most then return true, level, pending, now, windows * window_ms end
+	return true, level, pending, now, STRAT_WAIT_MAX_MS
 end
 
 -- The rule whose four parameters (kind, amount, window_ms, burst) start at
@@ -371,15 +385,16 @@ local function strat_rule_arg(argv, b)
 		tonumber(argv[b + 5])
 end
 
--- Books units of rule p on its state hash key at now. The key lives for the
--- rule's TTL, or until its penalty ends when keep_penalty and that is later.
+-- Books units of rule p on its state key at now (state.lua: one string,
+-- read and written whole). The key lives for the rule's TTL, or until its
+-- penalty ends when keep_penalty and that is later.
 local function strat_book_key(key, p, now_ms, units, keep_penalty)
-	local h = redis.call('HMGET', key, 'a', 'b', 't', 'penalty_until')
-	local st = { a = tonumber(h[1]) or 0, b = tonumber(h[2]) or 0, t = tonumber(h[3]) or 0 }
+	local a, b, t, pen_until = state_read(key)
+	local st = { a = a, b = b, t = t }
 	strat_book(st, p, now_ms, units)
-	redis.call('HSET', key, 'a', st.a, 'b', st.b, 't', st.t)
 	local ttl = strat_ttl_ms(p)
-	local pen = (tonumber(h[4]) or 0) - now_ms
+	local pen = pen_until - now_ms
+	if pen <= 0 then pen_until = 0 end -- one that has ended is dropped
 	if keep_penalty and pen > ttl then ttl = pen end
-	redis.call('PEXPIRE', key, ttl)
+	state_write(key, st.a, st.b, st.t, pen_until, ttl)
 end

@@ -27,7 +27,9 @@ was read, released after the release was sent.
 import bisect
 import os
 import random
+import re
 import socket
+import struct
 import threading
 import time
 
@@ -401,9 +403,43 @@ def pace_violations(adms, d):
     return out
 
 
+RULE_KEY = re.compile(r"\}:r\d+$")
+
+
+def rule_pack(a, b, t, penalty_until=0):
+    """A rule's state as scripts/lib/state.lua writes it: a, b, t (and
+    penalty_until when not 0) as little-endian signed 64-bit integers."""
+    if penalty_until:
+        return struct.pack("<4q", a, b, t, penalty_until)
+    return struct.pack("<3q", a, b, t)
+
+
+def rule_state(redis, key):
+    """The state of the rule under key ({a, b, t, penalty_until}, ints) as
+    scripts/lib/state.lua stores it, or None when there is none."""
+    v = redis.command("GET", key)
+    if v is None:
+        return None
+    if isinstance(v, str):
+        v = v.encode()
+    if len(v) not in (24, 32):
+        raise AssertionError("%s holds %r: not a rule's state" % (key, v))
+    f = struct.unpack("<%dq" % (len(v) // 8), v)
+    return {"a": f[0], "b": f[1], "t": f[2], "penalty_until": f[3] if len(f) > 3 else 0}
+
+
+def redis_field(redis, key, field):
+    """HGET key field, or for a rule's key (PREFIX:{..}:rN, a string) that
+    field of its state; a string, None when absent (or 0 there)."""
+    if RULE_KEY.search(key):
+        st = rule_state(redis, key)
+        return str(st[field]) if st is not None and st[field] != 0 else None
+    return redis.command("HGET", key, field)
+
+
 def wait_redis_field(redis, key, field, deadline=2.0):
-    """Poll HGET key field until it has a value; returns it."""
-    return harness._wait_until(lambda: redis.command("HGET", key, field), deadline,
+    """Poll redis_field(key, field) until it has a value; returns it."""
+    return harness._wait_until(lambda: redis_field(redis, key, field), deadline,
                                "%s %s in Redis" % (key, field))
 
 
@@ -439,5 +475,6 @@ def bisect_count(sorted_ts, lo, hi):
 
 __all__ = ["Adm", "BUDGET_SLACK", "Pods", "budget_late_ok", "LAG", "Outcome", "PER_DAEMON",
            "aligned_excess", "bisect_count", "hammer", "key_name", "load", "pace_violations",
-           "per_window", "policer", "redis_offset", "span_excess", "status",
-           "wait_backend", "wait_redis_field", "window_excess", "write_secret"]
+           "per_window", "policer", "redis_field", "redis_offset", "rule_pack", "rule_state",
+           "span_excess", "status", "wait_backend", "wait_redis_field", "window_excess",
+           "write_secret"]

@@ -23,11 +23,13 @@ redis-server:
 """
 
 import random
+import struct
 import threading
 import time
 import unittest
 
 from .harness import VALGRIND, Admitd, RedisServer, _wait_until, acquire_req
+from .redis_util import rule_pack, rule_state
 from .test_lua_plain import ScriptCase, plain_group
 from .test_reload import ReloadCase
 
@@ -51,8 +53,11 @@ class AheadScriptTest(ScriptCase):
         return int(t[0]) * 1000 + int(t[1]) // 1000
 
     def hash(self, key):
-        h = self.conn.command("HGETALL", key)
-        return dict(zip(h[::2], h[1::2]))
+        """The rule's state under key (scripts/lib/state.lua), ints."""
+        return rule_state(self.conn, key)
+
+    def put(self, key, a, t, pen=0):
+        self.conn.command("SET", key, rule_pack(a, 0, t, pen))
 
     def test_nothing_ahead_decides_as_plain(self):
         rnd = random.Random(23)
@@ -70,13 +75,13 @@ class AheadScriptTest(ScriptCase):
             pen = rnd.choice([0, 0, now + 5000, now - 10])
             kp, ka = "t:{p%d}:r0" % n, "t:{a%d}:r0" % n
             for k in (kp, ka):
-                self.conn.command("HSET", k, "a", a, "b", 0, "t", t, "penalty_until", pen)
+                self.conn.command("SET", k, rule_pack(a, 0, t, pen))
             argv = ["=", "2"] + plain_group(kind, amount, window, burst, floor, [cost]) + \
                 ahead_group(kind, amount, window, burst, floor, [(cost, 0, 0)])
             self.conn.command("MULTI")
             self.conn.command("EVALSHA", self.sha, 2, kp, ka, *argv)
-            self.conn.command("HGETALL", kp)
-            self.conn.command("HGETALL", ka)
+            self.conn.command("GET", kp)
+            self.conn.command("GET", ka)
             r, hp, ha = self.conn.command("EXEC")
             where = "case %d: %s %d/%d burst %d cost %d floor %d a %d pen %d" % (
                 n, kind, amount, window, burst, cost, floor, a, pen)
@@ -99,7 +104,7 @@ class AheadScriptTest(ScriptCase):
             cost = rnd.choice([0, 1, 2, 5])
             extra = rnd.choice([0, 1, 7, 40, 200])
             key = "x:{e%d}:r0" % n
-            self.conn.command("HSET", key, "a", level * 1000, "b", 0, "t", self.now())
+            self.put(key, level * 1000, self.now())
             r = self.conn.command("EVALSHA", self.sha, 1, key, "=", "1",
                                   *ahead_group(kind, 1, 3600000, burst, floor,
                                                [(cost, extra, 0)]))
@@ -120,27 +125,29 @@ class AheadScriptTest(ScriptCase):
     def test_give_back_lowers_the_level_whatever_is_decided(self):
         key = "g:{1}:r0"
         # admitted: 40 held come back, 1 is taken
-        self.conn.command("HSET", key, "a", 60000, "b", 0, "t", self.now())
+        self.put(key, 60000, self.now())
         r = self.conn.command("EVALSHA", self.sha, 1, key, "=", "1",
                               *ahead_group("token-bucket", 1, 3600000, 100, 0, [(1, 0, 40)]))
         self.assertEqual((r[1], r[7]), (1, 0))
-        self.assertEqual(self.hash(key)["a"], "21000")
+        self.assertEqual(self.hash(key)["a"], 21000)
         # refused by a penalty: what comes back still does, nothing is booked ahead
-        self.conn.command("HSET", key, "penalty_until", self.now() + 60000)
+        pen = self.now() + 60000
+        self.put(key, 21000, self.hash(key)["t"], pen)
         r = self.conn.command("EVALSHA", self.sha, 1, key, "=", "1",
                               *ahead_group("token-bucket", 1, 3600000, 100, 0, [(1, 50, 5)]))
         self.assertEqual((r[1], r[3], r[7]), (0, -2, 0))
-        self.assertEqual(self.hash(key)["a"], "16000")
+        self.assertEqual(self.hash(key)["a"], 16000)
+        self.assertEqual(self.hash(key)["penalty_until"], pen)  # a give-back keeps it
         # refused by the bucket (full): the level drops by what comes back, never below empty
-        self.conn.command("HSET", key, "a", 100000, "penalty_until", 0)
+        self.put(key, 100000, self.hash(key)["t"])
         r = self.conn.command("EVALSHA", self.sha, 1, key, "=", "1",
                               *ahead_group("token-bucket", 1, 3600000, 100, 0, [(3, 0, 2)]))
         self.assertEqual(r[1], 0)
-        self.assertEqual(self.hash(key)["a"], "98000")
+        self.assertEqual(self.hash(key)["a"], 98000)
         r = self.conn.command("EVALSHA", self.sha, 1, key, "=", "1",
                               *ahead_group("token-bucket", 1, 3600000, 100, 0, [(0, 0, 500)]))
         self.assertEqual(r[1], 1)
-        self.assertEqual(self.hash(key)["a"], "0")
+        self.assertEqual(self.hash(key)["a"], 0)
 
     def test_groups_mix_in_one_call(self):
         # a 'p' and an 'a' group in one call: the reply has 6 and 7 numbers
@@ -153,7 +160,7 @@ class AheadScriptTest(ScriptCase):
         self.assertEqual((r[1], r[7]), (1, 1))
         self.assertEqual((r[7], r[13]), (1, 4))
         self.assertEqual((r[14], r[20]), (1, 8))  # 2 + 8: the bucket's room of 10
-        self.assertEqual(self.hash(kb)["a"], "5000")
+        self.assertEqual(self.hash(kb)["a"], 5000)
 
 
 CONF = """
@@ -319,7 +326,7 @@ class AheadDaemonTest(unittest.TestCase):
         """200 acquires on slowdrain's key; the first booking's Redis time."""
         self.assertEqual(self.burst(c, "slowdrain", 1), 1)
         # it booked nothing ahead (no record yet): its time is the hash's
-        t0 = int(self.rs.command("HGET", "admitd:{slowdrain:k}:r0", "t"))
+        t0 = rule_state(self.rs, "admitd:{slowdrain:k}:r0")["t"]
         self.assertEqual(self.burst(c, "slowdrain", 199), 199)
         return t0
 
@@ -328,9 +335,11 @@ class AheadDaemonTest(unittest.TestCase):
         rc = self.rs.connect()
         self.addCleanup(rc.close)
         rc.command("MULTI")
-        rc.command("HMGET", "admitd:{slowdrain:k}:r0", "a", "t")
+        rc.command("GET", "admitd:{slowdrain:k}:r0")
         rc.command("TIME")
-        (a, t), now = rc.command("EXEC")
+        st, now = rc.command("EXEC")
+        st = st.encode() if isinstance(st, str) else st
+        a, t = struct.unpack("<3q", st[:24])[0::2]
         now = int(now[0]) * 1000 + int(now[1]) // 1000
         level = int(a) - 20 * (now - int(t))
         self.assertGreater(level, 0)  # it never emptied: linear all along

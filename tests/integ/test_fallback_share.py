@@ -16,7 +16,7 @@ import unittest
 
 from . import harness
 from .harness import acquire_req
-from .redis_util import Pods, status, wait_backend
+from .redis_util import Pods, redis_field, status, wait_backend
 
 
 def wait_for(cond, deadline, what, log=None):
@@ -179,7 +179,7 @@ class WriteBackTest(unittest.TestCase):
     def test_a_fixed_window_rule_holds_through_an_empty_redis(self):
         conf = "[scope fw]\nrule = requests fixed-window 9/1h\ntimeout = 100ms\n"
         admitted, held = self.through_an_empty_redis(
-            conf, "fw", lambda r: r.command("HGET", "admitd:{fw:k}:r0", "a"))
+            conf, "fw", lambda r: redis_field(r, "admitd:{fw:k}:r0", "a"))
         self.assertEqual(int(held), 9, held)
         self.assertLessEqual(admitted, 9 + 1)
 

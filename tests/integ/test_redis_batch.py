@@ -18,6 +18,7 @@ import unittest
 
 from . import harness
 from .harness import Admitd, RedisServer, acquire_req
+from .redis_util import rule_state
 from .test_hot_key import evalsha_calls
 
 CONF = """
@@ -124,7 +125,7 @@ class RedisBatchTest(unittest.TestCase):
         self.assertEqual(sorted(r["remaining"] for r in two if r["ok"]), [0, 1], two)
         # its wait (the hour) is past its budget
         self.assertEqual((got[102]["ok"], got[102]["error"]), (False, "budget_exceeded"), got[102])
-        self.assertEqual(self.rs.command("HGET", "admitd:{two:x4}:r0", "a"), "1000")
+        self.assertEqual(rule_state(self.rs, "admitd:{two:x4}:r0")["a"], 1000)
         self.assertEqual(self.rs.command("ZCARD", "admitd:{cap:x2}:l"), 1)
 
     @unittest.skipIf(harness.VALGRIND, "Redis timings; run under ASan instead of valgrind")
