@@ -277,6 +277,8 @@ void rargs_cat(struct rargs *a, const char *const *s, size_t ns);
 void rargs_str(struct rargs *a, const char *s);
 void rargs_int(struct rargs *a, int64_t v);
 void rargs_clear(struct rargs *a);
+/* rargs_init - a empty, its inline room left as it is (cheaper than = { 0 }). */
+void rargs_init(struct rargs *a);
 void rb_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs, const char *key,
 	    const char *suffix, long idx);
 size_t rb_keys(struct rargs *a, const struct backend *b, const struct conf_scope *cs,

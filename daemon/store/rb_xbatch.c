@@ -156,7 +156,7 @@ static void rb_xb_send(struct backend *b, size_t i)
 	const char **argv = NULL;
 	size_t *len = NULL, j, k = 0, nkeys = 0, argc = 0, ng;
 	size_t head[RB_XB_MAX + 1], first[RB_XB_MAX + 1]; /* rb_xb_groups' */
-	struct rargs hdr = { 0 };
+	struct rargs hdr;
 	struct rpool_call call;
 	bool oom = false;
 
@@ -164,6 +164,7 @@ static void rb_xb_send(struct backend *b, size_t i)
 		return;
 	b->xb[i] = NULL;
 	b->xb_pending -= x->n;
+	rargs_init(&hdr);
 	call = (struct rpool_call){ .affinity = x->affinity, .script = (size_t)b->s_acquire };
 	for (j = 0; j < x->n; j++)
 		oom |= x->c[j]->a.oom;
@@ -252,10 +253,14 @@ bool rb_xb_add(struct backend *b, const struct waiter *w, const char *lease_id, 
 	const struct target_rt *t = &w->t[0];
 	unsigned aff = rb_affinity(t->kq->sc->cs, t->kq->key);
 	size_t slot = aff % b->nxb;
-	struct rb_xone *one = calloc(1, sizeof(*one));
+	/* malloc, not calloc: both are 2 KB of which an acquire uses a few
+	 * words, each set here or as it is filled (c[0..n), a's by rargs_init) */
+	struct rb_xone *one = malloc(sizeof(*one));
 	struct rb_xb *x = b->xb[slot];
 
-	if (one != NULL && x == NULL && (x = calloc(1, sizeof(*x))) != NULL) {
+	if (one != NULL && x == NULL && (x = malloc(sizeof(*x))) != NULL) {
+		x->n = 0;
+		x->reply_n = 0;
 		x->affinity = aff; /* the pass's first for it */
 		b->xb[slot] = x;
 	}
@@ -263,6 +268,7 @@ bool rb_xb_add(struct backend *b, const struct waiter *w, const char *lease_id, 
 		free(one);
 		return false;
 	}
+	rargs_init(&one->a);
 	one->plain =
 	    rb_target_args(&one->a, b, t, lease_id, not_after, w, ask, &one->p, &one->nkeys);
 	one->ops = ops;
