@@ -328,6 +328,10 @@ void rb_plain_call(struct rargs *a, const struct backend *b, const struct conf_s
 bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 		    const char *lease_id, int64_t not_after, const struct waiter *w,
 		    const struct rb_ask *ask, struct rb_plain *p, size_t *nkeys);
+/* rb_target_args' plain half without rb_plain_tail's ARGV (false: not plain, a untouched). */
+bool rb_target_keys(struct rargs *a, const struct backend *b, const struct target_rt *t,
+		    int64_t not_after, const struct rb_ask *ask, struct rb_plain *p, size_t *nkeys);
+void rb_plain_tail(struct rargs *a, const struct rb_plain *p);
 void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n);
 bool rb_plain_same(const struct rb_plain *x, const struct rb_plain *y);
 void rb_release_args(struct rargs *a, const struct backend *b, const struct be_target *t,

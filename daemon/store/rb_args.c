@@ -458,6 +458,12 @@ void rb_plain_call(struct rargs *a, const struct backend *b, const struct conf_s
 	rb_key(a, b, cs, key, "r", (long)p->code);
 	if (p->queue)
 		rb_fair_class_key(a, b, cs, key, "}:fq:", p->cls);
+	rb_plain_tail(a, p);
+}
+
+/* The ARGV of p alone in a call, after its KEYS: '=', one group of one. */
+void rb_plain_tail(struct rargs *a, const struct rb_plain *p)
+{
 	rargs_str(a, "=");
 	rargs_int(a, 1);
 	rb_plain_group(a, p, 1);
@@ -467,14 +473,16 @@ void rb_plain_call(struct rargs *a, const struct backend *b, const struct conf_s
 /*
  * A plain target's acquire (its plan is plain, conf_plan.c): p takes what
  * acquire.lua's group carries (with ask, what it books ahead and gives
- * back), and a the KEYS and ARGV of a call that is that one acquire alone.
+ * back), and a the KEYS of a call that is that one acquire alone (its
+ * ARGV, rb_plain_tail, are for its caller to add when it goes alone).
  */
-static void rb_plain_args(struct rargs *a, struct backend *b, const struct target_rt *t,
-			  int64_t not_after, const struct rb_ask *ask, struct rb_plain *p,
-			  size_t *nkeys)
+bool rb_target_keys(struct rargs *a, const struct backend *b, const struct target_rt *t,
+		    int64_t not_after, const struct rb_ask *ask, struct rb_plain *p, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
 
+	if (!conf_plan_of(cs, t->cls)->plain)
+		return false;
 	rb_plain_params(p, cs, t->cls, t->cost, not_after);
 	if (ask != NULL) {
 		p->books_ahead = ask->books_ahead;
@@ -486,8 +494,11 @@ static void rb_plain_args(struct rargs *a, struct backend *b, const struct targe
 		p->queue = p->ahead = true;
 		p->cls = t->cls;
 	}
-	rb_plain_call(a, b, cs, t->kq->key, p);
+	rb_key(a, b, cs, t->kq->key, "r", (long)p->code);
+	if (p->queue)
+		rb_fair_class_key(a, b, cs, t->kq->key, "}:fq:", p->cls);
 	*nkeys = p->queue ? 2 : 1;
+	return true;
 }
 
 /* One acquire's part of its group: its cost ('a': then extra and give). */
@@ -527,8 +538,8 @@ bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *
 		    const char *lease_id, int64_t not_after, const struct waiter *w,
 		    const struct rb_ask *ask, struct rb_plain *p, size_t *nkeys)
 {
-	if (conf_plan_of(t->kq->sc->cs, t->cls)->plain) {
-		rb_plain_args(a, b, t, not_after, ask, p, nkeys);
+	if (rb_target_keys(a, b, t, not_after, ask, p, nkeys)) {
+		rb_plain_tail(a, p);
 		return true;
 	}
 	rb_acquire_args(a, b, t, lease_id, 1, not_after, w, nkeys);

@@ -40,7 +40,8 @@ struct rb_xone {
 	size_t nkeys;
 	const struct rb_xb_ops *ops; /* what answers it, through arg */
 	void *arg;
-	bool plain; /* a is the '=' form, p its params (rb_target_args) */
+	bool plain; /* a is KEYS only, p its params (rb_target_keys; rb_plain_tail
+		     * adds the ARGV if it goes alone) */
 	struct rb_plain p;
 };
 
@@ -166,6 +167,8 @@ static void rb_xb_send(struct backend *b, size_t i)
 	b->xb_pending -= x->n;
 	rargs_init(&hdr);
 	call = (struct rpool_call){ .affinity = x->affinity, .script = (size_t)b->s_acquire };
+	if (x->n == 1 && x->c[0]->plain) /* alone: the '=' form's ARGV of its own */
+		rb_plain_tail(&x->c[0]->a, &x->c[0]->p);
 	for (j = 0; j < x->n; j++)
 		oom |= x->c[j]->a.oom;
 	if (x->n == 1) {
@@ -243,7 +246,7 @@ static void rb_xb_ev_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 
 /*
  * Queue w's one target for the pass's batch of its connection (its KEYS and
- * ARGV built here: rb_target_args, ask what it books ahead), answered
+ * ARGV built here: rb_target_keys, ask what it books ahead), answered
  * through ops with arg. false when it cannot be queued (no memory): the
  * caller sends it alone, and still owns arg.
  */
@@ -269,8 +272,9 @@ bool rb_xb_add(struct backend *b, const struct waiter *w, const char *lease_id, 
 		return false;
 	}
 	rargs_init(&one->a);
-	one->plain =
-	    rb_target_args(&one->a, b, t, lease_id, not_after, w, ask, &one->p, &one->nkeys);
+	one->plain = rb_target_keys(&one->a, b, t, not_after, ask, &one->p, &one->nkeys);
+	if (!one->plain)
+		rb_acquire_args(&one->a, b, t, lease_id, 1, not_after, w, &one->nkeys);
 	one->ops = ops;
 	one->arg = arg;
 	x->c[x->n++] = one;
