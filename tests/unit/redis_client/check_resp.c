@@ -72,11 +72,11 @@ START_TEST(test_format_same_as_hiredis)
 	const size_t nsizes = sizeof(sizes) / sizeof(sizes[0]);
 	size_t big = (1 << 20) + 7, i, lens[1000];
 	const char *argv[1000];
-	char *buf = malloc(big);
+	char *buf = malloc(big + 1024); /* room past big for the offsets below */
 	unsigned seed = 30;
 
 	ck_assert_ptr_nonnull(buf);
-	for (i = 0; i < big; i++)
+	for (i = 0; i < big + 1024; i++)
 		buf[i] = (char)(i % 256); /* every byte value, NUL, CR and LF among them */
 	for (i = 0; i < nsizes; i++) {
 		argv[0] = buf;
