@@ -6,15 +6,18 @@
  * resp.c - the Redis wire codec over hiredis 0.14.1 (see resp.h).
  *
  * Owns: the hiredis reader and every redisReply it builds (each is turned
- * into an owned struct rval and freed at once), and the formatter's
- * buffers. The only file of the daemon that includes hiredis, so a move to
- * another hiredis (or to our own reader) touches this file alone.
+ * into an owned struct rval and freed at once), and the command formatter
+ * (our own: the bytes hiredis's redisFormatCommandArgv makes, without its
+ * sprintf per argument). The only file of the daemon that includes
+ * hiredis, so a move to another hiredis (or to our own reader) touches
+ * this file alone.
  */
 
 #include "resp.h"
 
 #include <hiredis/hiredis.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,32 +278,75 @@ const char *resp_error(const struct resp_reader *r)
 	return r->why[0] != '\0' ? r->why : "protocol error";
 }
 
+/* resp_ndigits - how many decimal digits v is written with. */
+static size_t resp_ndigits(size_t v)
+{
+	size_t n = 1;
+
+	while (v >= 10) {
+		v /= 10;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * resp_put_head - write "<mark><v>\r\n" at p (nd the digits of v) and
+ * return the byte after it: the digits written from the last one back,
+ * the same bytes hiredis's sprintf("%zu") makes, at a tenth of its cost.
+ */
+static char *resp_put_head(char *p, char mark, size_t v, size_t nd)
+{
+	char *d = p + nd;
+
+	*p = mark;
+	do {
+		*d-- = (char)('0' + v % 10);
+		v /= 10;
+	} while (v != 0);
+	p += 1 + nd;
+	p[0] = '\r';
+	p[1] = '\n';
+	return p + 2;
+}
+
 int resp_format(int argc, const char *const *argv, const size_t *lens, char **out, size_t *outlen)
 {
-	char *cmd = NULL;
-	size_t *tmp = NULL;
-	int n;
+	size_t total, nd, len, i;
+	char *cmd, *p;
 
 	if (argc <= 0)
 		return -1;
-	if (lens == NULL) {
-		tmp = malloc((size_t)argc * sizeof(*tmp));
-		if (tmp == NULL)
+	/* The size first, so the command is one malloc of its exact size. */
+	total = 1 + resp_ndigits((size_t)argc) + 2;
+	for (i = 0; i < (size_t)argc; i++) {
+		len = lens != NULL ? lens[i] : strlen(argv[i]);
+		if (len > SIZE_MAX / 2 - total - 32)
 			return -1;
-		for (int i = 0; i < argc; i++)
-			tmp[i] = strlen(argv[i]);
-		lens = tmp;
+		total += 1 + resp_ndigits(len) + 2 + len + 2;
 	}
-	n = redisFormatCommandArgv(&cmd, argc, (const char **)argv, lens);
-	free(tmp);
-	if (n < 0 || cmd == NULL)
+	cmd = malloc(total + 1);
+	if (cmd == NULL)
 		return -1;
+	p = resp_put_head(cmd, '*', (size_t)argc, resp_ndigits((size_t)argc));
+	for (i = 0; i < (size_t)argc; i++) {
+		len = lens != NULL ? lens[i] : strlen(argv[i]);
+		nd = resp_ndigits(len);
+		p = resp_put_head(p, '$', len, nd);
+		if (len > 0)
+			memcpy(p, argv[i], len);
+		p += len;
+		p[0] = '\r';
+		p[1] = '\n';
+		p += 2;
+	}
+	*p = '\0';
 	*out = cmd;
-	*outlen = (size_t)n;
+	*outlen = total;
 	return 0;
 }
 
 void resp_free_cmd(char *cmd)
 {
-	redisFreeCommand(cmd);
+	free(cmd);
 }

@@ -8,7 +8,8 @@
  * Owns: a streaming reply reader and the command formatter. It never
  * touches a socket: the connection feeds it the bytes it read and takes the
  * bytes it should write. The only user of hiredis in the daemon (its reader
- * and formatter are what it does best; its async layer is not used).
+ * is what it does best; the formatter is our own, byte for byte what
+ * hiredis's makes; its async layer is not used).
  */
 
 #ifndef ADMITD_RESP_H

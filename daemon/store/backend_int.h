@@ -277,6 +277,8 @@ void rargs_cat(struct rargs *a, const char *const *s, size_t ns);
 void rargs_str(struct rargs *a, const char *s);
 void rargs_int(struct rargs *a, int64_t v);
 void rargs_clear(struct rargs *a);
+/* rargs_init - a empty, its inline room left as it is (cheaper than = { 0 }). */
+void rargs_init(struct rargs *a);
 void rb_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs, const char *key,
 	    const char *suffix, long idx);
 size_t rb_keys(struct rargs *a, const struct backend *b, const struct conf_scope *cs,
@@ -326,6 +328,10 @@ void rb_plain_call(struct rargs *a, const struct backend *b, const struct conf_s
 bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *t,
 		    const char *lease_id, int64_t not_after, const struct waiter *w,
 		    const struct rb_ask *ask, struct rb_plain *p, size_t *nkeys);
+/* rb_target_args' plain half without rb_plain_tail's ARGV (false: not plain, a untouched). */
+bool rb_target_keys(struct rargs *a, const struct backend *b, const struct target_rt *t,
+		    int64_t not_after, const struct rb_ask *ask, struct rb_plain *p, size_t *nkeys);
+void rb_plain_tail(struct rargs *a, const struct rb_plain *p);
 void rb_plain_group(struct rargs *a, const struct rb_plain *p, size_t n);
 bool rb_plain_same(const struct rb_plain *x, const struct rb_plain *y);
 void rb_release_args(struct rargs *a, const struct backend *b, const struct be_target *t,

@@ -88,16 +88,20 @@ static void rargs_push(struct rargs *a, char *p, size_t n)
 /* An argument made of the pieces s[0..ns), each NUL-terminated. */
 void rargs_cat(struct rargs *a, const char *const *s, size_t ns)
 {
-	size_t i, n = 0, off = 0;
+	size_t i, n = 0, off = 0, lens[8];
 	char *p;
 
-	for (i = 0; i < ns; i++)
-		n += strlen(s[i]);
+	for (i = 0; i < ns; i++) {
+		size_t k = strlen(s[i]);
+		if (i < 8)
+			lens[i] = k;
+		n += k;
+	}
 	p = rargs_room(a, n);
 	if (p == NULL)
 		return;
 	for (i = 0; i < ns; i++) {
-		size_t k = strlen(s[i]);
+		size_t k = i < 8 ? lens[i] : strlen(s[i]);
 		memcpy(p + off, s[i], k);
 		off += k;
 	}
@@ -125,18 +129,58 @@ static char *rb_itoa(char *buf, int64_t v)
 	return q;
 }
 
-/* A decimal integer, without printf. */
+/* How many decimal digits u is written with. */
+static size_t rb_ndigits(uint64_t u)
+{
+	size_t n = 1;
+
+	for (; u >= 10000; u /= 10000)
+		n += 4;
+	return n + (u >= 10) + (u >= 100) + (u >= 1000);
+}
+
+/*
+ * A decimal integer, without printf: its digits written in place, two at a
+ * time, the last pair first (the call's hottest argument writer).
+ */
 void rargs_int(struct rargs *a, int64_t v)
 {
-	char num[24], *q = rb_itoa(num, v);
-	size_t n = (size_t)(num + 23 - q);
-	char *p;
+	static const char pairs[] = "00010203040506070809101112131415161718192021222324"
+				    "25262728293031323334353637383940414243444546474849"
+				    "50515253545556575859606162636465666768697071727374"
+				    "75767778798081828384858687888990919293949596979899";
+	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+	size_t n = rb_ndigits(u) + (v < 0);
+	char *p = rargs_room(a, n), *q;
 
-	p = rargs_room(a, n);
-	if (p != NULL) {
-		memcpy(p, q, n + 1);
-		rargs_push(a, p, n);
+	if (p == NULL)
+		return;
+	q = p + n;
+	*q = '\0';
+	while (u >= 100) {
+		const char *d = pairs + 2 * (u % 100);
+		u /= 100;
+		*--q = d[1];
+		*--q = d[0];
 	}
+	if (u >= 10) {
+		*--q = pairs[2 * u + 1];
+		*--q = pairs[2 * u];
+	} else {
+		*--q = (char)('0' + u);
+	}
+	if (v < 0)
+		*--q = '-';
+	rargs_push(a, p, n);
+}
+
+void rargs_init(struct rargs *a)
+{
+	a->v = NULL;
+	a->len = NULL;
+	a->n = a->cap = a->iused = 0;
+	a->oom = false;
+	a->blk = NULL;
 }
 
 void rargs_clear(struct rargs *a)
@@ -414,6 +458,12 @@ void rb_plain_call(struct rargs *a, const struct backend *b, const struct conf_s
 	rb_key(a, b, cs, key, "r", (long)p->code);
 	if (p->queue)
 		rb_fair_class_key(a, b, cs, key, "}:fq:", p->cls);
+	rb_plain_tail(a, p);
+}
+
+/* The ARGV of p alone in a call, after its KEYS: '=', one group of one. */
+void rb_plain_tail(struct rargs *a, const struct rb_plain *p)
+{
 	rargs_str(a, "=");
 	rargs_int(a, 1);
 	rb_plain_group(a, p, 1);
@@ -423,14 +473,16 @@ void rb_plain_call(struct rargs *a, const struct backend *b, const struct conf_s
 /*
  * A plain target's acquire (its plan is plain, conf_plan.c): p takes what
  * acquire.lua's group carries (with ask, what it books ahead and gives
- * back), and a the KEYS and ARGV of a call that is that one acquire alone.
+ * back), and a the KEYS of a call that is that one acquire alone (its
+ * ARGV, rb_plain_tail, are for its caller to add when it goes alone).
  */
-static void rb_plain_args(struct rargs *a, struct backend *b, const struct target_rt *t,
-			  int64_t not_after, const struct rb_ask *ask, struct rb_plain *p,
-			  size_t *nkeys)
+bool rb_target_keys(struct rargs *a, const struct backend *b, const struct target_rt *t,
+		    int64_t not_after, const struct rb_ask *ask, struct rb_plain *p, size_t *nkeys)
 {
 	const struct conf_scope *cs = t->kq->sc->cs;
 
+	if (!conf_plan_of(cs, t->cls)->plain)
+		return false;
 	rb_plain_params(p, cs, t->cls, t->cost, not_after);
 	if (ask != NULL) {
 		p->books_ahead = ask->books_ahead;
@@ -442,8 +494,11 @@ static void rb_plain_args(struct rargs *a, struct backend *b, const struct targe
 		p->queue = p->ahead = true;
 		p->cls = t->cls;
 	}
-	rb_plain_call(a, b, cs, t->kq->key, p);
+	rb_key(a, b, cs, t->kq->key, "r", (long)p->code);
+	if (p->queue)
+		rb_fair_class_key(a, b, cs, t->kq->key, "}:fq:", p->cls);
 	*nkeys = p->queue ? 2 : 1;
+	return true;
 }
 
 /* One acquire's part of its group: its cost ('a': then extra and give). */
@@ -483,8 +538,8 @@ bool rb_target_args(struct rargs *a, struct backend *b, const struct target_rt *
 		    const char *lease_id, int64_t not_after, const struct waiter *w,
 		    const struct rb_ask *ask, struct rb_plain *p, size_t *nkeys)
 {
-	if (conf_plan_of(t->kq->sc->cs, t->cls)->plain) {
-		rb_plain_args(a, b, t, not_after, ask, p, nkeys);
+	if (rb_target_keys(a, b, t, not_after, ask, p, nkeys)) {
+		rb_plain_tail(a, p);
 		return true;
 	}
 	rb_acquire_args(a, b, t, lease_id, 1, not_after, w, nkeys);

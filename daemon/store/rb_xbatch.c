@@ -40,7 +40,8 @@ struct rb_xone {
 	size_t nkeys;
 	const struct rb_xb_ops *ops; /* what answers it, through arg */
 	void *arg;
-	bool plain; /* a is the '=' form, p its params (rb_target_args) */
+	bool plain; /* a is KEYS only, p its params (rb_target_keys; rb_plain_tail
+		     * adds the ARGV if it goes alone) */
 	struct rb_plain p;
 };
 
@@ -156,7 +157,7 @@ static void rb_xb_send(struct backend *b, size_t i)
 	const char **argv = NULL;
 	size_t *len = NULL, j, k = 0, nkeys = 0, argc = 0, ng;
 	size_t head[RB_XB_MAX + 1], first[RB_XB_MAX + 1]; /* rb_xb_groups' */
-	struct rargs hdr = { 0 };
+	struct rargs hdr;
 	struct rpool_call call;
 	bool oom = false;
 
@@ -164,7 +165,10 @@ static void rb_xb_send(struct backend *b, size_t i)
 		return;
 	b->xb[i] = NULL;
 	b->xb_pending -= x->n;
+	rargs_init(&hdr);
 	call = (struct rpool_call){ .affinity = x->affinity, .script = (size_t)b->s_acquire };
+	if (x->n == 1 && x->c[0]->plain) /* alone: the '=' form's ARGV of its own */
+		rb_plain_tail(&x->c[0]->a, &x->c[0]->p);
 	for (j = 0; j < x->n; j++)
 		oom |= x->c[j]->a.oom;
 	if (x->n == 1) {
@@ -242,7 +246,7 @@ static void rb_xb_ev_cb(evutil_socket_t fd UNUSED, short what UNUSED, void *arg)
 
 /*
  * Queue w's one target for the pass's batch of its connection (its KEYS and
- * ARGV built here: rb_target_args, ask what it books ahead), answered
+ * ARGV built here: rb_target_keys, ask what it books ahead), answered
  * through ops with arg. false when it cannot be queued (no memory): the
  * caller sends it alone, and still owns arg.
  */
@@ -252,10 +256,14 @@ bool rb_xb_add(struct backend *b, const struct waiter *w, const char *lease_id, 
 	const struct target_rt *t = &w->t[0];
 	unsigned aff = rb_affinity(t->kq->sc->cs, t->kq->key);
 	size_t slot = aff % b->nxb;
-	struct rb_xone *one = calloc(1, sizeof(*one));
+	/* malloc, not calloc: both are 2 KB of which an acquire uses a few
+	 * words, each set here or as it is filled (c[0..n), a's by rargs_init) */
+	struct rb_xone *one = malloc(sizeof(*one));
 	struct rb_xb *x = b->xb[slot];
 
-	if (one != NULL && x == NULL && (x = calloc(1, sizeof(*x))) != NULL) {
+	if (one != NULL && x == NULL && (x = malloc(sizeof(*x))) != NULL) {
+		x->n = 0;
+		x->reply_n = 0;
 		x->affinity = aff; /* the pass's first for it */
 		b->xb[slot] = x;
 	}
@@ -263,8 +271,10 @@ bool rb_xb_add(struct backend *b, const struct waiter *w, const char *lease_id, 
 		free(one);
 		return false;
 	}
-	one->plain =
-	    rb_target_args(&one->a, b, t, lease_id, not_after, w, ask, &one->p, &one->nkeys);
+	rargs_init(&one->a);
+	one->plain = rb_target_keys(&one->a, b, t, not_after, ask, &one->p, &one->nkeys);
+	if (!one->plain)
+		rb_acquire_args(&one->a, b, t, lease_id, 1, not_after, w, &one->nkeys);
 	one->ops = ops;
 	one->arg = arg;
 	x->c[x->n++] = one;

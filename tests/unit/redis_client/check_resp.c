@@ -4,7 +4,8 @@
 
 /*
  * check_resp.c - unit tests for the wire codec (daemon/redis_client/resp.c): the
- * bytes a command is formatted to, replies fed one byte at a time and in
+ * bytes a command is formatted to (the same as hiredis's formatter makes,
+ * for thousands of argvs), replies fed one byte at a time and in
  * batches, every reply type, a protocol error, the error-word test the
  * pool routes on (MOVED, ASK, TRYAGAIN, NOSCRIPT), and the bounds on one
  * reply (array length, values, bytes) with the largest reply we read
@@ -14,6 +15,7 @@
 #include "resp.h"
 
 #include <check.h>
+#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,89 @@ START_TEST(test_format_binary_safe)
 	ck_assert_mem_eq(cmd, "*1\r\n$4\r\nPING\r\n", 14);
 	resp_free_cmd(cmd);
 	ck_assert_int_eq(resp_format(0, argv, lens, &cmd, &len), -1);
+}
+END_TEST
+
+/* fmt_same - resp_format and hiredis's redisFormatCommandArgv make the same bytes. */
+static void fmt_same(int argc, const char **argv, const size_t *lens)
+{
+	char *ours = NULL, *theirs = NULL;
+	size_t len = 0;
+	int n;
+
+	ck_assert_int_eq(resp_format(argc, argv, lens, &ours, &len), 0);
+	n = redisFormatCommandArgv(&theirs, argc, argv, lens);
+	ck_assert_int_gt(n, 0);
+	ck_assert_uint_eq(len, (size_t)n);
+	ck_assert_mem_eq(ours, theirs, len);
+	resp_free_cmd(ours);
+	redisFreeCommand(theirs);
+}
+
+/*
+ * The formatter against hiredis's: argument counts across the digit
+ * boundaries (1, 9, 10, 99, 100, 1000), lengths across them too (0, 9, 10,
+ * 99, 100, 999, 1000, 65536, 1 MiB + 7), binary bytes (NUL, CR, LF, 0xff),
+ * then 2000 random argvs of random bytes.
+ */
+START_TEST(test_format_same_as_hiredis)
+{
+	static const size_t sizes[] = { 0,   1,	  9,   10,   11,    99,
+					100, 101, 999, 1000, 65536, (1 << 20) + 7 };
+	static const int counts[] = { 1, 2, 9, 10, 11, 99, 100, 101, 1000 };
+	const size_t nsizes = sizeof(sizes) / sizeof(sizes[0]);
+	size_t big = (1 << 20) + 7, i, lens[1000];
+	const char *argv[1000];
+	char *buf = malloc(big + 1024); /* room past big for the offsets below */
+	unsigned seed = 30;
+
+	ck_assert_ptr_nonnull(buf);
+	for (i = 0; i < big + 1024; i++)
+		buf[i] = (char)(i % 256); /* every byte value, NUL, CR and LF among them */
+	for (i = 0; i < nsizes; i++) {
+		argv[0] = buf;
+		lens[0] = sizes[i];
+		fmt_same(1, argv, lens);
+		argv[0] = "EVALSHA";
+		lens[0] = 7;
+		argv[1] = buf + 13;
+		lens[1] = sizes[i];
+		fmt_same(2, argv, lens);
+	}
+	for (i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+		for (int a = 0; a < counts[i]; a++) {
+			argv[a] = buf + a;
+			lens[a] = sizes[(size_t)a % (nsizes - 1)];
+		}
+		fmt_same(counts[i], argv, lens);
+	}
+	/* C strings (lens NULL) against hiredis given their strlen */
+	{
+		const char *cs[4] = { "SET", "", "k{tag}", "12345678901" };
+		size_t cl[4] = { 3, 0, 6, 11 };
+		char *ours = NULL, *theirs = NULL;
+		size_t len = 0;
+		int n;
+
+		ck_assert_int_eq(resp_format(4, cs, NULL, &ours, &len), 0);
+		n = redisFormatCommandArgv(&theirs, 4, cs, cl);
+		ck_assert_uint_eq(len, (size_t)n);
+		ck_assert_mem_eq(ours, theirs, len);
+		resp_free_cmd(ours);
+		redisFreeCommand(theirs);
+	}
+	for (int r = 0; r < 2000; r++) {
+		int argc = 1 + (int)(rand_r(&seed) % 40);
+
+		for (int a = 0; a < argc; a++) {
+			unsigned k = (unsigned)rand_r(&seed);
+
+			lens[a] = k % 5 == 0 ? k % 20000 : k % 40;
+			argv[a] = buf + (size_t)rand_r(&seed) % (big - 20000);
+		}
+		fmt_same(argc, argv, lens);
+	}
+	free(buf);
 }
 END_TEST
 
@@ -341,6 +426,7 @@ static Suite *resp_suite(void)
 	TCase *tc = tcase_create("resp");
 
 	tcase_add_test(tc, test_format_binary_safe);
+	tcase_add_test(tc, test_format_same_as_hiredis);
 	tcase_add_test(tc, test_reader_split_and_batched);
 	tcase_add_test(tc, test_reader_protocol_error);
 	tcase_add_test(tc, test_err_words_and_copy);
