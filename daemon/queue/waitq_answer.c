@@ -101,6 +101,20 @@ static void waitq_put_target(struct preply *r, const struct waiter *w)
 	preply_pop(r);
 }
 
+/* An unnamed rule's index in its scope (0 or more), as the reply names it:
+ * written into idx (no snprintf on the hot path). */
+static const char *waitq_idx_str(long n, char idx[24])
+{
+	char *p = idx + 23;
+	unsigned long u = n < 0 ? 0 : (unsigned long)n;
+
+	*p = '\0';
+	do
+		*--p = (char)('0' + u % 10);
+	while ((u /= 10) != 0);
+	return p;
+}
+
 /*
  * "limits": per meter, its tightest limit of w's targets: the rule (its
  * name, an unnamed rule's index in its scope, or the setting's name), its
@@ -117,9 +131,8 @@ static void waitq_put_limits(struct preply *r, const struct lim_left *left)
 	for (i = 0; i < left->nm; i++) {
 		const struct lim_meter_left *m = &left->m[i];
 
-		snprintf(idx, sizeof(idx), "%ld", m->idx);
 		preply_push(r, lim_meter_name(m, meter, sizeof(meter)));
-		preply_str(r, "rule", m->rule != NULL ? m->rule : idx);
+		preply_str(r, "rule", m->rule != NULL ? m->rule : waitq_idx_str(m->idx, idx));
 		preply_int(r, "limit", m->limit);
 		preply_int(r, "remaining", m->remaining);
 		preply_int(r, "reset_ms", m->reset_ms);
