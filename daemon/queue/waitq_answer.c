@@ -70,6 +70,7 @@ void waitq_remove(struct waiter *w)
 	waitq_unlink_conn(w);
 	if (w->deadline_set)
 		event_del(&w->deadline_ev);
+	waitq_forget(w);
 	free(w->id);
 	free(w->reserve);
 	free(w);
