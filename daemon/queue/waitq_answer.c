@@ -21,6 +21,7 @@
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Is target i the first of w's targets in its scope (counted once a scope)? */
 bool waitq_first_of_scope(const struct waiter *w, size_t i)
@@ -50,6 +51,40 @@ void waitq_unlink_conn(struct waiter *w)
 	client_waiter_done(c);
 }
 
+/*
+ * Spare waiter records: a removed waiter's record is kept for the next
+ * acquire instead of a free and a calloc each request. Bounded; freed at
+ * exit (waitq_spares_free).
+ */
+#define WAITQ_SPARES 64
+static struct waiter *waitq_spare[WAITQ_SPARES];
+static size_t waitq_nspare;
+
+struct waiter *waitq_new(void)
+{
+	struct waiter *w;
+
+	if (waitq_nspare == 0)
+		return calloc(1, sizeof(*w));
+	w = waitq_spare[--waitq_nspare];
+	memset(w, 0, sizeof(*w));
+	return w;
+}
+
+static void waitq_put(struct waiter *w)
+{
+	if (waitq_nspare < WAITQ_SPARES)
+		waitq_spare[waitq_nspare++] = w;
+	else
+		free(w);
+}
+
+void waitq_spares_free(void)
+{
+	while (waitq_nspare > 0)
+		free(waitq_spare[--waitq_nspare]);
+}
+
 /* Remove w from its queue and its connection, and free it. */
 void waitq_remove(struct waiter *w)
 {
@@ -73,7 +108,7 @@ void waitq_remove(struct waiter *w)
 	waitq_forget(w);
 	free(w->id);
 	free(w->reserve);
-	free(w);
+	waitq_put(w);
 }
 
 /* Why a pod refused a serialized key in fallback: another pod serves it. */

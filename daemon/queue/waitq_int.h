@@ -51,6 +51,8 @@ void waitq_unlink_conn(struct waiter *w);
 bool waitq_in_flight(struct waiter *w);
 const char *waitq_blame(struct waiter *w);
 void waitq_remove(struct waiter *w);
+/* waitq_spares_free - at exit: free the spare waiter records. */
+void waitq_spares_free(void);
 /* waitq_forget - w is freed now: waitq_add no longer arms its deadline. */
 void waitq_forget(const struct waiter *w);
 void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now);
