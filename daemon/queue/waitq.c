@@ -58,9 +58,6 @@ static bool waitq_batchable(const struct waiter *w, const struct waiter *x, int6
 
 static void waitq_deadline_cb(evutil_socket_t fd, short what, void *arg);
 
-/* The waiter waitq_add is pumping for; NULL once it left its queue. */
-static const struct waiter *waitq_adding;
-
 /* Arms w's deadline timer for what is left of its budget at now. */
 static int waitq_arm_deadline(struct waiter *w, int64_t now)
 {
@@ -183,13 +180,13 @@ void waitq_add(struct waiter *w)
 	 * try): only one still waiting after it gets a deadline timer, so the
 	 * others cost libevent's timer heap nothing. The timer only fires from
 	 * the loop, so arming it after the pump changes no answer. */
-	waitq_adding = w;
+	waitq_watch(w);
 	waitq_pump(kq);
-	if (waitq_adding != w || w->try_only) {
-		waitq_adding = NULL;
+	if (!waitq_watching(w) || w->try_only) {
+		waitq_watch(NULL);
 		return;
 	}
-	waitq_adding = NULL;
+	waitq_watch(NULL);
 	if (waitq_arm_deadline(w, clock_mono_ms()) == 0) {
 		w->deadline_set = true;
 		return;
@@ -202,13 +199,6 @@ void waitq_add(struct waiter *w)
 	}
 	waitq_remove(w);
 	waitq_pump(kq);
-}
-
-/* w is leaving its queue: waitq_add's pump must not touch it any more. */
-void waitq_forget(const struct waiter *w)
-{
-	if (waitq_adding == w)
-		waitq_adding = NULL;
 }
 
 /*

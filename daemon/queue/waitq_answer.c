@@ -51,6 +51,19 @@ void waitq_unlink_conn(struct waiter *w)
 	client_waiter_done(c);
 }
 
+/* The waiter waitq_add is pumping for (waitq_watch); NULL once it is freed. */
+static const struct waiter *waitq_watched;
+
+void waitq_watch(const struct waiter *w)
+{
+	waitq_watched = w;
+}
+
+bool waitq_watching(const struct waiter *w)
+{
+	return w != NULL && waitq_watched == w;
+}
+
 /*
  * Spare waiter records: a removed waiter's record is kept for the next
  * acquire instead of a free and a calloc each request. Bounded; freed at
@@ -105,7 +118,8 @@ void waitq_remove(struct waiter *w)
 	waitq_unlink_conn(w);
 	if (w->deadline_set)
 		event_del(&w->deadline_ev);
-	waitq_forget(w);
+	if (waitq_watched == w)
+		waitq_watched = NULL;
 	free(w->id);
 	free(w->reserve);
 	waitq_put(w);

@@ -53,8 +53,12 @@ const char *waitq_blame(struct waiter *w);
 void waitq_remove(struct waiter *w);
 /* waitq_spares_free - at exit: free the spare waiter records. */
 void waitq_spares_free(void);
-/* waitq_forget - w is freed now: waitq_add no longer arms its deadline. */
-void waitq_forget(const struct waiter *w);
+/*
+ * waitq_watch - watch w (NULL: none) while waitq_add pumps its queue;
+ * waitq_watching - is w still there (not answered and freed meanwhile)?
+ */
+void waitq_watch(const struct waiter *w);
+bool waitq_watching(const struct waiter *w);
 void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now);
 void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, const char *rule,
 		const char *msg);
