@@ -43,7 +43,7 @@ void op_acquire(struct client *c, struct request *rq)
 		ops_error(c, rq, ADMIT_E_UNAVAILABLE, msg);
 		return;
 	}
-	w = calloc(1, sizeof(*w));
+	w = waitq_new();
 	if (w == NULL) {
 		ops_error(c, rq, ADMIT_E_UNAVAILABLE, "out of memory");
 		return;

@@ -176,14 +176,28 @@ void waitq_add(struct waiter *w)
 		waitq_remove(w);
 		return;
 	}
-	if (!w->try_only) {
-		if (waitq_arm_deadline(w, now) != 0) {
-			waitq_fail(w, ADMIT_E_UNAVAILABLE, 0, NULL, "cannot arm timer");
-			waitq_remove(w);
-			return;
-		}
-		w->deadline_set = true;
+	/* Most acquires are answered within this pump (local mode, a refused
+	 * try): only one still waiting after it gets a deadline timer, so the
+	 * others cost libevent's timer heap nothing. The timer only fires from
+	 * the loop, so arming it after the pump changes no answer. */
+	waitq_watch(w);
+	waitq_pump(kq);
+	if (!waitq_watching(w) || w->try_only) {
+		waitq_watch(NULL);
+		return;
 	}
+	waitq_watch(NULL);
+	if (waitq_arm_deadline(w, clock_mono_ms()) == 0) {
+		w->deadline_set = true;
+		return;
+	}
+	waitq_fail(w, ADMIT_E_UNAVAILABLE, 0, NULL, "cannot arm timer");
+	if (waitq_in_flight(w)) { /* its decision comes back to no one, and is undone */
+		w->canceled = true;
+		waitq_unlink_conn(w);
+		return;
+	}
+	waitq_remove(w);
 	waitq_pump(kq);
 }
 

@@ -73,6 +73,8 @@ struct waiter {
 	uint64_t fl_seq; /* ... and its arrival number there */
 };
 
+/* waitq_new - a zeroed waiter record (a spare when there is one); NULL when out of memory. */
+struct waiter *waitq_new(void);
 void waitq_add(struct waiter *w);
 void waitq_pump(struct kq *kq);
 void waitq_cancel(struct waiter *w);

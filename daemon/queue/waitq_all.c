@@ -182,6 +182,7 @@ void waitq_free_all(struct rt *ad)
 		htab_each(ad->scopes[i].keys, waitq_free_kq, NULL);
 	for (r = ad->retired; r != NULL; r = r->retired_next)
 		htab_each(r->keys, waitq_free_kq, NULL);
+	waitq_spares_free();
 }
 
 void waitq_slot_freed(struct kq *kq)

@@ -21,6 +21,7 @@
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Is target i the first of w's targets in its scope (counted once a scope)? */
 bool waitq_first_of_scope(const struct waiter *w, size_t i)
@@ -50,6 +51,53 @@ void waitq_unlink_conn(struct waiter *w)
 	client_waiter_done(c);
 }
 
+/* The waiter waitq_add is pumping for (waitq_watch); NULL once it is freed. */
+static const struct waiter *waitq_watched;
+
+void waitq_watch(const struct waiter *w)
+{
+	waitq_watched = w;
+}
+
+bool waitq_watching(const struct waiter *w)
+{
+	return w != NULL && waitq_watched == w;
+}
+
+/*
+ * Spare waiter records: a removed waiter's record is kept for the next
+ * acquire instead of a free and a calloc each request. Bounded; freed at
+ * exit (waitq_spares_free).
+ */
+#define WAITQ_SPARES 64
+static struct waiter *waitq_spare[WAITQ_SPARES];
+static size_t waitq_nspare;
+
+struct waiter *waitq_new(void)
+{
+	struct waiter *w;
+
+	if (waitq_nspare == 0)
+		return calloc(1, sizeof(*w));
+	w = waitq_spare[--waitq_nspare];
+	memset(w, 0, sizeof(*w));
+	return w;
+}
+
+static void waitq_put(struct waiter *w)
+{
+	if (waitq_nspare < WAITQ_SPARES)
+		waitq_spare[waitq_nspare++] = w;
+	else
+		free(w);
+}
+
+void waitq_spares_free(void)
+{
+	while (waitq_nspare > 0)
+		free(waitq_spare[--waitq_nspare]);
+}
+
 /* Remove w from its queue and its connection, and free it. */
 void waitq_remove(struct waiter *w)
 {
@@ -70,9 +118,11 @@ void waitq_remove(struct waiter *w)
 	waitq_unlink_conn(w);
 	if (w->deadline_set)
 		event_del(&w->deadline_ev);
+	if (waitq_watched == w)
+		waitq_watched = NULL;
 	free(w->id);
 	free(w->reserve);
-	free(w);
+	waitq_put(w);
 }
 
 /* Why a pod refused a serialized key in fallback: another pod serves it. */
@@ -101,6 +151,20 @@ static void waitq_put_target(struct preply *r, const struct waiter *w)
 	preply_pop(r);
 }
 
+/* An unnamed rule's index in its scope (0 or more), as the reply names it:
+ * written into idx (no snprintf on the hot path). */
+static const char *waitq_idx_str(long n, char idx[24])
+{
+	char *p = idx + 23;
+	unsigned long u = n < 0 ? 0 : (unsigned long)n;
+
+	*p = '\0';
+	do
+		*--p = (char)('0' + u % 10);
+	while ((u /= 10) != 0);
+	return p;
+}
+
 /*
  * "limits": per meter, its tightest limit of w's targets: the rule (its
  * name, an unnamed rule's index in its scope, or the setting's name), its
@@ -117,9 +181,8 @@ static void waitq_put_limits(struct preply *r, const struct lim_left *left)
 	for (i = 0; i < left->nm; i++) {
 		const struct lim_meter_left *m = &left->m[i];
 
-		snprintf(idx, sizeof(idx), "%ld", m->idx);
 		preply_push(r, lim_meter_name(m, meter, sizeof(meter)));
-		preply_str(r, "rule", m->rule != NULL ? m->rule : idx);
+		preply_str(r, "rule", m->rule != NULL ? m->rule : waitq_idx_str(m->idx, idx));
 		preply_int(r, "limit", m->limit);
 		preply_int(r, "remaining", m->remaining);
 		preply_int(r, "reset_ms", m->reset_ms);

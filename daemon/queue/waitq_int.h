@@ -51,6 +51,14 @@ void waitq_unlink_conn(struct waiter *w);
 bool waitq_in_flight(struct waiter *w);
 const char *waitq_blame(struct waiter *w);
 void waitq_remove(struct waiter *w);
+/* waitq_spares_free - at exit: free the spare waiter records. */
+void waitq_spares_free(void);
+/*
+ * waitq_watch - watch w (NULL: none) while waitq_add pumps its queue;
+ * waitq_watching - is w still there (not answered and freed meanwhile)?
+ */
+void waitq_watch(const struct waiter *w);
+bool waitq_watching(const struct waiter *w);
 void waitq_admit(struct waiter *w, const struct eng_res *res, int64_t now);
 void waitq_fail(struct waiter *w, enum admit_err e, int64_t retry_ms, const char *rule,
 		const char *msg);

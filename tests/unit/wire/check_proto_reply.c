@@ -40,6 +40,42 @@ static json_t *finish_parse(struct preply *r)
 	return j;
 }
 
+/* Integers are written two digits at a time: each length, both signs, the ends of int64. */
+START_TEST(test_reply_int_digits)
+{
+	static const struct {
+		int64_t v;
+		const char *text;
+	} cases[] = {
+		{ 0, "0" },
+		{ 7, "7" },
+		{ 9, "9" },
+		{ 10, "10" },
+		{ 99, "99" },
+		{ 100, "100" },
+		{ 101, "101" },
+		{ 1000, "1000" },
+		{ 12345, "12345" },
+		{ -5, "-5" },
+		{ -100, "-100" },
+		{ INT64_MAX, "9223372036854775807" },
+		{ INT64_MIN, "-9223372036854775808" },
+	};
+	size_t i, len;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct preply *r = preply_new(NULL, true);
+		char want[64], *line;
+
+		preply_int(r, "n", cases[i].v);
+		line = preply_finish(r, &len);
+		snprintf(want, sizeof(want), "{\"ok\":true,\"n\":%s}\n", cases[i].text);
+		ck_assert_str_eq(line, want);
+		free(line);
+	}
+}
+END_TEST
+
 START_TEST(test_reply_fields)
 {
 	struct preply *r = preply_new(NULL, true);
@@ -350,6 +386,7 @@ static Suite *proto_reply_suite(void)
 
 	tc = tcase_create("reply");
 	tcase_add_test(tc, test_reply_fields);
+	tcase_add_test(tc, test_reply_int_digits);
 	tcase_add_test(tc, test_reply_deep);
 	tcase_add_test(tc, test_reply_id_roundtrip);
 	tcase_add_test(tc, test_reply_error);
