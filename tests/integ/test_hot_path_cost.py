@@ -39,8 +39,11 @@ BASE, MORE, BURST = 160, 640, 16
 REDIS_INSTR_MAX = 40000
 # local mode, the same pairs: 15,318 -> 13,929..14,058 (an acquire answered at
 # once no longer arms and drops a deadline timer, nor callocs and frees its
-# waiter, and a reply's unnamed rule index is written without snprintf)
-LOCAL_INSTR_MAX = 14700
+# waiter, and a reply's unnamed rule index is written without snprintf).
+# The bound is a guard against a gross regression (another machine's glibc
+# picks other memcpy and strlen variants, so a few percent is not a
+# regression); the small levers are measured by make bench's callgrind line.
+LOCAL_INSTR_MAX = 17500
 BYTES_MAX = {"redis": 9000, "local": 6000}
 
 HEAP = re.compile(r"total heap usage: ([\d,]+) allocs, ([\d,]+) frees, ([\d,]+) bytes allocated")
