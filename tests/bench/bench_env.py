@@ -59,6 +59,16 @@ timeout = 5s
 TB_RATE = 1000000
 
 
+def with_admitd(conf, *lines):
+    """conf with lines added to its [admitd] section (made when it has none):
+    an INI file takes one [admitd] section."""
+    head = "[admitd]\n"
+    add = "".join(line + "\n" for line in lines)
+    if conf.startswith(head):
+        return head + add + conf[len(head):]
+    return head + add + "\n" + conf
+
+
 NOREL_SCOPE = """
 [scope norel]
 rule = requests token-bucket 1000000000/1s

@@ -21,7 +21,7 @@ import time
 from tests.integ.harness import Admitd
 from tests.bench.bench_env import (
     ADMITD, BUCKET_LUA, CDF_CONNS, KEYSPACE_MAX_AHEAD, LG_TIMEOUT_MS, LIMITS_PYTHON, log, PEERS,
-    RAND_KEYSPACE, TB_RATE)
+    RAND_KEYSPACE, TB_RATE, with_admitd)
 from tests.bench.bench_redis import status, wait_for
 from tests.bench.bench_rows import loadgen, redis_benchmark, Sample
 from tests.bench import redis_cost
@@ -201,8 +201,8 @@ def start_topologies(args, conf, rows, objs):
                     srv = redis_deploy.TlsRedis(files)
                     objs.append(srv)
                     srv.start()
-                    pod = Admitd("[admitd]\nredis_tls_ca_file = %s\n\n%s"
-                                 % (files.path("ca.crt"), conf), redis_url=srv.url)
+                    pod = Admitd(with_admitd(conf, "redis_tls_ca_file = %s" % files.path("ca.crt")),
+                                 redis_url=srv.url)
                     servers = [srv]
             else:
                 why = "unknown topology %r (cluster, tls)" % mode
@@ -268,7 +268,7 @@ def run_callgrind(args, conf, parent):
         conf_path = os.path.join(d, "admitd.conf")
         out = os.path.join(d, "callgrind.out")
         with open(conf_path, "w") as f:
-            f.write("[admitd]\nsocket = %s\n\n%s" % (sock, conf))
+            f.write(with_admitd(conf, "socket = %s" % sock))
         err = open(os.path.join(d, "stderr"), "wb")
         proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
                                  ADMITD, "-c", conf_path, "--socket", sock],

@@ -126,7 +126,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from tests.integ.harness import Admitd, RedisServer  # noqa: E402
 from tests.bench.bench_env import (  # noqa: E402
-    ADMITD, BOOKS_SCOPE, DOCS_PNG, ECHO, FIFO_SCOPE, LOADGEN, log, NOREL_SCOPE, RESULTS, TB_SCOPE)
+    ADMITD, BOOKS_SCOPE, DOCS_PNG, ECHO, FIFO_SCOPE, LOADGEN, log, NOREL_SCOPE, RESULTS, TB_SCOPE,
+    with_admitd)
 from tests.bench.bench_redis import (  # noqa: E402
     capture_acquire_argv, embedded_script, Monitor, sha1, status, wait_for)
 from tests.bench.bench_counts import run_counts  # noqa: E402
@@ -241,14 +242,14 @@ def main():
     # redis_timeout: the default 250 ms is for production; on a 2-core box
     # shared with the load, a stall past it answers from the fallback, which
     # makes the run unclean without saying anything about Redis's cost.
-    levers = "redis_timeout = 2s\n"
+    levers = ["redis_timeout = 2s"]
     if os.environ.get("BENCH_BOOK_AHEAD"):
-        levers += "redis_book_ahead = %dms\n" % int(os.environ["BENCH_BOOK_AHEAD"])
+        levers.append("redis_book_ahead = %dms" % int(os.environ["BENCH_BOOK_AHEAD"]))
     if os.environ.get("BENCH_REDIS_FUNCTIONS", "yes") == "no":
-        levers += "redis_functions = no\n"
+        levers.append("redis_functions = no")
     if os.environ.get("BENCH_REDIS_BATCH"):
-        levers += "redis_batch = %d\n" % int(os.environ["BENCH_REDIS_BATCH"])
-    conf = "[admitd]\n" + levers + conf
+        levers.append("redis_batch = %d" % int(os.environ["BENCH_REDIS_BATCH"]))
+    conf = with_admitd(conf, *levers)
     t_start = time.monotonic()
     redis = RedisServer().start()
     started = []
