@@ -92,8 +92,9 @@ static size_t preply_utf8(const unsigned char *s)
 }
 
 /* 1 for the bytes a JSON string holds as they are: printable ASCII but '"'
- * and '\\' (so 0 for the NUL that ends a string). */
-static const unsigned char preply_plain[256] = {
+ * and '\\' (so 0 for the NUL that ends a string). The decoder's fast path
+ * stops at the others (proto_fast.c). */
+const unsigned char proto_json_plain[256] = {
 	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x00 */
 	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x10 */
 	1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x20 */
@@ -110,7 +111,7 @@ static size_t preply_plain_len(const unsigned char *s)
 {
 	size_t n = 0;
 
-	while (preply_plain[s[n]])
+	while (proto_json_plain[s[n]])
 		n++;
 	return n;
 }
