@@ -66,7 +66,7 @@ class StrategyTest(ScopeCase):
             bursts = bursts[1:]
         # Probing every ~2ms, each window's budget goes in one burst at its
         # start: exactly `amount` per window (the last may be cut off).
-        self.assertGreaterEqual(len(bursts), 3, bursts)
+        self.assertGreaterEqual(len(bursts), 3, ("probe gap %.3fs" % gap, bursts))
         for b in bursts[:-1]:
             self.assertEqual(len(b), amount, bursts)
         self.assertLessEqual(len(bursts[-1]), amount)
