@@ -388,6 +388,7 @@ out:
 	scopes_free(&ad.rt);
 	lease_free_all(&ad.rt);
 	reload_free(&ad);
+	preply_spares_free();
 	if (sigterm)
 		event_free(sigterm);
 	if (sigint)

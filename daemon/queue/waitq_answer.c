@@ -17,6 +17,7 @@
 #include "lease.h"
 #include "log.h"
 #include "scope.h"
+#include "spares.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -69,33 +70,16 @@ bool waitq_watching(const struct waiter *w)
  * acquire instead of a free and a calloc each request. Bounded; freed at
  * exit (waitq_spares_free).
  */
-#define WAITQ_SPARES 64
-static struct waiter *waitq_spare[WAITQ_SPARES];
-static size_t waitq_nspare;
+static struct spares waitq_spares = SPARES_INIT(struct waiter, 64);
 
 struct waiter *waitq_new(void)
 {
-	struct waiter *w;
-
-	if (waitq_nspare == 0)
-		return calloc(1, sizeof(*w));
-	w = waitq_spare[--waitq_nspare];
-	memset(w, 0, sizeof(*w));
-	return w;
-}
-
-static void waitq_put(struct waiter *w)
-{
-	if (waitq_nspare < WAITQ_SPARES)
-		waitq_spare[waitq_nspare++] = w;
-	else
-		free(w);
+	return spares_get(&waitq_spares);
 }
 
 void waitq_spares_free(void)
 {
-	while (waitq_nspare > 0)
-		free(waitq_spare[--waitq_nspare]);
+	spares_free(&waitq_spares);
 }
 
 /* Remove w from its queue and its connection, and free it. */
@@ -122,7 +106,7 @@ void waitq_remove(struct waiter *w)
 		waitq_watched = NULL;
 	free(w->id);
 	free(w->reserve);
-	waitq_put(w);
+	spares_put(&waitq_spares, w);
 }
 
 /* Why a pod refused a serialized key in fallback: another pod serves it. */

@@ -147,6 +147,9 @@ void preply_pop(struct preply *r);
 void preply_free(struct preply *r);
 char *preply_finish(struct preply *r, size_t *len);
 
+/* preply_spares_free - at exit: free the builders kept for the next reply. */
+void preply_spares_free(void);
+
 /* 1 for the bytes a JSON string holds as they are (printable ASCII but '"'
  * and '\\'); the reply's writer and the request's fast decoder use it. */
 extern const unsigned char proto_json_plain[256];

@@ -12,6 +12,8 @@
 
 #include "proto.h"
 
+#include "spares.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,32 +209,16 @@ static bool preply_key(struct preply *r, const char *k)
  * daemon builds replies on its one loop thread; a few spares cover a loop
  * pass that holds several builders at once.
  */
-#define PREPLY_SPARES 8
-static struct preply *preply_spare[PREPLY_SPARES];
-static size_t preply_nspare;
+static struct spares preply_spares = SPARES_INIT(struct preply, 8);
 
-static struct preply *preply_get(void)
+void preply_spares_free(void)
 {
-	struct preply *r;
-
-	if (preply_nspare == 0)
-		return calloc(1, sizeof(struct preply));
-	r = preply_spare[--preply_nspare];
-	*r = (struct preply){ 0 };
-	return r;
-}
-
-static void preply_put(struct preply *r)
-{
-	if (preply_nspare < PREPLY_SPARES)
-		preply_spare[preply_nspare++] = r;
-	else
-		free(r);
+	spares_free(&preply_spares);
 }
 
 struct preply *preply_new(const char *id_json, bool ok)
 {
-	struct preply *r = preply_get();
+	struct preply *r = spares_get(&preply_spares);
 
 	if (r == NULL)
 		return NULL;
@@ -357,7 +343,7 @@ void preply_free(struct preply *r)
 {
 	if (r != NULL) {
 		free(r->buf);
-		preply_put(r);
+		spares_put(&preply_spares, r);
 	}
 }
 
@@ -388,6 +374,6 @@ char *preply_finish(struct preply *r, size_t *len)
 	r->buf[r->len] = '\0';
 	line = r->buf;
 	*len = r->len;
-	preply_put(r);
+	spares_put(&preply_spares, r);
 	return line;
 }
