@@ -414,21 +414,6 @@ static void rb_acq_unsent(void *arg)
 		rb_acq_done(q);
 }
 
-/*
- * An empty argument vector without clearing its inline room (about 1.8 KB,
- * never read before it is written): its fields before iv, those rargs_clear
- * resets. The inline arrays must stay its last fields.
- */
-_Static_assert(offsetof(struct rargs, iv) < offsetof(struct rargs, ilen) &&
-		   offsetof(struct rargs, ilen) < offsetof(struct rargs, ibuf) &&
-		   offsetof(struct rargs, ibuf) + RARGS_INLINE_B + _Alignof(max_align_t) >
-		       sizeof(struct rargs),
-	       "struct rargs: the inline room is its tail");
-static void rb_args_empty(struct rargs *a)
-{
-	memset(a, 0, offsetof(struct rargs, iv));
-}
-
 /* How the pass's batch answers an acquire it holds (rb_xbatch.c). */
 static const struct rb_xb_ops rb_acq_xb = { .reply = rb_acq_cb,
 					    .plain = rb_plain_cb,
@@ -480,7 +465,7 @@ bool backend_acquire(struct backend *b, struct waiter *w, const char *lease_id, 
 	if (w->nt == 1 && b->xb != NULL && rb_acq_queue(q, not_after, alone ? &ask : NULL))
 		return true;
 	for (i = 0; i < w->nt; i++)
-		rb_args_empty(&a[i]);
+		rargs_init(&a[i]); /* its inline room is written before it is read */
 	for (i = 0; i < w->nt; i++) {
 		struct rb_acq_part *part = &q->r[i].part;
 		struct rb_plain pa;
