@@ -14,6 +14,7 @@
 
 #include "class_wait.h"
 #include "clock.h"
+#include "decimal.h"
 #include "lease.h"
 #include "log.h"
 #include "scope.h"
@@ -137,16 +138,10 @@ static void waitq_put_target(struct preply *r, const struct waiter *w)
 
 /* An unnamed rule's index in its scope (0 or more), as the reply names it:
  * written into idx (no snprintf on the hot path). */
-static const char *waitq_idx_str(long n, char idx[24])
+static const char *waitq_idx_str(long n, char idx[DEC_MAX + 1])
 {
-	char *p = idx + 23;
-	unsigned long u = n < 0 ? 0 : (unsigned long)n;
-
-	*p = '\0';
-	do
-		*--p = (char)('0' + u % 10);
-	while ((u /= 10) != 0);
-	return p;
+	idx[DEC_MAX] = '\0';
+	return dec_put_u64(idx + DEC_MAX, n < 0 ? 0 : (uint64_t)n);
 }
 
 /*
@@ -156,7 +151,7 @@ static const char *waitq_idx_str(long n, char idx[24])
  */
 static void waitq_put_limits(struct preply *r, const struct lim_left *left)
 {
-	char meter[80], idx[24];
+	char meter[80], idx[DEC_MAX + 1];
 	size_t i;
 
 	if (left->nm == 0)

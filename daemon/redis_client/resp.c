@@ -15,6 +15,8 @@
 
 #include "resp.h"
 
+#include "decimal.h"
+
 #include <hiredis/hiredis.h>
 #include <limits.h>
 #include <stdint.h>
@@ -278,18 +280,6 @@ const char *resp_error(const struct resp_reader *r)
 	return r->why[0] != '\0' ? r->why : "protocol error";
 }
 
-/* resp_ndigits - how many decimal digits v is written with. */
-static size_t resp_ndigits(size_t v)
-{
-	size_t n = 1;
-
-	while (v >= 10) {
-		v /= 10;
-		n++;
-	}
-	return n;
-}
-
 /*
  * resp_put_head - write "<mark><v>\r\n" at p (nd the digits of v) and
  * return the byte after it: the digits written from the last one back,
@@ -297,13 +287,8 @@ static size_t resp_ndigits(size_t v)
  */
 static char *resp_put_head(char *p, char mark, size_t v, size_t nd)
 {
-	char *d = p + nd;
-
 	*p = mark;
-	do {
-		*d-- = (char)('0' + v % 10);
-		v /= 10;
-	} while (v != 0);
+	dec_put_u64(p + 1 + nd, v);
 	p += 1 + nd;
 	p[0] = '\r';
 	p[1] = '\n';
@@ -318,20 +303,20 @@ int resp_format(int argc, const char *const *argv, const size_t *lens, char **ou
 	if (argc <= 0)
 		return -1;
 	/* The size first, so the command is one malloc of its exact size. */
-	total = 1 + resp_ndigits((size_t)argc) + 2;
+	total = 1 + dec_len_u64((size_t)argc) + 2;
 	for (i = 0; i < (size_t)argc; i++) {
 		len = lens != NULL ? lens[i] : strlen(argv[i]);
 		if (len > SIZE_MAX / 2 - total - 32)
 			return -1;
-		total += 1 + resp_ndigits(len) + 2 + len + 2;
+		total += 1 + dec_len_u64(len) + 2 + len + 2;
 	}
 	cmd = malloc(total + 1);
 	if (cmd == NULL)
 		return -1;
-	p = resp_put_head(cmd, '*', (size_t)argc, resp_ndigits((size_t)argc));
+	p = resp_put_head(cmd, '*', (size_t)argc, dec_len_u64((size_t)argc));
 	for (i = 0; i < (size_t)argc; i++) {
 		len = lens != NULL ? lens[i] : strlen(argv[i]);
-		nd = resp_ndigits(len);
+		nd = dec_len_u64(len);
 		p = resp_put_head(p, '$', len, nd);
 		if (len > 0)
 			memcpy(p, argv[i], len);

@@ -15,6 +15,8 @@
 
 #include "backend_int.h"
 
+#include "decimal.h"
+
 #include "lease_id.h"
 
 #include <stdlib.h>
@@ -114,63 +116,17 @@ void rargs_str(struct rargs *a, const char *s)
 	rargs_cat(a, &s, 1);
 }
 
-/* v in decimal, NUL-terminated, at the end of buf[24]; returns its start. */
-static char *rb_itoa(char *buf, int64_t v)
-{
-	char *q = buf + 23;
-	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-
-	*q = '\0';
-	do
-		*--q = (char)('0' + u % 10);
-	while ((u /= 10) != 0);
-	if (v < 0)
-		*--q = '-';
-	return q;
-}
-
-/* How many decimal digits u is written with. */
-static size_t rb_ndigits(uint64_t u)
-{
-	size_t n = 1;
-
-	for (; u >= 10000; u /= 10000)
-		n += 4;
-	return n + (u >= 10) + (u >= 100) + (u >= 1000);
-}
-
-/*
- * A decimal integer, without printf: its digits written in place, two at a
- * time, the last pair first (the call's hottest argument writer).
- */
+/* A decimal integer, without printf: its digits written in place (the
+ * call's hottest argument writer). */
 void rargs_int(struct rargs *a, int64_t v)
 {
-	static const char pairs[] = "00010203040506070809101112131415161718192021222324"
-				    "25262728293031323334353637383940414243444546474849"
-				    "50515253545556575859606162636465666768697071727374"
-				    "75767778798081828384858687888990919293949596979899";
-	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-	size_t n = rb_ndigits(u) + (v < 0);
-	char *p = rargs_room(a, n), *q;
+	size_t n = dec_len_i64(v);
+	char *p = rargs_room(a, n);
 
 	if (p == NULL)
 		return;
-	q = p + n;
-	*q = '\0';
-	while (u >= 100) {
-		const char *d = pairs + 2 * (u % 100);
-		u /= 100;
-		*--q = d[1];
-		*--q = d[0];
-	}
-	if (u >= 10) {
-		*--q = pairs[2 * u + 1];
-		*--q = pairs[2 * u];
-	} else {
-		*--q = (char)('0' + u);
-	}
-	if (v < 0)
-		*--q = '-';
+	p[n] = '\0';
+	dec_put_i64(p + n, v);
 	rargs_push(a, p, n);
 }
 
@@ -203,7 +159,7 @@ void rargs_clear(struct rargs *a)
 void rb_key(struct rargs *a, const struct backend *b, const struct conf_scope *cs, const char *key,
 	    const char *suffix, long idx)
 {
-	char num[24];
+	char num[DEC_MAX + 1] = { 0 }; /* its last byte ends the digits */
 	const char *parts[8] = { b->ad->conf->prefix,
 				 ":{",
 				 cs->name,
@@ -211,7 +167,7 @@ void rb_key(struct rargs *a, const struct backend *b, const struct conf_scope *c
 				 key,
 				 "}:",
 				 suffix,
-				 idx >= 0 ? rb_itoa(num, idx) : "" };
+				 idx >= 0 ? dec_put_i64(num + DEC_MAX, idx) : "" };
 
 	rargs_cat(a, parts, 8);
 }

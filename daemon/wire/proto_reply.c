@@ -12,6 +12,7 @@
 
 #include "proto.h"
 
+#include "decimal.h"
 #include "spares.h"
 
 #include <stdio.h>
@@ -245,32 +246,13 @@ struct preply *preply_error(const char *id_json, enum admit_err e, const char *m
 	return r;
 }
 
-/* "00" to "99": a number is written two digits a division. */
-static const char preply_digits[] = "00010203040506070809101112131415161718192021222324"
-				    "25262728293031323334353637383940414243444546474849"
-				    "50515253545556575859606162636465666768697071727374"
-				    "75767778798081828384858687888990919293949596979899";
-
 void preply_int(struct preply *r, const char *k, int64_t v)
 {
-	char num[24], *p = num + sizeof(num);
-	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+	char num[DEC_MAX], *p;
 
 	if (!preply_key(r, k))
 		return;
-	while (u >= 100) {
-		p -= 2;
-		memcpy(p, preply_digits + (u % 100) * 2, 2);
-		u /= 100;
-	}
-	if (u >= 10) {
-		p -= 2;
-		memcpy(p, preply_digits + u * 2, 2);
-	} else {
-		*--p = (char)('0' + u);
-	}
-	if (v < 0)
-		*--p = '-';
+	p = dec_put_i64(num + sizeof(num), v);
 	preply_raw(r, p, (size_t)(num + sizeof(num) - p));
 }
 
