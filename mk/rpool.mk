@@ -11,14 +11,14 @@
 # Under valgrind: VALGRIND=1 python3 -m unittest tests.integ.test_rpool -v
 
 RPOOL_DRIVE_OBJS := $(patsubst %.c,%.o,$(wildcard daemon/redis_client/*.c)) daemon/base/log.o \
-		    daemon/base/clock.o
+		    daemon/base/clock.o daemon/base/decimal.o
 RPOOL_DRIVE_SRCS := tests/tools/rpool_drive.c $(RPOOL_DRIVE_OBJS:.o=.c)
 
 tests/tools/rpool_drive: tests/tools/rpool_drive.c $(RPOOL_DRIVE_OBJS)
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(RPOOL_DRIVE_OBJS) $(BASE_LDLIBS)
 
 tests/tools/rpool_drive.asan: $(RPOOL_DRIVE_SRCS) $(wildcard daemon/redis_client/*.h) \
-		daemon/base/log.h daemon/base/clock.h
+		daemon/base/log.h daemon/base/clock.h daemon/base/decimal.h
 	$(CC) $(filter-out -MMD -MP,$(ALL_CFLAGS)) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=all -fno-omit-frame-pointer -o $@ $(RPOOL_DRIVE_SRCS) \
 	  $(BASE_LDLIBS)
