@@ -3,7 +3,8 @@
 # built from daemon/wire/lease_id.c alone, seeded with handles of every shape).
 #
 # tests/fuzz/fuzz_proto is built with clang from daemon/wire/proto*.c (the
-# codec needs nothing else but daemon/strategy/adaptive.c and jansson), with
+# codec needs nothing else but daemon/strategy/adaptive.c, base/spares.c and
+# base/decimal.c, and jansson), with
 # -fsanitize=fuzzer,address,undefined, and run for FUZZ_TIME seconds over a corpus seeded from every "send" of
 # proto/vectors/*.jsonl. The corpus grows in build/fuzz/corpus (kept between
 # runs); a crashing input is written to build/fuzz/ and fails the target.
@@ -20,7 +21,7 @@ FUZZ_CORPUS := $(FUZZ_DIR)/corpus
 FUZZ_BIN    := tests/fuzz/fuzz_proto
 FUZZ_SRCS   := tests/fuzz/fuzz_proto.c daemon/wire/proto.c daemon/wire/proto_reply.c \
                daemon/wire/proto_upstream.c daemon/wire/proto_fast.c \
-               daemon/strategy/adaptive.c
+               daemon/strategy/adaptive.c daemon/base/spares.c daemon/base/decimal.c
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) $(DAEMON_INC) -Iproto \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
                -fno-omit-frame-pointer $(shell pkg-config --cflags jansson)
